@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that dgpu's build, tests and benchmarks need.
+# Idempotent: packages already present are skipped, so a second run is fast and offline.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  clang-format clang-tidy
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  librestinio-dev libasio-dev libhttp-parser-dev libfmt-dev
+  libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev libsqlite3-dev sqlite3
+  libcli11-dev libcurl4-openssl-dev curl
+  libgtest-dev libgmock-dev libbenchmark-dev
+  wrk prometheus etcd-server etcd-client
+  python3 procps psmisc util-linux iproute2 systemd
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The prometheus and etcd packages start system services when an init system is present;
+# dgpu's tests start their own instances on free ports, so stop any that started.
+if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+  $SUDO systemctl disable --now prometheus etcd >/dev/null 2>&1 || true
+fi
+echo "install-deps: done"

@@ -1,0 +1,909 @@
+#include "core/scheduler_core.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <queue>
+
+namespace dgpu::core {
+namespace {
+
+constexpr int kMaxGpuCount = 1024;
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+bool ContainsIgnoreCase(std::string_view hay, std::string_view needle) {
+  auto it = std::search(hay.begin(), hay.end(), needle.begin(), needle.end(), [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+  });
+  return it != hay.end();
+}
+
+int PrioIndex(Priority p) { return static_cast<int>(p); }
+
+// A reason that a bypass may be counted against: the task could start once GPUs free up.
+bool IsTransient(PendingReason r) {
+  return r == PendingReason::kNoNodeFits || r == PendingReason::kQuotaExhausted;
+}
+
+}  // namespace
+
+// Pending tasks of one priority with the same (model, GPU count), in queue order.
+struct SchedulerCore::Shape {
+  std::string model;
+  int gpu_count = 0;
+  std::set<std::pair<int64_t, TaskNumber>> tasks;  // (queue_seq, task)
+  PendingReason reason = PendingReason::kQueued;   // Why its head did not start last pass.
+};
+
+struct SchedulerCore::PriorityQueue {
+  std::map<std::pair<std::string, int>, std::unique_ptr<Shape>> shapes;
+  // Starvation guard: how often the oldest pending task was overtaken.
+  TaskNumber oldest = 0;
+  int bypassed = 0;
+  bool holding = false;
+  int reserved_slot = -1;  // Node kept for the held task; the other priority may not use it.
+
+  Shape& ShapeFor(const TaskSpec& spec) {
+    auto& s = shapes[{spec.gpu_model, spec.gpu_count}];
+    if (!s) {
+      s = std::make_unique<Shape>();
+      s->model = spec.gpu_model;
+      s->gpu_count = spec.gpu_count;
+    }
+    return *s;
+  }
+  Shape* FindShape(const TaskSpec& spec) const {
+    auto it = shapes.find({spec.gpu_model, spec.gpu_count});
+    return it == shapes.end() ? nullptr : it->second.get();
+  }
+};
+
+struct SchedulerCore::NodeState {
+  struct ModelSlice {
+    int model = 0;
+    int capacity = 0;
+    int free = 0;
+  };
+  uint32_t slot = 0;
+  std::string id;
+  std::string address;
+  bool online = false;
+  TimeMicros last_heartbeat = 0;
+  std::vector<GpuInfo> gpus;
+  std::vector<int> gpu_model;          // Model id per GPU position.
+  std::vector<TaskNumber> gpu_task;    // Task holding each GPU position; 0 = free.
+  std::vector<ModelSlice> slices;      // Per model present on the node.
+  std::set<TaskNumber> tasks;          // Tasks holding GPUs here (running or stopping).
+
+  int Position(int gpu_index) const {
+    for (size_t i = 0; i < gpus.size(); ++i) {
+      if (gpus[i].index == gpu_index) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  ModelSlice* Slice(int model) {
+    for (auto& s : slices) {
+      if (s.model == model) return &s;
+    }
+    return nullptr;
+  }
+  int FreeGpus() const {
+    int n = 0;
+    for (const auto& s : slices) n += s.free;
+    return n;
+  }
+  PlacementIndex::Entry Entry() const { return {&id, slot}; }
+};
+
+SchedulerCore::SchedulerCore(CoreConfig config) : config_(config) {
+  for (auto& q : queues_) q = std::make_unique<PriorityQueue>();
+  RecomputeQuota();
+}
+
+SchedulerCore::~SchedulerCore() = default;
+
+// ------------------------------------------------------------------------------------------
+// Helpers
+
+void SchedulerCore::Emit(const Task& t) {
+  if (!config_.record_changes) return;
+  Change c;
+  c.kind = Change::Kind::kTaskUpsert;
+  c.task = t;
+  changes_.push_back(std::move(c));
+}
+
+int SchedulerCore::InternModel(const std::string& model) {
+  auto [it, inserted] = model_ids_.try_emplace(model, static_cast<int>(models_.size()));
+  if (inserted) {
+    models_.push_back(model);
+    model_match_cache_.clear();
+  }
+  return it->second;
+}
+
+std::vector<int> SchedulerCore::MatchModels(const std::string& wanted) const {
+  std::vector<int> out;
+  for (size_t m = 0; m < models_.size(); ++m) {
+    if (wanted.empty() || EqualsIgnoreCase(models_[m], wanted)) out.push_back(static_cast<int>(m));
+  }
+  if (out.empty() && !wanted.empty()) {
+    // "V100" matches "Tesla V100-SXM2-32GB" when no model is named exactly so.
+    for (size_t m = 0; m < models_.size(); ++m) {
+      if (ContainsIgnoreCase(models_[m], wanted)) out.push_back(static_cast<int>(m));
+    }
+  }
+  return out;
+}
+
+const std::vector<int>& SchedulerCore::ModelsFor(const std::string& wanted) {
+  auto it = model_match_cache_.find(wanted);
+  if (it == model_match_cache_.end()) {
+    it = model_match_cache_.emplace(wanted, MatchModels(wanted)).first;
+  }
+  return it->second;
+}
+
+SchedulerCore::NodeState* SchedulerCore::FindNodeState(const std::string& id) {
+  auto it = node_slots_.find(id);
+  return it == node_slots_.end() ? nullptr : nodes_[it->second].get();
+}
+
+const SchedulerCore::NodeState* SchedulerCore::FindNodeState(const std::string& id) const {
+  auto it = node_slots_.find(id);
+  return it == node_slots_.end() ? nullptr : nodes_[it->second].get();
+}
+
+void SchedulerCore::RecomputeQuota() {
+  int online = static_cast<int>(std::lround(total_online_gpus_ * config_.online_percent));
+  online = std::clamp(online, 0, total_online_gpus_);
+  quota_[PrioIndex(Priority::kHigh)] = online;
+  quota_[PrioIndex(Priority::kLow)] = total_online_gpus_ - online;
+}
+
+void SchedulerCore::Enqueue(Task& t) {
+  auto& q = *queues_[PrioIndex(t.spec.priority)];
+  q.ShapeFor(t.spec).tasks.emplace(t.queue_seq, t.id);
+  pending_count_[PrioIndex(t.spec.priority)]++;
+}
+
+void SchedulerCore::Dequeue(Task& t) {
+  auto& q = *queues_[PrioIndex(t.spec.priority)];
+  auto it = q.shapes.find({t.spec.gpu_model, t.spec.gpu_count});
+  if (it == q.shapes.end()) return;
+  if (it->second->tasks.erase({t.queue_seq, t.id}) == 1) {
+    pending_count_[PrioIndex(t.spec.priority)]--;
+  }
+  if (it->second->tasks.empty()) q.shapes.erase(it);
+  if (q.oldest == t.id) {
+    q.oldest = 0;
+    q.bypassed = 0;
+    q.holding = false;
+    q.reserved_slot = -1;
+  }
+}
+
+void SchedulerCore::StartTask(Task& t, NodeState& node, int model, const std::vector<int>& gpus,
+                              TimeMicros now) {
+  Dequeue(t);
+  auto* slice = node.Slice(model);
+  int old_free = slice->free;
+  std::vector<int> indices;
+  indices.reserve(gpus.size());
+  for (int pos : gpus) {
+    node.gpu_task[pos] = t.id;
+    indices.push_back(node.gpus[pos].index);
+  }
+  std::sort(indices.begin(), indices.end());
+  slice->free -= static_cast<int>(gpus.size());
+  if (node.online) index_.Move(model, node.Entry(), old_free, slice->free);
+  node.tasks.insert(t.id);
+
+  t.status = TaskStatus::kRunning;
+  t.allocation = {NodeAllocation{node.id, indices}};
+  t.attempts++;
+  t.started_at = now;
+  t.error.clear();
+  used_[PrioIndex(t.spec.priority)] += t.spec.gpu_count;
+  running_count_[PrioIndex(t.spec.priority)]++;
+  stats_.decisions++;
+  decisions_.push_back(Decision{Decision::Kind::kStart, t.id, node.id, std::move(indices)});
+  Emit(t);
+}
+
+void SchedulerCore::ReleaseGpus(Task& t) {
+  for (const auto& na : t.allocation) {
+    NodeState* node = FindNodeState(na.node_id);
+    if (node == nullptr) continue;
+    node->tasks.erase(t.id);
+    for (int idx : na.gpu_indices) {
+      int pos = node->Position(idx);
+      if (pos < 0 || node->gpu_task[pos] != t.id) continue;
+      node->gpu_task[pos] = 0;
+      auto* slice = node->Slice(node->gpu_model[pos]);
+      slice->free++;
+      if (node->online) index_.Move(slice->model, node->Entry(), slice->free - 1, slice->free);
+    }
+  }
+  used_[PrioIndex(t.spec.priority)] -= t.spec.gpu_count;
+  t.stopping = false;
+}
+
+void SchedulerCore::RequeueOrFail(Task& t, TimeMicros now, std::string_view error) {
+  ReleaseGpus(t);
+  running_count_[PrioIndex(t.spec.priority)]--;
+  if (t.attempts >= config_.max_attempts) {
+    t.status = TaskStatus::kFailed;
+    t.error = std::string(error);
+    t.exit_code = -1;
+    t.finished_at = now;
+  } else {
+    t.status = TaskStatus::kPending;
+    t.allocation.clear();
+    t.error = std::string(error);  // Why it was put back; cleared when it starts again.
+    t.queue_seq = next_front_seq_--;
+    Enqueue(t);
+  }
+  Emit(t);
+}
+
+// ------------------------------------------------------------------------------------------
+// Commands
+
+StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now) {
+  if (spec.gpu_count < 1 || spec.gpu_count > kMaxGpuCount) {
+    return InvalidArgument("gpu_count must be between 1 and " + std::to_string(kMaxGpuCount));
+  }
+  if (spec.command.empty()) return InvalidArgument("command must not be empty");
+  if (spec.priority != Priority::kHigh && spec.priority != Priority::kLow) {
+    return InvalidArgument("priority must be high or low");
+  }
+  if (spec.timeout_seconds < 0) return InvalidArgument("timeout_seconds must not be negative");
+
+  auto task = std::make_unique<Task>();
+  task->id = next_number_++;
+  task->spec = spec;
+  task->status = TaskStatus::kPending;
+  task->queue_seq = next_back_seq_++;
+  task->created_at = now;
+  Task& t = *task;
+  tasks_.emplace(t.id, std::move(task));
+  Enqueue(t);
+  Emit(t);
+  return t.id;
+}
+
+Status SchedulerCore::Cancel(TaskNumber id, TimeMicros now) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end()) return NotFound(FormatTaskId(id) + " not found");
+  Task& t = *it->second;
+  if (IsFinished(t.status)) {
+    return FailedPrecondition(FormatTaskId(id) + " already finished with status " +
+                              std::string(ToString(t.status)));
+  }
+  if (t.status == TaskStatus::kPending) {
+    Dequeue(t);
+  } else {
+    // Running: keep its GPUs until the agent confirms the stop.
+    running_count_[PrioIndex(t.spec.priority)]--;
+    t.stopping = true;
+    for (const auto& na : t.allocation) {
+      decisions_.push_back(Decision{Decision::Kind::kStop, t.id, na.node_id, {}});
+    }
+  }
+  t.status = TaskStatus::kCancelled;
+  t.error = "cancelled";
+  t.finished_at = now;
+  Emit(t);
+  return OkStatus();
+}
+
+Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string& address,
+                                   const std::vector<GpuInfo>& gpus,
+                                   const std::vector<RunningReport>& running,
+                                   const std::vector<FinishReport>& finished, TimeMicros now) {
+  if (node_id.empty()) return InvalidArgument("node id must not be empty");
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    if (gpus[i].index < 0) return InvalidArgument("gpu index must not be negative");
+    if (gpus[i].model.empty()) return InvalidArgument("gpu model must not be empty");
+    for (size_t j = 0; j < i; ++j) {
+      if (gpus[j].index == gpus[i].index) {
+        return InvalidArgument("gpu index " + std::to_string(gpus[i].index) + " is listed twice");
+      }
+    }
+  }
+
+  NodeState* node = FindNodeState(node_id);
+  if (node == nullptr) {
+    auto ns = std::make_unique<NodeState>();
+    ns->slot = static_cast<uint32_t>(nodes_.size());
+    ns->id = node_id;
+    node_slots_.emplace(node_id, ns->slot);
+    nodes_.push_back(std::move(ns));
+    node = nodes_.back().get();
+  }
+
+  // 1. Record finishes first, so that a task that ended while the agent was away is not lost.
+  for (const auto& f : finished) {
+    auto it = tasks_.find(f.task);
+    if (it == tasks_.end()) continue;
+    Task& t = *it->second;
+    bool held_here = (t.status == TaskStatus::kRunning || t.stopping) && !t.allocation.empty() &&
+                     t.allocation[0].node_id == node_id;
+    if (held_here) {
+      (void)ApplyFinish(node, t, f, now);
+    } else if (t.status == TaskStatus::kPending && t.error == "agent_lost") {
+      // It was put back when this node vanished, but it had run to its end there.
+      Dequeue(t);
+      t.status = f.success ? TaskStatus::kSuccess : TaskStatus::kFailed;
+      t.exit_code = f.exit_code;
+      t.error = f.error;
+      t.finished_at = f.finished_at != 0 ? f.finished_at : now;
+      Emit(t);
+    }
+  }
+
+  // 2. Take the node out of the pool while its GPUs are rebuilt.
+  if (node->online) {
+    for (const auto& s : node->slices) index_.Erase(s.model, node->Entry(), s.free, s.capacity);
+    total_online_gpus_ -= static_cast<int>(node->gpus.size());
+    node->online = false;
+  }
+  std::vector<TaskNumber> held(node->tasks.begin(), node->tasks.end());
+  node->address = address;
+  node->gpus = gpus;
+  std::sort(node->gpus.begin(), node->gpus.end(),
+            [](const GpuInfo& a, const GpuInfo& b) { return a.index < b.index; });
+  node->gpu_model.assign(node->gpus.size(), 0);
+  node->gpu_task.assign(node->gpus.size(), 0);
+  node->slices.clear();
+  node->tasks.clear();
+  for (size_t i = 0; i < node->gpus.size(); ++i) {
+    int m = InternModel(node->gpus[i].model);
+    node->gpu_model[i] = m;
+    auto* s = node->Slice(m);
+    if (s == nullptr) {
+      node->slices.push_back({m, 0, 0});
+      s = &node->slices.back();
+    }
+    s->capacity++;
+    s->free++;
+  }
+
+  // Claims GPU positions for a task if they all exist, share one model and are free.
+  auto claim = [&](const std::vector<int>& indices, TaskNumber task) -> bool {
+    std::vector<int> pos;
+    for (int idx : indices) {
+      int p = node->Position(idx);
+      if (p < 0 || node->gpu_task[p] != 0) return false;
+      if (!pos.empty() && node->gpu_model[p] != node->gpu_model[pos[0]]) return false;
+      if (std::find(pos.begin(), pos.end(), p) != pos.end()) return false;
+      pos.push_back(p);
+    }
+    for (int p : pos) {
+      node->gpu_task[p] = task;
+      node->Slice(node->gpu_model[p])->free--;
+    }
+    node->tasks.insert(task);
+    return true;
+  };
+
+  // 3. Adopt what runs there, take back what had been put back in the queue, stop the rest.
+  std::set<TaskNumber> reported;
+  for (const auto& r : running) {
+    reported.insert(r.task);
+    auto it = tasks_.find(r.task);
+    Task* t = it == tasks_.end() ? nullptr : it->second.get();
+    bool held_here = t != nullptr && (t->status == TaskStatus::kRunning || t->stopping) &&
+                     !t->allocation.empty() && t->allocation[0].node_id == node_id;
+    if (held_here && claim(t->allocation[0].gpu_indices, t->id)) {
+      if (t->stopping) decisions_.push_back({Decision::Kind::kStop, t->id, node_id, {}});
+      continue;
+    }
+    if (t != nullptr && t->status == TaskStatus::kPending &&
+        static_cast<int>(r.gpu_indices.size()) == t->spec.gpu_count &&
+        claim(r.gpu_indices, t->id)) {
+      Dequeue(*t);
+      t->status = TaskStatus::kRunning;
+      std::vector<int> idx = r.gpu_indices;
+      std::sort(idx.begin(), idx.end());
+      t->allocation = {NodeAllocation{node_id, idx}};
+      t->error.clear();
+      used_[PrioIndex(t->spec.priority)] += t->spec.gpu_count;
+      running_count_[PrioIndex(t->spec.priority)]++;
+      Emit(*t);
+      continue;
+    }
+    if (held_here) {
+      // Known here but its GPUs are unusable (gone, or clash): treat as lost below.
+      reported.erase(r.task);
+    }
+    decisions_.push_back({Decision::Kind::kStop, r.task, node_id, {}});
+  }
+
+  // 4. Tasks believed to run here but not reported are lost.
+  std::sort(held.begin(), held.end(), [&](TaskNumber a, TaskNumber b) {
+    return tasks_.at(a)->queue_seq > tasks_.at(b)->queue_seq;
+  });
+  for (TaskNumber id : held) {
+    if (reported.count(id) != 0) continue;
+    Task& t = *tasks_.at(id);
+    if (!(t.status == TaskStatus::kRunning || t.stopping)) continue;
+    // Its GPU claims were reset above; ReleaseGpus must only fix the quota use.
+    if (t.stopping) {
+      used_[PrioIndex(t.spec.priority)] -= t.spec.gpu_count;
+      t.stopping = false;
+      Emit(t);
+    } else {
+      RequeueOrFail(t, now, "agent_lost");
+    }
+  }
+
+  // 5. Back in the pool.
+  node->online = true;
+  node->last_heartbeat = now;
+  for (const auto& s : node->slices) index_.Insert(s.model, node->Entry(), s.free, s.capacity);
+  total_online_gpus_ += static_cast<int>(node->gpus.size());
+  RecomputeQuota();
+  return OkStatus();
+}
+
+Status SchedulerCore::Heartbeat(const std::string& node_id, TimeMicros now) {
+  NodeState* node = FindNodeState(node_id);
+  if (node == nullptr) return NotFound("node " + node_id + " is not registered");
+  if (!node->online) return FailedPrecondition("node " + node_id + " is offline; register again");
+  node->last_heartbeat = now;
+  return OkStatus();
+}
+
+void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now) {
+  if (node.online) {
+    for (const auto& s : node.slices) index_.Erase(s.model, node.Entry(), s.free, s.capacity);
+    total_online_gpus_ -= static_cast<int>(node.gpus.size());
+    node.online = false;
+    RecomputeQuota();
+    for (auto& q : queues_) {
+      if (q->reserved_slot == static_cast<int>(node.slot)) q->reserved_slot = -1;
+    }
+  }
+  // Put back in their original relative order: the task that ran first ends up first.
+  std::vector<Task*> held;
+  for (TaskNumber id : node.tasks) held.push_back(tasks_.at(id).get());
+  std::sort(held.begin(), held.end(),
+            [](const Task* a, const Task* b) { return a->queue_seq > b->queue_seq; });
+  for (Task* t : held) {
+    if (t->stopping) {
+      ReleaseGpus(*t);
+      Emit(*t);
+    } else {
+      RequeueOrFail(*t, now, "agent_lost");
+    }
+  }
+}
+
+Status SchedulerCore::NodeLost(const std::string& node_id, TimeMicros now) {
+  NodeState* node = FindNodeState(node_id);
+  if (node == nullptr) return NotFound("node " + node_id + " is not registered");
+  TakeNodeOffline(*node, now);
+  return OkStatus();
+}
+
+Status SchedulerCore::TaskStarted(TaskNumber id, const std::string& node_id, TimeMicros now) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end()) return NotFound(FormatTaskId(id) + " not found");
+  Task& t = *it->second;
+  if (t.status != TaskStatus::kRunning || t.allocation.empty() ||
+      t.allocation[0].node_id != node_id) {
+    return FailedPrecondition(FormatTaskId(id) + " is not running on node " + node_id);
+  }
+  t.started_at = now;
+  Emit(t);
+  return OkStatus();
+}
+
+Status SchedulerCore::ApplyFinish(NodeState* node, Task& t, const FinishReport& report,
+                                  TimeMicros now) {
+  ReleaseGpus(t);
+  if (t.status == TaskStatus::kRunning) {
+    running_count_[PrioIndex(t.spec.priority)]--;
+    t.status = report.success ? TaskStatus::kSuccess : TaskStatus::kFailed;
+    t.exit_code = report.exit_code;
+    t.error = report.error;
+    t.finished_at = report.finished_at != 0 ? report.finished_at : now;
+  } else {
+    t.exit_code = report.exit_code;  // A cancelled task stays cancelled.
+  }
+  (void)node;
+  Emit(t);
+  return OkStatus();
+}
+
+Status SchedulerCore::TaskFinished(const std::string& node_id, const FinishReport& report,
+                                   TimeMicros now) {
+  auto it = tasks_.find(report.task);
+  if (it == tasks_.end()) return NotFound(FormatTaskId(report.task) + " not found");
+  Task& t = *it->second;
+  bool held = t.status == TaskStatus::kRunning || t.stopping;
+  if (!held || t.allocation.empty() || t.allocation[0].node_id != node_id) {
+    return FailedPrecondition(FormatTaskId(report.task) + " is not running on node " + node_id +
+                              " (status " + std::string(ToString(t.status)) + ")");
+  }
+  return ApplyFinish(FindNodeState(node_id), t, report, now);
+}
+
+Status SchedulerCore::SetOnlinePercent(double online_percent) {
+  if (!(online_percent >= 0.0 && online_percent <= 1.0)) {
+    return InvalidArgument("online_percent must be a number between 0 and 1");
+  }
+  config_.online_percent = online_percent;
+  RecomputeQuota();
+  if (config_.record_changes) {
+    Change c;
+    c.kind = Change::Kind::kQuotaPercent;
+    c.online_percent = online_percent;
+    changes_.push_back(std::move(c));
+  }
+  return OkStatus();
+}
+
+void SchedulerCore::Tick(TimeMicros now) {
+  for (auto& node : nodes_) {
+    bool expired = now - node->last_heartbeat > config_.heartbeat_timeout;
+    if (!expired) continue;
+    // Online nodes that went silent, and restored tasks whose node never came back.
+    if (node->online || !node->tasks.empty()) TakeNodeOffline(*node, now);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Scheduling pass
+
+PendingReason SchedulerCore::Diagnose(const Task& t, const std::vector<int>& models) const {
+  int max_capacity = 0;
+  for (int m : models) max_capacity = std::max(max_capacity, index_.MaxCapacity(m));
+  if (max_capacity == 0) return PendingReason::kNoGpuModel;
+  if (t.spec.gpu_count > max_capacity) return PendingReason::kExceedsCluster;
+  int p = PrioIndex(t.spec.priority);
+  if (used_[p] + t.spec.gpu_count > quota_[p]) return PendingReason::kQuotaExhausted;
+  return PendingReason::kNoNodeFits;
+}
+
+void SchedulerCore::Schedule(TimeMicros now) {
+  stats_.passes++;
+  for (int p = 0; p < kPriorityCount; ++p) SchedulePriority(p, now);
+}
+
+void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
+  PriorityQueue& q = *queues_[prio];
+  if (q.shapes.empty()) return;
+  const int other = 1 - prio;
+  std::vector<uint32_t> excluded;
+  if (queues_[other]->reserved_slot >= 0) {
+    excluded.push_back(static_cast<uint32_t>(queues_[other]->reserved_slot));
+  }
+
+  // Tries to start the head of a shape. Returns kNone when it started.
+  auto try_start = [&](Shape& shape) -> PendingReason {
+    stats_.shape_checks++;
+    Task& t = *tasks_.at(shape.tasks.begin()->second);
+    const auto& models = ModelsFor(shape.model);
+    if (used_[prio] + shape.gpu_count > quota_[prio]) return Diagnose(t, models);
+    auto fit = index_.FindBestFit(models, shape.gpu_count, excluded);
+    if (!fit) return Diagnose(t, models);
+    NodeState& node = *nodes_[fit->slot];
+    std::vector<int> picked;
+    for (size_t pos = 0; pos < node.gpus.size() && static_cast<int>(picked.size()) < shape.gpu_count;
+         ++pos) {
+      if (node.gpu_task[pos] == 0 && node.gpu_model[pos] == fit->model) {
+        picked.push_back(static_cast<int>(pos));
+      }
+    }
+    StartTask(t, node, fit->model, picked, now);
+    return PendingReason::kNone;
+  };
+
+  // The oldest pending task of this priority.
+  Shape* oldest_shape = nullptr;
+  for (auto& [key, s] : q.shapes) {
+    if (oldest_shape == nullptr || *s->tasks.begin() < *oldest_shape->tasks.begin()) {
+      oldest_shape = s.get();
+    }
+  }
+  TaskNumber oldest = oldest_shape->tasks.begin()->second;
+  if (q.oldest != oldest) {
+    q.oldest = oldest;
+    q.bypassed = 0;
+    q.holding = false;
+    q.reserved_slot = -1;
+  }
+
+  auto hold = [&](Shape& head_shape, PendingReason reason) {
+    q.holding = true;
+    for (auto& [key, s] : q.shapes) s->reason = PendingReason::kQueued;
+    head_shape.reason = reason;
+    if (reason == PendingReason::kNoNodeFits && q.reserved_slot < 0) {
+      Task& t = *tasks_.at(oldest);
+      auto fit = index_.FindMostFree(ModelsFor(head_shape.model), t.spec.gpu_count,
+                                     [&](uint32_t slot, int model) {
+                                       return nodes_[slot]->Slice(model)->capacity;
+                                     });
+      if (fit) q.reserved_slot = static_cast<int>(fit->slot);
+    }
+  };
+
+  if (q.bypassed >= config_.max_bypass) {
+    PendingReason r = try_start(*oldest_shape);
+    if (r == PendingReason::kNone) {
+      // Started: the queue flows again (Dequeue reset the guard).
+    } else if (IsTransient(r)) {
+      hold(*oldest_shape, r);
+      return;
+    } else {
+      oldest_shape->reason = r;  // Can never start as things are: it must not hold others.
+      q.bypassed = 0;
+    }
+    if (q.shapes.empty()) return;
+  }
+
+  // Merge the shape heads by queue position.
+  using Head = std::pair<std::pair<int64_t, TaskNumber>, Shape*>;
+  std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
+  for (auto& [key, s] : q.shapes) heads.emplace(*s->tasks.begin(), s.get());
+
+  PendingReason oldest_reason = PendingReason::kNone;
+  bool oldest_waiting = false;
+  while (!heads.empty()) {
+    auto [pos, shape] = heads.top();
+    heads.pop();
+    TaskNumber id = pos.second;
+    PendingReason r = try_start(*shape);
+    if (r != PendingReason::kNone) {
+      shape->reason = r;
+      if (id == q.oldest) {
+        oldest_waiting = true;
+        oldest_reason = r;
+      }
+      continue;
+    }
+    if (oldest_waiting && IsTransient(oldest_reason) && ++q.bypassed >= config_.max_bypass) {
+      // Enough: nothing younger of this priority starts until the oldest does.
+      Shape* os = queues_[prio]->FindShape(tasks_.at(q.oldest)->spec);
+      if (os != nullptr) hold(*os, oldest_reason);
+      return;
+    }
+    // The shape of a task that just started may have emptied and been removed.
+    auto it = q.shapes.find({shape->model, shape->gpu_count});
+    if (it != q.shapes.end()) heads.emplace(*it->second->tasks.begin(), it->second.get());
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Restore
+
+Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
+  if (task.id == 0) return InvalidArgument("task number must not be 0");
+  if (tasks_.count(task.id) != 0) return AlreadyExists(FormatTaskId(task.id) + " already exists");
+  auto owned = std::make_unique<Task>(task);
+  Task& t = *owned;
+  tasks_.emplace(t.id, std::move(owned));
+  next_number_ = std::max(next_number_, t.id + 1);
+  if (t.status == TaskStatus::kPending) {
+    t.allocation.clear();
+    next_back_seq_ = std::max(next_back_seq_, t.queue_seq + 1);
+    next_front_seq_ = std::min(next_front_seq_, t.queue_seq - 1);
+    Enqueue(t);
+    return OkStatus();
+  }
+  bool held = t.status == TaskStatus::kRunning || t.stopping;
+  if (!held) return OkStatus();
+  if (t.allocation.empty()) {
+    return InvalidArgument(FormatTaskId(t.id) + " is running but has no allocation");
+  }
+  // Its node is not known yet: hold the task on a placeholder until the node registers again or
+  // heartbeat_timeout passes.
+  const std::string& node_id = t.allocation[0].node_id;
+  NodeState* node = FindNodeState(node_id);
+  if (node == nullptr) {
+    auto ns = std::make_unique<NodeState>();
+    ns->slot = static_cast<uint32_t>(nodes_.size());
+    ns->id = node_id;
+    ns->last_heartbeat = now;
+    node_slots_.emplace(node_id, ns->slot);
+    nodes_.push_back(std::move(ns));
+    node = nodes_.back().get();
+  }
+  if (node->online) {
+    return FailedPrecondition("restore running tasks before their nodes register");
+  }
+  node->last_heartbeat = std::max(node->last_heartbeat, now);
+  node->tasks.insert(t.id);
+  used_[PrioIndex(t.spec.priority)] += t.spec.gpu_count;
+  if (t.status == TaskStatus::kRunning) running_count_[PrioIndex(t.spec.priority)]++;
+  return OkStatus();
+}
+
+void SchedulerCore::SetNextTaskNumber(TaskNumber next) {
+  next_number_ = std::max(next_number_, next);
+  if (config_.record_changes) {
+    Change c;
+    c.kind = Change::Kind::kNextTaskNumber;
+    c.next_number = next_number_;
+    changes_.push_back(std::move(c));
+  }
+}
+
+void SchedulerCore::Forget(TaskNumber id) {
+  auto it = tasks_.find(id);
+  if (it != tasks_.end() && IsFinished(it->second->status) && !it->second->stopping) {
+    tasks_.erase(it);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Outputs and queries
+
+std::vector<Decision> SchedulerCore::TakeDecisions() { return std::exchange(decisions_, {}); }
+std::vector<Change> SchedulerCore::TakeChanges() { return std::exchange(changes_, {}); }
+
+const Task* SchedulerCore::FindTask(TaskNumber id) const {
+  auto it = tasks_.find(id);
+  return it == tasks_.end() ? nullptr : it->second.get();
+}
+
+PendingReason SchedulerCore::ReasonOf(const Task& t) const {
+  if (t.status != TaskStatus::kPending) return PendingReason::kNone;
+  const Shape* s = queues_[PrioIndex(t.spec.priority)]->FindShape(t.spec);
+  if (s == nullptr || s->tasks.empty() || s->tasks.begin()->second != t.id) {
+    return PendingReason::kQueued;
+  }
+  return s->reason;
+}
+
+QuotaView SchedulerCore::Quota() const {
+  QuotaView v;
+  v.total_gpus = total_online_gpus_;
+  for (int p = 0; p < kPriorityCount; ++p) {
+    v.quota[p] = quota_[p];
+    v.used[p] = used_[p];
+  }
+  return v;
+}
+
+std::vector<GpuView> SchedulerCore::Gpus() const {
+  std::vector<const NodeState*> sorted;
+  for (const auto& n : nodes_) sorted.push_back(n.get());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const NodeState* a, const NodeState* b) { return a->id < b->id; });
+  std::vector<GpuView> out;
+  for (const NodeState* n : sorted) {
+    for (size_t i = 0; i < n->gpus.size(); ++i) {
+      GpuView g;
+      g.node_id = n->id;
+      g.index = n->gpus[i].index;
+      g.model = n->gpus[i].model;
+      g.memory_mb = n->gpus[i].memory_mb;
+      g.current_task = n->gpu_task[i];
+      g.status = !n->online ? GpuStatus::kOffline
+                            : (n->gpu_task[i] != 0 ? GpuStatus::kBusy : GpuStatus::kIdle);
+      out.push_back(std::move(g));
+    }
+  }
+  return out;
+}
+
+std::vector<NodeView> SchedulerCore::Nodes() const {
+  std::vector<NodeView> out;
+  for (const auto& n : nodes_) {
+    if (n->gpus.empty() && !n->online && n->address.empty()) continue;  // Placeholder.
+    out.push_back(*FindNode(n->id));
+  }
+  std::sort(out.begin(), out.end(), [](const NodeView& a, const NodeView& b) { return a.id < b.id; });
+  return out;
+}
+
+std::optional<NodeView> SchedulerCore::FindNode(const std::string& node_id) const {
+  const NodeState* n = FindNodeState(node_id);
+  if (n == nullptr) return std::nullopt;
+  NodeView v;
+  v.id = n->id;
+  v.address = n->address;
+  v.online = n->online;
+  v.gpu_count = static_cast<int>(n->gpus.size());
+  v.free_gpus = n->FreeGpus();
+  v.last_heartbeat = n->last_heartbeat;
+  return v;
+}
+
+std::vector<TaskNumber> SchedulerCore::QueueOrder(Priority p) const {
+  std::vector<std::pair<int64_t, TaskNumber>> all;
+  for (const auto& [key, s] : queues_[PrioIndex(p)]->shapes) {
+    all.insert(all.end(), s->tasks.begin(), s->tasks.end());
+  }
+  std::sort(all.begin(), all.end());
+  std::vector<TaskNumber> out;
+  out.reserve(all.size());
+  for (const auto& [seq, id] : all) out.push_back(id);
+  return out;
+}
+
+Status SchedulerCore::CheckInvariants() const {
+  int used[kPriorityCount] = {0, 0};
+  size_t running[kPriorityCount] = {0, 0};
+  size_t pending[kPriorityCount] = {0, 0};
+  for (const auto& [id, tp] : tasks_) {
+    const Task& t = *tp;
+    int p = PrioIndex(t.spec.priority);
+    bool held = t.status == TaskStatus::kRunning || t.stopping;
+    if (t.status == TaskStatus::kRunning) running[p]++;
+    if (t.status == TaskStatus::kPending) pending[p]++;
+    if (t.stopping && t.status != TaskStatus::kCancelled) {
+      return Internal(FormatTaskId(id) + " is stopping but not cancelled");
+    }
+    if (!held) continue;
+    used[p] += t.spec.gpu_count;
+    if (t.allocation.size() != 1) return Internal(FormatTaskId(id) + " has no single allocation");
+    const auto& na = t.allocation[0];
+    if (static_cast<int>(na.gpu_indices.size()) != t.spec.gpu_count) {
+      return Internal(FormatTaskId(id) + " holds the wrong number of GPUs");
+    }
+    const NodeState* n = FindNodeState(na.node_id);
+    if (n == nullptr || n->tasks.count(id) == 0) {
+      return Internal(FormatTaskId(id) + " is not listed on node " + na.node_id);
+    }
+    if (!n->gpus.empty()) {
+      for (int idx : na.gpu_indices) {
+        int pos = n->Position(idx);
+        if (pos < 0 || n->gpu_task[pos] != id) {
+          return Internal(FormatTaskId(id) + " does not hold GPU " + std::to_string(idx) +
+                          " of node " + na.node_id);
+        }
+      }
+    }
+  }
+  for (int p = 0; p < kPriorityCount; ++p) {
+    if (used[p] != used_[p]) return Internal("quota use out of step with running tasks");
+    if (running[p] != running_count_[p]) return Internal("running count out of step");
+    if (pending[p] != pending_count_[p]) return Internal("pending count out of step");
+  }
+  int total = 0;
+  int busy_tasks = 0;
+  for (const auto& n : nodes_) {
+    int free = 0;
+    for (size_t i = 0; i < n->gpus.size(); ++i) {
+      TaskNumber tid = n->gpu_task[i];
+      if (tid == 0) {
+        free++;
+        continue;
+      }
+      auto it = tasks_.find(tid);
+      if (it == tasks_.end()) return Internal("a GPU is held by an unknown task");
+      const Task& t = *it->second;
+      if (!(t.status == TaskStatus::kRunning || t.stopping)) {
+        return Internal("a GPU is held by " + FormatTaskId(tid) + " which does not run");
+      }
+      busy_tasks++;
+    }
+    if (free != n->FreeGpus()) return Internal("free count out of step on node " + n->id);
+    if (n->online) total += static_cast<int>(n->gpus.size());
+  }
+  int allocated = 0;
+  for (const auto& [id, tp] : tasks_) {
+    const Task& t = *tp;
+    if (!(t.status == TaskStatus::kRunning || t.stopping)) continue;
+    const NodeState* n = FindNodeState(t.allocation[0].node_id);
+    if (!n->gpus.empty()) allocated += t.spec.gpu_count;
+  }
+  if (allocated != busy_tasks) return Internal("allocated GPUs differ from busy GPUs");
+  if (total != total_online_gpus_) return Internal("online GPU total out of step");
+  if (quota_[0] + quota_[1] != total_online_gpus_) return Internal("quotas do not add up");
+  return OkStatus();
+}
+
+}  // namespace dgpu::core

@@ -1,0 +1,224 @@
+// SchedulerCore: the pure, deterministic heart of dgpu.
+//
+// Commands go in (submit, cancel, node registered / heartbeat / lost, task started / finished,
+// set quota, tick, schedule); decisions ("start T on N with GPUs [...]", "stop T on N") and
+// durable changes come out through TakeDecisions() and TakeChanges(), in the order they were
+// made. No sockets, files, threads or clock reads: time is an argument. Not thread-safe: one
+// owner thread drives it (the daemon's core thread, the simulator, a test).
+//
+// Placement: a single-node task gets all its GPUs on one node, of one model. Best fit: the node
+// with the fewest free GPUs of a matching model that still fit, ties broken on node id. The
+// PlacementIndex keeps nodes bucketed by free-GPU count per model, so a decision costs
+// O(GPUs per node * models), independent of the number of nodes.
+//
+// Queues: one FIFO per priority, made of sub-queues per shape (model, GPU count). A pass looks
+// only at the head of each shape: when a head does not fit, nothing behind it with the same
+// shape can fit either, so a pass costs O(shapes + tasks started), never a scan of the queue.
+// The oldest pending task of a priority may be bypassed by younger ones at most
+// `max_bypass` times; then its queue holds (nothing younger of that priority starts) and a node
+// is reserved for it that the other priority may not use, until it starts.
+//
+// Quotas: online_quota = round(online GPUs * online_percent), batch_quota = the rest. A task
+// starts only if its class stays within quota; running tasks are never stopped by a quota change.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/placement_index.h"
+#include "core/status.h"
+#include "core/types.h"
+
+namespace dgpu::core {
+
+struct CoreConfig {
+  double online_percent = 0.7;
+  int max_attempts = 3;         // Starts before a task that keeps losing its node fails.
+  int max_bypass = 16;          // Times the oldest task may be overtaken before its queue holds.
+  TimeMicros heartbeat_timeout = 15 * kMicrosPerSecond;  // Node silent this long is lost.
+  bool record_changes = true;   // Off in the simulator, which persists nothing.
+};
+
+struct QuotaView {
+  int total_gpus = 0;  // GPUs on online nodes.
+  int quota[kPriorityCount] = {0, 0};
+  int used[kPriorityCount] = {0, 0};
+};
+
+struct GpuView {
+  std::string node_id;
+  int index = 0;
+  std::string model;
+  int64_t memory_mb = 0;
+  GpuStatus status = GpuStatus::kIdle;
+  TaskNumber current_task = 0;  // 0: none.
+};
+
+struct NodeView {
+  std::string id;
+  std::string address;
+  bool online = false;
+  int gpu_count = 0;
+  int free_gpus = 0;
+  TimeMicros last_heartbeat = 0;
+};
+
+class SchedulerCore {
+ public:
+  explicit SchedulerCore(CoreConfig config = {});
+  ~SchedulerCore();
+  SchedulerCore(const SchedulerCore&) = delete;
+  SchedulerCore& operator=(const SchedulerCore&) = delete;
+
+  // --- Commands -------------------------------------------------------------------------------
+
+  // Queues a new task; returns its number. InvalidArgument names the bad field.
+  StatusOr<TaskNumber> Submit(const TaskSpec& spec, TimeMicros now);
+
+  // Pending: leaves the queue. Running: marked cancelled and a stop is ordered; its GPUs stay
+  // held until the agent reports the finish or the node is lost. NotFound / FailedPrecondition
+  // (already finished).
+  Status Cancel(TaskNumber task, TimeMicros now);
+
+  // A node (re)joins with its GPUs. `running` is what its agent runs now, `finished` what
+  // finished since it last reported. Finishes are recorded first; then running tasks the core
+  // knows on this node are adopted, tasks it had put back in the queue are taken back, tasks it
+  // does not know (or has given elsewhere) are stopped, and tasks it believed ran there but are
+  // not reported are lost (node-loss rule).
+  Status RegisterNode(const std::string& node_id, const std::string& address,
+                      const std::vector<GpuInfo>& gpus, const std::vector<RunningReport>& running,
+                      const std::vector<FinishReport>& finished, TimeMicros now);
+
+  // Keeps a node alive. NotFound if never registered; FailedPrecondition if offline (it must
+  // register again).
+  Status Heartbeat(const std::string& node_id, TimeMicros now);
+
+  // The node is gone: its GPUs leave the pool and its running tasks go back to the head of their
+  // queue with attempts+1, or fail with error "agent_lost" after max_attempts.
+  Status NodeLost(const std::string& node_id, TimeMicros now);
+
+  // The agent confirms that it started the task (records the real start time).
+  Status TaskStarted(TaskNumber task, const std::string& node_id, TimeMicros now);
+
+  // The agent reports a finish. NotFound: unknown task. FailedPrecondition: the task is not
+  // running on that node (a duplicate, or a report from the wrong node). No change on error.
+  Status TaskFinished(const std::string& node_id, const FinishReport& report, TimeMicros now);
+
+  // Sets the online share in [0,1]; batch gets the rest. Running tasks are never stopped.
+  Status SetOnlinePercent(double online_percent);
+
+  // Marks nodes silent for longer than heartbeat_timeout as lost.
+  void Tick(TimeMicros now);
+
+  // A scheduling pass: starts every task that can start now, in queue order.
+  void Schedule(TimeMicros now);
+
+  // --- Restoring state (start-up, or a standby applying the primary's log) -------------------
+
+  // Puts a task back exactly as it was saved (pending: into its queue; running: onto its
+  // allocation once its node registers; finished: kept for lookups). Its node need not be known
+  // yet: running tasks whose node never comes back are lost after heartbeat_timeout from
+  // `now` (see ExpectNodes).
+  Status Restore(const Task& task, TimeMicros now);
+  void SetNextTaskNumber(TaskNumber next);
+  // Drops a finished task from memory (history stays in the database).
+  void Forget(TaskNumber task);
+
+  // --- Outputs --------------------------------------------------------------------------------
+
+  std::vector<Decision> TakeDecisions();
+  std::vector<Change> TakeChanges();
+  bool HasDecisions() const { return !decisions_.empty(); }
+
+  // --- Queries --------------------------------------------------------------------------------
+
+  const Task* FindTask(TaskNumber task) const;
+  // The task's pending reason as of the last pass (kNone if not pending).
+  PendingReason ReasonOf(const Task& task) const;
+  QuotaView Quota() const;
+  double online_percent() const { return config_.online_percent; }
+  const CoreConfig& config() const { return config_; }
+  TaskNumber next_task_number() const { return next_number_; }
+  std::vector<GpuView> Gpus() const;
+  std::vector<NodeView> Nodes() const;
+  std::optional<NodeView> FindNode(const std::string& node_id) const;
+  size_t PendingCount(Priority p) const { return pending_count_[static_cast<int>(p)]; }
+  size_t RunningCount(Priority p) const { return running_count_[static_cast<int>(p)]; }
+  size_t TaskCount() const { return tasks_.size(); }
+  // Calls fn(const Task&) for every task in memory, in no particular order.
+  template <typename Fn>
+  void ForEachTask(Fn&& fn) const {
+    for (const auto& [id, t] : tasks_) fn(*t);
+  }
+  // Pending task numbers of one priority in queue order (O(pending); for tests and snapshots).
+  std::vector<TaskNumber> QueueOrder(Priority p) const;
+
+  // Checks every invariant (O(everything)); for tests. Returns Internal naming the first broken.
+  Status CheckInvariants() const;
+
+  // Counters for the simulator and metrics.
+  struct Stats {
+    uint64_t decisions = 0;        // Start decisions made.
+    uint64_t passes = 0;
+    uint64_t shape_checks = 0;     // Shape heads examined by passes.
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct Shape;
+  struct NodeState;
+  struct PriorityQueue;
+
+  void Emit(const Task& t);
+  void StartTask(Task& t, NodeState& node, int model, const std::vector<int>& gpus,
+                 TimeMicros now);
+  void ReleaseGpus(Task& t);
+  void Enqueue(Task& t);
+  void Dequeue(Task& t);
+  void RequeueOrFail(Task& t, TimeMicros now, std::string_view error);
+  void RecomputeQuota();
+  void TakeNodeOffline(NodeState& node, TimeMicros now);
+  Status ApplyFinish(NodeState* node, Task& t, const FinishReport& report, TimeMicros now);
+  void SchedulePriority(int prio, TimeMicros now);
+  PendingReason Diagnose(const Task& t, const std::vector<int>& models) const;
+  const std::vector<int>& ModelsFor(const std::string& wanted);
+  std::vector<int> MatchModels(const std::string& wanted) const;
+  int InternModel(const std::string& model);
+  NodeState* FindNodeState(const std::string& id);
+  const NodeState* FindNodeState(const std::string& id) const;
+
+  CoreConfig config_;
+  TaskNumber next_number_ = 1;
+  int64_t next_back_seq_ = 1;   // Increasing: normal submissions.
+  int64_t next_front_seq_ = 0;  // Decreasing: tasks put back at the head.
+
+  std::unordered_map<TaskNumber, std::unique_ptr<Task>> tasks_;
+  std::vector<std::unique_ptr<NodeState>> nodes_;  // Slots; never shrinks.
+  std::unordered_map<std::string, uint32_t> node_slots_;
+
+  std::vector<std::string> models_;  // Interned GPU model names.
+  std::unordered_map<std::string, int> model_ids_;
+  // Cache of wanted-model string -> matching model ids; cleared when a model appears.
+  std::unordered_map<std::string, std::vector<int>> model_match_cache_;
+
+  PlacementIndex index_;
+  std::unique_ptr<PriorityQueue> queues_[kPriorityCount];
+  size_t pending_count_[kPriorityCount] = {0, 0};
+  size_t running_count_[kPriorityCount] = {0, 0};
+
+  int total_online_gpus_ = 0;
+  int quota_[kPriorityCount] = {0, 0};
+  int used_[kPriorityCount] = {0, 0};
+
+  std::vector<Decision> decisions_;
+  std::vector<Change> changes_;
+  Stats stats_;
+};
+
+}  // namespace dgpu::core

@@ -1,0 +1,77 @@
+#include "core/types.h"
+
+#include <charconv>
+
+namespace dgpu::core {
+
+std::string_view ToString(Priority p) { return p == Priority::kHigh ? "high" : "low"; }
+
+std::string_view ToString(TaskStatus s) {
+  switch (s) {
+    case TaskStatus::kPending: return "pending";
+    case TaskStatus::kRunning: return "running";
+    case TaskStatus::kSuccess: return "success";
+    case TaskStatus::kFailed: return "failed";
+    case TaskStatus::kCancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(PendingReason r) {
+  switch (r) {
+    case PendingReason::kNone: return "";
+    case PendingReason::kQueued: return "queued";
+    case PendingReason::kQuotaExhausted: return "quota_exhausted";
+    case PendingReason::kNoNodeFits: return "no_node_fits";
+    case PendingReason::kNoGpuModel: return "no_gpu_model";
+    case PendingReason::kExceedsCluster: return "exceeds_cluster";
+  }
+  return "";
+}
+
+std::string_view ToString(GpuStatus s) {
+  switch (s) {
+    case GpuStatus::kIdle: return "idle";
+    case GpuStatus::kBusy: return "busy";
+    case GpuStatus::kOffline: return "offline";
+  }
+  return "unknown";
+}
+
+std::optional<Priority> ParsePriority(std::string_view s) {
+  if (s == "high") return Priority::kHigh;
+  if (s == "low") return Priority::kLow;
+  return std::nullopt;
+}
+
+std::optional<TaskStatus> ParseTaskStatus(std::string_view s) {
+  for (auto st : {TaskStatus::kPending, TaskStatus::kRunning, TaskStatus::kSuccess,
+                  TaskStatus::kFailed, TaskStatus::kCancelled}) {
+    if (ToString(st) == s) return st;
+  }
+  return std::nullopt;
+}
+
+std::optional<PendingReason> ParsePendingReason(std::string_view s) {
+  for (auto r : {PendingReason::kNone, PendingReason::kQueued, PendingReason::kQuotaExhausted,
+                 PendingReason::kNoNodeFits, PendingReason::kNoGpuModel,
+                 PendingReason::kExceedsCluster}) {
+    if (ToString(r) == s) return r;
+  }
+  return std::nullopt;
+}
+
+std::string FormatTaskId(TaskNumber n) { return "task-" + std::to_string(n); }
+
+std::optional<TaskNumber> ParseTaskId(std::string_view id) {
+  constexpr std::string_view kPrefix = "task-";
+  if (id.size() <= kPrefix.size() || id.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  std::string_view digits = id.substr(kPrefix.size());
+  if (digits.size() > 1 && digits[0] == '0') return std::nullopt;
+  TaskNumber n = 0;
+  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc() || ptr != digits.data() + digits.size() || n == 0) return std::nullopt;
+  return n;
+}
+
+}  // namespace dgpu::core

@@ -1,0 +1,138 @@
+// The scheduling core's data model: tasks, nodes, GPUs, allocations and decisions.
+//
+// Pure values with no behaviour beyond small helpers; the engine (`scheduler_core.h`) owns the
+// mutable state. Times are microseconds since the Unix epoch, always passed in by the caller:
+// the core never reads a clock.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace dgpu::core {
+
+using TimeMicros = int64_t;
+using TaskNumber = uint64_t;  // The numeric part of "task-<n>".
+
+inline constexpr TimeMicros kMicrosPerSecond = 1'000'000;
+
+enum class Priority : uint8_t { kHigh = 0, kLow = 1 };
+inline constexpr int kPriorityCount = 2;
+
+enum class TaskStatus : uint8_t { kPending, kRunning, kSuccess, kFailed, kCancelled };
+
+// Why a pending task waits. Tasks behind an earlier task with the same shape report kQueued.
+enum class PendingReason : uint8_t {
+  kNone,            // Not pending.
+  kQueued,          // Behind earlier tasks (or not yet looked at by a pass).
+  kQuotaExhausted,  // Its priority class has too few quota GPUs left.
+  kNoNodeFits,      // Enough GPUs in total, but no single node has enough free.
+  kNoGpuModel,      // No online node has the requested GPU model.
+  kExceedsCluster,  // Asks for more GPUs than any online node of that model has.
+};
+
+enum class GpuStatus : uint8_t { kIdle, kBusy, kOffline };
+
+std::string_view ToString(Priority p);
+std::string_view ToString(TaskStatus s);
+std::string_view ToString(PendingReason r);
+std::string_view ToString(GpuStatus s);
+std::optional<Priority> ParsePriority(std::string_view s);
+std::optional<TaskStatus> ParseTaskStatus(std::string_view s);
+std::optional<PendingReason> ParsePendingReason(std::string_view s);
+
+inline bool IsFinished(TaskStatus s) {
+  return s == TaskStatus::kSuccess || s == TaskStatus::kFailed || s == TaskStatus::kCancelled;
+}
+
+// "task-42" <-> 42. Parse returns nullopt for anything else.
+std::string FormatTaskId(TaskNumber n);
+std::optional<TaskNumber> ParseTaskId(std::string_view id);
+
+// GPUs given to a task on one node. A task's allocation is a list of these: one entry for a
+// single-node task, several for a multi-node gang task.
+struct NodeAllocation {
+  std::string node_id;
+  std::vector<int> gpu_indices;  // In ascending order.
+  bool operator==(const NodeAllocation&) const = default;
+};
+using Allocation = std::vector<NodeAllocation>;
+
+// What a user asks for. Validated by the REST layer (field by field) and again by the core.
+struct TaskSpec {
+  std::string name;
+  Priority priority = Priority::kLow;
+  int gpu_count = 1;
+  std::string gpu_model;  // Empty: any model.
+  std::string command;
+  std::vector<std::pair<std::string, std::string>> env;  // Sorted by key, keys unique.
+  int64_t timeout_seconds = 0;                             // 0: no limit.
+  std::string image;                                       // Docker executor only.
+};
+
+struct Task {
+  TaskNumber id = 0;
+  TaskSpec spec;
+  TaskStatus status = TaskStatus::kPending;
+  // Position in its priority's FIFO: lower runs first. Submissions get increasing values;
+  // a task put back after losing its node gets a value below every other.
+  int64_t queue_seq = 0;
+  Allocation allocation;  // Set while running (and while a cancelled task is being stopped).
+  int attempts = 0;       // Times it was started.
+  int exit_code = 0;
+  std::string error;  // Empty, or a machine word such as "agent_lost" / "timeout".
+  TimeMicros created_at = 0;
+  TimeMicros started_at = 0;  // 0: never started.
+  TimeMicros finished_at = 0;
+  // True once a cancelled running task's stop has been ordered but the agent has not yet
+  // confirmed it: its GPUs stay held so that nothing else is started on them.
+  bool stopping = false;
+
+  int TotalGpus() const { return spec.gpu_count; }
+};
+
+struct GpuInfo {
+  int index = 0;
+  std::string model;
+  int64_t memory_mb = 0;
+  std::string uuid;
+};
+
+// A task an agent reports as running, with the GPUs it runs on.
+struct RunningReport {
+  TaskNumber task = 0;
+  std::vector<int> gpu_indices;
+};
+
+// A finish an agent reports.
+struct FinishReport {
+  TaskNumber task = 0;
+  bool success = false;
+  int exit_code = 0;
+  std::string error;  // "", "timeout", "signal:9", "cancelled", ...
+  TimeMicros finished_at = 0;
+};
+
+// An order for an agent. kStart carries the allocation on that node.
+struct Decision {
+  enum class Kind : uint8_t { kStart, kStop };
+  Kind kind = Kind::kStart;
+  TaskNumber task = 0;
+  std::string node_id;
+  std::vector<int> gpu_indices;  // kStart only.
+  bool operator==(const Decision&) const = default;
+};
+
+// A state change to make durable and to replicate, in the order the core made them.
+struct Change {
+  enum class Kind : uint8_t { kTaskUpsert, kQuotaPercent, kNextTaskNumber };
+  Kind kind = Kind::kTaskUpsert;
+  Task task;                   // kTaskUpsert: the task as it is after the change.
+  double online_percent = 0;   // kQuotaPercent.
+  TaskNumber next_number = 0;  // kNextTaskNumber.
+};
+
+}  // namespace dgpu::core
