@@ -53,8 +53,8 @@ std::optional<PlacementIndex::Fit> PlacementIndex::FindBestFit(
         break;
       }
       if (found == nullptr) continue;
-      if (!best || f < best->free || *found->id < *best->id) {
-        best = Fit{found->slot, m, f, found->id};
+      if (!best || f < best->free || *found->rank < *best->rank) {
+        best = Fit{found->slot, m, f, found->rank};
       }
       break;
     }

@@ -3,14 +3,15 @@
 // by_free[model][f] holds the nodes with exactly f free GPUs of that model, ordered by node id,
 // so best fit for k GPUs is the first node of the first non-empty bucket f >= k: a lookup costs
 // O(max GPUs per node) per model and an update O(log nodes), whatever the cluster size.
-// Node ids are referenced by pointer: the caller keeps them alive and unchanged while indexed.
+// Nodes are ordered by an integer rank that follows node id order (comparing ranks instead of
+// id strings keeps updates cheap). Ranks are referenced by pointer: the caller keeps them alive
+// and may renumber them only in a way that preserves their order.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
-#include <string>
 #include <vector>
 
 namespace dgpu::core {
@@ -18,14 +19,14 @@ namespace dgpu::core {
 class PlacementIndex {
  public:
   struct Entry {
-    const std::string* id;
+    const uint64_t* rank;
     uint32_t slot;
   };
   struct Fit {
     uint32_t slot = 0;
     int model = 0;
     int free = 0;
-    const std::string* id = nullptr;
+    const uint64_t* rank = nullptr;
   };
 
   void Insert(int model, Entry e, int free, int capacity);
@@ -51,8 +52,8 @@ class PlacementIndex {
         if (best && f < best->free) break;
         for (const Entry& e : buckets[f]) {
           if (capacity_of(e.slot, m) < k) continue;
-          if (!best || f > best->free || (f == best->free && *e.id < *best->id)) {
-            best = Fit{e.slot, m, f, e.id};
+          if (!best || f > best->free || (f == best->free && *e.rank < *best->rank)) {
+            best = Fit{e.slot, m, f, e.rank};
           }
           break;
         }
@@ -68,8 +69,7 @@ class PlacementIndex {
  private:
   struct Less {
     bool operator()(const Entry& a, const Entry& b) const {
-      int c = a.id->compare(*b.id);
-      return c != 0 ? c < 0 : a.slot < b.slot;
+      return *a.rank != *b.rank ? *a.rank < *b.rank : a.slot < b.slot;
     }
   };
   struct ModelBuckets {

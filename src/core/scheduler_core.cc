@@ -73,6 +73,7 @@ struct SchedulerCore::NodeState {
   };
   uint32_t slot = 0;
   std::string id;
+  uint64_t rank = 0;  // Follows id order; see AssignRank.
   std::string address;
   bool online = false;
   TimeMicros last_heartbeat = 0;
@@ -99,7 +100,7 @@ struct SchedulerCore::NodeState {
     for (const auto& s : slices) n += s.free;
     return n;
   }
-  PlacementIndex::Entry Entry() const { return {&id, slot}; }
+  PlacementIndex::Entry Entry() const { return {&rank, slot}; }
 };
 
 SchedulerCore::SchedulerCore(CoreConfig config) : config_(config) {
@@ -149,6 +150,31 @@ const std::vector<int>& SchedulerCore::ModelsFor(const std::string& wanted) {
     it = model_match_cache_.emplace(wanted, MatchModels(wanted)).first;
   }
   return it->second;
+}
+
+SchedulerCore::NodeState& SchedulerCore::AddNodeState(const std::string& id) {
+  auto ns = std::make_unique<NodeState>();
+  ns->slot = static_cast<uint32_t>(nodes_.size());
+  ns->id = id;
+  NodeState& node = *ns;
+  node_slots_.emplace(id, ns->slot);
+  nodes_.push_back(std::move(ns));
+  // Rank: midway between its neighbours in id order; renumber all (order kept) when no gap.
+  constexpr uint64_t kGap = uint64_t{1} << 32;
+  auto it = nodes_by_id_.emplace(id, node.slot).first;
+  uint64_t lo = it == nodes_by_id_.begin() ? 0 : nodes_[std::prev(it)->second]->rank;
+  auto next = std::next(it);
+  uint64_t hi = next == nodes_by_id_.end() ? lo + 2 * kGap : nodes_[next->second]->rank;
+  if (hi - lo >= 2) {
+    node.rank = lo + (hi - lo) / 2;
+  } else {
+    uint64_t r = kGap;
+    for (const auto& [name, slot] : nodes_by_id_) {
+      nodes_[slot]->rank = r;
+      r += kGap;
+    }
+  }
+  return node;
 }
 
 SchedulerCore::NodeState* SchedulerCore::FindNodeState(const std::string& id) {
@@ -223,13 +249,19 @@ void SchedulerCore::ReleaseGpus(Task& t) {
     NodeState* node = FindNodeState(na.node_id);
     if (node == nullptr) continue;
     node->tasks.erase(t.id);
+    // A task's GPUs on one node share one model: one index update per node.
+    NodeState::ModelSlice* slice = nullptr;
+    int freed = 0;
     for (int idx : na.gpu_indices) {
       int pos = node->Position(idx);
       if (pos < 0 || node->gpu_task[pos] != t.id) continue;
       node->gpu_task[pos] = 0;
-      auto* slice = node->Slice(node->gpu_model[pos]);
+      slice = node->Slice(node->gpu_model[pos]);
       slice->free++;
-      if (node->online) index_.Move(slice->model, node->Entry(), slice->free - 1, slice->free);
+      freed++;
+    }
+    if (slice != nullptr && node->online) {
+      index_.Move(slice->model, node->Entry(), slice->free - freed, slice->free);
     }
   }
   used_[PrioIndex(t.spec.priority)] -= t.spec.gpu_count;
@@ -321,14 +353,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   }
 
   NodeState* node = FindNodeState(node_id);
-  if (node == nullptr) {
-    auto ns = std::make_unique<NodeState>();
-    ns->slot = static_cast<uint32_t>(nodes_.size());
-    ns->id = node_id;
-    node_slots_.emplace(node_id, ns->slot);
-    nodes_.push_back(std::move(ns));
-    node = nodes_.back().get();
-  }
+  if (node == nullptr) node = &AddNodeState(node_id);
 
   // 1. Record finishes first, so that a task that ended while the agent was away is not lost.
   for (const auto& f : finished) {
@@ -663,6 +688,8 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     auto [pos, shape] = heads.top();
     heads.pop();
     TaskNumber id = pos.second;
+    // Starting the head may empty and destroy the shape: keep its key.
+    std::pair<std::string, int> key{shape->model, shape->gpu_count};
     PendingReason r = try_start(*shape);
     if (r != PendingReason::kNone) {
       shape->reason = r;
@@ -678,8 +705,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
       if (os != nullptr) hold(*os, oldest_reason);
       return;
     }
-    // The shape of a task that just started may have emptied and been removed.
-    auto it = q.shapes.find({shape->model, shape->gpu_count});
+    auto it = q.shapes.find(key);
     if (it != q.shapes.end()) heads.emplace(*it->second->tasks.begin(), it->second.get());
   }
 }
@@ -711,13 +737,8 @@ Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
   const std::string& node_id = t.allocation[0].node_id;
   NodeState* node = FindNodeState(node_id);
   if (node == nullptr) {
-    auto ns = std::make_unique<NodeState>();
-    ns->slot = static_cast<uint32_t>(nodes_.size());
-    ns->id = node_id;
-    ns->last_heartbeat = now;
-    node_slots_.emplace(node_id, ns->slot);
-    nodes_.push_back(std::move(ns));
-    node = nodes_.back().get();
+    node = &AddNodeState(node_id);
+    node->last_heartbeat = now;
   }
   if (node->online) {
     return FailedPrecondition("restore running tasks before their nodes register");
@@ -819,6 +840,12 @@ std::optional<NodeView> SchedulerCore::FindNode(const std::string& node_id) cons
   v.free_gpus = n->FreeGpus();
   v.last_heartbeat = n->last_heartbeat;
   return v;
+}
+
+std::optional<std::string> SchedulerCore::ReservedNode(Priority p) const {
+  int slot = queues_[PrioIndex(p)]->reserved_slot;
+  if (slot < 0) return std::nullopt;
+  return nodes_[slot]->id;
 }
 
 std::vector<TaskNumber> SchedulerCore::QueueOrder(Priority p) const {

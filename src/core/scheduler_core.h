@@ -156,6 +156,8 @@ class SchedulerCore {
   void ForEachTask(Fn&& fn) const {
     for (const auto& [id, t] : tasks_) fn(*t);
   }
+  // The node kept for a starving task of priority p, if any.
+  std::optional<std::string> ReservedNode(Priority p) const;
   // Pending task numbers of one priority in queue order (O(pending); for tests and snapshots).
   std::vector<TaskNumber> QueueOrder(Priority p) const;
 
@@ -190,6 +192,7 @@ class SchedulerCore {
   const std::vector<int>& ModelsFor(const std::string& wanted);
   std::vector<int> MatchModels(const std::string& wanted) const;
   int InternModel(const std::string& model);
+  NodeState& AddNodeState(const std::string& id);
   NodeState* FindNodeState(const std::string& id);
   const NodeState* FindNodeState(const std::string& id) const;
 
@@ -201,6 +204,7 @@ class SchedulerCore {
   std::unordered_map<TaskNumber, std::unique_ptr<Task>> tasks_;
   std::vector<std::unique_ptr<NodeState>> nodes_;  // Slots; never shrinks.
   std::unordered_map<std::string, uint32_t> node_slots_;
+  std::map<std::string, uint32_t> nodes_by_id_;  // For ranks that follow id order.
 
   std::vector<std::string> models_;  // Interned GPU model names.
   std::unordered_map<std::string, int> model_ids_;

@@ -1,0 +1,450 @@
+#include "core/scheduler_core.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace dgpu::core {
+namespace {
+
+using testing::kSec;
+using testing::MakeGpus;
+using testing::Spec;
+using Kind = Decision::Kind;
+
+class CoreTest : public ::testing::Test {
+ protected:
+  void AddNode(const std::string& id, int gpus, const std::string& model = "A100") {
+    ASSERT_TRUE(core_.RegisterNode(id, id + ":0", MakeGpus(gpus, model), {}, {}, now_).ok());
+  }
+  TaskNumber Submit(Priority p, int gpus, std::string model = "") {
+    auto r = core_.Submit(Spec(p, gpus, std::move(model)), now_);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : 0;
+  }
+  std::vector<Decision> Pass() {
+    core_.Schedule(now_);
+    EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+    return core_.TakeDecisions();
+  }
+  PendingReason Reason(TaskNumber id) { return core_.ReasonOf(*core_.FindTask(id)); }
+  TaskStatus StatusOf(TaskNumber id) { return core_.FindTask(id)->status; }
+  void Finish(TaskNumber id, bool ok = true, int code = 0) {
+    const Task* t = core_.FindTask(id);
+    ASSERT_FALSE(t->allocation.empty());
+    FinishReport r{id, ok, code, "", now_};
+    ASSERT_TRUE(core_.TaskFinished(t->allocation[0].node_id, r, now_).ok());
+  }
+
+  CoreConfig config_;
+  SchedulerCore core_{config_};
+  TimeMicros now_ = 1000 * kSec;
+};
+
+TEST_F(CoreTest, SingleNodeTaskNeverSpansNodes) {
+  AddNode("n1", 4);
+  AddNode("n2", 4);
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  auto a = Submit(Priority::kHigh, 3);
+  auto b = Submit(Priority::kHigh, 3);
+  auto c = Submit(Priority::kHigh, 2);  // 1 + 1 free GPUs left on two nodes: must wait.
+  auto d = Pass();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0], (Decision{Kind::kStart, a, "n1", {0, 1, 2}}));
+  EXPECT_EQ(d[1], (Decision{Kind::kStart, b, "n2", {0, 1, 2}}));
+  EXPECT_EQ(StatusOf(c), TaskStatus::kPending);
+  EXPECT_EQ(Reason(c), PendingReason::kNoNodeFits);
+  Finish(a);
+  d = Pass();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0], (Decision{Kind::kStart, c, "n1", {0, 1}}));
+}
+
+TEST_F(CoreTest, BestFitPrefersFullestNodeThenNodeId) {
+  AddNode("n2", 8);
+  AddNode("n1", 8);
+  AddNode("n3", 4);
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  auto a = Submit(Priority::kHigh, 4);  // Exact fit on n3.
+  auto b = Submit(Priority::kHigh, 6);  // n1 (tie with n2 on free count, lower id).
+  auto c = Submit(Priority::kHigh, 2);  // n1 has 2 left: fullest that fits.
+  auto d = Pass();
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0], (Decision{Kind::kStart, a, "n3", {0, 1, 2, 3}}));
+  EXPECT_EQ(d[1], (Decision{Kind::kStart, b, "n1", {0, 1, 2, 3, 4, 5}}));
+  EXPECT_EQ(d[2], (Decision{Kind::kStart, c, "n1", {6, 7}}));
+}
+
+struct QuotaCase {
+  double online_percent;
+  int total;
+  int want_online;
+  int want_batch;
+};
+
+TEST(QuotaTableTest, RoundsOnlineAndGivesBatchTheRest) {
+  const QuotaCase cases[] = {
+      {0.7, 8, 6, 2},  {0.7, 10, 7, 3}, {0.7, 5, 4, 1},   {0.3, 8, 2, 6},
+      {0.0, 8, 0, 8},  {1.0, 8, 8, 0},  {0.65, 20, 13, 7}, {0.7, 0, 0, 0},
+  };
+  for (const auto& c : cases) {
+    SchedulerCore core;
+    if (c.total > 0) {
+      ASSERT_TRUE(core.RegisterNode("n", "", testing::MakeGpus(c.total), {}, {}, 0).ok());
+    }
+    ASSERT_TRUE(core.SetOnlinePercent(c.online_percent).ok());
+    auto q = core.Quota();
+    EXPECT_EQ(q.total_gpus, c.total);
+    EXPECT_EQ(q.quota[0], c.want_online) << c.online_percent << " of " << c.total;
+    EXPECT_EQ(q.quota[1], c.want_batch) << c.online_percent << " of " << c.total;
+  }
+}
+
+TEST_F(CoreTest, QuotaBoundary70_30) {
+  AddNode("n1", 4);
+  AddNode("n2", 4);  // 8 GPUs: online 6 (round 5.6), batch 2.
+  std::vector<TaskNumber> low, high;
+  for (int i = 0; i < 3; ++i) low.push_back(Submit(Priority::kLow, 1));
+  for (int i = 0; i < 7; ++i) high.push_back(Submit(Priority::kHigh, 1));
+  auto d = Pass();
+  EXPECT_EQ(d.size(), 8u);
+  auto q = core_.Quota();
+  EXPECT_EQ(q.quota[0], 6);
+  EXPECT_EQ(q.used[0], 6);
+  EXPECT_EQ(q.quota[1], 2);
+  EXPECT_EQ(q.used[1], 2);
+  EXPECT_EQ(StatusOf(low[2]), TaskStatus::kPending);
+  EXPECT_EQ(Reason(low[2]), PendingReason::kQuotaExhausted);
+  EXPECT_EQ(StatusOf(high[6]), TaskStatus::kPending);
+  EXPECT_EQ(Reason(high[6]), PendingReason::kQuotaExhausted);
+}
+
+TEST_F(CoreTest, QuotaChangeNeverStopsRunningTasks) {
+  AddNode("n1", 8);
+  std::vector<TaskNumber> high;
+  for (int i = 0; i < 5; ++i) high.push_back(Submit(Priority::kHigh, 1));
+  EXPECT_EQ(Pass().size(), 5u);
+  ASSERT_TRUE(core_.SetOnlinePercent(0.25).ok());  // Online quota 2 < 5 running.
+  auto q = core_.Quota();
+  EXPECT_EQ(q.quota[0], 2);
+  EXPECT_EQ(q.used[0], 5);
+  EXPECT_TRUE(Pass().empty());  // Nothing stopped, nothing started.
+  for (auto id : high) EXPECT_EQ(StatusOf(id), TaskStatus::kRunning);
+  auto extra = Submit(Priority::kHigh, 1);
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(Reason(extra), PendingReason::kQuotaExhausted);
+  auto batch = Submit(Priority::kLow, 3);  // Batch quota 6; 3 GPUs free.
+  auto d = Pass();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].task, batch);
+  EXPECT_EQ(core_.SetOnlinePercent(1.5).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.SetOnlinePercent(-0.1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.online_percent(), 0.25);
+}
+
+TEST_F(CoreTest, HighBeforeLowAndFifoWithinPriority) {
+  AddNode("n1", 1);
+  ASSERT_TRUE(core_.SetOnlinePercent(0.5).ok());  // 1 GPU: online round(0.5)=1, batch 0.
+  auto l1 = Submit(Priority::kLow, 1);
+  auto h1 = Submit(Priority::kHigh, 1);
+  auto h2 = Submit(Priority::kHigh, 1);
+  auto d = Pass();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].task, h1);
+  EXPECT_EQ(Reason(h2), PendingReason::kQuotaExhausted);
+  EXPECT_EQ(Reason(l1), PendingReason::kQuotaExhausted);
+  EXPECT_EQ(core_.QueueOrder(Priority::kHigh), (std::vector<TaskNumber>{h2}));
+}
+
+TEST_F(CoreTest, PendingReasons) {
+  AddNode("n1", 4, "A100");
+  AddNode("n2", 1, "A100");
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  auto no_model = Submit(Priority::kHigh, 1, "H100");
+  auto too_big = Submit(Priority::kHigh, 5);
+  auto fits = Submit(Priority::kHigh, 3);
+  auto no_fit = Submit(Priority::kHigh, 2);
+  auto behind = Submit(Priority::kHigh, 2);
+  EXPECT_EQ(Reason(fits), PendingReason::kQueued);  // Not looked at yet.
+  auto d = Pass();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].task, fits);
+  EXPECT_EQ(Reason(no_model), PendingReason::kNoGpuModel);
+  EXPECT_EQ(Reason(too_big), PendingReason::kExceedsCluster);
+  EXPECT_EQ(Reason(no_fit), PendingReason::kNoNodeFits);
+  EXPECT_EQ(Reason(behind), PendingReason::kQueued);
+  EXPECT_EQ(core_.ReasonOf(*core_.FindTask(fits)), PendingReason::kNone);
+}
+
+TEST_F(CoreTest, ModelMatchingExactThenSubstring) {
+  AddNode("v", 2, "Tesla V100-SXM2-32GB");
+  AddNode("a", 2, "A100");
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  auto t1 = Submit(Priority::kHigh, 1, "V100");
+  auto t2 = Submit(Priority::kHigh, 1, "a100");
+  auto d = Pass();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0], (Decision{Kind::kStart, t1, "v", {0}}));
+  EXPECT_EQ(d[1], (Decision{Kind::kStart, t2, "a", {0}}));
+}
+
+TEST_F(CoreTest, MixedModelNodeKeepsOneModelPerTask) {
+  std::vector<GpuInfo> gpus = {{0, "A100", 1, ""}, {1, "T4", 1, ""}, {2, "A100", 1, ""},
+                               {3, "T4", 1, ""}};
+  ASSERT_TRUE(core_.RegisterNode("mix", "", gpus, {}, {}, now_).ok());
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  auto t = Submit(Priority::kHigh, 2, "T4");
+  auto u = Submit(Priority::kHigh, 2);
+  auto d = Pass();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0], (Decision{Kind::kStart, t, "mix", {1, 3}}));
+  EXPECT_EQ(d[1], (Decision{Kind::kStart, u, "mix", {0, 2}}));
+}
+
+TEST_F(CoreTest, NodeLossRequeuesAtHeadThenFailsAfterMaxAttempts) {
+  AddNode("n1", 2);
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  auto a = Submit(Priority::kHigh, 1);
+  auto b = Submit(Priority::kHigh, 1);
+  EXPECT_EQ(Pass().size(), 2u);
+  auto waiting = Submit(Priority::kHigh, 1);
+  ASSERT_TRUE(core_.NodeLost("n1", now_).ok());
+  EXPECT_TRUE(core_.CheckInvariants().ok());
+  EXPECT_EQ(core_.QueueOrder(Priority::kHigh), (std::vector<TaskNumber>{a, b, waiting}));
+  EXPECT_EQ(core_.FindTask(a)->attempts, 1);
+  EXPECT_EQ(core_.Quota().total_gpus, 0);
+  for (int attempt = 2; attempt <= 3; ++attempt) {
+    AddNode("n1", 2);
+    auto d = Pass();
+    ASSERT_EQ(d.size(), 2u);
+    EXPECT_EQ(d[0].task, a);
+    EXPECT_EQ(d[1].task, b);
+    EXPECT_EQ(core_.FindTask(a)->attempts, attempt);
+    ASSERT_TRUE(core_.NodeLost("n1", now_).ok());
+  }
+  EXPECT_EQ(StatusOf(a), TaskStatus::kFailed);
+  EXPECT_EQ(core_.FindTask(a)->error, "agent_lost");
+  EXPECT_EQ(StatusOf(b), TaskStatus::kFailed);
+  EXPECT_EQ(StatusOf(waiting), TaskStatus::kPending);
+  EXPECT_TRUE(core_.CheckInvariants().ok());
+}
+
+TEST_F(CoreTest, HeartbeatTimeoutMakesNodeLost) {
+  AddNode("n1", 1);
+  AddNode("n2", 1);
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  auto a = Submit(Priority::kHigh, 1);
+  ASSERT_EQ(Pass().size(), 1u);
+  now_ += 10 * kSec;
+  ASSERT_TRUE(core_.Heartbeat("n2", now_).ok());
+  now_ += 6 * kSec;  // n1 silent for 16 s > 15 s; n2 for 6 s.
+  core_.Tick(now_);
+  EXPECT_FALSE(core_.FindNode("n1")->online);
+  EXPECT_TRUE(core_.FindNode("n2")->online);
+  EXPECT_EQ(StatusOf(a), TaskStatus::kPending);
+  EXPECT_EQ(core_.Heartbeat("n1", now_).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_.Heartbeat("zz", now_).code(), StatusCode::kNotFound);
+  auto d = Pass();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0], (Decision{Kind::kStart, a, "n2", {0}}));
+}
+
+TEST_F(CoreTest, CancelPendingAndRunning) {
+  AddNode("n1", 1);
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  auto run = Submit(Priority::kHigh, 1);
+  auto wait = Submit(Priority::kHigh, 1);
+  ASSERT_EQ(Pass().size(), 1u);
+  ASSERT_TRUE(core_.Cancel(wait, now_).ok());
+  EXPECT_EQ(StatusOf(wait), TaskStatus::kCancelled);
+  EXPECT_TRUE(core_.QueueOrder(Priority::kHigh).empty());
+  ASSERT_TRUE(core_.Cancel(run, now_).ok());
+  EXPECT_EQ(core_.TakeDecisions(), (std::vector<Decision>{{Kind::kStop, run, "n1", {}}}));
+  // The GPU stays held until the agent confirms.
+  auto next = Submit(Priority::kHigh, 1);
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(core_.Quota().used[0], 1);
+  FinishReport r{run, false, 143, "cancelled", now_};
+  ASSERT_TRUE(core_.TaskFinished("n1", r, now_).ok());
+  EXPECT_EQ(StatusOf(run), TaskStatus::kCancelled);
+  auto d = Pass();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].task, next);
+  EXPECT_EQ(core_.Cancel(run, now_).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_.Cancel(999, now_).code(), StatusCode::kNotFound);
+}
+
+TEST_F(CoreTest, FinishValidation) {
+  AddNode("n1", 1);
+  AddNode("n2", 1);
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  auto a = Submit(Priority::kHigh, 1);
+  auto d = Pass();
+  ASSERT_EQ(d.size(), 1u);
+  std::string other = d[0].node_id == "n1" ? "n2" : "n1";
+  FinishReport r{a, false, 3, "", now_};
+  EXPECT_EQ(core_.TaskFinished(other, r, now_).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_.TaskFinished(d[0].node_id, FinishReport{77, true, 0, "", now_}, now_).code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(StatusOf(a), TaskStatus::kRunning);
+  ASSERT_TRUE(core_.TaskFinished(d[0].node_id, r, now_).ok());
+  EXPECT_EQ(StatusOf(a), TaskStatus::kFailed);
+  EXPECT_EQ(core_.FindTask(a)->exit_code, 3);
+  auto before = core_.TakeChanges().size();
+  EXPECT_GT(before, 0u);
+  EXPECT_EQ(core_.TaskFinished(d[0].node_id, r, now_).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(core_.TakeChanges().empty());  // A duplicate changes nothing.
+}
+
+TEST_F(CoreTest, ReconcileOnReRegister) {
+  AddNode("n1", 4);
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  auto kept = Submit(Priority::kHigh, 1);
+  auto vanished = Submit(Priority::kHigh, 1);
+  auto done = Submit(Priority::kHigh, 1);
+  ASSERT_EQ(Pass().size(), 3u);
+  const auto kept_gpus = core_.FindTask(kept)->allocation[0].gpu_indices;
+  std::vector<RunningReport> running = {{kept, kept_gpus}, {424242, {3}}};
+  std::vector<FinishReport> finished = {{done, true, 0, "", now_ - kSec}};
+  ASSERT_TRUE(core_.RegisterNode("n1", "x", MakeGpus(4), running, finished, now_).ok());
+  EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+  EXPECT_EQ(StatusOf(kept), TaskStatus::kRunning);
+  EXPECT_EQ(StatusOf(done), TaskStatus::kSuccess);
+  EXPECT_EQ(core_.FindTask(done)->finished_at, now_ - kSec);
+  EXPECT_EQ(StatusOf(vanished), TaskStatus::kPending);
+  EXPECT_EQ(core_.FindTask(vanished)->error, "agent_lost");
+  auto d = core_.TakeDecisions();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0], (Decision{Kind::kStop, 424242, "n1", {}}));
+  EXPECT_EQ(core_.FindTask(kept)->attempts, 1);  // Adopted, not restarted.
+}
+
+TEST_F(CoreTest, NodeReturnsWithTaskThatWasPutBack) {
+  AddNode("n1", 2);
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  auto a = Submit(Priority::kHigh, 2);
+  ASSERT_EQ(Pass().size(), 1u);
+  ASSERT_TRUE(core_.NodeLost("n1", now_).ok());
+  EXPECT_EQ(StatusOf(a), TaskStatus::kPending);
+  ASSERT_TRUE(core_.RegisterNode("n1", "", MakeGpus(2), {{a, {0, 1}}}, {}, now_).ok());
+  EXPECT_EQ(StatusOf(a), TaskStatus::kRunning);
+  EXPECT_TRUE(core_.TakeDecisions().empty());
+  EXPECT_TRUE(core_.CheckInvariants().ok());
+}
+
+TEST_F(CoreTest, RestoreAdoptsRunningTasksWhenTheirNodeRegisters) {
+  Task running;
+  running.id = 7;
+  running.spec = Spec(Priority::kHigh, 2);
+  running.status = TaskStatus::kRunning;
+  running.queue_seq = 3;
+  running.attempts = 1;
+  running.allocation = {{"n1", {1, 2}}};
+  Task pending;
+  pending.id = 9;
+  pending.spec = Spec(Priority::kLow, 1);
+  pending.queue_seq = 5;
+  Task orphan = running;
+  orphan.id = 8;
+  orphan.allocation = {{"gone", {0, 1}}};
+  ASSERT_TRUE(core_.Restore(running, now_).ok());
+  ASSERT_TRUE(core_.Restore(pending, now_).ok());
+  ASSERT_TRUE(core_.Restore(orphan, now_).ok());
+  EXPECT_EQ(core_.Restore(pending, now_).code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+  ASSERT_TRUE(core_.RegisterNode("n1", "", MakeGpus(4), {{7, {1, 2}}}, {}, now_).ok());
+  EXPECT_TRUE(core_.TakeDecisions().empty());
+  EXPECT_EQ(StatusOf(7), TaskStatus::kRunning);
+  EXPECT_EQ(core_.next_task_number(), 10u);
+  auto d = Pass();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0], (Decision{Kind::kStart, 9, "n1", {0}}));
+  now_ += 16 * kSec;
+  ASSERT_TRUE(core_.Heartbeat("n1", now_).ok());
+  core_.Tick(now_);  // "gone" never came back.
+  EXPECT_EQ(StatusOf(8), TaskStatus::kPending);
+  EXPECT_EQ(StatusOf(7), TaskStatus::kRunning);
+  EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+}
+
+TEST_F(CoreTest, StarvingHeadIsHeldAndGetsAReservedNode) {
+  CoreConfig cfg;
+  cfg.max_bypass = 3;
+  cfg.online_percent = 0.75;  // 16 GPUs: online 12, batch 4.
+  SchedulerCore core(cfg);
+  for (const char* n : {"n1", "n2", "n3", "n4"}) {
+    ASSERT_TRUE(core.RegisterNode(n, "", MakeGpus(4), {}, {}, 0).ok());
+  }
+  auto finish = [&](TaskNumber id) {
+    const Task* t = core.FindTask(id);
+    ASSERT_TRUE(core.TaskFinished(t->allocation[0].node_id, {id, true, 0, "", 0}, 0).ok());
+  };
+  // High fillers of 3 GPUs leave one free GPU on each node.
+  std::vector<TaskNumber> fillers;
+  for (int i = 0; i < 4; ++i) fillers.push_back(*core.Submit(Spec(Priority::kHigh, 3), 0));
+  core.Schedule(0);
+  ASSERT_EQ(core.TakeDecisions().size(), 4u);
+  // A 4-GPU batch task cannot fit; 1-GPU batch tasks behind it overtake it 3 times, then hold.
+  auto big = *core.Submit(Spec(Priority::kLow, 4), 0);
+  std::vector<TaskNumber> small;
+  for (int i = 0; i < 5; ++i) small.push_back(*core.Submit(Spec(Priority::kLow, 1), 0));
+  core.Schedule(0);
+  auto d = core.TakeDecisions();
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0], (Decision{Kind::kStart, small[0], "n1", {3}}));
+  EXPECT_EQ(d[2], (Decision{Kind::kStart, small[2], "n3", {3}}));
+  EXPECT_EQ(core.ReasonOf(*core.FindTask(big)), PendingReason::kNoNodeFits);
+  EXPECT_EQ(core.ReasonOf(*core.FindTask(small[3])), PendingReason::kQueued);
+  EXPECT_EQ(core.ReservedNode(Priority::kLow), "n4");  // The only node with a free GPU.
+  // Held: the remaining small task does not start although n4 has a free GPU.
+  core.Schedule(0);
+  EXPECT_TRUE(core.TakeDecisions().empty());
+  // High work may not use the reserved node either: with n1's filler gone it goes to n1, not
+  // to n4 which best fit would otherwise pick.
+  finish(fillers[0]);
+  auto h = *core.Submit(Spec(Priority::kHigh, 1), 0);
+  core.Schedule(0);
+  d = core.TakeDecisions();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0], (Decision{Kind::kStart, h, "n1", {0}}));
+  // Once n4 frees up (and batch quota is back), the big task starts there before any younger
+  // batch task.
+  finish(fillers[3]);
+  for (int i = 0; i < 3; ++i) finish(small[i]);
+  core.Schedule(0);
+  d = core.TakeDecisions();
+  ASSERT_GE(d.size(), 1u);
+  EXPECT_EQ(d[0], (Decision{Kind::kStart, big, "n4", {0, 1, 2, 3}}));
+  EXPECT_EQ(core.ReservedNode(Priority::kLow), std::nullopt);
+  EXPECT_TRUE(core.CheckInvariants().ok()) << core.CheckInvariants().ToString();
+}
+
+TEST_F(CoreTest, SubmitValidation) {
+  TaskSpec s = Spec(Priority::kHigh, 0);
+  EXPECT_EQ(core_.Submit(s, now_).status().code(), StatusCode::kInvalidArgument);
+  s.gpu_count = 1;
+  s.command.clear();
+  EXPECT_EQ(core_.Submit(s, now_).status().code(), StatusCode::kInvalidArgument);
+  s.command = "x";
+  s.timeout_seconds = -1;
+  EXPECT_EQ(core_.Submit(s, now_).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.TaskCount(), 0u);
+  EXPECT_TRUE(core_.TakeChanges().empty());
+}
+
+TEST_F(CoreTest, ChangesComeInOrder) {
+  AddNode("n1", 1);
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  core_.TakeChanges();
+  auto a = Submit(Priority::kHigh, 1);
+  Pass();
+  Finish(a);
+  auto c = core_.TakeChanges();
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0].task.status, TaskStatus::kPending);
+  EXPECT_EQ(c[1].task.status, TaskStatus::kRunning);
+  EXPECT_EQ(c[2].task.status, TaskStatus::kSuccess);
+}
+
+}  // namespace
+}  // namespace dgpu::core
