@@ -81,7 +81,18 @@ struct SchedulerCore::NodeState {
   std::vector<int> gpu_model;          // Model id per GPU position.
   std::vector<TaskNumber> gpu_task;    // Task holding each GPU position; 0 = free.
   std::vector<ModelSlice> slices;      // Per model present on the node.
-  std::set<TaskNumber> tasks;          // Tasks holding GPUs here (running or stopping).
+  std::vector<TaskNumber> tasks;       // Tasks holding GPUs here (running or stopping).
+
+  void AddTask(TaskNumber id) { tasks.push_back(id); }
+  void RemoveTask(TaskNumber id) {
+    auto it = std::find(tasks.begin(), tasks.end(), id);
+    if (it == tasks.end()) return;
+    *it = tasks.back();
+    tasks.pop_back();
+  }
+  bool HasTask(TaskNumber id) const {
+    return std::find(tasks.begin(), tasks.end(), id) != tasks.end();
+  }
 
   int Position(int gpu_index) const {
     for (size_t i = 0; i < gpus.size(); ++i) {
@@ -230,7 +241,7 @@ void SchedulerCore::StartTask(Task& t, NodeState& node, int model, const std::ve
   std::sort(indices.begin(), indices.end());
   slice->free -= static_cast<int>(gpus.size());
   if (node.online) index_.Move(model, node.Entry(), old_free, slice->free);
-  node.tasks.insert(t.id);
+  node.AddTask(t.id);
 
   t.status = TaskStatus::kRunning;
   t.allocation = {NodeAllocation{node.id, indices}};
@@ -248,7 +259,7 @@ void SchedulerCore::ReleaseGpus(Task& t) {
   for (const auto& na : t.allocation) {
     NodeState* node = FindNodeState(na.node_id);
     if (node == nullptr) continue;
-    node->tasks.erase(t.id);
+    node->RemoveTask(t.id);
     // A task's GPUs on one node share one model: one index update per node.
     NodeState::ModelSlice* slice = nullptr;
     int freed = 0;
@@ -416,7 +427,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
       node->gpu_task[p] = task;
       node->Slice(node->gpu_model[p])->free--;
     }
-    node->tasks.insert(task);
+    node->AddTask(task);
     return true;
   };
 
@@ -649,9 +660,11 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     q.reserved_slot = -1;
   }
 
-  auto hold = [&](Shape& head_shape, PendingReason reason) {
+  // The oldest task has been overtaken too often. Blocked by quota: nothing younger of this
+  // priority starts (returns true). Blocked by fragmentation: a node is reserved for it, and
+  // younger tasks may still start on other nodes (backfill; returns false).
+  auto hold = [&](Shape& head_shape, PendingReason reason) -> bool {
     q.holding = true;
-    for (auto& [key, s] : q.shapes) s->reason = PendingReason::kQueued;
     head_shape.reason = reason;
     if (reason == PendingReason::kNoNodeFits && q.reserved_slot < 0) {
       Task& t = *tasks_.at(oldest);
@@ -661,15 +674,24 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
                                      });
       if (fit) q.reserved_slot = static_cast<int>(fit->slot);
     }
+    if (reason != PendingReason::kNoNodeFits || q.reserved_slot < 0) {
+      for (auto& [key, s] : q.shapes) {
+        if (s.get() != &head_shape) s->reason = PendingReason::kQueued;
+      }
+      return true;
+    }
+    excluded.push_back(static_cast<uint32_t>(q.reserved_slot));
+    return false;
   };
 
+  Shape* held_shape = nullptr;  // Its head was tried first and waits; skip it below.
   if (q.bypassed >= config_.max_bypass) {
     PendingReason r = try_start(*oldest_shape);
     if (r == PendingReason::kNone) {
       // Started: the queue flows again (Dequeue reset the guard).
     } else if (IsTransient(r)) {
-      hold(*oldest_shape, r);
-      return;
+      if (hold(*oldest_shape, r)) return;
+      held_shape = oldest_shape;
     } else {
       oldest_shape->reason = r;  // Can never start as things are: it must not hold others.
       q.bypassed = 0;
@@ -679,8 +701,13 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
 
   // Merge the shape heads by queue position.
   using Head = std::pair<std::pair<int64_t, TaskNumber>, Shape*>;
-  std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
-  for (auto& [key, s] : q.shapes) heads.emplace(*s->tasks.begin(), s.get());
+  std::vector<Head> storage;
+  storage.reserve(q.shapes.size());
+  for (auto& [key, s] : q.shapes) {
+    if (s.get() != held_shape) storage.emplace_back(*s->tasks.begin(), s.get());
+  }
+  std::priority_queue<Head, std::vector<Head>, std::greater<>> heads(std::greater<>(),
+                                                                     std::move(storage));
 
   PendingReason oldest_reason = PendingReason::kNone;
   bool oldest_waiting = false;
@@ -699,11 +726,10 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
       }
       continue;
     }
-    if (oldest_waiting && IsTransient(oldest_reason) && ++q.bypassed >= config_.max_bypass) {
-      // Enough: nothing younger of this priority starts until the oldest does.
-      Shape* os = queues_[prio]->FindShape(tasks_.at(q.oldest)->spec);
-      if (os != nullptr) hold(*os, oldest_reason);
-      return;
+    if (!q.holding && oldest_waiting && IsTransient(oldest_reason) &&
+        ++q.bypassed >= config_.max_bypass) {
+      Shape* os = q.FindShape(tasks_.at(q.oldest)->spec);
+      if (os != nullptr && hold(*os, oldest_reason)) return;
     }
     auto it = q.shapes.find(key);
     if (it != q.shapes.end()) heads.emplace(*it->second->tasks.begin(), it->second.get());
@@ -744,7 +770,7 @@ Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
     return FailedPrecondition("restore running tasks before their nodes register");
   }
   node->last_heartbeat = std::max(node->last_heartbeat, now);
-  node->tasks.insert(t.id);
+  node->AddTask(t.id);
   used_[PrioIndex(t.spec.priority)] += t.spec.gpu_count;
   if (t.status == TaskStatus::kRunning) running_count_[PrioIndex(t.spec.priority)]++;
   return OkStatus();
@@ -881,7 +907,7 @@ Status SchedulerCore::CheckInvariants() const {
       return Internal(FormatTaskId(id) + " holds the wrong number of GPUs");
     }
     const NodeState* n = FindNodeState(na.node_id);
-    if (n == nullptr || n->tasks.count(id) == 0) {
+    if (n == nullptr || !n->HasTask(id)) {
       return Internal(FormatTaskId(id) + " is not listed on node " + na.node_id);
     }
     if (!n->gpus.empty()) {

@@ -367,7 +367,7 @@ TEST_F(CoreTest, RestoreAdoptsRunningTasksWhenTheirNodeRegisters) {
   EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
 }
 
-TEST_F(CoreTest, StarvingHeadIsHeldAndGetsAReservedNode) {
+TEST_F(CoreTest, StarvingHeadGetsAReservedNodeAndOthersBackfillAround) {
   CoreConfig cfg;
   cfg.max_bypass = 3;
   cfg.online_percent = 0.75;  // 16 GPUs: online 12, batch 4.
@@ -394,19 +394,23 @@ TEST_F(CoreTest, StarvingHeadIsHeldAndGetsAReservedNode) {
   EXPECT_EQ(d[0], (Decision{Kind::kStart, small[0], "n1", {3}}));
   EXPECT_EQ(d[2], (Decision{Kind::kStart, small[2], "n3", {3}}));
   EXPECT_EQ(core.ReasonOf(*core.FindTask(big)), PendingReason::kNoNodeFits);
-  EXPECT_EQ(core.ReasonOf(*core.FindTask(small[3])), PendingReason::kQueued);
+  // Younger tasks were still tried around the reservation, and found no room.
+  EXPECT_EQ(core.ReasonOf(*core.FindTask(small[3])), PendingReason::kNoNodeFits);
+  EXPECT_EQ(core.ReasonOf(*core.FindTask(small[4])), PendingReason::kQueued);
   EXPECT_EQ(core.ReservedNode(Priority::kLow), "n4");  // The only node with a free GPU.
   // Held: the remaining small task does not start although n4 has a free GPU.
   core.Schedule(0);
   EXPECT_TRUE(core.TakeDecisions().empty());
   // High work may not use the reserved node either: with n1's filler gone it goes to n1, not
-  // to n4 which best fit would otherwise pick.
+  // to n4 which best fit would otherwise pick. The big task is now short of batch quota, so the
+  // batch queue holds entirely: no younger batch task takes the quota it waits for.
   finish(fillers[0]);
   auto h = *core.Submit(Spec(Priority::kHigh, 1), 0);
   core.Schedule(0);
   d = core.TakeDecisions();
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0], (Decision{Kind::kStart, h, "n1", {0}}));
+  EXPECT_EQ(core.ReasonOf(*core.FindTask(big)), PendingReason::kQuotaExhausted);
   // Once n4 frees up (and batch quota is back), the big task starts there before any younger
   // batch task.
   finish(fillers[3]);
@@ -417,6 +421,39 @@ TEST_F(CoreTest, StarvingHeadIsHeldAndGetsAReservedNode) {
   EXPECT_EQ(d[0], (Decision{Kind::kStart, big, "n4", {0, 1, 2, 3}}));
   EXPECT_EQ(core.ReservedNode(Priority::kLow), std::nullopt);
   EXPECT_TRUE(core.CheckInvariants().ok()) << core.CheckInvariants().ToString();
+}
+
+TEST_F(CoreTest, YoungerTasksBackfillAroundTheReservation) {
+  CoreConfig cfg;
+  cfg.max_bypass = 1;
+  cfg.online_percent = 0.0;  // All 16 GPUs are batch.
+  SchedulerCore core(cfg);
+  ASSERT_TRUE(core.RegisterNode("n1", "", MakeGpus(8), {}, {}, 0).ok());
+  ASSERT_TRUE(core.RegisterNode("n2", "", MakeGpus(8), {}, {}, 0).ok());
+  auto f1 = *core.Submit(Spec(Priority::kLow, 5), 0);
+  auto f2 = *core.Submit(Spec(Priority::kLow, 5), 0);
+  core.Schedule(0);
+  ASSERT_EQ(core.TakeDecisions().size(), 2u);
+  auto big = *core.Submit(Spec(Priority::kLow, 4), 0);  // 3 free on each node: no fit.
+  std::vector<TaskNumber> small;
+  for (int i = 0; i < 3; ++i) small.push_back(*core.Submit(Spec(Priority::kLow, 1), 0));
+  core.Schedule(0);
+  auto d = core.TakeDecisions();
+  // The first small task overtakes once: the big one gets n2 (most free, then id order is n1:
+  // n1 has 2 free after it), and the other small tasks backfill on n1.
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0], (Decision{Kind::kStart, small[0], "n1", {5}}));
+  EXPECT_EQ(core.ReservedNode(Priority::kLow), "n2");
+  EXPECT_EQ(d[1], (Decision{Kind::kStart, small[1], "n1", {6}}));
+  EXPECT_EQ(d[2], (Decision{Kind::kStart, small[2], "n1", {7}}));
+  ASSERT_TRUE(core.TaskFinished("n2", {f2, true, 0, "", 0}, 0).ok());
+  core.Schedule(0);
+  d = core.TakeDecisions();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0], (Decision{Kind::kStart, big, "n2", {0, 1, 2, 3}}));
+  EXPECT_EQ(core.ReservedNode(Priority::kLow), std::nullopt);
+  (void)f1;
+  EXPECT_TRUE(core.CheckInvariants().ok());
 }
 
 TEST_F(CoreTest, SubmitValidation) {

@@ -1,0 +1,158 @@
+#include "sim/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include "sim/cluster.h"
+#include "sim/report.h"
+#include "sim/simulator.h"
+#include "sim/trace.h"
+#include "sim/workload.h"
+
+namespace dgpu::sim {
+namespace {
+
+std::optional<std::pair<double, double>> ParseWindow(const std::string& s) {
+  size_t colon = s.find(':');
+  if (colon == std::string::npos) return std::nullopt;
+  auto start = ParseSeconds(std::string_view(s).substr(0, colon));
+  auto end = ParseSeconds(std::string_view(s).substr(colon + 1));
+  if (!start || !end) return std::nullopt;
+  return std::make_pair(static_cast<double>(*start) / 1e6, static_cast<double>(*end) / 1e6);
+}
+
+}  // namespace
+
+int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  const auto begin = std::chrono::steady_clock::now();
+  CLI::App app{
+      "dgpu-sim: replays a GPU-cluster trace through the dgpu scheduling core in "
+      "virtual time"};
+  app.name("dgpu-sim");
+
+  std::string trace_path;
+  std::string format_name;
+  std::vector<std::string> online_teams;
+  std::optional<double> online_fraction;
+  double arrival_scale = 1.0;
+  std::string window;
+  std::optional<uint64_t> limit;
+  int repeat = 1;
+  uint64_t seed = 1;
+  int nodes = 100;
+  int gpus_per_node = 8;
+  std::string model = "gpu";
+  std::string cluster_path;
+  double online_percent = 0.7;
+  int max_bypass = 16;
+  std::string policy_name = "dgpu";
+  std::optional<double> max_time;
+  bool json = false;
+
+  app.add_option("--trace", trace_path, "Trace file (CSV)")->required();
+  app.add_option("--format", format_name, "philly or generic (default: from the header)")
+      ->check(CLI::IsMember({"philly", "generic"}));
+  app.add_option("--online-teams", online_teams,
+                 "Teams (Philly: cluster ids) whose jobs are online, comma-separated")
+      ->delimiter(',');
+  app.add_option("--online-fraction", online_fraction,
+                 "Share of distinct teams made online, chosen by --seed (default 0.3, or 0 "
+                 "when --online-teams is given)");
+  app.add_option("--arrival-scale", arrival_scale,
+                 "Divide inter-arrival times by X (2 doubles the arrival rate)");
+  app.add_option("--window", window, "START:END in seconds from the trace's first submission");
+  app.add_option("--limit", limit, "Only the first N jobs (after --window)");
+  app.add_option("--repeat", repeat, "Replay the selected jobs N times back to back");
+  app.add_option("--seed", seed, "Seed for the team choice and policy original's GPU picks");
+  auto* nodes_opt = app.add_option("--nodes", nodes, "Nodes (default 100)");
+  auto* gpus_opt = app.add_option("--gpus-per-node", gpus_per_node, "GPUs per node (default 8)");
+  auto* model_opt = app.add_option("--model", model, "GPU model of the nodes (default gpu)");
+  app.add_option("--cluster", cluster_path,
+                 "Cluster file: YAML (nodes: [{count, gpus_per_node, model}]) or CSV "
+                 "(count,gpus_per_node,model)")
+      ->excludes(nodes_opt)
+      ->excludes(gpus_opt)
+      ->excludes(model_opt);
+  app.add_option("--online-percent", online_percent, "Online (high) quota share, 0..1");
+  app.add_option("--max-bypass", max_bypass,
+                 "Times the oldest task may be overtaken before its queue holds");
+  app.add_option("--policy", policy_name, "dgpu (the core) or original (random idle GPUs)")
+      ->check(CLI::IsMember({"dgpu", "original"}));
+  app.add_option("--max-time", max_time, "Stop at this simulated time (seconds from start)");
+  app.add_flag("--json", json, "Print one JSON object");
+
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e, out, err);
+    return code == 0 ? 0 : 2;
+  }
+
+  auto fail = [&](const Status& s) {
+    err << "dgpu-sim: " << s.message() << "\n";
+    return 1;
+  };
+
+  RunContext context;
+  context.trace_path = trace_path;
+  context.workload.online_teams = online_teams;
+  context.workload.online_fraction = online_fraction;
+  context.workload.arrival_scale = arrival_scale;
+  context.workload.limit = limit;
+  context.workload.repeat = repeat;
+  context.workload.seed = seed;
+  if (!window.empty()) {
+    context.workload.window = ParseWindow(window);
+    if (!context.workload.window) {
+      return fail(InvalidArgument("--window must be START:END in seconds, found '" + window + "'"));
+    }
+  }
+  context.sim.policy = *ParsePolicy(policy_name);
+  context.sim.online_percent = online_percent;
+  context.sim.max_bypass = max_bypass;
+  context.sim.seed = seed;
+  if (max_time) {
+    if (!(*max_time >= 0) || !std::isfinite(*max_time)) {
+      return fail(InvalidArgument("--max-time must be a non-negative number of seconds"));
+    }
+    context.sim.max_time = static_cast<core::TimeMicros>(std::llround(*max_time * 1e6));
+  }
+
+  if (cluster_path.empty()) {
+    context.cluster.groups.push_back(NodeGroup{nodes, gpus_per_node, model});
+  } else {
+    auto cluster = LoadClusterFile(cluster_path);
+    if (!cluster.ok()) return fail(cluster.status());
+    context.cluster = std::move(*cluster);
+  }
+  Status valid = ValidateCluster(context.cluster);
+  if (!valid.ok()) return fail(valid);
+
+  auto trace =
+      LoadTrace(trace_path, format_name.empty() ? std::nullopt : ParseTraceFormat(format_name));
+  if (!trace.ok()) return fail(trace.status());
+  context.format = trace->format;
+  context.trace_jobs = trace->jobs.size();
+  context.teams = trace->teams.size();
+
+  auto workload = BuildWorkload(*trace, context.workload);
+  if (!workload.ok()) return fail(workload.status());
+  context.online_teams = workload->online_teams;
+
+  auto result = Simulate(*workload, context.cluster, context.sim);
+  if (!result.ok()) return fail(result.status());
+
+  context.total_wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  if (json) {
+    out << ResultToJson(*result, context).dump(2) << "\n";
+  } else {
+    out << ResultToText(*result, context);
+  }
+  return 0;
+}
+
+}  // namespace dgpu::sim

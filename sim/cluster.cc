@@ -1,0 +1,156 @@
+#include "sim/cluster.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+namespace dgpu::sim {
+namespace {
+
+constexpr int kMaxGpusPerNode = 1024;
+constexpr int kMaxNodes = 1'000'000;
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+bool ParseInt(std::string_view s, int& out) {
+  if (s.empty()) return false;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+Status CheckGroup(const NodeGroup& g, const std::string& where) {
+  if (g.count < 1 || g.count > kMaxNodes) {
+    return InvalidArgument(where + "field 'count': must be between 1 and " +
+                           std::to_string(kMaxNodes));
+  }
+  if (g.gpus_per_node < 1 || g.gpus_per_node > kMaxGpusPerNode) {
+    return InvalidArgument(where + "field 'gpus_per_node': must be between 1 and " +
+                           std::to_string(kMaxGpusPerNode));
+  }
+  if (g.model.empty()) return InvalidArgument(where + "field 'model': must not be empty");
+  return OkStatus();
+}
+
+}  // namespace
+
+int ClusterSpec::NodeCount() const {
+  int n = 0;
+  for (const auto& g : groups) n += g.count;
+  return n;
+}
+
+int ClusterSpec::TotalGpus() const {
+  int n = 0;
+  for (const auto& g : groups) n += g.count * g.gpus_per_node;
+  return n;
+}
+
+Status ValidateCluster(const ClusterSpec& spec) {
+  if (spec.groups.empty()) return InvalidArgument("the cluster has no nodes");
+  int64_t nodes = 0;
+  for (size_t i = 0; i < spec.groups.size(); ++i) {
+    Status s = CheckGroup(spec.groups[i], "node group " + std::to_string(i + 1) + ": ");
+    if (!s.ok()) return s;
+    nodes += spec.groups[i].count;
+  }
+  if (nodes > kMaxNodes) return InvalidArgument("more than 1000000 nodes in total");
+  return OkStatus();
+}
+
+StatusOr<ClusterSpec> ParseClusterCsv(const std::string& text, const std::string& name) {
+  ClusterSpec spec;
+  std::istringstream in(text);
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    std::string_view view = Trim(line);
+    if (view.empty() || view.front() == '#') continue;
+    std::vector<std::string_view> f;
+    size_t start = 0;
+    while (true) {
+      size_t comma = view.find(',', start);
+      f.push_back(
+          Trim(view.substr(start, comma == std::string_view::npos ? comma : comma - start)));
+      if (comma == std::string_view::npos) break;
+      start = comma + 1;
+    }
+    std::string where = name + ":" + std::to_string(line_no) + ": ";
+    if (spec.groups.empty() && f.size() == 3 && f[0] == "count") continue;  // Header.
+    if (f.size() != 3) {
+      return InvalidArgument(where + "expected 'count,gpus_per_node,model', found " +
+                             std::to_string(f.size()) + " fields");
+    }
+    NodeGroup g;
+    if (!ParseInt(f[0], g.count)) return InvalidArgument(where + "field 'count': not an integer");
+    if (!ParseInt(f[1], g.gpus_per_node)) {
+      return InvalidArgument(where + "field 'gpus_per_node': not an integer");
+    }
+    g.model = std::string(f[2]);
+    Status s = CheckGroup(g, where);
+    if (!s.ok()) return s;
+    spec.groups.push_back(std::move(g));
+  }
+  if (spec.groups.empty()) return InvalidArgument(name + ": no node groups");
+  return spec;
+}
+
+StatusOr<ClusterSpec> ParseClusterYaml(const std::string& text, const std::string& name) {
+  ClusterSpec spec;
+  try {
+    YAML::Node root = YAML::Load(text);
+    if (!root.IsMap()) return InvalidArgument(name + ": expected a map with key 'nodes'");
+    for (const auto& kv : root) {
+      auto key = kv.first.as<std::string>();
+      if (key != "nodes") return InvalidArgument(name + ": unknown key '" + key + "'");
+    }
+    YAML::Node nodes = root["nodes"];
+    if (!nodes || !nodes.IsSequence()) {
+      return InvalidArgument(name + ": 'nodes' must be a list of {count, gpus_per_node, model}");
+    }
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      std::string where = name + ": nodes[" + std::to_string(i) + "]: ";
+      const YAML::Node& entry = nodes[i];
+      if (!entry.IsMap()) return InvalidArgument(where + "expected a map");
+      NodeGroup g;
+      for (const auto& kv : entry) {
+        auto key = kv.first.as<std::string>();
+        if (key == "count") {
+          g.count = kv.second.as<int>();
+        } else if (key == "gpus_per_node") {
+          g.gpus_per_node = kv.second.as<int>();
+        } else if (key == "model") {
+          g.model = kv.second.as<std::string>();
+        } else {
+          return InvalidArgument(where + "unknown key '" + key + "'");
+        }
+      }
+      Status s = CheckGroup(g, where);
+      if (!s.ok()) return s;
+      spec.groups.push_back(std::move(g));
+    }
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(name + ": " + e.what());
+  }
+  if (spec.groups.empty()) return InvalidArgument(name + ": no node groups");
+  return spec;
+}
+
+StatusOr<ClusterSpec> LoadClusterFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open cluster file " + path);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  bool csv = path.size() >= 4 && path.compare(path.size() - 4, 4, ".csv") == 0;
+  return csv ? ParseClusterCsv(buf.str(), path) : ParseClusterYaml(buf.str(), path);
+}
+
+}  // namespace dgpu::sim

@@ -1,0 +1,36 @@
+// The simulated cluster: groups of identical nodes.
+//
+// Given on the command line (`--nodes N --gpus-per-node G --model M`) or in a file: YAML
+// (`nodes: [{count, gpus_per_node, model}]`) or CSV (`count,gpus_per_node,model` per line, the
+// header optional). Errors name the file, the line (CSV) or entry (YAML) and the field.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dgpu::sim {
+
+struct NodeGroup {
+  int count = 0;
+  int gpus_per_node = 0;
+  std::string model;
+};
+
+struct ClusterSpec {
+  std::vector<NodeGroup> groups;
+
+  int NodeCount() const;
+  int TotalGpus() const;
+};
+
+// Checks counts (>= 1, GPUs per node <= 1024) and non-empty models. InvalidArgument otherwise.
+Status ValidateCluster(const ClusterSpec& spec);
+
+// Reads a cluster file: CSV when the name ends in ".csv", YAML otherwise.
+StatusOr<ClusterSpec> LoadClusterFile(const std::string& path);
+StatusOr<ClusterSpec> ParseClusterCsv(const std::string& text, const std::string& name);
+StatusOr<ClusterSpec> ParseClusterYaml(const std::string& text, const std::string& name);
+
+}  // namespace dgpu::sim

@@ -1,0 +1,168 @@
+#include "sim/report.h"
+
+#include <cstdarg>
+#include <cstdio>
+
+namespace dgpu::sim {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr const char* kClassNames[] = {"high", "low", "all"};
+
+double Seconds(core::TimeMicros us) { return static_cast<double>(us) / 1e6; }
+
+Json DistributionJson(const Distribution& d) {
+  return Json{{"count", d.count}, {"mean", d.mean}, {"p50", d.p50}, {"p95", d.p95}, {"p99", d.p99}};
+}
+
+double MeanFreeWhileFragmented(const SimResult& r) {
+  return r.fragmented_time > 0 ? r.fragmented_free_gpu_seconds / Seconds(r.fragmented_time) : 0;
+}
+
+double Ratio(double num, double den) { return den > 0 ? num / den : 0; }
+
+double DecisionsPerSecond(const SimResult& r) {
+  return r.replay_wall_seconds > 0 ? static_cast<double>(r.decisions) / r.replay_wall_seconds : 0;
+}
+
+double DecisionsPerCpuSecond(const SimResult& r) {
+  return r.replay_cpu_seconds > 0 ? static_cast<double>(r.decisions) / r.replay_cpu_seconds : 0;
+}
+
+std::string Format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string Format(const char* fmt, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, args);
+  va_end(args);
+  return buf;
+}
+
+}  // namespace
+
+Json ResultToJson(const SimResult& r, const RunContext& c) {
+  Json cluster = Json::array();
+  for (const auto& g : c.cluster.groups) {
+    cluster.push_back({{"count", g.count}, {"gpus_per_node", g.gpus_per_node}, {"model", g.model}});
+  }
+  Json input{{"trace", c.trace_path},          {"format", std::string(ToString(c.format))},
+             {"trace_jobs", c.trace_jobs},     {"teams", c.teams},
+             {"online_teams", c.online_teams}, {"arrival_scale", c.workload.arrival_scale},
+             {"repeat", c.workload.repeat},    {"seed", c.workload.seed}};
+  if (c.workload.window) {
+    input["window"] = {c.workload.window->first, c.workload.window->second};
+  }
+  if (c.workload.limit) input["limit"] = *c.workload.limit;
+  Json config{{"policy", std::string(ToString(r.policy))},
+              {"nodes", r.nodes},
+              {"total_gpus", r.total_gpus},
+              {"node_groups", cluster},
+              {"online_percent", c.sim.online_percent},
+              {"max_bypass", c.sim.max_bypass}};
+  if (c.sim.max_time) config["max_time"] = Seconds(*c.sim.max_time);
+
+  Json delays;
+  for (int p = 0; p <= core::kPriorityCount; ++p) {
+    delays[kClassNames[p]] = DistributionJson(r.queueing_delay[p]);
+  }
+  Json out;
+  out["input"] = input;
+  out["config"] = config;
+  out["jobs"] = {{"total", r.jobs},
+                 {"submitted", r.submitted},
+                 {"rejected", r.rejected_exceeds_node + r.rejected_no_model},
+                 {"rejected_exceeds_node", r.rejected_exceeds_node},
+                 {"rejected_no_gpu_model", r.rejected_no_model},
+                 {"started", r.started},
+                 {"completed", r.completed},
+                 {"running_at_end", r.running_at_end},
+                 {"pending_at_end", r.pending_at_end[0] + r.pending_at_end[1]},
+                 {"pending_at_end_high", r.pending_at_end[0]},
+                 {"pending_at_end_low", r.pending_at_end[1]},
+                 {"not_arrived", r.not_arrived}};
+  out["queueing_delay_seconds"] = delays;
+  out["completion_time_seconds"] = {{"count", r.completion_time.count},
+                                    {"mean", r.completion_time.mean},
+                                    {"p50", r.completion_time.p50}};
+  out["makespan_seconds"] = Seconds(r.makespan);
+  out["busy_gpu_seconds"] = r.busy_gpu_seconds;
+  out["utilization"] = r.utilization;
+  out["fragmentation"] = {
+      {"fragmented_seconds", Seconds(r.fragmented_time)},
+      {"fragmented_time_fraction", Ratio(Seconds(r.fragmented_time), Seconds(r.makespan))},
+      {"mean_free_gpus_while_fragmented", MeanFreeWhileFragmented(r)},
+      {"stranded_gpu_fraction", Ratio(r.fragmented_free_gpu_seconds,
+                                      static_cast<double>(r.total_gpus) * Seconds(r.makespan))}};
+  out["multi_node_tasks"] = r.multi_node_tasks;
+  out["multi_node_task_nodes"] = r.multi_node_task_nodes;
+  out["decisions"] = r.decisions;
+  out["passes"] = r.passes;
+  out["speed"] = {{"replay_wall_seconds", r.replay_wall_seconds},
+                  {"replay_cpu_seconds", r.replay_cpu_seconds},
+                  {"total_wall_seconds", c.total_wall_seconds},
+                  {"decisions_per_second", DecisionsPerSecond(r)},
+                  {"decisions_per_cpu_second", DecisionsPerCpuSecond(r)}};
+  return out;
+}
+
+std::string ResultToText(const SimResult& r, const RunContext& c) {
+  std::string out;
+  out += Format("dgpu-sim  policy %s  trace %s (%s, %llu jobs)\n",
+                std::string(ToString(r.policy)).c_str(), c.trace_path.c_str(),
+                std::string(ToString(c.format)).c_str(),
+                static_cast<unsigned long long>(c.trace_jobs));
+  out += Format("cluster   %d nodes, %d GPUs, online_percent %.2f, max_bypass %d\n", r.nodes,
+                r.total_gpus, c.sim.online_percent, c.sim.max_bypass);
+  out += Format("workload  arrival_scale %g, repeat %d, seed %llu, online teams %zu of %llu\n",
+                c.workload.arrival_scale, c.workload.repeat,
+                static_cast<unsigned long long>(c.workload.seed), c.online_teams.size(),
+                static_cast<unsigned long long>(c.teams));
+  out += "\n";
+  auto row = [&](const char* name, uint64_t v) {
+    out += Format("  %-26s %12llu\n", name, static_cast<unsigned long long>(v));
+  };
+  out += "jobs\n";
+  row("total", r.jobs);
+  row("submitted", r.submitted);
+  row("rejected (exceeds node)", r.rejected_exceeds_node);
+  row("rejected (no GPU model)", r.rejected_no_model);
+  row("started", r.started);
+  row("completed", r.completed);
+  row("running at end", r.running_at_end);
+  row("pending at end (high)", r.pending_at_end[0]);
+  row("pending at end (low)", r.pending_at_end[1]);
+  row("not arrived (max-time)", r.not_arrived);
+  out += "\n";
+  out += Format("%-28s %10s %12s %12s %12s %12s\n", "queueing delay (s)", "count", "mean", "p50",
+                "p95", "p99");
+  for (int p = 0; p <= core::kPriorityCount; ++p) {
+    const Distribution& d = r.queueing_delay[p];
+    out += Format("  %-26s %10llu %12.1f %12.1f %12.1f %12.1f\n", kClassNames[p],
+                  static_cast<unsigned long long>(d.count), d.mean, d.p50, d.p95, d.p99);
+  }
+  out += Format("%-28s %10llu %12.1f %12.1f\n", "job completion time (s)",
+                static_cast<unsigned long long>(r.completion_time.count), r.completion_time.mean,
+                r.completion_time.p50);
+  out += "\n";
+  out += Format("%-28s %14.1f s\n", "makespan", Seconds(r.makespan));
+  out += Format("%-28s %14.4f\n", "GPU utilization", r.utilization);
+  out += Format("%-28s %14.4f of makespan\n", "fragmented time",
+                Ratio(Seconds(r.fragmented_time), Seconds(r.makespan)));
+  out += Format("%-28s %14.2f GPUs\n", "free while fragmented", MeanFreeWhileFragmented(r));
+  out += Format("%-28s %14llu (%llu nodes)\n", "multi-node tasks",
+                static_cast<unsigned long long>(r.multi_node_tasks),
+                static_cast<unsigned long long>(r.multi_node_task_nodes));
+  out += Format("%-28s %14llu in %llu passes\n", "decisions",
+                static_cast<unsigned long long>(r.decisions),
+                static_cast<unsigned long long>(r.passes));
+  out += Format(
+      "speed: %.0f decisions/s (%.0f per CPU second), replay %.3f s wall (%.3f s CPU), total "
+      "%.3f s wall\n",
+      DecisionsPerSecond(r), DecisionsPerCpuSecond(r), r.replay_wall_seconds, r.replay_cpu_seconds,
+      c.total_wall_seconds);
+  return out;
+}
+
+}  // namespace dgpu::sim

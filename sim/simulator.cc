@@ -1,0 +1,624 @@
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <deque>
+#include <limits>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/scheduler_core.h"
+#include "sim/random.h"
+
+namespace dgpu::sim {
+namespace {
+
+using core::Priority;
+using core::TimeMicros;
+
+// An impossible state (the core refused a command the simulator built correctly): stop loudly.
+[[noreturn]] void Fatal(const std::string& what) {
+  std::fprintf(stderr, "dgpu-sim: internal error: %s\n", what.c_str());
+  std::abort();
+}
+
+void Check(const Status& s, const char* what) {
+  if (!s.ok()) Fatal(std::string(what) + ": " + s.ToString());
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+bool ContainsIgnoreCase(std::string_view hay, std::string_view needle) {
+  return std::search(hay.begin(), hay.end(), needle.begin(), needle.end(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         }) != hay.end();
+}
+
+// The cluster as flat arrays. Node i is named "node-<i>", zero-padded so that name order is
+// index order (the core breaks best-fit ties on the name).
+struct Layout {
+  std::vector<std::string> models;  // Distinct, in order of first appearance.
+  std::vector<int> node_model;
+  std::vector<int> node_gpus;
+  std::vector<std::string> node_ids;
+  std::vector<int> model_gpus;  // Total GPUs per model.
+  std::vector<int> model_max_node;
+
+  explicit Layout(const ClusterSpec& spec) {
+    const int nodes = spec.NodeCount();
+    const int width = static_cast<int>(std::to_string(std::max(nodes - 1, 0)).size());
+    for (const auto& g : spec.groups) {
+      auto it = std::find(models.begin(), models.end(), g.model);
+      int m = static_cast<int>(it - models.begin());
+      if (it == models.end()) {
+        models.push_back(g.model);
+        model_gpus.push_back(0);
+        model_max_node.push_back(0);
+      }
+      for (int i = 0; i < g.count; ++i) {
+        std::string index = std::to_string(node_ids.size());
+        node_ids.push_back("node-" + std::string(width - index.size(), '0') + index);
+        node_model.push_back(m);
+        node_gpus.push_back(g.gpus_per_node);
+        model_gpus[m] += g.gpus_per_node;
+        model_max_node[m] = std::max(model_max_node[m], g.gpus_per_node);
+      }
+    }
+  }
+
+  static int NodeIndex(const std::string& id) {
+    int index = 0;
+    auto [ptr, ec] = std::from_chars(id.data() + 5, id.data() + id.size(), index);
+    if (ec != std::errc() || id.compare(0, 5, "node-") != 0) Fatal("unknown node " + id);
+    return index;
+  }
+};
+
+// What a workload model string matches in the cluster, with the core's rule: exact name
+// (case-insensitive), else a substring ("V100" matches "Tesla V100-SXM2"); "" matches all.
+struct Demand {
+  std::vector<int> models;
+  bool all = false;
+  int max_per_node = 0;
+};
+
+std::vector<Demand> MatchDemands(const Workload& w, const Layout& layout) {
+  std::vector<Demand> out;
+  for (const auto& wanted : w.models) {
+    Demand d;
+    for (size_t m = 0; m < layout.models.size(); ++m) {
+      if (wanted.empty() || EqualsIgnoreCase(layout.models[m], wanted)) {
+        d.models.push_back(static_cast<int>(m));
+      }
+    }
+    if (d.models.empty()) {
+      for (size_t m = 0; m < layout.models.size(); ++m) {
+        if (ContainsIgnoreCase(layout.models[m], wanted)) d.models.push_back(static_cast<int>(m));
+      }
+    }
+    d.all = d.models.size() == layout.models.size();
+    for (int m : d.models) d.max_per_node = std::max(d.max_per_node, layout.model_max_node[m]);
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+// Free GPUs per cluster model, kept by both engines.
+class FreeGpus {
+ public:
+  explicit FreeGpus(const Layout& layout) : by_model_(layout.model_gpus) {
+    for (int n : by_model_) total_ += n;
+  }
+  void Add(int model, int n) {
+    by_model_[model] += n;
+    total_ += n;
+  }
+  int total() const { return total_; }
+  int For(const Demand& d) const {
+    if (d.all) return total_;
+    int n = 0;
+    for (int m : d.models) n += by_model_[m];
+    return n;
+  }
+
+ private:
+  std::vector<int> by_model_;
+  int total_ = 0;
+};
+
+// Policy dgpu: the real scheduling core.
+class CoreEngine {
+ public:
+  CoreEngine(const Layout& layout, const Workload& w, const std::vector<Demand>& demand,
+             const SimOptions& options)
+      : core_(MakeConfig(options)),
+        layout_(layout),
+        workload_(w),
+        demand_(demand),
+        free_(layout),
+        job_task_(w.jobs.size(), 0),
+        job_node_(w.jobs.size(), -1),
+        job_shape_(w.jobs.size(), 0) {
+    for (size_t i = 0; i < layout.node_ids.size(); ++i) {
+      std::vector<core::GpuInfo> gpus(layout.node_gpus[i]);
+      for (int g = 0; g < layout.node_gpus[i]; ++g) {
+        gpus[g].index = g;
+        gpus[g].model = layout.models[layout.node_model[i]];
+      }
+      Check(core_.RegisterNode(layout.node_ids[i], "", gpus, {}, {}, 0), "RegisterNode");
+    }
+    spec_.command = "sim";
+    task_job_.reserve(w.jobs.size());
+  }
+
+  void Submit(uint32_t job, TimeMicros now) {
+    const SimJob& j = workload_.jobs[job];
+    spec_.priority = j.priority;
+    spec_.gpu_count = j.gpus;
+    spec_.gpu_model = workload_.models[j.model];
+    auto task = core_.Submit(spec_, now);
+    if (!task.ok()) Check(task.status(), "Submit");
+    if (*task != task_job_.size() + 1) Fatal("task numbers are not sequential");
+    task_job_.push_back(job);
+    job_task_[job] = *task;
+    uint32_t shape = ShapeOf(j);
+    job_shape_[job] = shape;
+    shapes_[shape].tasks.push_back(*task);
+  }
+
+  template <typename Started>
+  void Schedule(TimeMicros now, Started&& started) {
+    core_.Schedule(now);
+    if (!core_.HasDecisions()) return;
+    for (const core::Decision& d : core_.TakeDecisions()) {
+      if (d.kind != core::Decision::Kind::kStart) Fatal("unexpected stop decision");
+      uint32_t job = task_job_[d.task - 1];
+      int node = Layout::NodeIndex(d.node_id);
+      job_node_[job] = node;
+      free_.Add(layout_.node_model[node], -workload_.jobs[job].gpus);
+      // The core starts shape heads only, so the task is the front of its shape queue.
+      auto& tasks = shapes_[job_shape_[job]].tasks;
+      if (!tasks.empty() && tasks.front() == d.task) {
+        tasks.pop_front();
+      } else {
+        tasks.erase(std::find(tasks.begin(), tasks.end(), d.task));
+      }
+      started(job);
+    }
+  }
+
+  void Finish(uint32_t job, TimeMicros now) {
+    core::FinishReport report;
+    report.task = job_task_[job];
+    report.success = true;
+    report.finished_at = now;
+    int node = job_node_[job];
+    Check(core_.TaskFinished(layout_.node_ids[node], report, now), "TaskFinished");
+    core_.Forget(report.task);
+    free_.Add(layout_.node_model[node], workload_.jobs[job].gpus);
+  }
+
+  // Some queue head waits for no_node_fits although the free GPUs of its model would suffice.
+  bool Fragmented() const {
+    for (const auto& shape : shapes_) {
+      if (shape.tasks.empty() || free_.For(demand_[shape.model]) < shape.gpus) continue;
+      const core::Task* t = core_.FindTask(shape.tasks.front());
+      if (t != nullptr && core_.ReasonOf(*t) == core::PendingReason::kNoNodeFits) return true;
+    }
+    return false;
+  }
+
+  int TotalFree() const { return free_.total(); }
+  uint64_t decisions() const { return core_.stats().decisions; }
+  uint64_t passes() const { return core_.stats().passes; }
+  uint64_t multi_node_tasks() const { return 0; }
+  uint64_t multi_node_task_nodes() const { return 0; }
+
+ private:
+  struct ShapeQueue {
+    uint32_t model = 0;
+    int gpus = 0;
+    std::deque<core::TaskNumber> tasks;  // Pending, in queue order.
+  };
+
+  static core::CoreConfig MakeConfig(const SimOptions& options) {
+    core::CoreConfig config;
+    config.online_percent = options.online_percent;
+    config.max_bypass = options.max_bypass;
+    config.record_changes = false;
+    return config;
+  }
+
+  uint32_t ShapeOf(const SimJob& j) {
+    uint64_t key = (static_cast<uint64_t>(j.model) << 32) | (static_cast<uint64_t>(j.gpus) << 1) |
+                   static_cast<uint64_t>(j.priority);
+    auto [it, inserted] = shape_ids_.try_emplace(key, static_cast<uint32_t>(shapes_.size()));
+    if (inserted) shapes_.push_back(ShapeQueue{j.model, j.gpus, {}});
+    return it->second;
+  }
+
+  core::SchedulerCore core_;
+  const Layout& layout_;
+  const Workload& workload_;
+  const std::vector<Demand>& demand_;
+  FreeGpus free_;
+  core::TaskSpec spec_;
+  std::vector<uint32_t> task_job_;  // Task number - 1 -> job.
+  std::vector<core::TaskNumber> job_task_;
+  std::vector<int> job_node_;
+  std::vector<uint32_t> job_shape_;
+  std::unordered_map<uint64_t, uint32_t> shape_ids_;
+  std::vector<ShapeQueue> shapes_;
+};
+
+// Policy original: the same queues (FIFO per priority, high first, a task may overtake a head
+// that does not fit, same quotas) but no node boundary: a task takes GPUs picked at random from
+// all idle GPUs of its model in the cluster, so one task may land on several nodes.
+class OriginalEngine {
+ public:
+  OriginalEngine(const Layout& layout, const Workload& w, const std::vector<Demand>& demand,
+                 const SimOptions& options)
+      : layout_(layout),
+        workload_(w),
+        demand_(demand),
+        free_(layout),
+        rng_(options.seed),
+        idle_model_(layout.models.size()),
+        job_slot_(w.jobs.size(), 0) {
+    for (size_t node = 0; node < layout.node_ids.size(); ++node) {
+      for (int g = 0; g < layout.node_gpus[node]; ++g) {
+        gpu_node_.push_back(static_cast<uint32_t>(node));
+        gpu_model_.push_back(layout.node_model[node]);
+      }
+    }
+    pos_all_.resize(gpu_node_.size());
+    pos_model_.resize(gpu_node_.size());
+    for (uint32_t gpu = 0; gpu < gpu_node_.size(); ++gpu) PutIdle(gpu);
+    const int total = static_cast<int>(gpu_node_.size());
+    int online = static_cast<int>(std::lround(total * options.online_percent));
+    quota_[0] = std::clamp(online, 0, total);
+    quota_[1] = total - quota_[0];
+  }
+
+  void Submit(uint32_t job, TimeMicros) {
+    const SimJob& j = workload_.jobs[job];
+    uint64_t key = (static_cast<uint64_t>(j.model) << 32) | static_cast<uint64_t>(j.gpus);
+    int prio = static_cast<int>(j.priority);
+    auto [it, inserted] = shape_ids_[prio].try_emplace(key, static_cast<uint32_t>(shapes_.size()));
+    if (inserted) {
+      shapes_.push_back(ShapeQueue{j.model, j.gpus, {}});
+      prio_shapes_[prio].push_back(it->second);
+    }
+    shapes_[it->second].jobs.emplace_back(next_seq_++, job);
+  }
+
+  template <typename Started>
+  void Schedule(TimeMicros, Started&& started) {
+    ++passes_;
+    using Head = std::pair<uint64_t, uint32_t>;  // (queue position, shape)
+    for (int prio = 0; prio < core::kPriorityCount; ++prio) {
+      heads_.clear();
+      for (uint32_t s : prio_shapes_[prio]) {
+        if (!shapes_[s].jobs.empty()) heads_.emplace_back(shapes_[s].jobs.front().first, s);
+      }
+      std::make_heap(heads_.begin(), heads_.end(), std::greater<Head>());
+      while (!heads_.empty()) {
+        std::pop_heap(heads_.begin(), heads_.end(), std::greater<Head>());
+        uint32_t s = heads_.back().second;
+        heads_.pop_back();
+        ShapeQueue& shape = shapes_[s];
+        // Nothing behind a head that does not fit can fit in this pass either.
+        if (used_[prio] + shape.gpus > quota_[prio]) continue;
+        if (free_.For(demand_[shape.model]) < shape.gpus) continue;
+        uint32_t job = shape.jobs.front().second;
+        shape.jobs.pop_front();
+        Place(job, demand_[shape.model], shape.gpus);
+        used_[prio] += shape.gpus;
+        ++decisions_;
+        started(job);
+        if (!shape.jobs.empty()) {
+          heads_.emplace_back(shape.jobs.front().first, s);
+          std::push_heap(heads_.begin(), heads_.end(), std::greater<Head>());
+        }
+      }
+    }
+  }
+
+  void Finish(uint32_t job, TimeMicros) {
+    uint32_t slot = job_slot_[job];
+    for (uint32_t gpu : slots_[slot]) {
+      PutIdle(gpu);
+      free_.Add(gpu_model_[gpu], 1);
+    }
+    used_[static_cast<int>(workload_.jobs[job].priority)] -= workload_.jobs[job].gpus;
+    slots_[slot].clear();
+    free_slots_.push_back(slot);
+  }
+
+  // Without node boundaries a head waits only for GPUs in total or for quota: never stranded.
+  bool Fragmented() const { return false; }
+
+  int TotalFree() const { return free_.total(); }
+  uint64_t decisions() const { return decisions_; }
+  uint64_t passes() const { return passes_; }
+  uint64_t multi_node_tasks() const { return multi_node_tasks_; }
+  uint64_t multi_node_task_nodes() const { return multi_node_task_nodes_; }
+
+ private:
+  struct ShapeQueue {
+    uint32_t model = 0;
+    int gpus = 0;
+    std::deque<std::pair<uint64_t, uint32_t>> jobs;  // (queue position, job)
+  };
+
+  void PutIdle(uint32_t gpu) {
+    pos_all_[gpu] = static_cast<uint32_t>(idle_all_.size());
+    idle_all_.push_back(gpu);
+    auto& pool = idle_model_[gpu_model_[gpu]];
+    pos_model_[gpu] = static_cast<uint32_t>(pool.size());
+    pool.push_back(gpu);
+  }
+
+  void TakeIdle(uint32_t gpu) {
+    auto remove = [](std::vector<uint32_t>& pool, std::vector<uint32_t>& pos, uint32_t g) {
+      uint32_t last = pool.back();
+      pool[pos[g]] = last;
+      pos[last] = pos[g];
+      pool.pop_back();
+    };
+    remove(idle_all_, pos_all_, gpu);
+    remove(idle_model_[gpu_model_[gpu]], pos_model_, gpu);
+    free_.Add(gpu_model_[gpu], -1);
+  }
+
+  void Place(uint32_t job, const Demand& demand, int gpus) {
+    uint32_t slot;
+    if (free_slots_.empty()) {
+      slot = static_cast<uint32_t>(slots_.size());
+      slots_.emplace_back();
+    } else {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
+    job_slot_[job] = slot;
+    auto& picked = slots_[slot];
+    for (int i = 0; i < gpus; ++i) {
+      uint32_t gpu;
+      if (demand.all) {
+        gpu = idle_all_[rng_.Below(idle_all_.size())];
+      } else {
+        size_t total = 0;
+        for (int m : demand.models) total += idle_model_[m].size();
+        size_t r = rng_.Below(total);
+        size_t m = 0;
+        while (r >= idle_model_[demand.models[m]].size())
+          r -= idle_model_[demand.models[m++]].size();
+        gpu = idle_model_[demand.models[m]][r];
+      }
+      TakeIdle(gpu);
+      picked.push_back(gpu);
+    }
+    nodes_scratch_.clear();
+    for (uint32_t gpu : picked) nodes_scratch_.push_back(gpu_node_[gpu]);
+    std::sort(nodes_scratch_.begin(), nodes_scratch_.end());
+    auto span = std::unique(nodes_scratch_.begin(), nodes_scratch_.end()) - nodes_scratch_.begin();
+    if (span > 1) {
+      ++multi_node_tasks_;
+      multi_node_task_nodes_ += static_cast<uint64_t>(span);
+    }
+  }
+
+  const Layout& layout_;
+  const Workload& workload_;
+  const std::vector<Demand>& demand_;
+  FreeGpus free_;
+  SplitMix64 rng_;
+  std::vector<uint32_t> gpu_node_;
+  std::vector<int> gpu_model_;
+  std::vector<uint32_t> idle_all_;
+  std::vector<uint32_t> pos_all_;
+  std::vector<std::vector<uint32_t>> idle_model_;
+  std::vector<uint32_t> pos_model_;
+  std::vector<std::vector<uint32_t>> slots_;  // GPUs held, per allocation slot.
+  std::vector<uint32_t> free_slots_;
+  std::vector<uint32_t> job_slot_;
+  std::vector<uint32_t> nodes_scratch_;
+  std::unordered_map<uint64_t, uint32_t> shape_ids_[core::kPriorityCount];
+  std::vector<uint32_t> prio_shapes_[core::kPriorityCount];
+  std::vector<ShapeQueue> shapes_;
+  std::vector<std::pair<uint64_t, uint32_t>> heads_;
+  uint64_t next_seq_ = 0;
+  int quota_[core::kPriorityCount] = {0, 0};
+  int used_[core::kPriorityCount] = {0, 0};
+  uint64_t decisions_ = 0;
+  uint64_t passes_ = 0;
+  uint64_t multi_node_tasks_ = 0;
+  uint64_t multi_node_task_nodes_ = 0;
+};
+
+Distribution Summarize(std::vector<TimeMicros>& values) {
+  Distribution d;
+  d.count = values.size();
+  if (values.empty()) return d;
+  std::sort(values.begin(), values.end());
+  long double sum = 0;
+  for (TimeMicros v : values) sum += static_cast<long double>(v);
+  d.mean = static_cast<double>(sum / static_cast<long double>(values.size()) / 1e6L);
+  auto rank = [&](uint64_t percent) {
+    uint64_t r = (percent * values.size() + 99) / 100;  // ceil(p * n), at least 1.
+    return static_cast<double>(values[std::max<uint64_t>(r, 1) - 1]) / 1e6;
+  };
+  d.p50 = rank(50);
+  d.p95 = rank(95);
+  d.p99 = rank(99);
+  return d;
+}
+
+template <typename Engine>
+void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& demand,
+             const SimOptions& options, SimResult& r) {
+  const auto& jobs = w.jobs;
+  const size_t n = jobs.size();
+  std::vector<TimeMicros> start(n, -1);
+  std::vector<TimeMicros> finish(n, -1);
+  std::vector<uint8_t> submitted(n, 0);
+
+  struct Completion {
+    TimeMicros time;
+    uint64_t seq;
+    uint32_t job;
+  };
+  auto later = [](const Completion& a, const Completion& b) {
+    return a.time != b.time ? a.time > b.time : a.seq > b.seq;
+  };
+  std::vector<Completion> heap;
+  uint64_t seq = 0;
+  size_t next = 0;
+  uint64_t pending = 0;
+  const TimeMicros cap = options.max_time.value_or(std::numeric_limits<TimeMicros>::max());
+  TimeMicros last = 0;
+  bool fragmented = false;
+  bool capped = false;
+  long double fragmented_free = 0;  // GPU-microseconds.
+
+  const auto wall_begin = std::chrono::steady_clock::now();
+  const std::clock_t cpu_begin = std::clock();
+  while (next < n || !heap.empty()) {
+    TimeMicros now = std::numeric_limits<TimeMicros>::max();
+    if (next < n) now = jobs[next].submit;
+    if (!heap.empty()) now = std::min(now, heap.front().time);
+    if (now > cap) {
+      capped = true;
+      break;
+    }
+    if (fragmented) {
+      r.fragmented_time += now - last;
+      fragmented_free += static_cast<long double>(engine.TotalFree()) * (now - last);
+    }
+    while (!heap.empty() && heap.front().time == now) {
+      std::pop_heap(heap.begin(), heap.end(), later);
+      uint32_t job = heap.back().job;
+      heap.pop_back();
+      engine.Finish(job, now);
+      finish[job] = now;
+      ++r.completed;
+    }
+    for (; next < n && jobs[next].submit == now; ++next) {
+      const SimJob& j = jobs[next];
+      const Demand& d = demand[j.model];
+      if (d.models.empty()) {
+        ++r.rejected_no_model;
+      } else if (j.gpus > d.max_per_node) {
+        ++r.rejected_exceeds_node;
+      } else {
+        engine.Submit(static_cast<uint32_t>(next), now);
+        submitted[next] = 1;
+        ++r.submitted;
+        ++pending;
+      }
+    }
+    engine.Schedule(now, [&](uint32_t job) {
+      start[job] = now;
+      heap.push_back(Completion{now + jobs[job].duration, seq++, job});
+      std::push_heap(heap.begin(), heap.end(), later);
+      ++r.started;
+      --pending;
+    });
+    fragmented = pending > 0 && engine.Fragmented();
+    last = now;
+  }
+  r.replay_wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_begin).count();
+  r.replay_cpu_seconds = static_cast<double>(std::clock() - cpu_begin) / CLOCKS_PER_SEC;
+  const TimeMicros end = capped ? cap : last;
+  if (fragmented && end > last) {
+    r.fragmented_time += end - last;
+    fragmented_free += static_cast<long double>(engine.TotalFree()) * (end - last);
+  }
+  r.fragmented_free_gpu_seconds = static_cast<double>(fragmented_free / 1e6L);
+  r.not_arrived = n - next;
+  r.running_at_end = r.started - r.completed;
+  r.makespan = n == 0 ? 0 : end;
+  r.decisions = engine.decisions();
+  r.passes = engine.passes();
+  r.multi_node_tasks = engine.multi_node_tasks();
+  r.multi_node_task_nodes = engine.multi_node_task_nodes();
+
+  std::vector<TimeMicros> delays[core::kPriorityCount + 1];
+  std::vector<TimeMicros> completion;
+  long double busy = 0;  // GPU-microseconds.
+  for (size_t i = 0; i < n; ++i) {
+    const int prio = static_cast<int>(jobs[i].priority);
+    if (start[i] < 0) {
+      if (submitted[i]) ++r.pending_at_end[prio];
+      continue;
+    }
+    delays[prio].push_back(start[i] - jobs[i].submit);
+    delays[core::kPriorityCount].push_back(start[i] - jobs[i].submit);
+    TimeMicros stop = finish[i] >= 0 ? finish[i] : end;
+    busy += static_cast<long double>(jobs[i].gpus) * (stop - start[i]);
+    if (finish[i] >= 0) completion.push_back(finish[i] - jobs[i].submit);
+  }
+  for (int p = 0; p <= core::kPriorityCount; ++p) r.queueing_delay[p] = Summarize(delays[p]);
+  r.completion_time = Summarize(completion);
+  r.busy_gpu_seconds = static_cast<double>(busy / 1e6L);
+  if (r.makespan > 0 && r.total_gpus > 0) {
+    r.utilization = static_cast<double>(
+        busy / (static_cast<long double>(r.total_gpus) * static_cast<long double>(r.makespan)));
+  }
+}
+
+}  // namespace
+
+std::string_view ToString(Policy p) { return p == Policy::kDgpu ? "dgpu" : "original"; }
+
+std::optional<Policy> ParsePolicy(std::string_view s) {
+  if (s == "dgpu") return Policy::kDgpu;
+  if (s == "original") return Policy::kOriginal;
+  return std::nullopt;
+}
+
+StatusOr<SimResult> Simulate(const Workload& workload, const ClusterSpec& cluster,
+                             const SimOptions& options) {
+  if (!(options.online_percent >= 0.0 && options.online_percent <= 1.0)) {
+    return InvalidArgument("--online-percent must be between 0 and 1");
+  }
+  if (options.max_bypass < 0) return InvalidArgument("--max-bypass must not be negative");
+  if (options.max_time && *options.max_time < 0) {
+    return InvalidArgument("--max-time must not be negative");
+  }
+  Status valid = ValidateCluster(cluster);
+  if (!valid.ok()) return valid;
+
+  const Layout layout(cluster);
+  const std::vector<Demand> demand = MatchDemands(workload, layout);
+  SimResult r;
+  r.policy = options.policy;
+  r.nodes = cluster.NodeCount();
+  r.total_gpus = cluster.TotalGpus();
+  r.jobs = workload.jobs.size();
+
+  if (options.policy == Policy::kDgpu) {
+    CoreEngine engine(layout, workload, demand, options);
+    RunLoop(engine, workload, demand, options, r);
+  } else {
+    OriginalEngine engine(layout, workload, demand, options);
+    RunLoop(engine, workload, demand, options, r);
+  }
+  return r;
+}
+
+}  // namespace dgpu::sim

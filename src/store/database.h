@@ -1,0 +1,140 @@
+// Database: the durable home of the scheduler's state, one SQLite file `<dir>/dgpu.db`.
+//
+// What it holds: every task (one row each, all fields of core::Task), plus key-values in `meta`:
+// schema_version, online_percent (absent until first set), epoch, next_task_number and
+// last_applied_seq (the journal / replication sequence number of the last applied batch).
+//
+// Durability: WAL mode with synchronous=FULL, so every committed transaction has been fsynced
+// before the call returns. A new database is built under a temporary name and renamed into
+// place, so `dgpu.db` is either absent or a complete database.
+//
+// Safety: Open never modifies a file it does not recognise. A file without the SQLite header,
+// or failing `PRAGMA quick_check`, is refused with DataLoss; a SQLite database of another
+// application (different application_id) or of a newer schema is refused with
+// FailedPrecondition. The message names the path and the problem. A `<dir>/LOCK` file (flock)
+// keeps a second process (or a second Database in this process) off the same directory.
+//
+// Errors from SQLite map as follows: SQLITE_FULL -> ResourceExhausted("disk full: ..."),
+// SQLITE_READONLY / CANTOPEN / IOERR / BUSY / PERM -> Unavailable, SQLITE_CORRUPT / NOTADB ->
+// DataLoss, anything else -> Internal. A write that fails is rolled back whole: nothing of it
+// is visible afterwards.
+//
+// Thread safety: all methods may be called from any thread. Writes (Apply, SetEpoch,
+// PruneFinished, ReplaceAll) are serialised on one connection; reads use a second connection,
+// so queries do not wait for a commit's fsync. Reads see committed data only, each call a
+// consistent snapshot.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/types.h"
+
+namespace dgpu::store {
+
+class SqliteConnection;  // Internal: one SQLite connection with its prepared statements.
+
+// `PRAGMA application_id` of every dgpu database ("DGPU" in ASCII).
+inline constexpr int32_t kApplicationId = 0x44475055;
+// Version of the table layout; a database from a newer build is refused.
+inline constexpr int kSchemaVersion = 1;
+inline constexpr char kDatabaseFileName[] = "dgpu.db";
+
+// The key-values kept beside the tasks.
+struct StoreMeta {
+  std::optional<double> online_percent;  // Absent until a quota change was stored.
+  uint64_t epoch = 0;
+  core::TaskNumber next_task_number = 1;  // Never decreases; survives pruning.
+  uint64_t last_applied_seq = 0;
+};
+
+// What a restart needs: the unfinished tasks and the meta values, from one snapshot.
+struct LoadedState : StoreMeta {
+  // Pending and running tasks, plus cancelled tasks still stopping (stopping == true), ordered
+  // by queue_seq then id. Finished tasks stay in the database only.
+  std::vector<core::Task> tasks;
+};
+
+struct TaskPage {
+  std::vector<core::Task> tasks;  // Highest id first.
+  int64_t total = 0;              // Rows matching the filter, ignoring limit and offset.
+};
+
+// Checks what Apply would refuse without touching storage: a task numbered 0 or above
+// INT64_MAX, an online_percent outside [0, 1]. InvalidArgument naming the problem.
+Status ValidateChanges(const std::vector<core::Change>& changes);
+
+class Database {
+ public:
+  // Opens `<dir>/dgpu.db`, creating `dir` and the database if missing. Errors: see above;
+  // a directory or file that cannot be written is Unavailable naming it.
+  static StatusOr<std::unique_ptr<Database>> Open(const std::string& dir);
+
+  ~Database();
+  Database(const Database&) = delete;
+  Database& operator=(const Database&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // Applies `changes` in order in ONE transaction and records `last_seq` as last_applied_seq:
+  //   kTaskUpsert     -> insert or replace the task row; next_task_number rises to id + 1;
+  //   kQuotaPercent   -> online_percent;
+  //   kNextTaskNumber -> next_task_number rises to next_number (it never decreases).
+  // All or nothing: on error nothing of the batch is stored. InvalidArgument (see
+  // ValidateChanges) refuses the whole batch.
+  Status Apply(const std::vector<core::Change>& changes, uint64_t last_seq);
+
+  // State for a restart (see LoadedState).
+  StatusOr<LoadedState> Load();
+  StatusOr<StoreMeta> ReadMeta();
+
+  // Tasks matching the optional filters, highest id first, `limit` rows after skipping
+  // `offset`. Served from indexes; never loads the history. InvalidArgument for a negative
+  // limit or offset.
+  StatusOr<TaskPage> ListTasks(std::optional<core::TaskStatus> status,
+                               std::optional<core::Priority> priority, int limit, int offset);
+  StatusOr<std::optional<core::Task>> GetTask(core::TaskNumber id);
+
+  // Deletes finished tasks (success, failed, cancelled and not stopping) whose finished_at is
+  // below `older_than_micros`, in transactions of at most `batch_limit` rows each so that
+  // journal commits are not held up for long; returns how many were deleted in total.
+  // InvalidArgument when batch_limit < 1.
+  StatusOr<int> PruneFinished(core::TimeMicros older_than_micros, int batch_limit);
+
+  // The scheduler's epoch (leader generation); SetEpoch commits durably.
+  Status SetEpoch(uint64_t epoch);
+  StatusOr<uint64_t> GetEpoch();
+
+  // Calls `fn` for every task (finished ones included), in id order, from one consistent
+  // snapshot; when `meta` is not null it receives the meta values of that same snapshot. `fn`
+  // runs on the calling thread and must not call this Database's read methods.
+  Status ForEachTask(const std::function<void(const core::Task&)>& fn,
+                     StoreMeta* meta = nullptr);
+  // ForEachTask into a vector.
+  StatusOr<std::vector<core::Task>> AllTasks();
+
+  // Replaces the whole content (a standby installing a full snapshot of its primary) in one
+  // transaction: all tasks are deleted, `tasks` inserted, the meta values set to `meta`
+  // (next_task_number is raised above the highest task id if needed).
+  Status ReplaceAll(const StoreMeta& meta, const std::vector<core::Task>& tasks);
+
+ private:
+  Database(std::string dir, std::string path, int lock_fd,
+           std::unique_ptr<SqliteConnection> writer, std::unique_ptr<SqliteConnection> reader);
+
+  const std::string dir_;
+  const std::string path_;
+  const int lock_fd_;
+  std::mutex writer_mu_;
+  std::unique_ptr<SqliteConnection> writer_;  // GUARDED_BY(writer_mu_)
+  std::mutex reader_mu_;
+  std::unique_ptr<SqliteConnection> reader_;  // GUARDED_BY(reader_mu_)
+};
+
+}  // namespace dgpu::store

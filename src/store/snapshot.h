@@ -1,0 +1,39 @@
+// Snapshot: the human-readable JSON state file, written atomically.
+//
+// WriteFileAtomically writes `<path>.tmp`, fsyncs it, renames it over `path` and fsyncs the
+// directory, so that a reader (or a crash) sees either the old file or the new one, whole.
+// The JSON a daemon writes is built by its caller (the REST layer owns that format); this module
+// only adds the writer and the store's own dump of its database.
+//
+// Errors: ENOSPC -> ResourceExhausted("disk full: ..."); any other failure -> Unavailable naming
+// the path and the reason. On error the previous file is untouched and the .tmp file removed.
+// Thread safety: free functions; concurrent writers of the same path must be serialised by the
+// caller.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "store/database.h"
+
+namespace dgpu::store {
+
+inline constexpr char kStateFileName[] = "state.json";
+
+// Replaces `path` with `contents` atomically and durably (see above).
+Status WriteFileAtomically(const std::string& path, std::string_view contents);
+
+// Writes `state` (pretty-printed, 2-space indent) to `<dir>/state.json` atomically, creating
+// `dir` if missing.
+Status WriteStateFile(const std::string& dir, const nlohmann::json& state);
+
+// The store's own snapshot of `db`, read from one consistent snapshot of the database:
+//   {"format": "dgpu-store", "schema_version": 1,
+//    "meta": {"epoch", "next_task_number", "last_applied_seq", "online_percent"?},
+//    "tasks": [<TaskToJson>, ...]}   (every task, finished ones included, in id order)
+StatusOr<nlohmann::json> DumpStore(Database& db);
+
+}  // namespace dgpu::store

@@ -1,0 +1,183 @@
+#include "store/task_codec.h"
+
+#include <cstdint>
+#include <limits>
+
+namespace dgpu::store {
+namespace {
+
+using nlohmann::json;
+
+Status Malformed(std::string_view field, std::string_view expected) {
+  return DataLoss("stored task field '" + std::string(field) + "' is not " +
+                  std::string(expected));
+}
+
+// Field readers: each checks the JSON type before converting, so that nothing throws.
+Status ReadString(const json& obj, const char* key, std::string* out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_string()) return Malformed(key, "a string");
+  *out = it->get<std::string>();
+  return OkStatus();
+}
+
+Status ReadInt64(const json& obj, const char* key, int64_t* out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number_integer()) return Malformed(key, "an integer");
+  if (it->is_number_unsigned() &&
+      it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return Malformed(key, "a 64-bit signed integer");
+  }
+  *out = it->get<int64_t>();
+  return OkStatus();
+}
+
+Status ReadInt(const json& obj, const char* key, int* out) {
+  int64_t v = 0;
+  if (Status s = ReadInt64(obj, key, &v); !s.ok()) return s;
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+    return Malformed(key, "a 32-bit integer");
+  }
+  *out = static_cast<int>(v);
+  return OkStatus();
+}
+
+Status ReadBool(const json& obj, const char* key, bool* out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_boolean()) return Malformed(key, "a boolean");
+  *out = it->get<bool>();
+  return OkStatus();
+}
+
+}  // namespace
+
+json EnvToJson(const EnvList& env) {
+  json out = json::array();
+  for (const auto& [key, value] : env) out.push_back(json::array({key, value}));
+  return out;
+}
+
+StatusOr<EnvList> EnvFromJson(const json& j) {
+  if (!j.is_array()) return Malformed("env", "an array");
+  EnvList env;
+  env.reserve(j.size());
+  for (const json& pair : j) {
+    if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_string()) {
+      return Malformed("env", "a list of [key, value] string pairs");
+    }
+    env.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
+  }
+  return env;
+}
+
+json AllocationToJson(const core::Allocation& allocation) {
+  json out = json::array();
+  for (const core::NodeAllocation& a : allocation) {
+    out.push_back(json{{"node_id", a.node_id}, {"gpu_indices", a.gpu_indices}});
+  }
+  return out;
+}
+
+StatusOr<core::Allocation> AllocationFromJson(const json& j) {
+  if (!j.is_array()) return Malformed("allocation", "an array");
+  core::Allocation allocation;
+  allocation.reserve(j.size());
+  for (const json& entry : j) {
+    if (!entry.is_object()) return Malformed("allocation", "a list of objects");
+    core::NodeAllocation a;
+    if (Status s = ReadString(entry, "node_id", &a.node_id); !s.ok()) return s;
+    auto it = entry.find("gpu_indices");
+    if (it == entry.end() || !it->is_array()) return Malformed("gpu_indices", "an array");
+    for (const json& index : *it) {
+      if (!index.is_number_integer()) return Malformed("gpu_indices", "a list of integers");
+      int64_t v = index.get<int64_t>();
+      if (v < 0 || v > std::numeric_limits<int>::max()) {
+        return Malformed("gpu_indices", "a list of GPU indices");
+      }
+      a.gpu_indices.push_back(static_cast<int>(v));
+    }
+    allocation.push_back(std::move(a));
+  }
+  return allocation;
+}
+
+json TaskToJson(const core::Task& t) {
+  return json{
+      {"id", t.id},
+      {"name", t.spec.name},
+      {"priority", core::ToString(t.spec.priority)},
+      {"gpu_count", t.spec.gpu_count},
+      {"gpu_model", t.spec.gpu_model},
+      {"command", t.spec.command},
+      {"env", EnvToJson(t.spec.env)},
+      {"timeout_seconds", t.spec.timeout_seconds},
+      {"image", t.spec.image},
+      {"status", core::ToString(t.status)},
+      {"queue_seq", t.queue_seq},
+      {"allocation", AllocationToJson(t.allocation)},
+      {"attempts", t.attempts},
+      {"exit_code", t.exit_code},
+      {"error", t.error},
+      {"created_at", t.created_at},
+      {"started_at", t.started_at},
+      {"finished_at", t.finished_at},
+      {"stopping", t.stopping},
+  };
+}
+
+StatusOr<core::Task> TaskFromJson(const json& j) {
+  if (!j.is_object()) return Malformed("task", "an object");
+  core::Task t;
+  auto id = j.find("id");
+  if (id == j.end() || !id->is_number_unsigned() || id->get<uint64_t>() == 0) {
+    return Malformed("id", "a positive task number");
+  }
+  t.id = id->get<uint64_t>();
+  std::string priority, status;
+  Status s;
+  if (s = ReadString(j, "name", &t.spec.name); !s.ok()) return s;
+  if (s = ReadString(j, "priority", &priority); !s.ok()) return s;
+  if (s = ReadInt(j, "gpu_count", &t.spec.gpu_count); !s.ok()) return s;
+  if (s = ReadString(j, "gpu_model", &t.spec.gpu_model); !s.ok()) return s;
+  if (s = ReadString(j, "command", &t.spec.command); !s.ok()) return s;
+  if (s = ReadInt64(j, "timeout_seconds", &t.spec.timeout_seconds); !s.ok()) return s;
+  if (s = ReadString(j, "image", &t.spec.image); !s.ok()) return s;
+  if (s = ReadString(j, "status", &status); !s.ok()) return s;
+  if (s = ReadInt64(j, "queue_seq", &t.queue_seq); !s.ok()) return s;
+  if (s = ReadInt(j, "attempts", &t.attempts); !s.ok()) return s;
+  if (s = ReadInt(j, "exit_code", &t.exit_code); !s.ok()) return s;
+  if (s = ReadString(j, "error", &t.error); !s.ok()) return s;
+  if (s = ReadInt64(j, "created_at", &t.created_at); !s.ok()) return s;
+  if (s = ReadInt64(j, "started_at", &t.started_at); !s.ok()) return s;
+  if (s = ReadInt64(j, "finished_at", &t.finished_at); !s.ok()) return s;
+  if (s = ReadBool(j, "stopping", &t.stopping); !s.ok()) return s;
+  auto p = core::ParsePriority(priority);
+  if (!p) return Malformed("priority", "high or low");
+  t.spec.priority = *p;
+  auto st = core::ParseTaskStatus(status);
+  if (!st) return Malformed("status", "a task status");
+  t.status = *st;
+  auto env_it = j.find("env");
+  if (env_it == j.end()) return Malformed("env", "present");
+  StatusOr<EnvList> env = EnvFromJson(*env_it);
+  if (!env.ok()) return env.status();
+  t.spec.env = std::move(*env);
+  auto alloc_it = j.find("allocation");
+  if (alloc_it == j.end()) return Malformed("allocation", "present");
+  StatusOr<core::Allocation> allocation = AllocationFromJson(*alloc_it);
+  if (!allocation.ok()) return allocation.status();
+  t.allocation = std::move(*allocation);
+  return t;
+}
+
+std::string DumpJson(const json& j, int indent) {
+  return j.dump(indent, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace);
+}
+
+StatusOr<json> ParseJson(std::string_view text, std::string_view what) {
+  json j = json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return DataLoss(std::string(what) + " is not valid JSON");
+  return j;
+}
+
+}  // namespace dgpu::store

@@ -1,0 +1,60 @@
+#include "sim/cluster.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "test_files.h"
+
+namespace dgpu::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ClusterTest, CsvWithHeaderAndComments) {
+  auto spec =
+      ParseClusterCsv("count,gpus_per_node,model\n# big nodes\n2,8,A100\n3,4,T4\n", "c.csv");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->groups.size(), 2u);
+  EXPECT_EQ(spec->NodeCount(), 5);
+  EXPECT_EQ(spec->TotalGpus(), 28);
+  EXPECT_EQ(spec->groups[1].model, "T4");
+}
+
+TEST(ClusterTest, CsvErrorsNameLineAndField) {
+  auto spec = ParseClusterCsv("2,8,A100\n2,x,T4\n", "c.csv");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(), HasSubstr("c.csv:2: field 'gpus_per_node'"));
+  spec = ParseClusterCsv("0,8,A100\n", "c.csv");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("c.csv:1: field 'count'"));
+}
+
+TEST(ClusterTest, Yaml) {
+  auto spec = ParseClusterYaml(
+      "nodes:\n  - {count: 2, gpus_per_node: 8, model: A100}\n"
+      "  - count: 1\n    gpus_per_node: 2\n    model: T4\n",
+      "c.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->TotalGpus(), 18);
+}
+
+TEST(ClusterTest, YamlUnknownKeyIsAnError) {
+  auto spec = ParseClusterYaml("nodes:\n  - {count: 2, gpus: 8, model: A100}\n", "c.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(), HasSubstr("nodes[0]: unknown key 'gpus'"));
+}
+
+TEST(ClusterTest, LoadPicksParserByExtension) {
+  auto csv = LoadClusterFile(testing_util::WriteTempFile("c.csv", "1,4,V100\n"));
+  ASSERT_TRUE(csv.ok()) << csv.status().ToString();
+  EXPECT_EQ(csv->TotalGpus(), 4);
+  auto yaml = LoadClusterFile(
+      testing_util::WriteTempFile("c.yaml", "nodes: [{count: 3, gpus_per_node: 2, model: X}]\n"));
+  ASSERT_TRUE(yaml.ok()) << yaml.status().ToString();
+  EXPECT_EQ(yaml->TotalGpus(), 6);
+}
+
+}  // namespace
+}  // namespace dgpu::sim

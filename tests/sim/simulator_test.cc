@@ -1,0 +1,230 @@
+// End-to-end replays through the dgpu-sim command, on small traces whose outcome is worked out
+// by hand in the comments.
+#include "sim/simulator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "sim/cli.h"
+#include "test_files.h"
+
+namespace dgpu::sim {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+using testing_util::WriteTempFile;
+
+const char kGenericHeader[] = "submit_time,duration,gpu_count,priority,gpu_model,team\n";
+
+struct SimRun {
+  int code = 0;
+  std::string out;
+  std::string err;
+  Json json;
+};
+
+SimRun RunSim(std::vector<std::string> args) {
+  std::ostringstream out;
+  std::ostringstream err;
+  SimRun r;
+  r.code = RunSimCommand(args, out, err);
+  r.out = out.str();
+  r.err = err.str();
+  if (r.code == 0 && !r.out.empty() && r.out.front() == '{') r.json = Json::parse(r.out);
+  return r;
+}
+
+// 1 node x 4 GPUs, all batch with the whole cluster as batch quota.
+//   t=0  A(2 GPUs, 10 s) and B(2 GPUs, 5 s) start: the node is full.
+//   t=1  C(4 GPUs, 4 s) waits.   t=2  D(2 GPUs, 1 s) waits.
+//   t=5  B ends; C still cannot start (needs 4), D overtakes it: starts at 5, ends at 6.
+//   t=10 A ends; C starts, ends at 14.
+// Delays 0, 0, 9, 3 (mean 3); completion times 10, 5, 13, 4 (mean 8);
+// busy = 2*10 + 2*5 + 4*4 + 2*1 = 48 GPU-s over 4 GPUs x 14 s.
+TEST(SimulatorTest, ExactDelaysAndUtilizationOnOneNode) {
+  std::string trace = WriteTempFile("t.csv", std::string(kGenericHeader) +
+                                                 "0,10,2,low,,t\n0,5,2,low,,t\n1,4,4,low,,t\n"
+                                                 "2,1,2,low,,t\n");
+  SimRun r = RunSim({"--trace", trace, "--nodes", "1", "--gpus-per-node", "4", "--online-percent",
+                     "0", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json& j = r.json;
+  EXPECT_EQ(j["jobs"]["submitted"], 4);
+  EXPECT_EQ(j["jobs"]["completed"], 4);
+  EXPECT_EQ(j["jobs"]["rejected"], 0);
+  EXPECT_EQ(j["jobs"]["pending_at_end"], 0);
+  const Json& low = j["queueing_delay_seconds"]["low"];
+  EXPECT_EQ(low["count"], 4);
+  EXPECT_DOUBLE_EQ(low["mean"], 3.0);
+  EXPECT_DOUBLE_EQ(low["p50"], 0.0);
+  EXPECT_DOUBLE_EQ(low["p95"], 9.0);
+  EXPECT_DOUBLE_EQ(low["p99"], 9.0);
+  EXPECT_EQ(j["queueing_delay_seconds"]["high"]["count"], 0);
+  EXPECT_EQ(j["queueing_delay_seconds"]["all"], low);
+  EXPECT_DOUBLE_EQ(j["completion_time_seconds"]["mean"], 8.0);
+  EXPECT_DOUBLE_EQ(j["completion_time_seconds"]["p50"], 5.0);
+  EXPECT_DOUBLE_EQ(j["makespan_seconds"], 14.0);
+  EXPECT_DOUBLE_EQ(j["busy_gpu_seconds"], 48.0);
+  EXPECT_DOUBLE_EQ(j["utilization"], 48.0 / 56.0);
+  // C waited for quota (the whole cluster is in use by the batch class), not for a node.
+  EXPECT_DOUBLE_EQ(j["fragmentation"]["fragmented_seconds"], 0.0);
+  EXPECT_EQ(j["decisions"], 4);
+  EXPECT_TRUE(j.contains("speed"));
+}
+
+// Two nodes of 2 GPUs, models a and b. A (model a) and B (model b) take one GPU on each node;
+// E (2 GPUs, any model) arrives at t=1: 2 GPUs are free, but on two nodes.
+//   dgpu:     E waits (no_node_fits) until A ends at 10; runs 10..11. Fragmented 1..10 with
+//             2 free GPUs.
+//   original: E starts at 1 on the two idle GPUs, one per node: one multi-node task.
+std::string StrandedTrace() {
+  return WriteTempFile(
+      "t.csv", std::string(kGenericHeader) + "0,10,1,high,a,t\n0,20,1,high,b,t\n1,1,2,high,,t\n");
+}
+
+TEST(SimulatorTest, FragmentationWhenFreeGpusAreOnDifferentNodes) {
+  std::string cluster = WriteTempFile("c.csv", "count,gpus_per_node,model\n1,2,a\n1,2,b\n");
+  SimRun r =
+      RunSim({"--trace", StrandedTrace(), "--cluster", cluster, "--online-percent", "1", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json& j = r.json;
+  EXPECT_DOUBLE_EQ(j["queueing_delay_seconds"]["high"]["mean"], 3.0);  // (0 + 0 + 9) / 3.
+  EXPECT_DOUBLE_EQ(j["queueing_delay_seconds"]["high"]["p99"], 9.0);
+  EXPECT_DOUBLE_EQ(j["makespan_seconds"], 20.0);
+  EXPECT_DOUBLE_EQ(j["fragmentation"]["fragmented_seconds"], 9.0);
+  EXPECT_DOUBLE_EQ(j["fragmentation"]["mean_free_gpus_while_fragmented"], 2.0);
+  EXPECT_DOUBLE_EQ(j["fragmentation"]["fragmented_time_fraction"], 9.0 / 20.0);
+  EXPECT_EQ(j["multi_node_tasks"], 0);
+  // busy = 10 + 20 + 2 GPU-s over 4 GPUs x 20 s.
+  EXPECT_DOUBLE_EQ(j["utilization"], 32.0 / 80.0);
+}
+
+TEST(SimulatorTest, OriginalPolicySpreadsOverNodes) {
+  std::string cluster = WriteTempFile("c.csv", "1,2,a\n1,2,b\n");
+  for (const char* seed : {"1", "2", "3"}) {
+    SimRun r = RunSim({"--trace", StrandedTrace(), "--cluster", cluster, "--online-percent", "1",
+                       "--policy", "original", "--seed", seed, "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.json["config"]["policy"], "original");
+    EXPECT_EQ(r.json["multi_node_tasks"], 1);
+    EXPECT_EQ(r.json["multi_node_task_nodes"], 2);
+    EXPECT_DOUBLE_EQ(r.json["queueing_delay_seconds"]["all"]["mean"], 0.0);
+    EXPECT_DOUBLE_EQ(r.json["fragmentation"]["fragmented_seconds"], 0.0);
+  }
+}
+
+TEST(SimulatorTest, OversizedAndUnknownModelJobsAreRejectedNotSubmitted) {
+  std::string trace =
+      WriteTempFile("t.csv", std::string(kGenericHeader) +
+                                 "0,1,8,low,,t\n0,1,4,low,,t\n1,1,1,low,H100,t\n2,1,16,high,,t\n");
+  SimRun r = RunSim({"--trace", trace, "--nodes", "2", "--gpus-per-node", "4", "--model", "V100",
+                     "--online-percent", "0.5", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.json["jobs"]["total"], 4);
+  EXPECT_EQ(r.json["jobs"]["rejected"], 3);
+  EXPECT_EQ(r.json["jobs"]["rejected_exceeds_node"], 2);
+  EXPECT_EQ(r.json["jobs"]["rejected_no_gpu_model"], 1);
+  EXPECT_EQ(r.json["jobs"]["submitted"], 1);
+  EXPECT_EQ(r.json["jobs"]["completed"], 1);
+}
+
+// A batch job larger than the batch quota can never start: it is reported pending at the end.
+TEST(SimulatorTest, PendingAtEndAndMaxTime) {
+  std::string trace = WriteTempFile(
+      "t.csv", std::string(kGenericHeader) + "0,100,1,high,,t\n0,5,4,low,,t\n50,1,1,high,,t\n");
+  SimRun r = RunSim({"--trace", trace, "--nodes", "1", "--gpus-per-node", "4", "--online-percent",
+                     "0.5", "--max-time", "30", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.json["jobs"]["submitted"], 2);
+  EXPECT_EQ(r.json["jobs"]["running_at_end"], 1);
+  EXPECT_EQ(r.json["jobs"]["pending_at_end_low"], 1);
+  EXPECT_EQ(r.json["jobs"]["not_arrived"], 1);
+  EXPECT_DOUBLE_EQ(r.json["makespan_seconds"], 30.0);
+  EXPECT_DOUBLE_EQ(r.json["utilization"], 30.0 / 120.0);
+}
+
+std::string SyntheticTrace(int jobs) {
+  std::string text = kGenericHeader;
+  uint64_t x = 12345;
+  auto next = [&] {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return x >> 33;
+  };
+  double t = 0;
+  static const char* kTeams[] = {"a", "b", "c", "d", "e"};
+  for (int i = 0; i < jobs; ++i) {
+    t += static_cast<double>(next() % 1000) / 100.0;
+    int gpus = 1 << (next() % 4);
+    text += std::to_string(t) + "," + std::to_string(1 + next() % 3000) + "," +
+            std::to_string(gpus) + ",," + (next() % 5 == 0 ? "B" : "") + "," + kTeams[next() % 5] +
+            "\n";
+  }
+  return text;
+}
+
+TEST(SimulatorTest, SameInputAndSeedGiveIdenticalOutput) {
+  std::string trace = WriteTempFile("t.csv", SyntheticTrace(3000));
+  std::string cluster = WriteTempFile("c.yaml",
+                                      "nodes:\n  - {count: 6, gpus_per_node: 8, model: A}\n"
+                                      "  - {count: 4, gpus_per_node: 4, model: B}\n");
+  for (const char* policy : {"dgpu", "original"}) {
+    std::vector<std::string> args = {"--trace", trace,    "--cluster", cluster, "--policy",
+                                     policy,    "--seed", "9",         "--json"};
+    SimRun first = RunSim(args);
+    SimRun second = RunSim(args);
+    ASSERT_EQ(first.code, 0) << first.err;
+    ASSERT_EQ(second.code, 0) << second.err;
+    EXPECT_EQ(
+        first.json["jobs"]["completed"].get<int>() + first.json["jobs"]["rejected"].get<int>(),
+        3000);
+    EXPECT_GT(first.json["jobs"]["rejected_exceeds_node"].get<int>(), 0);  // 8 GPUs of model B.
+    EXPECT_GT(first.json["queueing_delay_seconds"]["all"]["p99"].get<double>(), 0);
+    first.json.erase("speed");
+    second.json.erase("speed");
+    EXPECT_EQ(first.json.dump(), second.json.dump()) << policy;
+  }
+}
+
+TEST(SimulatorTest, PhillyTraceWithTeamsAsPriorities) {
+  std::string trace = WriteTempFile("p.csv",
+                                    "timestamp,duration,num_gpus,gpu_time,cluster\n"
+                                    "2017-10-09 00:00:10,10,1,10,x\n"
+                                    "2017-10-09 00:00:00,10,2,20,y\n"
+                                    "2017-10-09 00:00:20,10,16,160,y\n");
+  SimRun r = RunSim(
+      {"--trace", trace, "--online-teams", "x", "--nodes", "1", "--gpus-per-node", "8", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.json["input"]["format"], "philly");
+  EXPECT_EQ(r.json["input"]["online_teams"], Json::array({"x"}));
+  EXPECT_EQ(r.json["queueing_delay_seconds"]["high"]["count"], 1);
+  EXPECT_EQ(r.json["queueing_delay_seconds"]["low"]["count"], 1);
+  EXPECT_EQ(r.json["jobs"]["rejected_exceeds_node"], 1);
+  EXPECT_DOUBLE_EQ(r.json["makespan_seconds"], 20.0);
+}
+
+TEST(SimulatorTest, TextReportAndErrors) {
+  std::string trace =
+      WriteTempFile("t.csv", std::string(kGenericHeader) + "0,10,2,low,,t\n0,x,2,low,,t\n");
+  SimRun r = RunSim({"--trace", trace});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr(trace + ":3: field 'duration'"));
+
+  trace = WriteTempFile("ok.csv", std::string(kGenericHeader) + "0,10,2,low,,t\n");
+  r = RunSim({"--trace", trace});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("queueing delay"));
+  EXPECT_THAT(r.out, HasSubstr("speed:"));
+
+  r = RunSim({"--trace", trace, "--policy", "magic"});
+  EXPECT_EQ(r.code, 2);
+  r = RunSim({"--trace", trace, "--online-percent", "1.5"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--online-percent"));
+}
+
+}  // namespace
+}  // namespace dgpu::sim

@@ -1,0 +1,325 @@
+#include "store/database.h"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "store_test_util.h"
+
+namespace dgpu::store {
+namespace {
+
+using core::Priority;
+using core::TaskStatus;
+using ::testing::ElementsAre;
+using testing::FullTask;
+using testing::Ids;
+using testing::NextNumber;
+using testing::Quota;
+using testing::SimpleTask;
+using testing::StatusIs;
+using testing::TempDir;
+using testing::Upsert;
+
+std::unique_ptr<Database> OpenOrDie(const std::string& dir) {
+  StatusOr<std::unique_ptr<Database>> db = Database::Open(dir);
+  EXPECT_TRUE(db.ok()) << db.status().ToString();
+  return db.ok() ? std::move(*db) : nullptr;
+}
+
+TEST(DatabaseTest, NewDatabaseHasDefaultMeta) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.Sub("state"));  // Missing directories are created.
+  ASSERT_NE(db, nullptr);
+  EXPECT_EQ(db->path(), dir.Sub("state") + "/dgpu.db");
+  StatusOr<LoadedState> loaded = db->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_TRUE(loaded->tasks.empty());
+  EXPECT_EQ(loaded->online_percent, std::nullopt);
+  EXPECT_EQ(loaded->epoch, 0u);
+  EXPECT_EQ(loaded->next_task_number, 1u);
+  EXPECT_EQ(loaded->last_applied_seq, 0u);
+}
+
+TEST(DatabaseTest, RoundTripsEveryTaskFieldAcrossReopen) {
+  TempDir dir;
+  const core::Task task = FullTask(17);
+  {
+    auto db = OpenOrDie(dir.path());
+    ASSERT_TRUE(db->Apply({Upsert(task)}, 5).ok());
+    StatusOr<std::optional<core::Task>> got = db->GetTask(17);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_TRUE(got->has_value());
+    testing::ExpectSameTask(task, **got);
+  }
+  auto db = OpenOrDie(dir.path());
+  StatusOr<std::optional<core::Task>> got = db->GetTask(17);
+  ASSERT_TRUE(got.ok() && got->has_value());
+  testing::ExpectSameTask(task, **got);
+  StatusOr<std::optional<core::Task>> missing = db->GetTask(18);
+  ASSERT_TRUE(missing.ok());
+  EXPECT_FALSE(missing->has_value());
+  StatusOr<StoreMeta> meta = db->ReadMeta();
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->last_applied_seq, 5u);
+  EXPECT_EQ(meta->next_task_number, 18u);
+}
+
+TEST(DatabaseTest, UpsertReplacesTheRow) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  core::Task t = SimpleTask(3, TaskStatus::kPending);
+  core::Task running = t;
+  running.status = TaskStatus::kRunning;
+  running.allocation = {{"n1", {1}}};
+  running.attempts = 1;
+  ASSERT_TRUE(db->Apply({Upsert(t), Upsert(running)}, 1).ok());
+  StatusOr<TaskPage> page = db->ListTasks(std::nullopt, std::nullopt, 10, 0);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->total, 1);
+  ASSERT_EQ(page->tasks.size(), 1u);
+  testing::ExpectSameTask(running, page->tasks[0]);
+}
+
+TEST(DatabaseTest, LoadReturnsExactlyTheUnfinishedTasksInQueueOrder) {
+  TempDir dir;
+  {
+    auto db = OpenOrDie(dir.path());
+    std::vector<core::Change> changes = {
+        Upsert(SimpleTask(1, TaskStatus::kPending, Priority::kLow, 5)),
+        Upsert(SimpleTask(2, TaskStatus::kRunning, Priority::kHigh, 2)),
+        Upsert(SimpleTask(3, TaskStatus::kSuccess, Priority::kLow, 1, 900)),
+        Upsert(SimpleTask(4, TaskStatus::kCancelled, Priority::kLow, 7, 950, /*stopping=*/true)),
+        Upsert(SimpleTask(5, TaskStatus::kCancelled, Priority::kHigh, 3, 960)),
+        Upsert(SimpleTask(6, TaskStatus::kFailed, Priority::kHigh, 4, 970)),
+        Upsert(SimpleTask(7, TaskStatus::kPending, Priority::kHigh, -1)),  // Put back at head.
+        Quota(0.25),
+    };
+    ASSERT_TRUE(db->Apply(changes, 42).ok());
+  }
+  auto db = OpenOrDie(dir.path());
+  StatusOr<LoadedState> loaded = db->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_THAT(Ids(loaded->tasks), ElementsAre(7, 2, 1, 4));
+  EXPECT_EQ(loaded->online_percent, 0.25);
+  EXPECT_EQ(loaded->next_task_number, 8u);
+  EXPECT_EQ(loaded->last_applied_seq, 42u);
+  testing::ExpectSameTask(SimpleTask(4, TaskStatus::kCancelled, Priority::kLow, 7, 950, true),
+                          loaded->tasks[3]);
+}
+
+TEST(DatabaseTest, NextTaskNumberNeverDecreasesAndSurvivesPruning) {
+  TempDir dir;
+  {
+    auto db = OpenOrDie(dir.path());
+    ASSERT_TRUE(db->Apply({Upsert(SimpleTask(1, TaskStatus::kSuccess, Priority::kLow, 1, 100)),
+                           Upsert(SimpleTask(2, TaskStatus::kFailed, Priority::kLow, 2, 100))},
+                          1)
+                    .ok());
+    ASSERT_TRUE(db->Apply({NextNumber(10)}, 2).ok());
+    ASSERT_TRUE(db->Apply({NextNumber(5), Upsert(SimpleTask(4, TaskStatus::kSuccess,
+                                                            Priority::kLow, 4, 100))},
+                          3)
+                    .ok());
+    StatusOr<int> pruned = db->PruneFinished(1000, 100);
+    ASSERT_TRUE(pruned.ok());
+    EXPECT_EQ(*pruned, 3);
+  }
+  auto db = OpenOrDie(dir.path());
+  StatusOr<LoadedState> loaded = db->Load();
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->next_task_number, 10u);
+  EXPECT_EQ(loaded->last_applied_seq, 3u);
+  StatusOr<std::vector<core::Task>> all = db->AllTasks();
+  ASSERT_TRUE(all.ok());
+  EXPECT_TRUE(all->empty());
+}
+
+// Thirty tasks: id i has status (i % 5) and priority (i % 2 ? low : high).
+class ListTasksTest : public ::testing::Test {
+ protected:
+  static constexpr TaskStatus kStatuses[] = {TaskStatus::kPending, TaskStatus::kRunning,
+                                             TaskStatus::kSuccess, TaskStatus::kFailed,
+                                             TaskStatus::kCancelled};
+  void SetUp() override {
+    db_ = OpenOrDie(dir_.path());
+    std::vector<core::Change> changes;
+    for (core::TaskNumber id = 1; id <= 30; ++id) {
+      changes.push_back(Upsert(SimpleTask(id, kStatuses[id % 5],
+                                          id % 2 ? Priority::kLow : Priority::kHigh)));
+    }
+    ASSERT_TRUE(db_->Apply(changes, 1).ok());
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Database> db_;
+};
+
+TEST_F(ListTasksTest, FiltersPagesAndCountsExactly) {
+  struct Case {
+    std::optional<TaskStatus> status;
+    std::optional<Priority> priority;
+    int limit;
+    int offset;
+  };
+  const Case cases[] = {
+      {std::nullopt, std::nullopt, 50, 0},
+      {std::nullopt, std::nullopt, 7, 0},
+      {std::nullopt, std::nullopt, 7, 25},
+      {std::nullopt, std::nullopt, 5, 30},
+      {std::nullopt, std::nullopt, 0, 0},
+      {TaskStatus::kPending, std::nullopt, 3, 1},
+      {TaskStatus::kSuccess, std::nullopt, 50, 0},
+      {std::nullopt, Priority::kHigh, 4, 2},
+      {std::nullopt, Priority::kLow, 100, 10},
+      {TaskStatus::kRunning, Priority::kLow, 50, 0},
+      {TaskStatus::kRunning, Priority::kHigh, 50, 0},
+      {TaskStatus::kCancelled, Priority::kHigh, 1, 1},
+  };
+  for (const Case& c : cases) {
+    // The expected answer, from the definition.
+    std::vector<core::TaskNumber> matching;
+    for (core::TaskNumber id = 30; id >= 1; --id) {
+      Priority p = id % 2 ? Priority::kLow : Priority::kHigh;
+      if (c.status && *c.status != kStatuses[id % 5]) continue;
+      if (c.priority && *c.priority != p) continue;
+      matching.push_back(id);
+    }
+    std::vector<core::TaskNumber> want;
+    for (size_t i = c.offset; i < matching.size() && want.size() < static_cast<size_t>(c.limit);
+         ++i) {
+      want.push_back(matching[i]);
+    }
+    SCOPED_TRACE(::testing::Message()
+                 << "status=" << (c.status ? core::ToString(*c.status) : "any")
+                 << " priority=" << (c.priority ? core::ToString(*c.priority) : "any")
+                 << " limit=" << c.limit << " offset=" << c.offset);
+    StatusOr<TaskPage> page = db_->ListTasks(c.status, c.priority, c.limit, c.offset);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    EXPECT_EQ(page->total, static_cast<int64_t>(matching.size()));
+    EXPECT_EQ(Ids(page->tasks), want);
+  }
+}
+
+TEST_F(ListTasksTest, RejectsNegativeLimitOrOffset) {
+  EXPECT_THAT(db_->ListTasks(std::nullopt, std::nullopt, -1, 0),
+              StatusIs(StatusCode::kInvalidArgument, "limit"));
+  EXPECT_THAT(db_->ListTasks(std::nullopt, std::nullopt, 10, -1),
+              StatusIs(StatusCode::kInvalidArgument, "offset"));
+}
+
+TEST(DatabaseTest, PruneDeletesOnlyFinishedTasksOlderThanTheCutoffInBatches) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  ASSERT_TRUE(
+      db->Apply({Upsert(SimpleTask(1, TaskStatus::kSuccess, Priority::kLow, 1, 100)),
+                 Upsert(SimpleTask(2, TaskStatus::kFailed, Priority::kLow, 2, 200)),
+                 Upsert(SimpleTask(3, TaskStatus::kCancelled, Priority::kLow, 3, 240)),
+                 Upsert(SimpleTask(4, TaskStatus::kCancelled, Priority::kLow, 4, 150, true)),
+                 Upsert(SimpleTask(5, TaskStatus::kSuccess, Priority::kLow, 5, 300)),
+                 Upsert(SimpleTask(6, TaskStatus::kPending)),
+                 Upsert(SimpleTask(7, TaskStatus::kRunning))},
+                1)
+          .ok());
+  EXPECT_THAT(db->PruneFinished(250, 0), StatusIs(StatusCode::kInvalidArgument, "batch_limit"));
+  StatusOr<int> pruned = db->PruneFinished(250, 2);  // Batches of 2, 2 and 0.
+  ASSERT_TRUE(pruned.ok()) << pruned.status().ToString();
+  EXPECT_EQ(*pruned, 3);
+  StatusOr<std::vector<core::Task>> all = db->AllTasks();
+  ASSERT_TRUE(all.ok());
+  EXPECT_THAT(Ids(*all), ElementsAre(4, 5, 6, 7));
+  StatusOr<int> again = db->PruneFinished(250, 2);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 0);
+}
+
+TEST(DatabaseTest, EpochIsDurable) {
+  TempDir dir;
+  {
+    auto db = OpenOrDie(dir.path());
+    ASSERT_TRUE(db->SetEpoch(7).ok());
+  }
+  auto db = OpenOrDie(dir.path());
+  StatusOr<uint64_t> epoch = db->GetEpoch();
+  ASSERT_TRUE(epoch.ok());
+  EXPECT_EQ(*epoch, 7u);
+}
+
+TEST(DatabaseTest, ApplyIsAllOrNothing) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  ASSERT_TRUE(db->Apply({Upsert(SimpleTask(1, TaskStatus::kPending))}, 1).ok());
+  core::Task bad = SimpleTask(2, TaskStatus::kPending);
+  bad.id = 0;
+  EXPECT_THAT(db->Apply({Upsert(SimpleTask(3, TaskStatus::kPending)), Quota(0.5), Upsert(bad)}, 2),
+              StatusIs(StatusCode::kInvalidArgument, "task number 0"));
+  EXPECT_THAT(db->Apply({Upsert(SimpleTask(3, TaskStatus::kPending)), Quota(1.5)}, 2),
+              StatusIs(StatusCode::kInvalidArgument, "online_percent"));
+  StatusOr<LoadedState> loaded = db->Load();
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_THAT(Ids(loaded->tasks), ElementsAre(1));
+  EXPECT_EQ(loaded->online_percent, std::nullopt);
+  EXPECT_EQ(loaded->last_applied_seq, 1u);
+  EXPECT_EQ(loaded->next_task_number, 2u);
+}
+
+TEST(DatabaseTest, ForEachTaskStreamsAllTasksWithTheirMeta) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  ASSERT_TRUE(db->Apply({Upsert(SimpleTask(9, TaskStatus::kSuccess, Priority::kLow, 1, 5)),
+                         Upsert(SimpleTask(2, TaskStatus::kPending)), Quota(0.6)},
+                        11)
+                  .ok());
+  std::vector<core::TaskNumber> seen;
+  StoreMeta meta;
+  ASSERT_TRUE(db->ForEachTask([&](const core::Task& t) { seen.push_back(t.id); }, &meta).ok());
+  EXPECT_THAT(seen, ElementsAre(2, 9));
+  EXPECT_EQ(meta.last_applied_seq, 11u);
+  EXPECT_EQ(meta.next_task_number, 10u);
+  EXPECT_EQ(meta.online_percent, 0.6);
+}
+
+TEST(DatabaseTest, ReplaceAllInstallsASnapshot) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  ASSERT_TRUE(db->Apply({Upsert(SimpleTask(1, TaskStatus::kPending)),
+                         Upsert(SimpleTask(2, TaskStatus::kRunning)), Quota(0.9)},
+                        3)
+                  .ok());
+  StoreMeta meta;
+  meta.epoch = 4;
+  meta.next_task_number = 20;
+  meta.last_applied_seq = 99;
+  ASSERT_TRUE(db->ReplaceAll(meta, {FullTask(5), SimpleTask(9, TaskStatus::kPending)}).ok());
+  StatusOr<std::vector<core::Task>> all = db->AllTasks();
+  ASSERT_TRUE(all.ok());
+  ASSERT_THAT(Ids(*all), ElementsAre(5, 9));
+  testing::ExpectSameTask(FullTask(5), (*all)[0]);
+  StatusOr<StoreMeta> got = db->ReadMeta();
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->epoch, 4u);
+  EXPECT_EQ(got->next_task_number, 20u);
+  EXPECT_EQ(got->last_applied_seq, 99u);
+  EXPECT_EQ(got->online_percent, std::nullopt);
+
+  // next_task_number is raised above the highest task id.
+  ASSERT_TRUE(db->ReplaceAll(meta, {SimpleTask(30, TaskStatus::kPending)}).ok());
+  got = db->ReadMeta();
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->next_task_number, 31u);
+}
+
+TEST(DatabaseTest, SecondOpenOfTheSameDirectoryIsRefused) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  EXPECT_THAT(Database::Open(dir.path()), StatusIs(StatusCode::kFailedPrecondition, "in use"));
+  db.reset();
+  EXPECT_TRUE(Database::Open(dir.path()).ok());
+}
+
+}  // namespace
+}  // namespace dgpu::store

@@ -1,0 +1,105 @@
+#include "store/snapshot.h"
+
+#include <filesystem>
+#include <memory>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "store/database.h"
+#include "store/task_codec.h"
+#include "store_test_util.h"
+
+namespace dgpu::store {
+namespace {
+
+using core::TaskStatus;
+using testing::FullTask;
+using testing::ReadBytes;
+using testing::SimpleTask;
+using testing::StatusIs;
+using testing::TempDir;
+using testing::Upsert;
+
+TEST(SnapshotTest, WriteStateFileReplacesTheFileWhole) {
+  TempDir dir;
+  const std::string state_dir = dir.Sub("snap");
+  ASSERT_TRUE(WriteStateFile(state_dir, {{"version", 1}}).ok());
+  ASSERT_TRUE(WriteStateFile(state_dir, {{"version", 2}, {"name", "\xc3\xa9"}}).ok());
+  const std::string text = ReadBytes(state_dir + "/state.json");
+  nlohmann::json parsed = nlohmann::json::parse(text);
+  EXPECT_EQ(parsed, (nlohmann::json{{"version", 2}, {"name", "\xc3\xa9"}}));
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_FALSE(std::filesystem::exists(state_dir + "/state.json.tmp"));
+}
+
+TEST(SnapshotTest, WriteIntoMissingDirectoryFailsNamingThePath) {
+  TempDir dir;
+  const std::string path = dir.Sub("missing/state.json");
+  EXPECT_THAT(WriteFileAtomically(path, "{}"),
+              StatusIs(StatusCode::kUnavailable, "creating " + path + ".tmp"));
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(SnapshotTest, DumpStoreHoldsMetaAndEveryTask) {
+  TempDir dir;
+  StatusOr<std::unique_ptr<Database>> db = Database::Open(dir.path());
+  ASSERT_TRUE(db.ok());
+  core::Change quota;
+  quota.kind = core::Change::Kind::kQuotaPercent;
+  quota.online_percent = 0.7;
+  ASSERT_TRUE((*db)->Apply({Upsert(FullTask(4)), Upsert(SimpleTask(2, TaskStatus::kSuccess)),
+                            quota},
+                           8)
+                  .ok());
+  ASSERT_TRUE((*db)->SetEpoch(3).ok());
+
+  StatusOr<nlohmann::json> dump = DumpStore(**db);
+  ASSERT_TRUE(dump.ok()) << dump.status().ToString();
+  EXPECT_EQ((*dump)["format"], "dgpu-store");
+  EXPECT_EQ((*dump)["schema_version"], kSchemaVersion);
+  EXPECT_EQ((*dump)["meta"], (nlohmann::json{{"epoch", 3},
+                                             {"next_task_number", 5},
+                                             {"last_applied_seq", 8},
+                                             {"online_percent", 0.7}}));
+  ASSERT_EQ((*dump)["tasks"].size(), 2u);
+  EXPECT_EQ((*dump)["tasks"][0]["id"], 2);
+  StatusOr<core::Task> decoded = TaskFromJson((*dump)["tasks"][1]);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  testing::ExpectSameTask(FullTask(4), *decoded);
+}
+
+TEST(TaskCodecTest, MalformedTaskJsonIsDataLossNamingTheField) {
+  const nlohmann::json good = TaskToJson(FullTask(1));
+  struct Case {
+    const char* field;
+    nlohmann::json value;  // null: remove the field.
+    const char* message;
+  };
+  const Case cases[] = {
+      {"id", 0, "'id'"},
+      {"name", 5, "'name'"},
+      {"status", "sleeping", "'status'"},
+      {"priority", "urgent", "'priority'"},
+      {"gpu_count", "3", "'gpu_count'"},
+      {"env", {{"A", "1"}}, "'env'"},
+      {"allocation", {{{"node_id", "n"}, {"gpu_indices", {-1}}}}, "'gpu_indices'"},
+      {"stopping", nullptr, "'stopping'"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.field);
+    nlohmann::json bad = good;
+    if (c.value.is_null()) {
+      bad.erase(c.field);
+    } else {
+      bad[c.field] = c.value;
+    }
+    EXPECT_THAT(TaskFromJson(bad), StatusIs(StatusCode::kDataLoss, c.message));
+  }
+  StatusOr<core::Task> round_trip = TaskFromJson(good);
+  ASSERT_TRUE(round_trip.ok());
+  testing::ExpectSameTask(FullTask(1), *round_trip);
+}
+
+}  // namespace
+}  // namespace dgpu::store

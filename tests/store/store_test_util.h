@@ -1,0 +1,205 @@
+// Helpers shared by the store's tests: temporary directories, tmpfs mounts, sample tasks.
+#pragma once
+
+#include <sys/mount.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/status.h"
+#include "core/types.h"
+
+namespace dgpu::store::testing {
+
+// Matches a Status (or StatusOr) whose code is `code` and whose message contains `substring`.
+MATCHER_P2(StatusIs, code, substring,
+           std::string("has code ") + std::string(StatusCodeName(code)) + " and a message with '" +
+               std::string(substring) + "'") {
+  const Status& s = [&]() -> const Status& {
+    if constexpr (std::is_same_v<std::decay_t<decltype(arg)>, Status>) {
+      return arg;
+    } else {
+      return arg.status();
+    }
+  }();
+  *result_listener << "status is " << s.ToString();
+  return s.code() == code && s.message().find(substring) != std::string::npos;
+}
+
+// A fresh directory under /tmp, removed (with everything below it) at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "dgpu-store-XXXXXX").string();
+    char* made = ::mkdtemp(pattern.data());
+    if (made == nullptr) std::abort();
+    path_ = made;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::permissions(path_, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::add, ec);
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// A tmpfs mounted on a directory for the lifetime of the object (root only).
+class TmpfsMount {
+ public:
+  // Returns an empty optional, with `why` set, when mounting is not permitted here.
+  static std::optional<TmpfsMount> Make(const std::string& dir, const std::string& options,
+                                        bool read_only, std::string* why) {
+    std::filesystem::create_directories(dir);
+    unsigned long flags = read_only ? MS_RDONLY : 0;
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", flags, options.c_str()) != 0) {
+      *why = "cannot mount a tmpfs on " + dir + ": " + std::strerror(errno);
+      return std::nullopt;
+    }
+    return TmpfsMount(dir);
+  }
+  TmpfsMount(TmpfsMount&& other) noexcept : dir_(std::exchange(other.dir_, "")) {}
+  ~TmpfsMount() {
+    if (!dir_.empty()) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+
+  // Makes the mount read-only in place.
+  bool RemountReadOnly() const {
+    return ::mount("tmpfs", dir_.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY, nullptr) == 0;
+  }
+
+ private:
+  explicit TmpfsMount(std::string dir) : dir_(std::move(dir)) {}
+  std::string dir_;
+};
+
+inline bool IsRoot() { return ::geteuid() == 0; }
+
+inline std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+inline uint64_t FreeBytes(const std::string& dir) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
+// A task with every field set to something other than its default.
+inline core::Task FullTask(core::TaskNumber id) {
+  core::Task t;
+  t.id = id;
+  t.spec.name = "train-" + std::to_string(id) + " \xc3\xa9t\xc3\xa9";  // UTF-8 "été".
+  t.spec.priority = core::Priority::kHigh;
+  t.spec.gpu_count = 3;
+  t.spec.gpu_model = "H100";
+  t.spec.command = "python train.py --lr=0.1 'quoted \"x\"'\n echo done";
+  t.spec.env = {{"B", "2"}, {"A", "x=y"}, {"A", "duplicate kept"}, {"EMPTY", ""}};
+  t.spec.timeout_seconds = 3600;
+  t.spec.image = "nvidia/cuda:12.0";
+  t.status = core::TaskStatus::kRunning;
+  t.queue_seq = -42;
+  t.allocation = {{"node-a", {0, 2}}, {"node-b", {7}}};
+  t.attempts = 2;
+  t.exit_code = -9;
+  t.error = "agent_lost";
+  t.created_at = 1'700'000'000'123'456;
+  t.started_at = 1'700'000'001'000'000;
+  t.finished_at = 1'700'000'002'000'001;
+  t.stopping = true;
+  return t;
+}
+
+// A small task in a given state.
+inline core::Task SimpleTask(core::TaskNumber id, core::TaskStatus status,
+                             core::Priority priority = core::Priority::kLow,
+                             int64_t queue_seq = 0, core::TimeMicros finished_at = 0,
+                             bool stopping = false) {
+  core::Task t;
+  t.id = id;
+  t.spec.priority = priority;
+  t.spec.command = "echo " + std::to_string(id);
+  t.status = status;
+  t.queue_seq = queue_seq != 0 ? queue_seq : static_cast<int64_t>(id);
+  t.created_at = static_cast<core::TimeMicros>(id) * 1000;
+  t.finished_at = finished_at;
+  t.stopping = stopping;
+  return t;
+}
+
+inline core::Change Upsert(const core::Task& t) {
+  core::Change c;
+  c.kind = core::Change::Kind::kTaskUpsert;
+  c.task = t;
+  return c;
+}
+
+inline core::Change Quota(double online_percent) {
+  core::Change c;
+  c.kind = core::Change::Kind::kQuotaPercent;
+  c.online_percent = online_percent;
+  return c;
+}
+
+inline core::Change NextNumber(core::TaskNumber n) {
+  core::Change c;
+  c.kind = core::Change::Kind::kNextTaskNumber;
+  c.next_number = n;
+  return c;
+}
+
+// Compares every field of two tasks, naming the first that differs.
+inline void ExpectSameTask(const core::Task& want, const core::Task& got) {
+  EXPECT_EQ(want.id, got.id);
+  EXPECT_EQ(want.spec.name, got.spec.name);
+  EXPECT_EQ(want.spec.priority, got.spec.priority);
+  EXPECT_EQ(want.spec.gpu_count, got.spec.gpu_count);
+  EXPECT_EQ(want.spec.gpu_model, got.spec.gpu_model);
+  EXPECT_EQ(want.spec.command, got.spec.command);
+  EXPECT_EQ(want.spec.env, got.spec.env);
+  EXPECT_EQ(want.spec.timeout_seconds, got.spec.timeout_seconds);
+  EXPECT_EQ(want.spec.image, got.spec.image);
+  EXPECT_EQ(want.status, got.status);
+  EXPECT_EQ(want.queue_seq, got.queue_seq);
+  EXPECT_EQ(want.allocation, got.allocation);
+  EXPECT_EQ(want.attempts, got.attempts);
+  EXPECT_EQ(want.exit_code, got.exit_code);
+  EXPECT_EQ(want.error, got.error);
+  EXPECT_EQ(want.created_at, got.created_at);
+  EXPECT_EQ(want.started_at, got.started_at);
+  EXPECT_EQ(want.finished_at, got.finished_at);
+  EXPECT_EQ(want.stopping, got.stopping);
+}
+
+inline std::vector<core::TaskNumber> Ids(const std::vector<core::Task>& tasks) {
+  std::vector<core::TaskNumber> ids;
+  for (const core::Task& t : tasks) ids.push_back(t.id);
+  return ids;
+}
+
+}  // namespace dgpu::store::testing
