@@ -1,0 +1,753 @@
+#include "common/config.h"
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <initializer_list>
+#include <span>
+#include <utility>
+
+#include "common/time_util.h"
+
+#define DGPU_CONFIG_RETURN_IF_ERROR(expr) \
+  do {                                    \
+    ::dgpu::Status status_ = (expr);      \
+    if (!status_.ok()) return status_;    \
+  } while (0)
+
+namespace dgpu::common {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Enum spellings. The first entry for a value is its canonical name; later ones are aliases
+// that are accepted but not advertised.
+
+template <typename E>
+struct EnumName {
+  std::string_view name;
+  E value;
+};
+
+constexpr EnumName<LogLevel> kLogLevels[] = {{"debug", LogLevel::kDebug},
+                                             {"info", LogLevel::kInfo},
+                                             {"warn", LogLevel::kWarn},
+                                             {"error", LogLevel::kError},
+                                             {"warning", LogLevel::kWarn}};
+constexpr EnumName<LogFormat> kLogFormats[] = {{"json", LogFormat::kJson},
+                                               {"text", LogFormat::kText}};
+constexpr EnumName<SchedulerRole> kRoles[] = {{"master", SchedulerRole::kMaster},
+                                              {"standby", SchedulerRole::kStandby},
+                                              {"primary", SchedulerRole::kMaster}};
+constexpr EnumName<ReplicationMode> kReplicationModes[] = {{"sync", ReplicationMode::kSync},
+                                                           {"async", ReplicationMode::kAsync}};
+constexpr EnumName<ElectionMethod> kElectionMethods[] = {{"none", ElectionMethod::kNone},
+                                                         {"lease", ElectionMethod::kLease},
+                                                         {"etcd", ElectionMethod::kEtcd}};
+constexpr EnumName<GpuDetectionMethod> kDetectionMethods[] = {
+    {"nvml", GpuDetectionMethod::kNvml},
+    {"nvidia-smi", GpuDetectionMethod::kNvidiaSmi},
+    {"fake", GpuDetectionMethod::kFake}};
+constexpr EnumName<ExecutionMethod> kExecutionMethods[] = {{"process", ExecutionMethod::kProcess},
+                                                           {"docker", ExecutionMethod::kDocker}};
+
+template <typename E, size_t N>
+std::string_view NameOf(const EnumName<E> (&table)[N], E value) {
+  for (const auto& entry : table) {
+    if (entry.value == value) return entry.name;
+  }
+  return "unknown";
+}
+
+// "debug, info, warn, error": canonical names only.
+template <typename E, size_t N>
+std::string ListNames(const EnumName<E> (&table)[N]) {
+  std::string out;
+  std::vector<E> seen;
+  for (const auto& entry : table) {
+    if (std::find(seen.begin(), seen.end(), entry.value) != seen.end()) continue;
+    seen.push_back(entry.value);
+    if (!out.empty()) out += ", ";
+    out += entry.name;
+  }
+  return out;
+}
+
+std::string ToLower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+template <typename E, size_t N>
+std::optional<E> LookupEnum(const EnumName<E> (&table)[N], std::string_view text) {
+  const std::string lowered = ToLower(text);
+  for (const auto& entry : table) {
+    if (entry.name == lowered) return entry.value;
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Message helpers.
+
+// A double-quoted rendering of `s`, safe to embed in a one-line message.
+std::string Quote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned char>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+  return out;
+}
+
+// What a node is, for "got ..." parts of messages.
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return Quote(node.Scalar());
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The allowed key closest to `key` when it is plausibly a typo, else "".
+std::string_view ClosestKey(std::string_view key, std::span<const std::string_view> allowed) {
+  std::string_view best;
+  size_t best_distance = std::max<size_t>(2, key.size() / 3) + 1;
+  for (std::string_view candidate : allowed) {
+    const size_t distance = EditDistance(key, candidate);
+    if (distance < best_distance) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+Status Invalid(const std::string& key, const std::string& reason) {
+  return InvalidArgument(key + ": " + reason);
+}
+
+bool ParseBool(std::string_view text, bool* out) {
+  const std::string lowered = ToLower(text);
+  if (lowered == "true" || lowered == "yes" || lowered == "on") {
+    *out = true;
+    return true;
+  }
+  if (lowered == "false" || lowered == "no" || lowered == "off") {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+std::vector<std::string> SplitComma(std::string_view text) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view part = text.substr(start, end - start);
+    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+    while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
+    parts.emplace_back(part);
+    start = end + 1;
+  }
+  return parts;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Section: one YAML mapping whose keys have been checked, handing out typed values.
+
+class Section {
+ public:
+  // Checks that `node` is a mapping (or null/absent, read as empty) whose keys are unique and
+  // all in `allowed`. `path` is the dotted path of the mapping, "" for the document root.
+  static StatusOr<Section> Open(const YAML::Node& node, std::string path,
+                                std::initializer_list<std::string_view> allowed) {
+    Section section;
+    section.path_ = std::move(path);
+    if (!node.IsDefined() || node.IsNull()) return section;
+    if (!node.IsMap()) {
+      const std::string where = section.path_.empty() ? "top level" : section.path_;
+      return InvalidArgument(where + ": must be a mapping, got " + Describe(node));
+    }
+    for (const auto& entry : node) {
+      if (!entry.first.IsScalar()) {
+        const std::string where = section.path_.empty() ? "top level" : section.path_;
+        return InvalidArgument(where + ": keys must be names, got " + Describe(entry.first));
+      }
+      const std::string& name = entry.first.Scalar();
+      const std::string dotted = section.KeyPath(name);
+      if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+        std::string message = "unknown key " + Quote(dotted);
+        const std::string_view hint =
+            ClosestKey(name, std::span<const std::string_view>(allowed.begin(), allowed.size()));
+        if (!hint.empty()) message += " (did you mean " + Quote(hint) + "?)";
+        return InvalidArgument(message);
+      }
+      for (const auto& [seen, unused] : section.entries_) {
+        if (seen == name) return InvalidArgument("duplicate key " + Quote(dotted));
+      }
+      section.entries_.emplace_back(name, entry.second);
+    }
+    return section;
+  }
+
+  std::string KeyPath(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
+
+  // The node at `key`; an undefined node when the key is absent.
+  YAML::Node Get(std::string_view key) const {
+    for (const auto& [name, node] : entries_) {
+      if (name == key) return node;
+    }
+    return YAML::Node(YAML::NodeType::Undefined);
+  }
+
+  // True when `key` is present with a non-null value.
+  bool Has(std::string_view key) const {
+    const YAML::Node node = Get(key);
+    return node.IsDefined() && !node.IsNull();
+  }
+
+  StatusOr<Section> Child(std::string_view key,
+                          std::initializer_list<std::string_view> allowed) const {
+    return Open(Get(key), KeyPath(key), allowed);
+  }
+
+  Status ReadString(std::string_view key, std::string* out, bool allow_empty = true) const {
+    if (!Has(key)) return CheckNonEmpty(key, *out, allow_empty);
+    const YAML::Node node = Get(key);
+    if (!node.IsScalar()) return Invalid(KeyPath(key), "must be a string, got " + Describe(node));
+    *out = node.Scalar();
+    return CheckNonEmpty(key, *out, allow_empty);
+  }
+
+  Status ReadBool(std::string_view key, bool* out) const {
+    if (!Has(key)) return OkStatus();
+    const YAML::Node node = Get(key);
+    if (!node.IsScalar() || !ParseBool(node.Scalar(), out)) {
+      return Invalid(KeyPath(key), "must be true or false, got " + Describe(node));
+    }
+    return OkStatus();
+  }
+
+  template <typename Int>
+  Status ReadInt(std::string_view key, int64_t min, int64_t max, Int* out) const {
+    if (!Has(key)) return OkStatus();
+    const YAML::Node node = Get(key);
+    int64_t value = 0;
+    bool ok = node.IsScalar();
+    if (ok) {
+      const std::string& text = node.Scalar();
+      const char* end = text.data() + text.size();
+      const auto result = std::from_chars(text.data(), end, value);
+      ok = result.ec == std::errc() && result.ptr == end && value >= min && value <= max;
+    }
+    if (!ok) {
+      return Invalid(KeyPath(key), "must be an integer in [" + std::to_string(min) + ", " +
+                                       std::to_string(max) + "], got " + Describe(node));
+    }
+    *out = static_cast<Int>(value);
+    return OkStatus();
+  }
+
+  Status ReadFraction(std::string_view key, double* out) const {
+    if (!Has(key)) return OkStatus();
+    const YAML::Node node = Get(key);
+    double value = 0;
+    bool ok = node.IsScalar();
+    if (ok) {
+      const std::string& text = node.Scalar();
+      const char* end = text.data() + text.size();
+      const auto result = std::from_chars(text.data(), end, value);
+      ok = result.ec == std::errc() && result.ptr == end && std::isfinite(value) && value >= 0 &&
+           value <= 1;
+    }
+    if (!ok) return Invalid(KeyPath(key), "must be a number in [0, 1], got " + Describe(node));
+    *out = value;
+    return OkStatus();
+  }
+
+  enum class DurationRule { kPositive, kNonNegative };
+
+  Status ReadDuration(std::string_view key, milliseconds* out,
+                      DurationRule rule = DurationRule::kPositive) const {
+    if (!Has(key)) return OkStatus();
+    const YAML::Node node = Get(key);
+    std::optional<milliseconds> value;
+    if (node.IsScalar()) value = ParseDuration(node.Scalar());
+    if (!value.has_value() || (rule == DurationRule::kPositive && value->count() <= 0)) {
+      const char* what = rule == DurationRule::kPositive ? "must be a positive duration, got "
+                                                         : "must be a non-negative duration, got ";
+      return Invalid(KeyPath(key), what + Describe(node));
+    }
+    *out = *value;
+    return OkStatus();
+  }
+
+  template <typename E, size_t N>
+  Status ReadEnum(std::string_view key, const EnumName<E> (&table)[N], E* out) const {
+    if (!Has(key)) return OkStatus();
+    return ParseEnumNode(Get(key), KeyPath(key), table, out);
+  }
+
+  // A "host:port" address; empty is allowed only when `allow_empty`.
+  Status ReadAddress(std::string_view key, std::string* out, bool allow_empty) const {
+    DGPU_CONFIG_RETURN_IF_ERROR(ReadString(key, out, allow_empty));
+    if (out->empty() || ParseHostPort(*out).has_value()) return OkStatus();
+    return Invalid(KeyPath(key), "must be \"host:port\" or \":port\", got " + Quote(*out));
+  }
+
+  template <typename E, size_t N>
+  static Status ParseEnumNode(const YAML::Node& node, const std::string& key_path,
+                              const EnumName<E> (&table)[N], E* out) {
+    std::optional<E> value;
+    if (node.IsScalar()) value = LookupEnum(table, node.Scalar());
+    if (!value.has_value()) {
+      return Invalid(key_path, "must be one of " + ListNames(table) + "; got " + Describe(node));
+    }
+    *out = *value;
+    return OkStatus();
+  }
+
+ private:
+  Status CheckNonEmpty(std::string_view key, const std::string& value, bool allow_empty) const {
+    if (allow_empty || !value.empty()) return OkStatus();
+    return Invalid(KeyPath(key), "must not be empty");
+  }
+
+  std::string path_;
+  std::vector<std::pair<std::string, YAML::Node>> entries_;
+};
+
+using DurationRule = Section::DurationRule;
+
+// Opens `key` of `parent` as a section, or returns its error from the enclosing function.
+#define DGPU_OPEN_SECTION(var, parent, key, ...)    \
+  auto var##_or = (parent).Child(key, __VA_ARGS__); \
+  if (!var##_or.ok()) return var##_or.status();     \
+  const Section& var = *var##_or
+
+Status ReadLogging(const Section& root, LoggingConfig* out) {
+  DGPU_OPEN_SECTION(logging, root, "logging", {"level", "format", "output"});
+  DGPU_CONFIG_RETURN_IF_ERROR(logging.ReadEnum("level", kLogLevels, &out->level));
+  DGPU_CONFIG_RETURN_IF_ERROR(logging.ReadEnum("format", kLogFormats, &out->format));
+  DGPU_CONFIG_RETURN_IF_ERROR(logging.ReadString("output", &out->output, /*allow_empty=*/false));
+  return OkStatus();
+}
+
+// A "http://host:port" etcd endpoint (https too; a trailing '/' is tolerated).
+bool IsEtcdEndpoint(std::string_view endpoint) {
+  std::string_view rest;
+  if (endpoint.starts_with("http://")) {
+    rest = endpoint.substr(7);
+  } else if (endpoint.starts_with("https://")) {
+    rest = endpoint.substr(8);
+  } else {
+    return false;
+  }
+  if (rest.ends_with('/')) rest.remove_suffix(1);
+  const std::optional<HostPort> host_port = ParseHostPort(rest);
+  return host_port.has_value() && !host_port->host.empty();
+}
+
+Status ReadEtcdEndpoints(const Section& ha, std::vector<std::string>* out) {
+  if (!ha.Has("etcd_endpoints")) return OkStatus();
+  const YAML::Node node = ha.Get("etcd_endpoints");
+  const std::string key = ha.KeyPath("etcd_endpoints");
+  std::vector<std::string> endpoints;
+  if (node.IsScalar()) {
+    endpoints = SplitComma(node.Scalar());
+  } else if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      if (!node[i].IsScalar()) {
+        return Invalid(key + "[" + std::to_string(i) + "]",
+                       "must be a string, got " + Describe(node[i]));
+      }
+      endpoints.push_back(node[i].Scalar());
+    }
+  } else {
+    return Invalid(key, "must be a list of \"http://host:port\", got " + Describe(node));
+  }
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    if (!IsEtcdEndpoint(endpoints[i])) {
+      return Invalid(key + "[" + std::to_string(i) + "]",
+                     "must look like \"http://host:port\", got " + Quote(endpoints[i]));
+    }
+  }
+  *out = std::move(endpoints);
+  return OkStatus();
+}
+
+Status ReadDetectionMethods(const Section& gpu, std::vector<GpuDetectionMethod>* out) {
+  if (!gpu.Has("detection_method")) return OkStatus();
+  const YAML::Node node = gpu.Get("detection_method");
+  const std::string key = gpu.KeyPath("detection_method");
+  std::vector<GpuDetectionMethod> methods;
+  auto add = [&](const YAML::Node& item, const std::string& item_key) -> Status {
+    GpuDetectionMethod method = GpuDetectionMethod::kNvml;
+    DGPU_CONFIG_RETURN_IF_ERROR(Section::ParseEnumNode(item, item_key, kDetectionMethods, &method));
+    if (std::find(methods.begin(), methods.end(), method) != methods.end()) {
+      return Invalid(key, Quote(ToString(method)) + " is listed twice");
+    }
+    methods.push_back(method);
+    return OkStatus();
+  };
+  if (node.IsScalar()) {
+    const std::vector<std::string> names = SplitComma(node.Scalar());
+    for (size_t i = 0; i < names.size(); ++i) {
+      DGPU_CONFIG_RETURN_IF_ERROR(
+          add(YAML::Node(names[i]), names.size() == 1 ? key : key + "[" + std::to_string(i) + "]"));
+    }
+  } else if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      DGPU_CONFIG_RETURN_IF_ERROR(add(node[i], key + "[" + std::to_string(i) + "]"));
+    }
+  } else {
+    return Invalid(key, "must be a method name or a list of them, got " + Describe(node));
+  }
+  if (methods.empty()) return Invalid(key, "must name at least one method");
+  *out = std::move(methods);
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Documents.
+
+StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
+  SchedulerConfig c;
+  auto root_or = Section::Open(
+      document, "",
+      {"server", "scheduler", "replication", "quota", "agent", "storage", "ha", "logging"});
+  if (!root_or.ok()) return root_or.status();
+  const Section& root = *root_or;
+
+  DGPU_OPEN_SECTION(server, root, "server", {"grpc_address", "http_address"});
+  DGPU_CONFIG_RETURN_IF_ERROR(server.ReadAddress("grpc_address", &c.server.grpc_address, false));
+  DGPU_CONFIG_RETURN_IF_ERROR(server.ReadAddress("http_address", &c.server.http_address, false));
+
+  DGPU_OPEN_SECTION(
+      scheduler, root, "scheduler",
+      {"role", "schedule_interval", "snapshot_interval", "max_attempts", "max_bypass", "id"});
+  SchedulingConfig& s = c.scheduler;
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadEnum("role", kRoles, &s.role));
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("schedule_interval", &s.schedule_interval));
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("snapshot_interval", &s.snapshot_interval));
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadInt("max_attempts", 1, 1000, &s.max_attempts));
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadInt("max_bypass", 0, 1'000'000, &s.max_bypass));
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadString("id", &s.id));
+
+  DGPU_OPEN_SECTION(replication, root, "replication",
+                    {"enabled", "peer_address", "heartbeat_interval", "heartbeat_timeout", "mode",
+                     "sync_timeout"});
+  ReplicationConfig& r = c.replication;
+  DGPU_CONFIG_RETURN_IF_ERROR(replication.ReadBool("enabled", &r.enabled));
+  DGPU_CONFIG_RETURN_IF_ERROR(replication.ReadAddress("peer_address", &r.peer_address, true));
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      replication.ReadDuration("heartbeat_interval", &r.heartbeat_interval));
+  DGPU_CONFIG_RETURN_IF_ERROR(replication.ReadDuration("heartbeat_timeout", &r.heartbeat_timeout));
+  DGPU_CONFIG_RETURN_IF_ERROR(replication.ReadEnum("mode", kReplicationModes, &r.mode));
+  DGPU_CONFIG_RETURN_IF_ERROR(replication.ReadDuration("sync_timeout", &r.sync_timeout));
+  if (r.enabled && r.peer_address.empty()) {
+    return Invalid("replication.peer_address", "required when replication.enabled is true");
+  }
+  if (r.heartbeat_timeout <= r.heartbeat_interval) {
+    return Invalid("replication.heartbeat_timeout",
+                   "must be greater than replication.heartbeat_interval (" +
+                       FormatDuration(r.heartbeat_interval) + "), got " +
+                       FormatDuration(r.heartbeat_timeout));
+  }
+
+  DGPU_OPEN_SECTION(quota, root, "quota", {"online_percent", "batch_percent"});
+  QuotaConfig& q = c.quota;
+  DGPU_CONFIG_RETURN_IF_ERROR(quota.ReadFraction("online_percent", &q.online_percent));
+  DGPU_CONFIG_RETURN_IF_ERROR(quota.ReadFraction("batch_percent", &q.batch_percent));
+  const bool has_online = quota.Has("online_percent");
+  const bool has_batch = quota.Has("batch_percent");
+  if (has_online && has_batch) {
+    if (std::fabs(q.online_percent + q.batch_percent - 1.0) > 1e-9) {
+      char numbers[96];
+      std::snprintf(numbers, sizeof(numbers), "%g + %g", q.online_percent, q.batch_percent);
+      return Invalid("quota.batch_percent",
+                     std::string("online_percent + batch_percent must equal 1, got ") + numbers);
+    }
+  } else if (has_online) {
+    q.batch_percent = 1.0 - q.online_percent;
+  } else if (has_batch) {
+    q.online_percent = 1.0 - q.batch_percent;
+  }
+
+  DGPU_OPEN_SECTION(agent, root, "agent", {"heartbeat_timeout"});
+  DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadDuration("heartbeat_timeout", &c.agent.heartbeat_timeout));
+
+  DGPU_OPEN_SECTION(storage, root, "storage",
+                    {"snapshot_dir", "shared_storage", "retention", "fsync"});
+  StorageConfig& st = c.storage;
+  DGPU_CONFIG_RETURN_IF_ERROR(storage.ReadString("snapshot_dir", &st.snapshot_dir, false));
+  DGPU_CONFIG_RETURN_IF_ERROR(storage.ReadString("shared_storage", &st.shared_storage));
+  DGPU_CONFIG_RETURN_IF_ERROR(storage.ReadDuration("retention", &st.retention));
+  DGPU_CONFIG_RETURN_IF_ERROR(storage.ReadBool("fsync", &st.fsync));
+
+  DGPU_OPEN_SECTION(ha, root, "ha", {"election", "etcd_endpoints", "lease_ttl", "etcd_prefix"});
+  HaConfig& h = c.ha;
+  h.election = st.shared_storage.empty() ? ElectionMethod::kNone : ElectionMethod::kLease;
+  DGPU_CONFIG_RETURN_IF_ERROR(ha.ReadEnum("election", kElectionMethods, &h.election));
+  DGPU_CONFIG_RETURN_IF_ERROR(ReadEtcdEndpoints(ha, &h.etcd_endpoints));
+  DGPU_CONFIG_RETURN_IF_ERROR(ha.ReadDuration("lease_ttl", &h.lease_ttl));
+  DGPU_CONFIG_RETURN_IF_ERROR(ha.ReadString("etcd_prefix", &h.etcd_prefix, false));
+  if (!h.etcd_prefix.starts_with('/')) {
+    return Invalid("ha.etcd_prefix", "must start with '/', got " + Quote(h.etcd_prefix));
+  }
+  if (h.election == ElectionMethod::kLease && st.shared_storage.empty()) {
+    return Invalid("ha.election", "\"lease\" requires storage.shared_storage to be set");
+  }
+  if (h.election == ElectionMethod::kEtcd && h.etcd_endpoints.empty()) {
+    return Invalid("ha.etcd_endpoints",
+                   "must list at least one endpoint when ha.election is "
+                   "\"etcd\"");
+  }
+
+  DGPU_CONFIG_RETURN_IF_ERROR(ReadLogging(root, &c.logging));
+  return c;
+}
+
+StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
+  AgentConfig c;
+  auto root_or = Section::Open(document, "", {"agent", "scheduler", "gpu", "executor", "logging"});
+  if (!root_or.ok()) return root_or.status();
+  const Section& root = *root_or;
+
+  DGPU_OPEN_SECTION(agent, root, "agent", {"id", "heartbeat_interval"});
+  DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadString("id", &c.agent.id));
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      agent.ReadDuration("heartbeat_interval", &c.agent.heartbeat_interval));
+
+  DGPU_OPEN_SECTION(scheduler, root, "scheduler",
+                    {"master_address", "standby_address", "connection_timeout", "retry_interval",
+                     "max_retry_interval"});
+  SchedulerEndpointsConfig& s = c.scheduler;
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadAddress("master_address", &s.master_address, false));
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadAddress("standby_address", &s.standby_address, true));
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("connection_timeout", &s.connection_timeout));
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("retry_interval", &s.retry_interval));
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("max_retry_interval", &s.max_retry_interval));
+  if (s.max_retry_interval < s.retry_interval) {
+    return Invalid("scheduler.max_retry_interval", "must be at least scheduler.retry_interval (" +
+                                                       FormatDuration(s.retry_interval) +
+                                                       "), got " +
+                                                       FormatDuration(s.max_retry_interval));
+  }
+
+  DGPU_OPEN_SECTION(
+      gpu, root, "gpu",
+      {"detection_method", "health_check_interval", "nvidia_smi_path", "nvml_library", "fake"});
+  GpuConfig& g = c.gpu;
+  DGPU_CONFIG_RETURN_IF_ERROR(ReadDetectionMethods(gpu, &g.detection_method));
+  DGPU_CONFIG_RETURN_IF_ERROR(gpu.ReadDuration("health_check_interval", &g.health_check_interval));
+  DGPU_CONFIG_RETURN_IF_ERROR(gpu.ReadString("nvidia_smi_path", &g.nvidia_smi_path, false));
+  DGPU_CONFIG_RETURN_IF_ERROR(gpu.ReadString("nvml_library", &g.nvml_library, false));
+  DGPU_OPEN_SECTION(fake, gpu, "fake", {"count", "model", "memory_mb"});
+  DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadInt("count", 0, 1024, &g.fake.count));
+  DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadString("model", &g.fake.model, false));
+  DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadInt("memory_mb", 1, int64_t{1} << 40, &g.fake.memory_mb));
+
+  DGPU_OPEN_SECTION(
+      executor, root, "executor",
+      {"execution_method", "work_dir", "kill_grace_period", "keep_tasks_on_exit", "docker"});
+  ExecutorConfig& e = c.executor;
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      executor.ReadEnum("execution_method", kExecutionMethods, &e.execution_method));
+  DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadString("work_dir", &e.work_dir, false));
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      executor.ReadDuration("kill_grace_period", &e.kill_grace_period, DurationRule::kNonNegative));
+  DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadBool("keep_tasks_on_exit", &e.keep_tasks_on_exit));
+  DGPU_OPEN_SECTION(docker, executor, "docker", {"socket", "default_image", "binary"});
+  DGPU_CONFIG_RETURN_IF_ERROR(docker.ReadString("socket", &e.docker.socket, false));
+  DGPU_CONFIG_RETURN_IF_ERROR(docker.ReadString("default_image", &e.docker.default_image, false));
+  DGPU_CONFIG_RETURN_IF_ERROR(docker.ReadString("binary", &e.docker.binary, false));
+
+  DGPU_CONFIG_RETURN_IF_ERROR(ReadLogging(root, &c.logging));
+  return c;
+}
+
+#undef DGPU_OPEN_SECTION
+
+// Parses `yaml` and hands the document to `parse`, converting every exception into a Status.
+template <typename Config, typename Parse>
+StatusOr<Config> ParseYaml(std::string_view yaml, Parse parse) {
+  try {
+    const YAML::Node document = YAML::Load(std::string(yaml));
+    return parse(document);
+  } catch (const YAML::Exception& e) {
+    if (e.mark.is_null()) return InvalidArgument("invalid YAML: " + e.msg);
+    return InvalidArgument("invalid YAML at line " + std::to_string(e.mark.line + 1) + ", column " +
+                           std::to_string(e.mark.column + 1) + ": " + e.msg);
+  } catch (const std::exception& e) {
+    return Internal(std::string("reading the configuration failed: ") + e.what());
+  }
+}
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    const int error = errno;
+    std::string message = path + ": cannot open: " + std::strerror(error);
+    if (error == ENOENT) return NotFound(std::move(message));
+    if (error == EACCES) return PermissionDenied(std::move(message));
+    return InvalidArgument(std::move(message));
+  }
+  std::string contents;
+  char buffer[8192];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) contents.append(buffer, n);
+  const bool failed = std::ferror(file) != 0;
+  const int error = errno;
+  std::fclose(file);
+  if (failed) return InvalidArgument(path + ": cannot read: " + std::strerror(error));
+  return contents;
+}
+
+template <typename Config>
+StatusOr<Config> LoadFromFile(const std::string& path,
+                              StatusOr<Config> (*from_string)(std::string_view)) {
+  StatusOr<std::string> contents = ReadFile(path);
+  if (!contents.ok()) return contents.status();
+  StatusOr<Config> config = from_string(*contents);
+  if (!config.ok()) {
+    return Status(config.status().code(), path + ": " + config.status().message());
+  }
+  return config;
+}
+
+}  // namespace
+
+StatusOr<SchedulerConfig> LoadSchedulerConfigFromString(std::string_view yaml) {
+  return ParseYaml<SchedulerConfig>(yaml, ParseSchedulerDocument);
+}
+
+StatusOr<SchedulerConfig> LoadSchedulerConfig(const std::string& path) {
+  return LoadFromFile<SchedulerConfig>(path, &LoadSchedulerConfigFromString);
+}
+
+StatusOr<AgentConfig> LoadAgentConfigFromString(std::string_view yaml) {
+  return ParseYaml<AgentConfig>(yaml, ParseAgentDocument);
+}
+
+StatusOr<AgentConfig> LoadAgentConfig(const std::string& path) {
+  return LoadFromFile<AgentConfig>(path, &LoadAgentConfigFromString);
+}
+
+std::optional<HostPort> ParseHostPort(std::string_view address) {
+  HostPort result;
+  std::string_view port_text;
+  if (address.starts_with('[')) {
+    const size_t close = address.find(']');
+    if (close == std::string_view::npos || close + 1 >= address.size() ||
+        address[close + 1] != ':') {
+      return std::nullopt;
+    }
+    result.host = std::string(address.substr(1, close - 1));
+    if (result.host.empty()) return std::nullopt;
+    port_text = address.substr(close + 2);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string_view::npos) return std::nullopt;
+    result.host = std::string(address.substr(0, colon));
+    if (result.host.find(':') != std::string::npos) return std::nullopt;
+    port_text = address.substr(colon + 1);
+  }
+  if (port_text.empty() || port_text.size() > 5) return std::nullopt;
+  unsigned port = 0;
+  const char* end = port_text.data() + port_text.size();
+  const auto parsed = std::from_chars(port_text.data(), end, port);
+  if (parsed.ec != std::errc() || parsed.ptr != end || port > 65535) return std::nullopt;
+  result.port = static_cast<uint16_t>(port);
+  return result;
+}
+
+std::string ToBindAddress(std::string_view address) {
+  if (address.starts_with(':')) return "0.0.0.0" + std::string(address);
+  return std::string(address);
+}
+
+std::string ToConnectAddress(std::string_view address) {
+  if (address.starts_with(':')) return "127.0.0.1" + std::string(address);
+  if (address.starts_with("0.0.0.0:")) return "127.0.0.1" + std::string(address.substr(7));
+  if (address.starts_with("[::]:")) return "[::1]" + std::string(address.substr(4));
+  return std::string(address);
+}
+
+std::string IdOrHostname(std::string_view configured_id) {
+  if (!configured_id.empty()) return std::string(configured_id);
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') return name;
+  return "localhost";
+}
+
+std::string_view ToString(LogLevel value) { return NameOf(kLogLevels, value); }
+std::string_view ToString(LogFormat value) { return NameOf(kLogFormats, value); }
+std::string_view ToString(SchedulerRole value) { return NameOf(kRoles, value); }
+std::string_view ToString(ReplicationMode value) { return NameOf(kReplicationModes, value); }
+std::string_view ToString(ElectionMethod value) { return NameOf(kElectionMethods, value); }
+std::string_view ToString(GpuDetectionMethod value) { return NameOf(kDetectionMethods, value); }
+std::string_view ToString(ExecutionMethod value) { return NameOf(kExecutionMethods, value); }
+
+}  // namespace dgpu::common

@@ -1,0 +1,249 @@
+// Typed configuration of dgpu-scheduler and dgpu-agent, and its YAML loaders.
+//
+// Each struct mirrors one YAML section; each field is named after its YAML key and its
+// initializer is the documented default, so a value-initialized config IS the default config.
+// configs/scheduler.yaml and configs/agent.yaml at the repository root list every key.
+//
+// Durations are std::chrono::milliseconds. In YAML every duration accepts a number of seconds
+// (integer or decimal: `5`, `1.5`) or a string with units (`"500ms"`, `"10s"`, `"5m"`, `"2h"`,
+// `"7d"`, `"1h30m"`); see ParseDuration in time_util.h.
+//
+// Loading rules:
+//   - an empty document, a missing section, a missing key or an explicit null (`key: ~` or
+//     `key:` with no value) leaves the default;
+//   - an unknown or duplicated key anywhere is an error naming the full dotted key, e.g.
+//     `unknown key "scheduler.schedul_interval"`;
+//   - a wrong type, an out-of-range value or an inconsistent combination is an error naming the
+//     key and the reason, e.g. `scheduler.schedule_interval: must be a positive duration, got
+//     "abc"`;
+//   - malformed YAML is an error with the line and column of the problem.
+// Every error is a single line with code kInvalidArgument (kNotFound when the file is missing),
+// and nothing is thrown: the loaders catch yaml-cpp's exceptions.
+//
+// Thread-safety: the loaders are reentrant; the structs are plain values.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dgpu::common {
+
+using std::chrono::milliseconds;
+
+// ---------------------------------------------------------------------------------------------
+// Shared by both daemons.
+
+enum class LogLevel { kDebug, kInfo, kWarn, kError };
+enum class LogFormat { kJson, kText };
+
+// Section `logging`.
+struct LoggingConfig {
+  LogLevel level = LogLevel::kInfo;     // debug | info | warn | error ("warning" is accepted)
+  LogFormat format = LogFormat::kJson;  // json | text
+  std::string output = "stdout";        // stdout | stderr | a file path (appended to)
+  bool operator==(const LoggingConfig&) const = default;
+};
+
+// ---------------------------------------------------------------------------------------------
+// dgpu-scheduler.
+
+enum class SchedulerRole { kMaster, kStandby };  // "primary" reads as kMaster
+enum class ReplicationMode { kSync, kAsync };
+enum class ElectionMethod { kNone, kLease, kEtcd };
+
+// Section `server`. Addresses are "host:port"; ":port" means all interfaces.
+struct ServerConfig {
+  std::string grpc_address = ":9090";
+  std::string http_address = ":8080";
+  bool operator==(const ServerConfig&) const = default;
+};
+
+// Section `scheduler`.
+struct SchedulingConfig {
+  SchedulerRole role = SchedulerRole::kMaster;
+  milliseconds schedule_interval{5'000};   // safety-net pass period; > 0
+  milliseconds snapshot_interval{30'000};  // JSON snapshot period; > 0
+  int max_attempts = 3;                    // runs of a task before it fails for good; 1..1000
+  int max_bypass = 16;  // times a queue head may be overtaken by smaller tasks; 0..1000000
+  std::string id;       // empty: the host name (see IdOrHostname)
+  bool operator==(const SchedulingConfig&) const = default;
+};
+
+// Section `replication`.
+struct ReplicationConfig {
+  bool enabled = false;
+  std::string peer_address;                // the other scheduler's gRPC address; required
+                                           // when enabled
+  milliseconds heartbeat_interval{2'000};  // > 0
+  milliseconds heartbeat_timeout{6'000};   // > heartbeat_interval
+  ReplicationMode mode = ReplicationMode::kSync;
+  milliseconds sync_timeout{2'000};  // sync mode: longest wait for the standby's ack; > 0
+  bool operator==(const ReplicationConfig&) const = default;
+};
+
+// Section `quota`. Both in [0, 1] and they sum to 1. When only one is given, the other is
+// derived from it.
+struct QuotaConfig {
+  double online_percent = 0.7;
+  double batch_percent = 0.3;
+  bool operator==(const QuotaConfig&) const = default;
+};
+
+// Section `agent` of the scheduler: how the scheduler judges agents.
+struct AgentTrackingConfig {
+  milliseconds heartbeat_timeout{15'000};  // silence after which an agent is offline; > 0
+  bool operator==(const AgentTrackingConfig&) const = default;
+};
+
+// Section `storage`.
+struct StorageConfig {
+  std::string snapshot_dir = "/var/lib/dgpu-scheduler/state";  // non-empty
+  std::string shared_storage;  // directory shared by both schedulers (lease file); may be empty
+  milliseconds retention{7LL * 24 * 3600 * 1000};  // how long finished tasks are kept; > 0
+  bool fsync = true;  // fsync each commit; false trades durability for speed
+  bool operator==(const StorageConfig&) const = default;
+};
+
+// Section `ha`.
+struct HaConfig {
+  // Default when the key is absent: kLease if storage.shared_storage is set, else kNone.
+  // kLease requires storage.shared_storage; kEtcd requires etcd_endpoints.
+  ElectionMethod election = ElectionMethod::kNone;
+  std::vector<std::string> etcd_endpoints;   // "http://host:port" or "https://host:port"; a YAML
+                                             // list or one comma-separated string
+  milliseconds lease_ttl{10'000};            // > 0
+  std::string etcd_prefix = "/dgpu/leader";  // starts with '/'
+  bool operator==(const HaConfig&) const = default;
+};
+
+struct SchedulerConfig {
+  ServerConfig server;
+  SchedulingConfig scheduler;
+  ReplicationConfig replication;
+  QuotaConfig quota;
+  AgentTrackingConfig agent;
+  StorageConfig storage;
+  HaConfig ha;
+  LoggingConfig logging;
+  bool operator==(const SchedulerConfig&) const = default;
+};
+
+// ---------------------------------------------------------------------------------------------
+// dgpu-agent.
+
+enum class GpuDetectionMethod { kNvml, kNvidiaSmi, kFake };
+enum class ExecutionMethod { kProcess, kDocker };
+
+// Section `agent` of the agent.
+struct AgentIdentityConfig {
+  std::string id;                          // empty: the host name (see IdOrHostname)
+  milliseconds heartbeat_interval{5'000};  // > 0
+  bool operator==(const AgentIdentityConfig&) const = default;
+};
+
+// Section `scheduler` of the agent: where the schedulers are.
+struct SchedulerEndpointsConfig {
+  std::string master_address = "127.0.0.1:9090";  // required
+  std::string standby_address;                    // may be empty
+  milliseconds connection_timeout{10'000};        // > 0
+  milliseconds retry_interval{2'000};             // first reconnect delay; > 0
+  milliseconds max_retry_interval{30'000};        // backoff cap; >= retry_interval
+  bool operator==(const SchedulerEndpointsConfig&) const = default;
+};
+
+// Section `gpu.fake`: the GPUs the `fake` detection method reports.
+struct FakeGpuConfig {
+  int count = 4;                               // 0..1024
+  std::string model = "Tesla V100-SXM2-32GB";  // non-empty
+  int64_t memory_mb = 32768;                   // > 0
+  bool operator==(const FakeGpuConfig&) const = default;
+};
+
+// Section `gpu`.
+struct GpuConfig {
+  // Methods tried in order until one succeeds. YAML: one name or a list of distinct names.
+  std::vector<GpuDetectionMethod> detection_method = {GpuDetectionMethod::kNvml};
+  milliseconds health_check_interval{30'000};  // > 0
+  std::string nvidia_smi_path = "nvidia-smi";
+  std::string nvml_library = "libnvidia-ml.so.1";
+  FakeGpuConfig fake;
+  bool operator==(const GpuConfig&) const = default;
+};
+
+// Section `executor.docker`.
+struct DockerConfig {
+  std::string socket = "/var/run/docker.sock";
+  std::string default_image = "nvidia/cuda:12.0-runtime-ubuntu22.04";
+  std::string binary = "docker";
+  bool operator==(const DockerConfig&) const = default;
+};
+
+// Section `executor`.
+struct ExecutorConfig {
+  ExecutionMethod execution_method = ExecutionMethod::kProcess;
+  std::string work_dir = "/var/lib/dgpu-agent/tasks";
+  milliseconds kill_grace_period{10'000};  // SIGTERM to SIGKILL; >= 0
+  bool keep_tasks_on_exit = false;         // true: tasks outlive the agent process
+  DockerConfig docker;
+  bool operator==(const ExecutorConfig&) const = default;
+};
+
+struct AgentConfig {
+  AgentIdentityConfig agent;
+  SchedulerEndpointsConfig scheduler;
+  GpuConfig gpu;
+  ExecutorConfig executor;
+  LoggingConfig logging;
+  bool operator==(const AgentConfig&) const = default;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Loaders. `path` errors are prefixed with the path: `<path>: <reason>`.
+
+StatusOr<SchedulerConfig> LoadSchedulerConfig(const std::string& path);
+StatusOr<SchedulerConfig> LoadSchedulerConfigFromString(std::string_view yaml);
+StatusOr<AgentConfig> LoadAgentConfig(const std::string& path);
+StatusOr<AgentConfig> LoadAgentConfigFromString(std::string_view yaml);
+
+// ---------------------------------------------------------------------------------------------
+// Addresses.
+
+struct HostPort {
+  std::string host;  // without IPv6 brackets; empty for ":port"
+  uint16_t port = 0;
+  bool operator==(const HostPort&) const = default;
+};
+
+// Splits "host:port", ":port" or "[v6]:port". Returns nullopt when the port is missing, not a
+// number or above 65535, or when an unbracketed host contains ':'.
+std::optional<HostPort> ParseHostPort(std::string_view address);
+
+// The address to listen on: ":9090" -> "0.0.0.0:9090"; anything else is returned unchanged.
+std::string ToBindAddress(std::string_view address);
+
+// The address to connect to: ":9090", "0.0.0.0:9090" -> "127.0.0.1:9090", "[::]:9090" ->
+// "[::1]:9090"; anything else is returned unchanged.
+std::string ToConnectAddress(std::string_view address);
+
+// ---------------------------------------------------------------------------------------------
+// Misc.
+
+// `configured_id` when non-empty, else the host name (gethostname), else "localhost".
+std::string IdOrHostname(std::string_view configured_id);
+
+// The YAML spelling of each enum value ("master", "nvidia-smi", ...).
+std::string_view ToString(LogLevel value);
+std::string_view ToString(LogFormat value);
+std::string_view ToString(SchedulerRole value);
+std::string_view ToString(ReplicationMode value);
+std::string_view ToString(ElectionMethod value);
+std::string_view ToString(GpuDetectionMethod value);
+std::string_view ToString(ExecutionMethod value);
+
+}  // namespace dgpu::common

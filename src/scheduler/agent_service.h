@@ -1,0 +1,75 @@
+// The gRPC SchedulerService that agents talk to, and the hub of their Heartbeat streams.
+//
+// Callback API throughout: thousands of agent streams need no thread each. Every request is
+// turned into a function posted to the CoreLoop; unary answers are sent when the resulting
+// changes are durable. Decisions are pushed on the agent's stream the moment they are made.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "dgpu/v1/scheduler.grpc.pb.h"
+#include "scheduler/api_json.h"
+#include "scheduler/core_loop.h"
+#include "scheduler/leader_state.h"
+#include "scheduler/metrics.h"
+#include "store/database.h"
+
+namespace dgpu::scheduler {
+
+class HeartbeatReactor;
+
+// Open Heartbeat streams by agent id; thread-safe. Implements Dispatcher.
+class AgentHub : public Dispatcher {
+ public:
+  AgentHub(LeaderState* leader, Metrics* metrics) : leader_(leader), metrics_(metrics) {}
+  void Dispatch(const core::SchedulerCore& core,
+                const std::vector<core::Decision>& decisions) override;
+  // Sends a message on the agent's stream; false if it has none open.
+  bool Send(const std::string& agent_id, dgpu::v1::HeartbeatResponse msg);
+  void Attach(const std::string& agent_id, std::shared_ptr<HeartbeatReactor> stream);
+  void Detach(const std::string& agent_id, const HeartbeatReactor* stream);
+  // Drops messages waiting for an agent whose stream is not open (it is registering again).
+  void ForgetBacklog(const std::string& agent_id);
+  size_t open_streams() const;
+  // Ends every stream (shutdown).
+  void CloseAll();
+
+ private:
+  LeaderState* leader_;
+  Metrics* metrics_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<HeartbeatReactor>> streams_;  // GUARDED_BY(mu_)
+  std::map<std::string, std::deque<dgpu::v1::HeartbeatResponse>> backlog_;  // GUARDED_BY(mu_)
+};
+
+class AgentService final : public dgpu::v1::SchedulerService::CallbackService {
+ public:
+  AgentService(CoreLoop* loop, AgentHub* hub, LeaderState* leader, store::Database* db,
+               Metrics* metrics, int heartbeat_interval_seconds);
+
+  grpc::ServerUnaryReactor* RegisterAgent(grpc::CallbackServerContext* ctx,
+                                          const dgpu::v1::RegisterAgentRequest* req,
+                                          dgpu::v1::RegisterAgentResponse* resp) override;
+  grpc::ServerBidiReactor<dgpu::v1::HeartbeatRequest, dgpu::v1::HeartbeatResponse>* Heartbeat(
+      grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* TaskFinished(grpc::CallbackServerContext* ctx,
+                                         const dgpu::v1::TaskFinishedRequest* req,
+                                         dgpu::v1::TaskFinishedResponse* resp) override;
+
+ private:
+  friend class HeartbeatReactor;
+  CoreLoop* loop_;
+  AgentHub* hub_;
+  LeaderState* leader_;
+  store::Database* db_;
+  Metrics* metrics_;
+  int heartbeat_interval_seconds_;
+};
+
+}  // namespace dgpu::scheduler

@@ -1,0 +1,286 @@
+#include "scheduler/api_json.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "common/time_util.h"
+
+namespace dgpu::scheduler {
+namespace {
+
+using nlohmann::json;
+
+bool IsEnvName(std::string_view s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// Variables the agent sets to isolate GPUs: a task may not override them.
+bool IsReservedEnv(std::string_view s) {
+  return s == "CUDA_VISIBLE_DEVICES" || s == "NVIDIA_VISIBLE_DEVICES" ||
+         s == "CUDA_DEVICE_ORDER" || s.rfind("DGPU_", 0) == 0;
+}
+
+std::optional<ApiError> ParseJsonObject(std::string_view body, json* out) {
+  if (body.size() > kMaxBodyBytes) {
+    return ApiError{413, "payload_too_large",
+                    "request body is " + std::to_string(body.size()) + " bytes; the limit is " +
+                        std::to_string(kMaxBodyBytes)};
+  }
+  try {
+    *out = json::parse(body.begin(), body.end());
+  } catch (const json::parse_error& e) {
+    return ApiError{400, "invalid_json",
+                    "malformed JSON at byte " + std::to_string(e.byte) + ": " +
+                        std::string(e.what()).substr(std::string(e.what()).find(':') + 2)};
+  }
+  if (!out->is_object()) return ApiError{400, "invalid_json", "request body must be a JSON object"};
+  return std::nullopt;
+}
+
+std::string TypeName(const json& v) { return v.type_name(); }
+
+std::optional<ApiError> GetString(const json& v, std::string_view field, size_t max,
+                                  std::string* out) {
+  if (!v.is_string()) {
+    return InvalidField(std::string(field) + " must be a string, got " + TypeName(v));
+  }
+  const auto& s = v.get_ref<const std::string&>();
+  if (s.size() > max) {
+    return InvalidField(std::string(field) + " is " + std::to_string(s.size()) +
+                        " bytes; the limit is " + std::to_string(max));
+  }
+  if (s.find('\0') != std::string::npos) {
+    return InvalidField(std::string(field) + " must not contain a NUL byte");
+  }
+  *out = s;
+  return std::nullopt;
+}
+
+std::optional<ApiError> GetInteger(const json& v, std::string_view field, int64_t lo, int64_t hi,
+                                   int64_t* out) {
+  if (!v.is_number_integer()) {
+    std::string got = v.is_number_float() ? "a non-integer number" : TypeName(v);
+    return InvalidField(std::string(field) + " must be an integer, got " + got);
+  }
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    return InvalidField(std::string(field) + " must be between " + std::to_string(lo) + " and " +
+                        std::to_string(hi));
+  }
+  int64_t n = v.get<int64_t>();
+  if (n < lo || n > hi) {
+    return InvalidField(std::string(field) + " must be between " + std::to_string(lo) + " and " +
+                        std::to_string(hi) + ", got " + std::to_string(n));
+  }
+  *out = n;
+  return std::nullopt;
+}
+
+json TimeOrNull(core::TimeMicros t) {
+  return t == 0 ? json(nullptr) : json(common::FormatRfc3339(t));
+}
+
+}  // namespace
+
+std::string ApiError::Body() const {
+  return json{{"error", {{"code", code}, {"message", message}}}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
+}
+
+ApiError InvalidField(std::string message) {
+  return ApiError{400, "invalid_field", std::move(message)};
+}
+
+ApiError FromStatus(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument: return {400, "invalid_field", s.message()};
+    case StatusCode::kNotFound: return {404, "not_found", s.message()};
+    case StatusCode::kFailedPrecondition: return {409, "conflict", s.message()};
+    case StatusCode::kAlreadyExists: return {409, "already_exists", s.message()};
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kUnavailable:
+    case StatusCode::kDataLoss: return {503, "unavailable", s.message()};
+    default: return {500, "internal", s.message()};
+  }
+}
+
+std::optional<ApiError> CheckJsonContentType(std::string_view ct) {
+  if (ct.empty()) return std::nullopt;
+  std::string lower(ct.substr(0, ct.find(';')));
+  lower.erase(std::remove_if(lower.begin(), lower.end(), [](unsigned char c) { return std::isspace(c); }),
+              lower.end());
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  if (lower == "application/json") return std::nullopt;
+  return ApiError{415, "unsupported_media_type",
+                  "Content-Type must be application/json, got " + std::string(ct)};
+}
+
+std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec* spec) {
+  json doc;
+  if (auto err = ParseJsonObject(body, &doc)) return err;
+  static const char* kKnown[] = {"priority", "gpu_count", "command", "gpu_model", "env",
+                                 "name",     "timeout_seconds", "image"};
+  for (const auto& [key, value] : doc.items()) {
+    if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
+      return ApiError{400, "unknown_field", "unknown field \"" + key + "\""};
+    }
+  }
+  core::TaskSpec s;
+  // priority
+  auto it = doc.find("priority");
+  if (it == doc.end() || it->is_null()) return InvalidField("priority is required (high or low)");
+  if (!it->is_string()) return InvalidField("priority must be \"high\" or \"low\", got " + TypeName(*it));
+  auto prio = core::ParsePriority(it->get_ref<const std::string&>());
+  if (!prio) {
+    return InvalidField("priority must be \"high\" or \"low\", got \"" +
+                        it->get_ref<const std::string&>() + "\"");
+  }
+  s.priority = *prio;
+  // gpu_count
+  it = doc.find("gpu_count");
+  if (it == doc.end() || it->is_null()) return InvalidField("gpu_count is required");
+  int64_t n = 0;
+  if (auto e = GetInteger(*it, "gpu_count", 1, kMaxGpuCount, &n)) return e;
+  s.gpu_count = static_cast<int>(n);
+  // command
+  it = doc.find("command");
+  if (it == doc.end() || it->is_null()) return InvalidField("command is required");
+  if (auto e = GetString(*it, "command", kMaxCommandBytes, &s.command)) return e;
+  if (std::all_of(s.command.begin(), s.command.end(),
+                  [](unsigned char c) { return std::isspace(c); })) {
+    return InvalidField("command must not be empty");
+  }
+  // Optional fields.
+  if (it = doc.find("gpu_model"); it != doc.end() && !it->is_null()) {
+    if (auto e = GetString(*it, "gpu_model", kMaxShortField, &s.gpu_model)) return e;
+  }
+  if (it = doc.find("name"); it != doc.end() && !it->is_null()) {
+    if (auto e = GetString(*it, "name", kMaxShortField, &s.name)) return e;
+  }
+  if (it = doc.find("image"); it != doc.end() && !it->is_null()) {
+    if (auto e = GetString(*it, "image", 1024, &s.image)) return e;
+  }
+  if (it = doc.find("timeout_seconds"); it != doc.end() && !it->is_null()) {
+    if (auto e = GetInteger(*it, "timeout_seconds", 0, kMaxTimeoutSeconds, &s.timeout_seconds)) {
+      return e;
+    }
+  }
+  if (it = doc.find("env"); it != doc.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return InvalidField("env must be an object of string to string, got " + TypeName(*it));
+    }
+    if (it->size() > kMaxEnvEntries) {
+      return InvalidField("env has " + std::to_string(it->size()) + " entries; the limit is " +
+                          std::to_string(kMaxEnvEntries));
+    }
+    for (const auto& [key, value] : it->items()) {
+      if (key.size() > kMaxShortField || !IsEnvName(key)) {
+        return InvalidField("env key \"" + key +
+                            "\" is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)");
+      }
+      if (IsReservedEnv(key)) {
+        return InvalidField("env." + key + " is set by dgpu for GPU isolation and cannot be given");
+      }
+      std::string v;
+      if (auto e = GetString(value, "env." + key, kMaxCommandBytes, &v)) return e;
+      s.env.emplace_back(key, std::move(v));
+    }
+    std::sort(s.env.begin(), s.env.end());
+  }
+  *spec = std::move(s);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseQuotaRequest(std::string_view body, double* online_percent) {
+  json doc;
+  if (auto err = ParseJsonObject(body, &doc)) return err;
+  for (const auto& [key, value] : doc.items()) {
+    if (key != "online_percent" && key != "batch_percent") {
+      return ApiError{400, "unknown_field", "unknown field \"" + key + "\""};
+    }
+  }
+  auto check = [](const json& v, const char* field, double* out) -> std::optional<ApiError> {
+    if (!v.is_number()) {
+      return InvalidField(std::string(field) + " must be a number between 0 and 1, got " +
+                          std::string(v.type_name()));
+    }
+    double x = v.get<double>();
+    if (!(x >= 0.0 && x <= 1.0)) {
+      return InvalidField(std::string(field) + " must be between 0 and 1, got " + v.dump());
+    }
+    *out = x;
+    return std::nullopt;
+  };
+  auto on = doc.find("online_percent");
+  auto batch = doc.find("batch_percent");
+  if (on == doc.end() && batch == doc.end()) return InvalidField("online_percent is required");
+  double online = 0, b = 0;
+  if (on != doc.end()) {
+    if (auto e = check(*on, "online_percent", &online)) return e;
+  }
+  if (batch != doc.end()) {
+    if (auto e = check(*batch, "batch_percent", &b)) return e;
+    if (on == doc.end()) {
+      online = 1.0 - b;
+    } else if (std::abs(online + b - 1.0) > 1e-9) {
+      return InvalidField("online_percent and batch_percent must add up to 1");
+    }
+  }
+  *online_percent = online;
+  return std::nullopt;
+}
+
+std::string GpuId(const std::string& node_id, int index) {
+  return node_id + "-gpu-" + std::to_string(index);
+}
+
+nlohmann::json TaskToJson(const core::Task& t, core::PendingReason reason) {
+  json env = json::object();
+  for (const auto& [k, v] : t.spec.env) env[k] = v;
+  json gpus = json::array();
+  json allocation = json::array();
+  std::string node_id;
+  for (const auto& na : t.allocation) {
+    if (node_id.empty()) node_id = na.node_id;
+    for (int idx : na.gpu_indices) gpus.push_back(GpuId(na.node_id, idx));
+    allocation.push_back({{"node_id", na.node_id}, {"gpu_indices", na.gpu_indices}});
+  }
+  bool finished = core::IsFinished(t.status);
+  return json{
+      {"task_id", core::FormatTaskId(t.id)},
+      {"name", t.spec.name},
+      {"priority", core::ToString(t.spec.priority)},
+      {"gpu_count", t.spec.gpu_count},
+      {"gpu_model", t.spec.gpu_model},
+      {"command", t.spec.command},
+      {"env", std::move(env)},
+      {"timeout_seconds", t.spec.timeout_seconds},
+      {"image", t.spec.image},
+      {"status", core::ToString(t.status)},
+      {"node_id", node_id.empty() ? json(nullptr) : json(node_id)},
+      {"allocated_gpus", std::move(gpus)},
+      {"allocation", std::move(allocation)},
+      {"pending_reason", reason == core::PendingReason::kNone ? json(nullptr)
+                                                              : json(core::ToString(reason))},
+      {"attempts", t.attempts},
+      {"exit_code", finished && t.started_at != 0 ? json(t.exit_code) : json(nullptr)},
+      {"error", t.error},
+      {"created_at", TimeOrNull(t.created_at)},
+      {"started_at", TimeOrNull(t.started_at)},
+      {"finished_at", TimeOrNull(t.finished_at)},
+  };
+}
+
+nlohmann::json QuotaToJson(const core::QuotaView& q) {
+  auto cls = [&](int p) {
+    return json{{"quota", q.quota[p]},
+                {"used", q.used[p]},
+                {"available", std::max(0, q.quota[p] - q.used[p])}};
+  };
+  return json{{"total_gpus", q.total_gpus}, {"online", cls(0)}, {"batch", cls(1)}};
+}
+
+}  // namespace dgpu::scheduler

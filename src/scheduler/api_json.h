@@ -1,0 +1,53 @@
+// The REST API's JSON: request validation and response bodies, as pure functions.
+//
+// Every validation error names the field and the reason, and maps onto an HTTP status through
+// ApiError. Nothing here touches the core or the network, so all of it is unit-tested directly.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/scheduler_core.h"
+#include "core/status.h"
+#include "core/types.h"
+
+namespace dgpu::scheduler {
+
+inline constexpr size_t kMaxBodyBytes = 1 << 20;        // 1 MiB: larger bodies get 413.
+inline constexpr size_t kMaxCommandBytes = 64 * 1024;   // 64 KiB.
+inline constexpr int kMaxGpuCount = 1024;
+inline constexpr size_t kMaxEnvEntries = 256;
+inline constexpr size_t kMaxShortField = 256;           // name, gpu_model, env keys.
+inline constexpr int64_t kMaxTimeoutSeconds = 10LL * 365 * 24 * 3600;
+
+// An API error: HTTP status, machine word and sentence.
+struct ApiError {
+  int http_status = 400;
+  std::string code;
+  std::string message;
+  std::string Body() const;  // {"error":{"code":...,"message":...}}
+};
+
+ApiError InvalidField(std::string message);
+ApiError FromStatus(const Status& status);
+
+// Content-Type check: absent or application/json (any parameters) is fine; else 415.
+std::optional<ApiError> CheckJsonContentType(std::string_view content_type);
+
+// Parses and validates a POST /tasks body.
+std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec* spec);
+
+// Parses a PUT /quota body: {"online_percent": x} with x in [0, 1].
+std::optional<ApiError> ParseQuotaRequest(std::string_view body, double* online_percent);
+
+// `<node_id>-gpu-<index>`.
+std::string GpuId(const std::string& node_id, int index);
+
+// The task object of the contract.
+nlohmann::json TaskToJson(const core::Task& task, core::PendingReason reason);
+
+nlohmann::json QuotaToJson(const core::QuotaView& quota);
+
+}  // namespace dgpu::scheduler

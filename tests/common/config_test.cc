@@ -1,0 +1,631 @@
+#include "common/config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace dgpu::common {
+namespace {
+
+using std::chrono::milliseconds;
+
+template <typename T>
+void ExpectError(const StatusOr<T>& result, StatusCode code, const std::string& message) {
+  ASSERT_FALSE(result.ok()) << "expected error: " << message;
+  EXPECT_EQ(result.status().code(), code);
+  EXPECT_EQ(result.status().message(), message);
+}
+
+void ExpectSchedulerError(const std::string& yaml, const std::string& message) {
+  SCOPED_TRACE(yaml);
+  ExpectError(LoadSchedulerConfigFromString(yaml), StatusCode::kInvalidArgument, message);
+}
+
+void ExpectAgentError(const std::string& yaml, const std::string& message) {
+  SCOPED_TRACE(yaml);
+  ExpectError(LoadAgentConfigFromString(yaml), StatusCode::kInvalidArgument, message);
+}
+
+SchedulerConfig MustLoadScheduler(const std::string& yaml) {
+  StatusOr<SchedulerConfig> config = LoadSchedulerConfigFromString(yaml);
+  EXPECT_TRUE(config.ok()) << yaml << "\n-> " << config.status().ToString();
+  return config.ok() ? *config : SchedulerConfig{};
+}
+
+AgentConfig MustLoadAgent(const std::string& yaml) {
+  StatusOr<AgentConfig> config = LoadAgentConfigFromString(yaml);
+  EXPECT_TRUE(config.ok()) << yaml << "\n-> " << config.status().ToString();
+  return config.ok() ? *config : AgentConfig{};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defaults.
+
+TEST(SchedulerConfigTest, DefaultsAreTheDocumentedValues) {
+  const SchedulerConfig c;
+  EXPECT_EQ(c.server.grpc_address, ":9090");
+  EXPECT_EQ(c.server.http_address, ":8080");
+  EXPECT_EQ(c.scheduler.role, SchedulerRole::kMaster);
+  EXPECT_EQ(c.scheduler.schedule_interval, milliseconds{5'000});
+  EXPECT_EQ(c.scheduler.snapshot_interval, milliseconds{30'000});
+  EXPECT_EQ(c.scheduler.max_attempts, 3);
+  EXPECT_EQ(c.scheduler.max_bypass, 16);
+  EXPECT_EQ(c.scheduler.id, "");
+  EXPECT_FALSE(c.replication.enabled);
+  EXPECT_EQ(c.replication.peer_address, "");
+  EXPECT_EQ(c.replication.heartbeat_interval, milliseconds{2'000});
+  EXPECT_EQ(c.replication.heartbeat_timeout, milliseconds{6'000});
+  EXPECT_EQ(c.replication.mode, ReplicationMode::kSync);
+  EXPECT_EQ(c.replication.sync_timeout, milliseconds{2'000});
+  EXPECT_DOUBLE_EQ(c.quota.online_percent, 0.7);
+  EXPECT_DOUBLE_EQ(c.quota.batch_percent, 0.3);
+  EXPECT_EQ(c.agent.heartbeat_timeout, milliseconds{15'000});
+  EXPECT_EQ(c.storage.snapshot_dir, "/var/lib/dgpu-scheduler/state");
+  EXPECT_EQ(c.storage.shared_storage, "");
+  EXPECT_EQ(c.storage.retention, milliseconds{7LL * 86'400'000});
+  EXPECT_TRUE(c.storage.fsync);
+  EXPECT_EQ(c.ha.election, ElectionMethod::kNone);
+  EXPECT_TRUE(c.ha.etcd_endpoints.empty());
+  EXPECT_EQ(c.ha.lease_ttl, milliseconds{10'000});
+  EXPECT_EQ(c.ha.etcd_prefix, "/dgpu/leader");
+  EXPECT_EQ(c.logging.level, LogLevel::kInfo);
+  EXPECT_EQ(c.logging.format, LogFormat::kJson);
+  EXPECT_EQ(c.logging.output, "stdout");
+}
+
+TEST(AgentConfigTest, DefaultsAreTheDocumentedValues) {
+  const AgentConfig c;
+  EXPECT_EQ(c.agent.id, "");
+  EXPECT_EQ(c.agent.heartbeat_interval, milliseconds{5'000});
+  EXPECT_EQ(c.scheduler.master_address, "127.0.0.1:9090");
+  EXPECT_EQ(c.scheduler.standby_address, "");
+  EXPECT_EQ(c.scheduler.connection_timeout, milliseconds{10'000});
+  EXPECT_EQ(c.scheduler.retry_interval, milliseconds{2'000});
+  EXPECT_EQ(c.scheduler.max_retry_interval, milliseconds{30'000});
+  EXPECT_EQ(c.gpu.detection_method, std::vector<GpuDetectionMethod>{GpuDetectionMethod::kNvml});
+  EXPECT_EQ(c.gpu.health_check_interval, milliseconds{30'000});
+  EXPECT_EQ(c.gpu.nvidia_smi_path, "nvidia-smi");
+  EXPECT_EQ(c.gpu.nvml_library, "libnvidia-ml.so.1");
+  EXPECT_EQ(c.gpu.fake.count, 4);
+  EXPECT_EQ(c.gpu.fake.model, "Tesla V100-SXM2-32GB");
+  EXPECT_EQ(c.gpu.fake.memory_mb, 32768);
+  EXPECT_EQ(c.executor.execution_method, ExecutionMethod::kProcess);
+  EXPECT_EQ(c.executor.work_dir, "/var/lib/dgpu-agent/tasks");
+  EXPECT_EQ(c.executor.kill_grace_period, milliseconds{10'000});
+  EXPECT_FALSE(c.executor.keep_tasks_on_exit);
+  EXPECT_EQ(c.executor.docker.socket, "/var/run/docker.sock");
+  EXPECT_EQ(c.executor.docker.default_image, "nvidia/cuda:12.0-runtime-ubuntu22.04");
+  EXPECT_EQ(c.executor.docker.binary, "docker");
+  EXPECT_EQ(c.logging, LoggingConfig{});
+}
+
+TEST(SchedulerConfigTest, EmptyDocumentsAndSectionsGiveDefaults) {
+  for (const char* yaml : {"", "\n", "# only a comment\n", "~", "{}", "---\n",
+                           "server:\nscheduler:\nreplication: {}\nquota: ~\nlogging:\n",
+                           "scheduler:\n  role: ~\n  schedule_interval:\n"}) {
+    EXPECT_EQ(MustLoadScheduler(yaml), SchedulerConfig{}) << yaml;
+  }
+}
+
+TEST(AgentConfigTest, EmptyDocumentsAndSectionsGiveDefaults) {
+  for (const char* yaml : {"", "# nothing\n", "gpu:\n  fake:\nexecutor:\n  docker: {}\n"}) {
+    EXPECT_EQ(MustLoadAgent(yaml), AgentConfig{}) << yaml;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every key.
+
+TEST(SchedulerConfigTest, ParsesEveryKey) {
+  const SchedulerConfig c = MustLoadScheduler(R"(
+server:
+  grpc_address: "10.0.0.1:19090"
+  http_address: "[::1]:18080"
+scheduler:
+  role: standby
+  schedule_interval: 1.5
+  snapshot_interval: "2m"
+  max_attempts: 5
+  max_bypass: 0
+  id: sched-a
+replication:
+  enabled: true
+  peer_address: "sched-b:9090"
+  heartbeat_interval: 500ms
+  heartbeat_timeout: 3
+  mode: async
+  sync_timeout: 250ms
+quota:
+  online_percent: 0.6
+  batch_percent: 0.4
+agent:
+  heartbeat_timeout: 20s
+storage:
+  snapshot_dir: /tmp/state
+  shared_storage: /mnt/shared
+  retention: 30d
+  fsync: false
+ha:
+  election: etcd
+  etcd_endpoints: ["http://e1:2379", "https://e2:2379/"]
+  lease_ttl: 15
+  etcd_prefix: /custom/leader
+logging:
+  level: debug
+  format: text
+  output: /tmp/sched.log
+)");
+  EXPECT_EQ(c.server.grpc_address, "10.0.0.1:19090");
+  EXPECT_EQ(c.server.http_address, "[::1]:18080");
+  EXPECT_EQ(c.scheduler.role, SchedulerRole::kStandby);
+  EXPECT_EQ(c.scheduler.schedule_interval, milliseconds{1'500});
+  EXPECT_EQ(c.scheduler.snapshot_interval, milliseconds{120'000});
+  EXPECT_EQ(c.scheduler.max_attempts, 5);
+  EXPECT_EQ(c.scheduler.max_bypass, 0);
+  EXPECT_EQ(c.scheduler.id, "sched-a");
+  EXPECT_TRUE(c.replication.enabled);
+  EXPECT_EQ(c.replication.peer_address, "sched-b:9090");
+  EXPECT_EQ(c.replication.heartbeat_interval, milliseconds{500});
+  EXPECT_EQ(c.replication.heartbeat_timeout, milliseconds{3'000});
+  EXPECT_EQ(c.replication.mode, ReplicationMode::kAsync);
+  EXPECT_EQ(c.replication.sync_timeout, milliseconds{250});
+  EXPECT_DOUBLE_EQ(c.quota.online_percent, 0.6);
+  EXPECT_DOUBLE_EQ(c.quota.batch_percent, 0.4);
+  EXPECT_EQ(c.agent.heartbeat_timeout, milliseconds{20'000});
+  EXPECT_EQ(c.storage.snapshot_dir, "/tmp/state");
+  EXPECT_EQ(c.storage.shared_storage, "/mnt/shared");
+  EXPECT_EQ(c.storage.retention, milliseconds{30LL * 86'400'000});
+  EXPECT_FALSE(c.storage.fsync);
+  EXPECT_EQ(c.ha.election, ElectionMethod::kEtcd);
+  EXPECT_EQ(c.ha.etcd_endpoints, (std::vector<std::string>{"http://e1:2379", "https://e2:2379/"}));
+  EXPECT_EQ(c.ha.lease_ttl, milliseconds{15'000});
+  EXPECT_EQ(c.ha.etcd_prefix, "/custom/leader");
+  EXPECT_EQ(c.logging.level, LogLevel::kDebug);
+  EXPECT_EQ(c.logging.format, LogFormat::kText);
+  EXPECT_EQ(c.logging.output, "/tmp/sched.log");
+}
+
+TEST(SchedulerConfigTest, AcceptsFlowStyleSectionsOfTheOriginalDocs) {
+  const SchedulerConfig c = MustLoadScheduler(R"(
+server:      { grpc_address: ":9090", http_address: ":8080" }
+scheduler:   { role: primary, schedule_interval: 5, snapshot_interval: 30 }
+replication: { enabled: true, peer_address: "host:9090", heartbeat_interval: 2, heartbeat_timeout: 6 }
+quota:       { online_percent: 0.7, batch_percent: 0.3 }
+agent:       { heartbeat_timeout: 15 }
+storage:     { snapshot_dir: "/var/lib/dgpu-scheduler/state", shared_storage: "" }
+logging:     { level: info, format: json, output: stdout }
+)");
+  SchedulerConfig expected;
+  expected.replication.enabled = true;
+  expected.replication.peer_address = "host:9090";
+  EXPECT_EQ(c, expected);
+}
+
+TEST(SchedulerConfigTest, RoleAcceptsPrimaryAndIgnoresCase) {
+  EXPECT_EQ(MustLoadScheduler("scheduler: {role: primary}").scheduler.role, SchedulerRole::kMaster);
+  EXPECT_EQ(MustLoadScheduler("scheduler: {role: Standby}").scheduler.role,
+            SchedulerRole::kStandby);
+  EXPECT_EQ(MustLoadScheduler("logging: {level: WARNING}").logging.level, LogLevel::kWarn);
+}
+
+TEST(AgentConfigTest, ParsesEveryKey) {
+  const AgentConfig c = MustLoadAgent(R"(
+agent:
+  id: node-7
+  heartbeat_interval: 2.5
+scheduler:
+  master_address: "sched-a:9090"
+  standby_address: "sched-b:9090"
+  connection_timeout: 3s
+  retry_interval: 500ms
+  max_retry_interval: 1m
+gpu:
+  detection_method: [nvidia-smi, fake]
+  health_check_interval: 10
+  nvidia_smi_path: /usr/bin/nvidia-smi
+  nvml_library: /opt/libnvidia-ml.so
+  fake:
+    count: 8
+    model: "NVIDIA A100-SXM4-80GB"
+    memory_mb: 81920
+executor:
+  execution_method: docker
+  work_dir: /tmp/tasks
+  kill_grace_period: 0
+  keep_tasks_on_exit: true
+  docker:
+    socket: /run/docker.sock
+    default_image: "ubuntu:22.04"
+    binary: /usr/local/bin/docker
+logging:
+  level: error
+  format: text
+  output: stderr
+)");
+  EXPECT_EQ(c.agent.id, "node-7");
+  EXPECT_EQ(c.agent.heartbeat_interval, milliseconds{2'500});
+  EXPECT_EQ(c.scheduler.master_address, "sched-a:9090");
+  EXPECT_EQ(c.scheduler.standby_address, "sched-b:9090");
+  EXPECT_EQ(c.scheduler.connection_timeout, milliseconds{3'000});
+  EXPECT_EQ(c.scheduler.retry_interval, milliseconds{500});
+  EXPECT_EQ(c.scheduler.max_retry_interval, milliseconds{60'000});
+  EXPECT_EQ(c.gpu.detection_method, (std::vector<GpuDetectionMethod>{GpuDetectionMethod::kNvidiaSmi,
+                                                                     GpuDetectionMethod::kFake}));
+  EXPECT_EQ(c.gpu.health_check_interval, milliseconds{10'000});
+  EXPECT_EQ(c.gpu.nvidia_smi_path, "/usr/bin/nvidia-smi");
+  EXPECT_EQ(c.gpu.nvml_library, "/opt/libnvidia-ml.so");
+  EXPECT_EQ(c.gpu.fake.count, 8);
+  EXPECT_EQ(c.gpu.fake.model, "NVIDIA A100-SXM4-80GB");
+  EXPECT_EQ(c.gpu.fake.memory_mb, 81920);
+  EXPECT_EQ(c.executor.execution_method, ExecutionMethod::kDocker);
+  EXPECT_EQ(c.executor.work_dir, "/tmp/tasks");
+  EXPECT_EQ(c.executor.kill_grace_period, milliseconds{0});
+  EXPECT_TRUE(c.executor.keep_tasks_on_exit);
+  EXPECT_EQ(c.executor.docker.socket, "/run/docker.sock");
+  EXPECT_EQ(c.executor.docker.default_image, "ubuntu:22.04");
+  EXPECT_EQ(c.executor.docker.binary, "/usr/local/bin/docker");
+  EXPECT_EQ(c.logging.level, LogLevel::kError);
+  EXPECT_EQ(c.logging.format, LogFormat::kText);
+  EXPECT_EQ(c.logging.output, "stderr");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unknown and duplicate keys.
+
+TEST(SchedulerConfigTest, UnknownKeysAreNamedWithTheirDottedPath) {
+  ExpectSchedulerError("schedular: {}", "unknown key \"schedular\" (did you mean \"scheduler\"?)");
+  ExpectSchedulerError("extra: 1", "unknown key \"extra\"");
+  ExpectSchedulerError("scheduler:\n  schedul_interval: 5\n",
+                       "unknown key \"scheduler.schedul_interval\" (did you mean "
+                       "\"schedule_interval\"?)");
+  ExpectSchedulerError("logging: {level: info, colour: true}", "unknown key \"logging.colour\"");
+  ExpectSchedulerError("ha: {etcd_endpoint: []}",
+                       "unknown key \"ha.etcd_endpoint\" (did you mean \"etcd_endpoints\"?)");
+}
+
+TEST(AgentConfigTest, UnknownKeysAreNamedWithTheirDottedPath) {
+  ExpectAgentError("gpu:\n  fake:\n    colour: red\n", "unknown key \"gpu.fake.colour\"");
+  ExpectAgentError("executor:\n  docker:\n    sockett: /x\n",
+                   "unknown key \"executor.docker.sockett\" (did you mean \"socket\"?)");
+  // Too far from every known key for a hint.
+  ExpectAgentError("agent: {heartbeat_timeout: 5}", "unknown key \"agent.heartbeat_timeout\"");
+  // The scheduler's sections are not the agent's.
+  ExpectAgentError("quota: {online_percent: 0.5}", "unknown key \"quota\"");
+}
+
+TEST(SchedulerConfigTest, DuplicateKeysAreErrors) {
+  ExpectSchedulerError("scheduler:\n  role: master\n  role: standby\n",
+                       "duplicate key \"scheduler.role\"");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Types and ranges.
+
+TEST(SchedulerConfigTest, WrongTypesAndRangesAreExplained) {
+  struct Case {
+    const char* yaml;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"hello", "top level: must be a mapping, got \"hello\""},
+      {"- a\n- b\n", "top level: must be a mapping, got a list"},
+      {"scheduler: [1, 2]", "scheduler: must be a mapping, got a list"},
+      {"scheduler: fast", "scheduler: must be a mapping, got \"fast\""},
+      {"scheduler: {schedule_interval: abc}",
+       "scheduler.schedule_interval: must be a positive duration, got \"abc\""},
+      {"scheduler: {schedule_interval: [5]}",
+       "scheduler.schedule_interval: must be a positive duration, got a list"},
+      {"scheduler: {role: leader}",
+       "scheduler.role: must be one of master, standby; got \"leader\""},
+      {"scheduler: {max_attempts: 1.5}",
+       "scheduler.max_attempts: must be an integer in [1, 1000], got \"1.5\""},
+      {"scheduler: {max_attempts: 0}",
+       "scheduler.max_attempts: must be an integer in [1, 1000], got \"0\""},
+      {"scheduler: {max_bypass: -1}",
+       "scheduler.max_bypass: must be an integer in [0, 1000000], got \"-1\""},
+      {"scheduler: {id: {a: 1}}", "scheduler.id: must be a string, got a mapping"},
+      {"server: {grpc_address: \"9090\"}",
+       "server.grpc_address: must be \"host:port\" or \":port\", got \"9090\""},
+      {"server: {http_address: \":99999\"}",
+       "server.http_address: must be \"host:port\" or \":port\", got \":99999\""},
+      {"server: {http_address: \"\"}", "server.http_address: must not be empty"},
+      {"replication: {enabled: maybe}",
+       "replication.enabled: must be true or false, got \"maybe\""},
+      {"replication: {mode: semi}", "replication.mode: must be one of sync, async; got \"semi\""},
+      {"quota: {online_percent: 1.5}",
+       "quota.online_percent: must be a number in [0, 1], got \"1.5\""},
+      {"quota: {batch_percent: 30%}",
+       "quota.batch_percent: must be a number in [0, 1], got \"30%\""},
+      {"storage: {fsync: 1}", "storage.fsync: must be true or false, got \"1\""},
+      {"storage: {snapshot_dir: \"\"}", "storage.snapshot_dir: must not be empty"},
+      {"ha: {election: raft}", "ha.election: must be one of none, lease, etcd; got \"raft\""},
+      {"ha: {etcd_prefix: dgpu}", "ha.etcd_prefix: must start with '/', got \"dgpu\""},
+      {"logging: {level: verbose}",
+       "logging.level: must be one of debug, info, warn, error; got \"verbose\""},
+      {"logging: {format: xml}", "logging.format: must be one of json, text; got \"xml\""},
+      {"logging: {output: \"\"}", "logging.output: must not be empty"},
+  };
+  for (const Case& c : cases) ExpectSchedulerError(c.yaml, c.message);
+}
+
+TEST(AgentConfigTest, WrongTypesAndRangesAreExplained) {
+  struct Case {
+    const char* yaml;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"scheduler: {master_address: \"\"}", "scheduler.master_address: must not be empty"},
+      {"scheduler: {standby_address: nohost}",
+       "scheduler.standby_address: must be \"host:port\" or \":port\", got \"nohost\""},
+      {"scheduler: {retry_interval: 10, max_retry_interval: 5}",
+       "scheduler.max_retry_interval: must be at least scheduler.retry_interval (10s), got 5s"},
+      {"gpu: {fake: {count: 2000}}",
+       "gpu.fake.count: must be an integer in [0, 1024], got \"2000\""},
+      {"gpu: {fake: {memory_mb: 0}}",
+       "gpu.fake.memory_mb: must be an integer in [1, 1099511627776], got \"0\""},
+      {"gpu: {fake: {model: \"\"}}", "gpu.fake.model: must not be empty"},
+      {"executor: {execution_method: podman}",
+       "executor.execution_method: must be one of process, docker; got \"podman\""},
+      {"executor: {kill_grace_period: -1}",
+       "executor.kill_grace_period: must be a non-negative duration, got \"-1\""},
+      {"executor: {keep_tasks_on_exit: sometimes}",
+       "executor.keep_tasks_on_exit: must be true or false, got \"sometimes\""},
+      {"executor: {docker: []}", "executor.docker: must be a mapping, got a list"},
+  };
+  for (const Case& c : cases) ExpectAgentError(c.yaml, c.message);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Durations.
+
+TEST(SchedulerConfigTest, DurationsAcceptSecondsAndUnits) {
+  struct Case {
+    const char* value;
+    int64_t expected_ms;
+  };
+  const Case cases[] = {{"\"1.5\"", 1'500}, {"1.5", 1'500},      {"2", 2'000},
+                        {"\"500ms\"", 500}, {"7d", 604'800'000}, {"\"10s\"", 10'000},
+                        {"5m", 300'000},    {"2h", 7'200'000},   {"0.001", 1}};
+  for (const Case& c : cases) {
+    const SchedulerConfig config =
+        MustLoadScheduler(std::string("scheduler: {schedule_interval: ") + c.value + "}");
+    EXPECT_EQ(config.scheduler.schedule_interval, milliseconds{c.expected_ms}) << c.value;
+  }
+}
+
+TEST(SchedulerConfigTest, DurationsRejectNegativeZeroAndGarbage) {
+  ExpectSchedulerError("scheduler: {schedule_interval: -1}",
+                       "scheduler.schedule_interval: must be a positive duration, got \"-1\"");
+  ExpectSchedulerError("scheduler: {schedule_interval: \"-1\"}",
+                       "scheduler.schedule_interval: must be a positive duration, got \"-1\"");
+  ExpectSchedulerError("scheduler: {snapshot_interval: 0}",
+                       "scheduler.snapshot_interval: must be a positive duration, got \"0\"");
+  ExpectSchedulerError("storage: {retention: 5 days}",
+                       "storage.retention: must be a positive duration, got \"5 days\"");
+  ExpectSchedulerError("agent: {heartbeat_timeout: 10x}",
+                       "agent.heartbeat_timeout: must be a positive duration, got \"10x\"");
+  ExpectSchedulerError("ha: {lease_ttl: true}",
+                       "ha.lease_ttl: must be a positive duration, got \"true\"");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cross-field rules.
+
+TEST(SchedulerConfigTest, QuotaMustSumToOneAndDerivesTheMissingShare) {
+  QuotaConfig both = MustLoadScheduler("quota: {online_percent: 0.25, batch_percent: 0.75}").quota;
+  EXPECT_DOUBLE_EQ(both.online_percent, 0.25);
+  EXPECT_DOUBLE_EQ(both.batch_percent, 0.75);
+
+  QuotaConfig online_only = MustLoadScheduler("quota: {online_percent: 0.8}").quota;
+  EXPECT_DOUBLE_EQ(online_only.online_percent, 0.8);
+  EXPECT_DOUBLE_EQ(online_only.batch_percent, 0.2);
+
+  QuotaConfig batch_only = MustLoadScheduler("quota: {batch_percent: 1}").quota;
+  EXPECT_DOUBLE_EQ(batch_only.online_percent, 0.0);
+  EXPECT_DOUBLE_EQ(batch_only.batch_percent, 1.0);
+
+  // 0.1 + 0.2 is not exactly 0.3 in binary; the tolerance absorbs it.
+  QuotaConfig inexact = MustLoadScheduler("quota: {online_percent: 0.9, batch_percent: 0.1}").quota;
+  EXPECT_DOUBLE_EQ(inexact.online_percent, 0.9);
+
+  ExpectSchedulerError("quota: {online_percent: 0.6, batch_percent: 0.3}",
+                       "quota.batch_percent: online_percent + batch_percent must equal 1, got "
+                       "0.6 + 0.3");
+  ExpectSchedulerError("quota: {online_percent: 0.7, batch_percent: 0.30001}",
+                       "quota.batch_percent: online_percent + batch_percent must equal 1, got "
+                       "0.7 + 0.30001");
+}
+
+TEST(SchedulerConfigTest, ReplicationRules) {
+  ExpectSchedulerError("replication: {enabled: true}",
+                       "replication.peer_address: required when replication.enabled is true");
+  ExpectSchedulerError("replication: {heartbeat_interval: 2, heartbeat_timeout: 2}",
+                       "replication.heartbeat_timeout: must be greater than "
+                       "replication.heartbeat_interval (2s), got 2s");
+  ExpectSchedulerError("replication: {heartbeat_interval: 3s, heartbeat_timeout: 2500ms}",
+                       "replication.heartbeat_timeout: must be greater than "
+                       "replication.heartbeat_interval (3s), got 2500ms");
+}
+
+TEST(SchedulerConfigTest, ElectionDefaultsFromSharedStorage) {
+  EXPECT_EQ(MustLoadScheduler("").ha.election, ElectionMethod::kNone);
+  EXPECT_EQ(MustLoadScheduler("storage: {shared_storage: /mnt/dgpu}").ha.election,
+            ElectionMethod::kLease);
+  EXPECT_EQ(
+      MustLoadScheduler("storage: {shared_storage: /mnt/dgpu}\nha: {election: none}").ha.election,
+      ElectionMethod::kNone);
+  ExpectSchedulerError("ha: {election: lease}",
+                       "ha.election: \"lease\" requires storage.shared_storage to be set");
+  ExpectSchedulerError("ha: {election: etcd}",
+                       "ha.etcd_endpoints: must list at least one endpoint when ha.election is "
+                       "\"etcd\"");
+}
+
+TEST(SchedulerConfigTest, EtcdEndpointsAcceptAListOrACommaSeparatedString) {
+  EXPECT_EQ(MustLoadScheduler("ha: {election: etcd, etcd_endpoints: \"http://a:2379, "
+                              "http://b:2379\"}")
+                .ha.etcd_endpoints,
+            (std::vector<std::string>{"http://a:2379", "http://b:2379"}));
+  ExpectSchedulerError("ha: {etcd_endpoints: [\"http://a:2379\", \"b:2379\"]}",
+                       "ha.etcd_endpoints[1]: must look like \"http://host:port\", got "
+                       "\"b:2379\"");
+  ExpectSchedulerError("ha: {etcd_endpoints: [\"http://:2379\"]}",
+                       "ha.etcd_endpoints[0]: must look like \"http://host:port\", got "
+                       "\"http://:2379\"");
+  ExpectSchedulerError("ha: {etcd_endpoints: {a: 1}}",
+                       "ha.etcd_endpoints: must be a list of \"http://host:port\", got a mapping");
+}
+
+TEST(AgentConfigTest, DetectionMethodIsANameOrAnOrderedList) {
+  EXPECT_EQ(MustLoadAgent("gpu: {detection_method: fake}").gpu.detection_method,
+            std::vector<GpuDetectionMethod>{GpuDetectionMethod::kFake});
+  EXPECT_EQ(MustLoadAgent("gpu: {detection_method: nvidia-smi}").gpu.detection_method,
+            std::vector<GpuDetectionMethod>{GpuDetectionMethod::kNvidiaSmi});
+  EXPECT_EQ(
+      MustLoadAgent("gpu:\n  detection_method:\n    - nvml\n    - nvidia-smi\n    - fake\n")
+          .gpu.detection_method,
+      (std::vector<GpuDetectionMethod>{GpuDetectionMethod::kNvml, GpuDetectionMethod::kNvidiaSmi,
+                                       GpuDetectionMethod::kFake}));
+  EXPECT_EQ(
+      MustLoadAgent("gpu: {detection_method: \"nvml, fake\"}").gpu.detection_method,
+      (std::vector<GpuDetectionMethod>{GpuDetectionMethod::kNvml, GpuDetectionMethod::kFake}));
+
+  ExpectAgentError("gpu: {detection_method: cuda}",
+                   "gpu.detection_method: must be one of nvml, nvidia-smi, fake; got \"cuda\"");
+  ExpectAgentError("gpu: {detection_method: [nvml, cuda]}",
+                   "gpu.detection_method[1]: must be one of nvml, nvidia-smi, fake; got \"cuda\"");
+  ExpectAgentError("gpu: {detection_method: [fake, nvml, fake]}",
+                   "gpu.detection_method: \"fake\" is listed twice");
+  ExpectAgentError("gpu: {detection_method: []}",
+                   "gpu.detection_method: must name at least one method");
+  ExpectAgentError("gpu: {detection_method: [[nvml]]}",
+                   "gpu.detection_method[0]: must be one of nvml, nvidia-smi, fake; got a list");
+}
+
+// ---------------------------------------------------------------------------------------------
+// YAML syntax and files.
+
+TEST(SchedulerConfigTest, YamlSyntaxErrorsGiveTheLine) {
+  const StatusOr<SchedulerConfig> result =
+      LoadSchedulerConfigFromString("scheduler:\n  role: master\n  max_bypass: [1, 2\n");
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(result.status().message(),
+            "invalid YAML at line 4, column 1: end of sequence flow not found");
+
+  const StatusOr<AgentConfig> agent =
+      LoadAgentConfigFromString("agent:\n  id: a\n   heartbeat_interval: 5\n");
+  ASSERT_FALSE(agent.ok());
+  EXPECT_EQ(agent.status().message(), "invalid YAML at line 3, column 22: illegal map value");
+}
+
+class ConfigFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ =
+        std::filesystem::temp_directory_path() / ("dgpu_config_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Write(const std::string& name, const std::string& contents) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << contents;
+    return path;
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(ConfigFileTest, LoadsFromAFile) {
+  const std::string path = Write("s.yaml", "scheduler:\n  max_attempts: 7\n");
+  StatusOr<SchedulerConfig> config = LoadSchedulerConfig(path);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->scheduler.max_attempts, 7);
+}
+
+TEST_F(ConfigFileTest, FileErrorsArePrefixedWithThePath) {
+  const std::string path = Write("bad.yaml", "scheduler:\n  schedul_interval: 5\n");
+  ExpectError(LoadSchedulerConfig(path), StatusCode::kInvalidArgument,
+              path +
+                  ": unknown key \"scheduler.schedul_interval\" (did you mean "
+                  "\"schedule_interval\"?)");
+  const std::string agent_path = Write("bad_agent.yaml", "gpu: {fake: {count: x}}\n");
+  ExpectError(LoadAgentConfig(agent_path), StatusCode::kInvalidArgument,
+              agent_path + ": gpu.fake.count: must be an integer in [0, 1024], got \"x\"");
+}
+
+TEST_F(ConfigFileTest, MissingFileIsNotFound) {
+  const std::string path = (dir_ / "absent.yaml").string();
+  ExpectError(LoadSchedulerConfig(path), StatusCode::kNotFound,
+              path + ": cannot open: No such file or directory");
+  ExpectError(LoadAgentConfig(path), StatusCode::kNotFound,
+              path + ": cannot open: No such file or directory");
+}
+
+TEST_F(ConfigFileTest, DirectoryIsNotAConfigFile) {
+  ExpectError(LoadSchedulerConfig(dir_.string()), StatusCode::kInvalidArgument,
+              dir_.string() + ": cannot read: Is a directory");
+}
+
+TEST(ShippedConfigTest, SchedulerYamlLoadsAndEqualsTheDefaults) {
+  StatusOr<SchedulerConfig> config =
+      LoadSchedulerConfig(std::string(DGPU_SOURCE_DIR) + "/configs/scheduler.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(*config, SchedulerConfig{});
+}
+
+TEST(ShippedConfigTest, AgentYamlLoadsAndEqualsTheDefaults) {
+  StatusOr<AgentConfig> config =
+      LoadAgentConfig(std::string(DGPU_SOURCE_DIR) + "/configs/agent.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(*config, AgentConfig{});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers.
+
+TEST(AddressTest, ParseHostPort) {
+  EXPECT_EQ(ParseHostPort(":9090"), (HostPort{"", 9090}));
+  EXPECT_EQ(ParseHostPort("127.0.0.1:80"), (HostPort{"127.0.0.1", 80}));
+  EXPECT_EQ(ParseHostPort("sched-a:0"), (HostPort{"sched-a", 0}));
+  EXPECT_EQ(ParseHostPort("[::1]:65535"), (HostPort{"::1", 65535}));
+  for (const char* bad : {"", "9090", "host:", "host:65536", "host:-1", "host:80x", "::1:80",
+                          "[::1]", "[]:80", "[::1]80"}) {
+    EXPECT_EQ(ParseHostPort(bad), std::nullopt) << bad;
+  }
+}
+
+TEST(AddressTest, BindAndConnectForms) {
+  EXPECT_EQ(ToBindAddress(":9090"), "0.0.0.0:9090");
+  EXPECT_EQ(ToBindAddress("10.1.2.3:9090"), "10.1.2.3:9090");
+  EXPECT_EQ(ToConnectAddress(":9090"), "127.0.0.1:9090");
+  EXPECT_EQ(ToConnectAddress("0.0.0.0:8080"), "127.0.0.1:8080");
+  EXPECT_EQ(ToConnectAddress("[::]:8080"), "[::1]:8080");
+  EXPECT_EQ(ToConnectAddress("sched-a:9090"), "sched-a:9090");
+}
+
+TEST(IdTest, EmptyIdMeansTheHostName) {
+  EXPECT_EQ(IdOrHostname("node-1"), "node-1");
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  EXPECT_EQ(IdOrHostname(""), host);
+}
+
+TEST(EnumNamesTest, AreTheYamlSpellings) {
+  EXPECT_EQ(ToString(LogLevel::kWarn), "warn");
+  EXPECT_EQ(ToString(LogFormat::kText), "text");
+  EXPECT_EQ(ToString(SchedulerRole::kMaster), "master");
+  EXPECT_EQ(ToString(ReplicationMode::kAsync), "async");
+  EXPECT_EQ(ToString(ElectionMethod::kEtcd), "etcd");
+  EXPECT_EQ(ToString(GpuDetectionMethod::kNvidiaSmi), "nvidia-smi");
+  EXPECT_EQ(ToString(ExecutionMethod::kDocker), "docker");
+}
+
+}  // namespace
+}  // namespace dgpu::common
