@@ -1,0 +1,78 @@
+#include "agent/docker_executor.h"
+
+#include <utility>
+
+#include "agent/process_executor.h"
+
+namespace dgpu::agent {
+
+std::string DockerContainerName(const std::string& task_id) { return "dgpu-" + task_id; }
+
+std::vector<std::pair<std::string, std::string>> ContainerTaskEnv(const TaskLaunch& launch) {
+  std::vector<std::pair<std::string, std::string>> env;
+  for (const auto& [key, value] : launch.env) {
+    if (!IsReservedEnvKey(key)) env.emplace_back(key, value);
+  }
+  std::vector<int> container_ordinals;
+  for (size_t i = 0; i < launch.gpu_indices.size(); ++i) {
+    container_ordinals.push_back(static_cast<int>(i));
+  }
+  env.emplace_back("CUDA_VISIBLE_DEVICES", JoinGpuIndices(container_ordinals));
+  env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+  env.emplace_back("DGPU_TASK_ID", launch.task_id);
+  env.emplace_back("DGPU_GPU_IDS", JoinGpuIndices(launch.gpu_indices));
+  return env;
+}
+
+StatusOr<std::vector<std::string>> BuildDockerRunArgv(const TaskLaunch& launch,
+                                                      const std::string& default_image,
+                                                      const std::string& docker_binary) {
+  Status valid = ValidateLaunch(launch);
+  if (!valid.ok()) return valid;
+  const std::string& image = launch.image.empty() ? default_image : launch.image;
+  if (image.empty()) return InvalidArgument("image is empty and no default image is configured");
+  std::vector<std::string> argv = {docker_binary, "run", "--rm", "--name",
+                                   DockerContainerName(launch.task_id)};
+  if (!launch.gpu_indices.empty()) {
+    // Docker parses the value as CSV: the quotes keep "device=0,1" one field.
+    argv.push_back("--gpus");
+    argv.push_back("\"device=" + JoinGpuIndices(launch.gpu_indices) + "\"");
+  }
+  for (const auto& [key, value] : ContainerTaskEnv(launch)) {
+    argv.push_back("-e");
+    argv.push_back(key + "=" + value);
+  }
+  argv.push_back(image);
+  argv.push_back("sh");
+  argv.push_back("-c");
+  argv.push_back(launch.command);
+  return argv;
+}
+
+std::vector<std::string> BuildDockerStopArgv(const std::string& task_id,
+                                             const std::string& docker_binary) {
+  return {docker_binary, "stop", DockerContainerName(task_id)};
+}
+
+DockerExecutor::DockerExecutor(DockerExecutorOptions options)
+    : options_(std::move(options)),
+      supervisor_(SupervisorOptions{options_.work_dir, options_.kill_grace,
+                                    options_.child_subreaper, std::chrono::milliseconds(1000),
+                                    options_.clock}) {}
+
+Status DockerExecutor::Start(const TaskLaunch& launch) {
+  StatusOr<std::vector<std::string>> argv =
+      BuildDockerRunArgv(launch, options_.default_image, options_.docker_binary);
+  if (!argv.ok()) return argv.status();
+  LaunchPlan plan;
+  plan.argv = std::move(*argv);
+  std::vector<std::pair<std::string, std::string>> client_env;
+  if (!options_.socket.empty()) client_env.emplace_back("DOCKER_HOST", "unix://" + options_.socket);
+  plan.env = MergeEnvironment(CurrentEnvironment(), client_env);
+  plan.helper_env = plan.env;
+  plan.stop_argv = BuildDockerStopArgv(launch.task_id, options_.docker_binary);
+  plan.kill_argv = {options_.docker_binary, "kill", DockerContainerName(launch.task_id)};
+  return supervisor_.Start(launch, plan);
+}
+
+}  // namespace dgpu::agent

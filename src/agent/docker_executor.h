@@ -1,0 +1,77 @@
+// DockerExecutor: runs each task in a container through the docker CLI.
+//
+// Start() runs `docker run --rm --name dgpu-<task_id> --gpus "device=<indices>" -e K=V ...
+// <image> sh -c <command>` as a child process (same machinery, log file and working directory as
+// ProcessExecutor); the container's output reaches the log through the attached client. Cancel
+// and timeout run `docker stop dgpu-<task_id>`; when the grace period is over the client gets
+// SIGKILL and `docker kill dgpu-<task_id>` runs. The exit code is the container's, as docker run
+// reports it.
+//
+// Container environment: the task's env, then CUDA_VISIBLE_DEVICES=0,...,n-1,
+// CUDA_DEVICE_ORDER=PCI_BUS_ID, DGPU_TASK_ID and DGPU_GPU_IDS=<host indices>. Inside the
+// container --gpus exposes only the task's GPUs, renumbered from 0, so host indices in
+// CUDA_VISIBLE_DEVICES would hide GPUs; NVIDIA_VISIBLE_DEVICES is set by docker from --gpus.
+//
+// Not thread-safe. Construction makes the agent a child subreaper unless disabled.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "agent/executor.h"
+#include "agent/task_supervisor.h"
+
+namespace dgpu::agent {
+
+struct DockerExecutorOptions {
+  std::string work_dir;
+  std::chrono::milliseconds kill_grace{10000};
+  std::string docker_binary = "docker";  // Path, or a name looked up on PATH.
+  std::string default_image = "nvidia/cuda:12.0-runtime-ubuntu22.04";
+  // Docker daemon socket; when set, the docker CLI runs with DOCKER_HOST=unix://<socket>.
+  std::string socket;
+  bool child_subreaper = true;
+  std::function<int64_t()> clock;  // Unix micros; default: system clock.
+};
+
+// "dgpu-<task_id>".
+std::string DockerContainerName(const std::string& task_id);
+
+// Environment variables passed into the container with -e, in order (see the file comment).
+std::vector<std::pair<std::string, std::string>> ContainerTaskEnv(const TaskLaunch& launch);
+
+// The complete `docker run` argv (argv[0] = docker_binary). InvalidArgument for an invalid
+// launch or when neither launch.image nor default_image is set. With no GPUs, --gpus is omitted.
+StatusOr<std::vector<std::string>> BuildDockerRunArgv(const TaskLaunch& launch,
+                                                      const std::string& default_image,
+                                                      const std::string& docker_binary = "docker");
+
+// {docker_binary, "stop", "dgpu-<task_id>"}.
+std::vector<std::string> BuildDockerStopArgv(const std::string& task_id,
+                                             const std::string& docker_binary = "docker");
+
+class DockerExecutor final : public Executor {
+ public:
+  explicit DockerExecutor(DockerExecutorOptions options);
+
+  Status Start(const TaskLaunch& launch) override;
+  Status Cancel(const std::string& task_id) override { return supervisor_.Cancel(task_id); }
+  std::vector<TaskExit> Poll(int64_t now_micros) override { return supervisor_.Poll(now_micros); }
+  std::vector<std::string> Running() const override { return supervisor_.Running(); }
+  bool IsGpuBusy(int index) const override { return supervisor_.IsGpuBusy(index); }
+  std::vector<TaskExit> StopAll(std::chrono::milliseconds grace) override {
+    return supervisor_.StopAll(grace);
+  }
+  void Detach() override { supervisor_.Detach(); }
+  std::string name() const override { return "docker"; }
+
+  std::string LogPath(const std::string& task_id) const { return supervisor_.LogPath(task_id); }
+
+ private:
+  DockerExecutorOptions options_;
+  TaskSupervisor supervisor_;
+};
+
+}  // namespace dgpu::agent

@@ -1,0 +1,83 @@
+#include "agent/executor.h"
+
+#include <set>
+
+namespace dgpu::agent {
+namespace {
+
+constexpr size_t kMaxTaskIdLength = 128;
+
+bool IsTaskIdChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == '-';
+}
+
+}  // namespace
+
+Status ValidateTaskId(std::string_view task_id) {
+  const std::string id(task_id);
+  if (id.empty() || id.size() > kMaxTaskIdLength) {
+    return InvalidArgument("task_id must have 1 to 128 characters");
+  }
+  if (id[0] == '.' || id[0] == '-') {
+    return InvalidArgument("task_id '" + id + "' must not start with '.' or '-'");
+  }
+  for (char c : id) {
+    if (!IsTaskIdChar(c)) {
+      return InvalidArgument("task_id '" + id + "' may only hold letters, digits, '_', '.', '-'");
+    }
+  }
+  return OkStatus();
+}
+
+Status ValidateLaunch(const TaskLaunch& launch) {
+  Status id = ValidateTaskId(launch.task_id);
+  if (!id.ok()) return id;
+  if (launch.command.empty()) return InvalidArgument("command is empty");
+  if (launch.command.find('\0') != std::string::npos) {
+    return InvalidArgument("command contains a NUL byte");
+  }
+  if (launch.timeout_seconds < 0) return InvalidArgument("timeout_seconds is negative");
+  std::set<int> seen;
+  for (int index : launch.gpu_indices) {
+    if (index < 0)
+      return InvalidArgument("gpu_indices holds negative index " + std::to_string(index));
+    if (!seen.insert(index).second) {
+      return InvalidArgument("gpu_indices holds index " + std::to_string(index) + " twice");
+    }
+  }
+  for (const auto& [key, value] : launch.env) {
+    if (key.empty() || key.find('=') != std::string::npos || key.find('\0') != std::string::npos) {
+      return InvalidArgument("env key '" + key + "' is empty or holds '=' or NUL");
+    }
+    if (value.find('\0') != std::string::npos) {
+      return InvalidArgument("env value of '" + key + "' holds a NUL byte");
+    }
+  }
+  return OkStatus();
+}
+
+std::string JoinGpuIndices(const std::vector<int>& indices) {
+  std::string joined;
+  for (int index : indices) {
+    if (!joined.empty()) joined += ',';
+    joined += std::to_string(index);
+  }
+  return joined;
+}
+
+std::vector<std::pair<std::string, std::string>> ReservedTaskEnv(const TaskLaunch& launch) {
+  const std::string gpus = JoinGpuIndices(launch.gpu_indices);
+  return {
+      {"CUDA_VISIBLE_DEVICES", gpus},   {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},
+      {"NVIDIA_VISIBLE_DEVICES", gpus}, {"DGPU_TASK_ID", launch.task_id},
+      {"DGPU_GPU_IDS", gpus},
+  };
+}
+
+bool IsReservedEnvKey(std::string_view key) {
+  return key == "CUDA_VISIBLE_DEVICES" || key == "CUDA_DEVICE_ORDER" ||
+         key == "NVIDIA_VISIBLE_DEVICES" || key == "DGPU_TASK_ID" || key == "DGPU_GPU_IDS";
+}
+
+}  // namespace dgpu::agent

@@ -1,0 +1,101 @@
+// Executors start tasks on the node's GPUs, stop them, and report how they ended.
+//
+// Threading: an Executor is owned by one thread (the agent's session loop) and is not
+// thread-safe. No thread is created per task: the owner calls Poll(now) regularly (every
+// 50-500 ms is reasonable), which reaps exited processes, enforces timeouts and kill grace
+// periods, and returns the tasks that have finished since the last call.
+//
+// Errors: Start() returns an error only when it refuses a launch (InvalidArgument for a bad
+// launch, AlreadyExists for a task id it still holds, FailedPrecondition for a GPU held by
+// another task or after Detach()); nothing is started then. Once accepted, every task produces
+// exactly one TaskExit from Poll() or StopAll(), including a task that could not be started
+// (error "start_failed: ...").
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dgpu::agent {
+
+struct TaskLaunch {
+  std::string task_id;  // [A-Za-z0-9_.-], 1-128 chars, not starting with '.' or '-'.
+  std::string command;  // Run by /bin/sh -c (inside the container for docker).
+  std::vector<std::pair<std::string, std::string>> env;  // Extra environment for the task.
+  std::vector<int> gpu_indices;  // Node-local GPU indices, in the order the task sees them.
+  int64_t timeout_seconds = 0;   // 0 = no limit.
+  std::string image;             // Docker image; empty = the executor's default image.
+};
+
+struct TaskExit {
+  std::string task_id;
+  bool success = false;  // True only when the task exited 0 on its own.
+  int exit_code = -1;    // Exit status; 128+N when killed by signal N; -1 when it never ran.
+  int signal = 0;        // Signal that killed the task's main process, 0 if none.
+  // "" (exited by itself), "timeout", "cancelled", "signal:N", or "start_failed: <reason>".
+  std::string error;
+  int64_t finished_at_unix_micros = 0;
+
+  bool operator==(const TaskExit&) const = default;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+
+  // Starts a task; see the file comment for errors. Never blocks on the task itself.
+  virtual Status Start(const TaskLaunch& launch) = 0;
+
+  // Asks a task to stop: SIGTERM (or `docker stop`) now, SIGKILL after the kill grace period.
+  // The TaskExit (error "cancelled") comes later from Poll(). NotFound for an unknown task id;
+  // cancelling a task that is already stopping is a no-op.
+  virtual Status Cancel(const std::string& task_id) = 0;
+
+  // Advances the executor to `now_micros` (unix time, microseconds): reaps processes, applies
+  // timeouts and kill deadlines, and returns the tasks that finished, each exactly once. A task
+  // counts as finished, and releases its GPUs, only when all of its processes are gone.
+  virtual std::vector<TaskExit> Poll(int64_t now_micros) = 0;
+
+  // Ids of accepted tasks whose exit has not been returned yet, sorted.
+  virtual std::vector<std::string> Running() const = 0;
+
+  // True while a task whose exit has not been returned holds GPU `index`.
+  virtual bool IsGpuBusy(int index) const = 0;
+
+  // Shutdown: stops every task (SIGTERM, then SIGKILL after `grace`), waits for them (blocking,
+  // at most grace plus a few seconds) and returns all exits not yet returned by Poll().
+  virtual std::vector<TaskExit> StopAll(std::chrono::milliseconds grace) = 0;
+
+  // Shutdown that leaves tasks running (keep_tasks_on_exit): forgets every task without
+  // signalling it; later Start() calls fail with FailedPrecondition.
+  virtual void Detach() = 0;
+
+  // "process" or "docker".
+  virtual std::string name() const = 0;
+};
+
+// Checks a task id: [A-Za-z0-9_.-], 1-128 characters, not starting with '.' or '-' (it names
+// files and containers). InvalidArgument otherwise.
+Status ValidateTaskId(std::string_view task_id);
+
+// Checks the launch fields every executor relies on (task id, GPU indices, environment keys,
+// timeout, command). InvalidArgument naming the field otherwise.
+Status ValidateLaunch(const TaskLaunch& launch);
+
+// Comma-joined indices: {0, 3} -> "0,3".
+std::string JoinGpuIndices(const std::vector<int>& indices);
+
+// Environment variables the executor sets for a task, after the task's own env (which must not
+// override them): CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER=PCI_BUS_ID, NVIDIA_VISIBLE_DEVICES,
+// DGPU_TASK_ID, DGPU_GPU_IDS (the node-local indices).
+std::vector<std::pair<std::string, std::string>> ReservedTaskEnv(const TaskLaunch& launch);
+
+// True for the keys ReservedTaskEnv sets.
+bool IsReservedEnvKey(std::string_view key);
+
+}  // namespace dgpu::agent

@@ -1,0 +1,56 @@
+// FinishOutbox: task exits that the scheduler has not acknowledged yet, kept on disk so that
+// they survive an agent restart.
+//
+// Layout: <work_dir>/.finish-outbox/<task_id>.json, one JSON object per exit. Each file is
+// written to a temporary name, fsync'ed, renamed into place and the directory fsync'ed, so a
+// crash leaves either the old state or the new one. Ack removes the file (and fsyncs the
+// directory). Open() loads every entry; an unreadable or corrupt entry is renamed to
+// <name>.corrupt and described in load_errors(), it never fails the load.
+//
+// Not thread-safe: one owner thread.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "agent/executor.h"
+#include "core/status.h"
+
+namespace dgpu::agent {
+
+class FinishOutbox {
+ public:
+  // Creates <work_dir>/.finish-outbox if needed and loads it. Internal error when the directory
+  // cannot be created or listed.
+  static StatusOr<FinishOutbox> Open(const std::string& work_dir);
+
+  // Persists `exit` (replacing a pending entry of the same task) before returning OK.
+  // InvalidArgument for an invalid task id; Internal for an I/O failure (nothing recorded).
+  Status Add(const TaskExit& exit);
+
+  // Forgets the exit of `task_id` durably. NotFound when none is pending.
+  Status Ack(const std::string& task_id);
+
+  // Pending exits ordered by finish time, then task id.
+  std::vector<TaskExit> Pending() const;
+
+  // One line per corrupt entry found by Open(), naming the file and the problem.
+  const std::vector<std::string>& load_errors() const { return load_errors_; }
+
+  const std::string& directory() const { return dir_; }
+
+ private:
+  explicit FinishOutbox(std::string dir) : dir_(std::move(dir)) {}
+  Status SyncDirectory() const;
+
+  std::string dir_;
+  std::map<std::string, TaskExit> pending_;
+  std::vector<std::string> load_errors_;
+};
+
+// JSON form of a TaskExit used by the outbox (exposed for tests and tools).
+std::string TaskExitToJson(const TaskExit& exit);
+StatusOr<TaskExit> TaskExitFromJson(const std::string& text);
+
+}  // namespace dgpu::agent

@@ -1,0 +1,122 @@
+// dgpu-agent: discovers the node's GPUs, runs the tasks the scheduler gives it with exactly
+// those GPUs visible, and reports back.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "agent/docker_executor.h"
+#include "agent/finish_outbox.h"
+#include "agent/gpu_discovery.h"
+#include "agent/process_executor.h"
+#include "agent/session.h"
+#include "common/config.h"
+#include "common/flags.h"
+#include "common/logging.h"
+
+namespace dgpu::agent {
+namespace {
+
+int Fail(const std::string& message) {
+  std::cerr << "dgpu-agent: " << message << std::endl;
+  spdlog::error("{}", message);
+  common::FlushLogs();
+  return 1;
+}
+
+std::string MethodName(common::GpuDetectionMethod m) {
+  return std::string(common::ToString(m));
+}
+
+int Run(int argc, char** argv) {
+  common::DaemonFlagsSpec spec{"dgpu-agent",
+                               "dgpu node agent: runs GPU tasks given by the scheduler.", {}};
+  common::DaemonFlags flags = common::ParseDaemonFlagsOrExit(argc, argv, spec);
+  common::AgentConfig cfg;
+  if (!flags.config_path.empty()) {
+    auto loaded = common::LoadAgentConfig(flags.config_path);
+    if (!loaded.ok()) return Fail(loaded.status().message());
+    cfg = std::move(*loaded);
+  }
+  if (Status s = common::SetupLogging(cfg.logging, "agent"); !s.ok()) return Fail(s.message());
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::string agent_id = common::IdOrHostname(cfg.agent.id);
+
+  // GPU discovery: the configured methods in order; the first that works is used.
+  DiscoveryOptions opts;
+  opts.nvml_library_path = cfg.gpu.nvml_library;
+  opts.nvidia_smi_path = cfg.gpu.nvidia_smi_path;
+  opts.fake.count = cfg.gpu.fake.count;
+  opts.fake.model = cfg.gpu.fake.model;
+  opts.fake.memory_mb = cfg.gpu.fake.memory_mb;
+  opts.fake.uuid_tag = agent_id;
+  std::unique_ptr<GpuDiscovery> discovery;
+  std::string errors;
+  for (auto method : cfg.gpu.detection_method) {
+    auto d = MakeDiscovery(MethodName(method), opts);
+    if (!d.ok()) return Fail(d.status().message());
+    Status s = (*d)->Init();
+    if (s.ok()) {
+      discovery = std::move(*d);
+      break;
+    }
+    spdlog::warn("GPU detection method {} unavailable: {}", MethodName(method), s.message());
+    errors += (errors.empty() ? "" : "; ") + MethodName(method) + ": " + s.message();
+  }
+  if (!discovery) return Fail("no GPU detection method works: " + errors);
+
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.executor.work_dir, ec);
+  if (ec) return Fail("executor.work_dir: cannot create " + cfg.executor.work_dir + ": " + ec.message());
+
+  std::unique_ptr<Executor> executor;
+  if (cfg.executor.execution_method == common::ExecutionMethod::kDocker) {
+    DockerExecutorOptions o;
+    o.work_dir = cfg.executor.work_dir;
+    o.kill_grace = cfg.executor.kill_grace_period;
+    o.docker_binary = cfg.executor.docker.binary;
+    o.default_image = cfg.executor.docker.default_image;
+    o.socket = cfg.executor.docker.socket;
+    executor = std::make_unique<DockerExecutor>(std::move(o));
+  } else {
+    ProcessExecutorOptions o;
+    o.work_dir = cfg.executor.work_dir;
+    o.kill_grace = cfg.executor.kill_grace_period;
+    executor = std::make_unique<ProcessExecutor>(std::move(o));
+  }
+
+  auto outbox = FinishOutbox::Open(cfg.executor.work_dir);
+  if (!outbox.ok()) return Fail(outbox.status().message());
+  for (const auto& e : outbox->load_errors()) spdlog::warn("finish outbox: {}", e);
+
+  AgentSession session(cfg, agent_id, std::move(discovery), std::move(executor),
+                       std::move(*outbox));
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    session.Stop();
+  });
+  int rc = session.Run();
+  if (rc != 0) {
+    // Run failed early: wake the waiter so the process can exit.
+    pthread_kill(waiter.native_handle(), SIGTERM);
+  }
+  waiter.join();
+  common::FlushLogs();
+  return rc;
+}
+
+}  // namespace
+}  // namespace dgpu::agent
+
+int main(int argc, char** argv) { return dgpu::agent::Run(argc, argv); }

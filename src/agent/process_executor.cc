@@ -1,0 +1,65 @@
+#include "agent/process_executor.h"
+
+#include <unordered_map>
+#include <utility>
+
+extern char** environ;
+
+namespace dgpu::agent {
+
+std::vector<std::string> CurrentEnvironment() {
+  std::vector<std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    env.emplace_back(*entry);
+  }
+  return env;
+}
+
+std::vector<std::string> MergeEnvironment(
+    const std::vector<std::string>& base,
+    const std::vector<std::pair<std::string, std::string>>& overrides) {
+  std::vector<std::string> merged;
+  std::unordered_map<std::string, size_t> position;
+  auto put = [&](const std::string& key, const std::string& entry) {
+    auto [it, inserted] = position.emplace(key, merged.size());
+    if (inserted) {
+      merged.push_back(entry);
+    } else {
+      merged[it->second] = entry;
+    }
+  };
+  for (const auto& entry : base) {
+    size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    put(entry.substr(0, eq), entry);
+  }
+  for (const auto& [key, value] : overrides) put(key, key + "=" + value);
+  return merged;
+}
+
+ProcessExecutor::ProcessExecutor(ProcessExecutorOptions options)
+    : options_(std::move(options)),
+      supervisor_(SupervisorOptions{options_.work_dir, options_.kill_grace,
+                                    options_.child_subreaper, std::chrono::milliseconds(1000),
+                                    options_.clock}) {}
+
+std::vector<std::string> ProcessExecutor::BuildEnvironment(const TaskLaunch& launch) const {
+  std::vector<std::pair<std::string, std::string>> overrides;
+  for (const auto& [key, value] : launch.env) {
+    if (!IsReservedEnvKey(key)) overrides.emplace_back(key, value);
+  }
+  for (auto& entry : ReservedTaskEnv(launch)) overrides.push_back(std::move(entry));
+  return MergeEnvironment(options_.base_env.has_value() ? *options_.base_env : CurrentEnvironment(),
+                          overrides);
+}
+
+Status ProcessExecutor::Start(const TaskLaunch& launch) {
+  Status valid = ValidateLaunch(launch);
+  if (!valid.ok()) return valid;
+  LaunchPlan plan;
+  plan.argv = {options_.shell, "-c", launch.command};
+  plan.env = BuildEnvironment(launch);
+  return supervisor_.Start(launch, plan);
+}
+
+}  // namespace dgpu::agent

@@ -1,0 +1,68 @@
+// ProcessExecutor: runs each task as `/bin/sh -c <command>` on the host.
+//
+// The task runs in a new session (its own process group) with working directory
+// work_dir/<task_id>/ (created), stdout and stderr appended to work_dir/<task_id>.log, and the
+// environment: the agent's environment (or options.base_env), then the task's env, then
+// CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES = the GPU indices comma-joined in order,
+// CUDA_DEVICE_ORDER=PCI_BUS_ID, DGPU_TASK_ID and DGPU_GPU_IDS (these override the task's env).
+// Exit 0 is success; stopping and process following are described in task_supervisor.h.
+//
+// Construction makes the agent process a child subreaper (unless disabled). Not thread-safe;
+// Start() reads the agent's environment, so no thread may call setenv() meanwhile.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/executor.h"
+#include "agent/task_supervisor.h"
+
+namespace dgpu::agent {
+
+struct ProcessExecutorOptions {
+  std::string work_dir;
+  std::chrono::milliseconds kill_grace{10000};
+  bool child_subreaper = true;
+  std::string shell = "/bin/sh";
+  // Base environment ("KEY=VALUE"); nullopt = the agent's environment at Start().
+  std::optional<std::vector<std::string>> base_env;
+  std::function<int64_t()> clock;  // Unix micros; default: system clock.
+};
+
+class ProcessExecutor final : public Executor {
+ public:
+  explicit ProcessExecutor(ProcessExecutorOptions options);
+
+  Status Start(const TaskLaunch& launch) override;
+  Status Cancel(const std::string& task_id) override { return supervisor_.Cancel(task_id); }
+  std::vector<TaskExit> Poll(int64_t now_micros) override { return supervisor_.Poll(now_micros); }
+  std::vector<std::string> Running() const override { return supervisor_.Running(); }
+  bool IsGpuBusy(int index) const override { return supervisor_.IsGpuBusy(index); }
+  std::vector<TaskExit> StopAll(std::chrono::milliseconds grace) override {
+    return supervisor_.StopAll(grace);
+  }
+  void Detach() override { supervisor_.Detach(); }
+  std::string name() const override { return "process"; }
+
+  std::string LogPath(const std::string& task_id) const { return supervisor_.LogPath(task_id); }
+
+  // The complete environment a task gets ("KEY=VALUE", one entry per key).
+  std::vector<std::string> BuildEnvironment(const TaskLaunch& launch) const;
+
+ private:
+  ProcessExecutorOptions options_;
+  TaskSupervisor supervisor_;
+};
+
+// Merges "KEY=VALUE" entries: later keys replace earlier ones, first-seen order is kept.
+std::vector<std::string> MergeEnvironment(
+    const std::vector<std::string>& base,
+    const std::vector<std::pair<std::string, std::string>>& overrides);
+
+// The agent's environment as "KEY=VALUE" entries.
+std::vector<std::string> CurrentEnvironment();
+
+}  // namespace dgpu::agent

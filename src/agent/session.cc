@@ -1,0 +1,383 @@
+#include "agent/session.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <fstream>
+#include <thread>
+
+#include "common/logging.h"
+#include "common/time_util.h"
+#include "dgpu/v1/scheduler.grpc.pb.h"
+
+namespace dgpu::agent {
+namespace {
+
+using dgpu::v1::HeartbeatRequest;
+using dgpu::v1::HeartbeatResponse;
+
+int64_t Mono() { return common::SystemClock::Instance().MonotonicMicros(); }
+int64_t ToMicros(std::chrono::milliseconds d) { return d.count() * 1000; }
+
+std::string Hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+void FillGpu(const GpuDevice& d, dgpu::v1::GpuStatus* g) {
+  g->set_index(d.index);
+  g->set_uuid(d.uuid);
+  g->set_model(d.name);
+  g->set_memory_mb(d.memory_total_mb);
+  g->set_memory_used_mb(d.memory_used_mb);
+  g->set_utilization_pct(d.utilization_pct.value_or(-1));
+  g->set_temperature_c(d.temperature_c.value_or(-1));
+  g->set_pci_bus_id(d.pci_bus_id);
+}
+
+void FillResult(const TaskExit& e, dgpu::v1::TaskResult* r) {
+  r->set_task_id(e.task_id);
+  r->set_success(e.success);
+  r->set_exit_code(e.exit_code);
+  r->set_error(e.error);
+  r->set_finished_at_unix_micros(e.finished_at_unix_micros);
+}
+
+}  // namespace
+
+// One connection to one scheduler: a channel, and the Heartbeat stream with its reader thread.
+struct AgentSession::Connection {
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<dgpu::v1::SchedulerService::Stub> stub;
+  grpc::ClientContext stream_ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<HeartbeatRequest, HeartbeatResponse>> stream;
+  std::thread reader;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<HeartbeatResponse> inbox;  // GUARDED_BY(mu)
+  bool broken = false;                  // GUARDED_BY(mu)
+
+  void StartReader() {
+    reader = std::thread([this] {
+      HeartbeatResponse msg;
+      while (stream->Read(&msg)) {
+        std::lock_guard<std::mutex> lock(mu);
+        inbox.push_back(std::move(msg));
+        cv.notify_one();
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      broken = true;
+      cv.notify_one();
+    });
+  }
+
+  ~Connection() {
+    stream_ctx.TryCancel();
+    if (reader.joinable()) reader.join();
+  }
+};
+
+AgentSession::AgentSession(common::AgentConfig config, std::string agent_id,
+                           std::unique_ptr<GpuDiscovery> gpus, std::unique_ptr<Executor> executor,
+                           FinishOutbox outbox)
+    : config_(std::move(config)),
+      agent_id_(std::move(agent_id)),
+      gpus_(std::move(gpus)),
+      executor_(std::move(executor)),
+      outbox_(std::move(outbox)),
+      rng_(std::random_device{}()) {
+  addresses_.push_back(common::ToConnectAddress(config_.scheduler.master_address));
+  if (!config_.scheduler.standby_address.empty()) {
+    addresses_.push_back(common::ToConnectAddress(config_.scheduler.standby_address));
+  }
+  std::ifstream in(config_.executor.work_dir + "/.dgpu-epoch");
+  in >> highest_epoch_;
+}
+
+AgentSession::~AgentSession() = default;
+
+bool AgentSession::AcceptEpoch(uint64_t epoch) {
+  if (epoch < highest_epoch_) return false;
+  if (epoch > highest_epoch_) {
+    highest_epoch_ = epoch;
+    PersistEpoch();
+  }
+  return true;
+}
+
+void AgentSession::PersistEpoch() {
+  std::string path = config_.executor.work_dir + "/.dgpu-epoch";
+  {
+    std::ofstream out(path + ".tmp", std::ios::trunc);
+    out << highest_epoch_ << "\n";
+  }
+  std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
+bool AgentSession::Connect() {
+  const std::string address = addresses_[next_address_ % addresses_.size()];
+  next_address_++;
+  auto fail = [&](const std::string& why) {
+    failures_++;
+    int64_t base = ToMicros(config_.scheduler.retry_interval);
+    int64_t cap = ToMicros(config_.scheduler.max_retry_interval);
+    // Every address gets a prompt try; the backoff grows once all have failed in turn.
+    int round = (failures_ - 1) / static_cast<int>(addresses_.size());
+    int64_t delay = failures_ % addresses_.size() != 0 ? 0 : base;
+    for (int i = 0; i < round && delay < cap; ++i) delay *= 2;
+    delay = std::min(delay, cap);
+    std::uniform_real_distribution<double> jitter(0.8, 1.2);
+    delay = static_cast<int64_t>(static_cast<double>(delay) * jitter(rng_));
+    next_attempt_ = Mono() + delay;
+    spdlog::warn("cannot connect to scheduler {}: {} (next attempt in {} ms)", address, why,
+                 delay / 1000);
+    return false;
+  };
+
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto conn = std::make_unique<Connection>();
+  conn->address = address;
+  conn->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  conn->stub = dgpu::v1::SchedulerService::NewStub(conn->channel);
+
+  auto devices = gpus_->Discover();
+  if (devices.ok()) devices_ = std::move(*devices);
+
+  dgpu::v1::RegisterAgentRequest req;
+  req.set_agent_id(agent_id_);
+  req.set_address(Hostname());
+  req.set_epoch(highest_epoch_);
+  req.set_version(DGPU_VERSION);
+  for (const auto& d : devices_) FillGpu(d, req.add_gpus());
+  for (const auto& [id, gpus] : task_gpus_) {
+    auto* r = req.add_running();
+    r->set_task_id(id);
+    for (int g : gpus) r->add_gpu_indices(g);
+  }
+  for (const auto& e : outbox_.Pending()) FillResult(e, req.add_finished());
+
+  dgpu::v1::RegisterAgentResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + config_.scheduler.connection_timeout);
+  ctx.set_wait_for_ready(false);
+  grpc::Status s = conn->stub->RegisterAgent(&ctx, req, &resp);
+  if (!s.ok()) return fail(s.error_message());
+  if (!AcceptEpoch(resp.epoch())) {
+    return fail("its epoch " + std::to_string(resp.epoch()) + " is older than " +
+                std::to_string(highest_epoch_));
+  }
+  for (const auto& id : resp.acknowledged_finishes()) (void)outbox_.Ack(id);
+
+  conn->stream = conn->stub->Heartbeat(&conn->stream_ctx);
+  conn->StartReader();
+  conn_ = std::move(conn);
+  failures_ = 0;
+  common::LogEvent("agent_connected", {{"scheduler", address},
+                                       {"epoch", highest_epoch_},
+                                       {"gpus", static_cast<int64_t>(devices_.size())},
+                                       {"running", static_cast<int64_t>(task_gpus_.size())}});
+  next_heartbeat_ = 0;
+  return true;
+}
+
+void AgentSession::Disconnect(const std::string& why) {
+  if (!conn_) return;
+  spdlog::warn("disconnected from scheduler {}: {}", conn_->address, why);
+  conn_.reset();
+  next_attempt_ = Mono() + ToMicros(config_.scheduler.retry_interval) / 4;
+}
+
+void AgentSession::ReportRefusal(const std::string& task_id, const std::string& why) {
+  TaskExit e;
+  e.task_id = task_id;
+  e.success = false;
+  e.exit_code = -1;
+  e.error = "start_refused: " + why;
+  e.finished_at_unix_micros = common::NowMicros();
+  if (Status s = outbox_.Add(e); !s.ok()) spdlog::error("cannot record refusal: {}", s.message());
+  next_finish_retry_ = 0;
+}
+
+void AgentSession::StartTask(const std::string& task_id, const TaskLaunch& launch,
+                             uint64_t epoch) {
+  Status s = executor_->Start(launch);
+  if (s.ok()) {
+    task_gpus_[task_id] = launch.gpu_indices;
+    common::LogEvent("task_started", {{"task_id", task_id},
+                                      {"node", agent_id_},
+                                      {"gpus", JoinGpuIndices(launch.gpu_indices)},
+                                      {"epoch", epoch}});
+    return;
+  }
+  if (s.code() == StatusCode::kAlreadyExists) {
+    spdlog::warn("ignored duplicate dispatch of {}: {}", task_id, s.message());
+    return;
+  }
+  spdlog::error("refused to start {}: {}", task_id, s.message());
+  ReportRefusal(task_id, s.message());
+}
+
+void AgentSession::HandleInbound() {
+  std::deque<HeartbeatResponse> msgs;
+  bool broken = false;
+  {
+    std::lock_guard<std::mutex> lock(conn_->mu);
+    msgs.swap(conn_->inbox);
+    broken = conn_->broken;
+  }
+  for (const auto& m : msgs) {
+    if (!AcceptEpoch(m.epoch())) {
+      spdlog::warn("ignored orders from epoch {} (following epoch {})", m.epoch(), highest_epoch_);
+      continue;
+    }
+    if (m.reregister()) {
+      Disconnect("the scheduler asked this agent to register again");
+      next_attempt_ = 0;
+      return;
+    }
+    for (const auto& a : m.start()) {
+      TaskLaunch launch;
+      launch.task_id = a.task_id();
+      launch.command = a.command();
+      for (const auto& [k, v] : a.env()) launch.env.emplace_back(k, v);
+      std::sort(launch.env.begin(), launch.env.end());
+      launch.gpu_indices.assign(a.gpu_indices().begin(), a.gpu_indices().end());
+      launch.timeout_seconds = a.timeout_seconds();
+      launch.image = a.image();
+      StartTask(a.task_id(), launch, m.epoch());
+    }
+    for (const auto& id : m.cancel_task_ids()) {
+      Status s = executor_->Cancel(id);
+      common::LogEvent("task_cancel", {{"task_id", id},
+                                       {"node", agent_id_},
+                                       {"epoch", m.epoch()},
+                                       {"result", s.ok() ? "stopping" : s.message()}});
+    }
+  }
+  if (broken) Disconnect("heartbeat stream closed");
+}
+
+void AgentSession::SendHeartbeat(int64_t now) {
+  auto devices = gpus_->Discover();
+  if (devices.ok()) devices_ = std::move(*devices);
+  HeartbeatRequest req;
+  req.set_agent_id(agent_id_);
+  req.set_epoch(highest_epoch_);
+  req.set_sent_at_unix_micros(common::NowMicros());
+  for (const auto& d : devices_) FillGpu(d, req.add_gpus());
+  for (const auto& id : executor_->Running()) req.add_running_task_ids(id);
+  if (!conn_->stream->Write(req)) {
+    Disconnect("heartbeat write failed");
+    return;
+  }
+  next_heartbeat_ = now + ToMicros(config_.agent.heartbeat_interval);
+}
+
+void AgentSession::ReportFinishes(int64_t now, bool force) {
+  if (!conn_ || (!force && now < next_finish_retry_)) return;
+  for (const auto& e : outbox_.Pending()) {
+    dgpu::v1::TaskFinishedRequest req;
+    req.set_agent_id(agent_id_);
+    req.set_epoch(highest_epoch_);
+    FillResult(e, req.mutable_result());
+    dgpu::v1::TaskFinishedResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::Status s = conn_->stub->TaskFinished(&ctx, req, &resp);
+    bool delivered = s.ok() || s.error_code() == grpc::StatusCode::ALREADY_EXISTS;
+    // The scheduler cannot apply it (the task is unknown or runs elsewhere now): drop it.
+    bool undeliverable = s.error_code() == grpc::StatusCode::NOT_FOUND ||
+                         s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+                         (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+                          s.error_message().find("not registered") == std::string::npos);
+    if (delivered || undeliverable) {
+      if (undeliverable) {
+        spdlog::warn("scheduler refused the finish of {}: {}", e.task_id, s.error_message());
+      }
+      (void)outbox_.Ack(e.task_id);
+      continue;
+    }
+    spdlog::warn("cannot report the finish of {}: {}", e.task_id, s.error_message());
+    next_finish_retry_ = now + 1'000'000;
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      Disconnect("finish report failed: " + s.error_message());
+    }
+    return;
+  }
+}
+
+void AgentSession::Shutdown() {
+  if (config_.executor.keep_tasks_on_exit) {
+    spdlog::info("leaving {} tasks running (keep_tasks_on_exit)", executor_->Running().size());
+    executor_->Detach();
+  } else {
+    auto exits = executor_->StopAll(config_.executor.kill_grace_period);
+    for (const auto& e : exits) {
+      (void)outbox_.Add(e);
+      common::LogEvent(common::events::kTaskFinished,
+                       {{"task_id", e.task_id}, {"node", agent_id_}, {"error", e.error}});
+    }
+    ReportFinishes(Mono(), true);
+  }
+  if (conn_) conn_->stream_ctx.TryCancel();
+  conn_.reset();
+}
+
+int AgentSession::Run() {
+  auto devices = gpus_->Discover();
+  if (!devices.ok()) {
+    spdlog::error("GPU discovery failed: {}", devices.status().message());
+    return 1;
+  }
+  devices_ = std::move(*devices);
+  spdlog::info("dgpu-agent {} starting: {} GPUs via {}, executor {}, schedulers {}", agent_id_,
+               devices_.size(), gpus_->name(), executor_->name(), addresses_.size());
+  while (!stop_.load()) {
+    int64_t now = Mono();
+    for (const auto& e : executor_->Poll(common::NowMicros())) {
+      task_gpus_.erase(e.task_id);
+      if (Status s = outbox_.Add(e); !s.ok()) {
+        spdlog::error("cannot persist the finish of {}: {}", e.task_id, s.message());
+      }
+      common::LogEvent(common::events::kTaskFinished, {{"task_id", e.task_id},
+                                                       {"node", agent_id_},
+                                                       {"success", e.success},
+                                                       {"exit_code", e.exit_code},
+                                                       {"error", e.error}});
+      next_finish_retry_ = 0;
+    }
+    if (!conn_) {
+      if (now >= next_attempt_) Connect();
+    } else {
+      HandleInbound();
+      if (conn_ && now >= next_heartbeat_) SendHeartbeat(now);
+      if (conn_) ReportFinishes(now, false);
+    }
+    // Sleep until something arrives on the stream, or 50 ms (executor polling).
+    if (conn_) {
+      std::unique_lock<std::mutex> lock(conn_->mu);
+      conn_->cv.wait_for(lock, std::chrono::milliseconds(50),
+                         [&] { return !conn_->inbox.empty() || conn_->broken; });
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  spdlog::info("dgpu-agent stopping");
+  Shutdown();
+  return 0;
+}
+
+}  // namespace dgpu::agent

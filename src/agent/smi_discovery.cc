@@ -1,0 +1,157 @@
+#include "agent/smi_discovery.h"
+
+#include <sys/wait.h>
+
+#include <charconv>
+#include <optional>
+
+#include "agent/child_process.h"
+
+namespace dgpu::agent {
+namespace {
+
+constexpr size_t kFieldCount = 8;
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+bool IsUnavailable(std::string_view field) {
+  return field == "[N/A]" || field == "N/A" || field == "[Not Supported]" ||
+         field == "Not Supported";
+}
+
+template <typename T>
+std::optional<T> ParseInteger(std::string_view s) {
+  T value{};
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return value;
+}
+
+std::string FirstLine(const std::string& text) {
+  std::string_view trimmed = Trim(text);
+  return std::string(trimmed.substr(0, trimmed.find('\n')));
+}
+
+}  // namespace
+
+std::vector<std::string> NvidiaSmiQueryArgs() {
+  return {
+      "--query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu,temperature.gpu,"
+      "pci.bus_id",
+      "--format=csv,noheader,nounits"};
+}
+
+StatusOr<std::vector<GpuDevice>> ParseNvidiaSmiCsv(std::string_view output) {
+  std::vector<GpuDevice> devices;
+  int line_number = 0;
+  size_t pos = 0;
+  while (pos < output.size()) {
+    size_t end = output.find('\n', pos);
+    if (end == std::string_view::npos) end = output.size();
+    std::string_view line = output.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_number;
+    if (Trim(line).empty()) continue;
+
+    auto bad = [&](const std::string& why) {
+      return InvalidArgument("nvidia-smi output line " + std::to_string(line_number) + ": " + why +
+                             ": '" + std::string(Trim(line)) + "'");
+    };
+    std::vector<std::string_view> fields;
+    size_t start = 0;
+    while (true) {
+      size_t comma = line.find(',', start);
+      fields.push_back(Trim(line.substr(
+          start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
+      if (comma == std::string_view::npos) break;
+      start = comma + 1;
+    }
+    if (fields.size() != kFieldCount) {
+      return bad("expected " + std::to_string(kFieldCount) + " fields, got " +
+                 std::to_string(fields.size()));
+    }
+    GpuDevice gpu;
+    auto index = ParseInteger<int>(fields[0]);
+    if (!index.has_value() || *index < 0) return bad("index '" + std::string(fields[0]) + "'");
+    gpu.index = *index;
+    if (fields[1].empty() || IsUnavailable(fields[1])) return bad("missing uuid");
+    gpu.uuid = fields[1];
+    if (fields[2].empty() || IsUnavailable(fields[2])) return bad("missing name");
+    gpu.name = fields[2];
+
+    auto memory = [&](size_t i, int64_t* out) -> bool {
+      if (IsUnavailable(fields[i])) return true;
+      auto value = ParseInteger<int64_t>(fields[i]);
+      if (!value.has_value() || *value < 0) return false;
+      *out = *value;
+      return true;
+    };
+    if (!memory(3, &gpu.memory_total_mb)) {
+      return bad("memory.total '" + std::string(fields[3]) + "'");
+    }
+    if (!memory(4, &gpu.memory_used_mb)) return bad("memory.used '" + std::string(fields[4]) + "'");
+    auto metric = [&](size_t i, std::optional<int>* out) -> bool {
+      if (IsUnavailable(fields[i])) return true;
+      auto value = ParseInteger<int>(fields[i]);
+      if (!value.has_value()) return false;
+      *out = *value;
+      return true;
+    };
+    if (!metric(5, &gpu.utilization_pct)) {
+      return bad("utilization.gpu '" + std::string(fields[5]) + "'");
+    }
+    if (!metric(6, &gpu.temperature_c)) {
+      return bad("temperature.gpu '" + std::string(fields[6]) + "'");
+    }
+    if (!IsUnavailable(fields[7])) gpu.pci_bus_id = fields[7];
+    devices.push_back(std::move(gpu));
+  }
+  return devices;
+}
+
+SmiDiscovery::SmiDiscovery(std::string nvidia_smi_path, int64_t timeout_ms)
+    : path_(std::move(nvidia_smi_path)), timeout_ms_(timeout_ms) {}
+
+StatusOr<std::vector<GpuDevice>> SmiDiscovery::Query() {
+  std::vector<std::string> argv = {path_};
+  for (auto& arg : NvidiaSmiQueryArgs()) argv.push_back(std::move(arg));
+  StatusOr<CommandResult> result = RunCommand(argv, timeout_ms_);
+  if (!result.ok()) return result.status();
+  if (!WIFEXITED(result->wait_status) || WEXITSTATUS(result->wait_status) != 0) {
+    std::string detail = FirstLine(result->out);
+    if (detail.empty()) detail = FirstLine(result->err);
+    return Unavailable("'" + path_ + "' failed with " + DescribeWaitStatus(result->wait_status) +
+                       (detail.empty() ? "" : ": " + detail));
+  }
+  return ParseNvidiaSmiCsv(result->out);
+}
+
+Status SmiDiscovery::Init() {
+  if (initialized_) return OkStatus();
+  StatusOr<std::string> program = FindExecutable(path_);
+  if (!program.ok()) return Unavailable(program.status().message());
+  StatusOr<std::vector<GpuDevice>> devices = Query();
+  if (!devices.ok()) return devices.status();
+  initialized_ = true;
+  return OkStatus();
+}
+
+StatusOr<std::vector<GpuDevice>> SmiDiscovery::Discover() {
+  if (!initialized_) return FailedPrecondition("SmiDiscovery::Init() has not succeeded");
+  return Query();
+}
+
+StatusOr<std::vector<GpuLink>> SmiDiscovery::DiscoverTopology() {
+  if (!initialized_) return FailedPrecondition("SmiDiscovery::Init() has not succeeded");
+  return std::vector<GpuLink>{};
+}
+
+}  // namespace dgpu::agent

@@ -1,0 +1,451 @@
+#include "agent/task_supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "agent/child_process.h"
+#include "agent/proc_table.h"
+
+namespace dgpu::agent {
+namespace {
+
+constexpr int64_t kMicrosPerMilli = 1000;
+constexpr int64_t kMicrosPerSecond = 1000000;
+// A stop/kill helper (docker stop/kill) still running after this is killed.
+constexpr int64_t kHelperLimitMicros = 60 * kMicrosPerSecond;
+// How long StopAll waits for processes after SIGKILL before giving up on them.
+constexpr auto kStopAllKillWait = std::chrono::seconds(5);
+
+int64_t SystemClockMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Status MakeDirs(const std::string& path) {
+  if (path.empty()) return InvalidArgument("empty directory path");
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    std::string prefix = path.substr(0, pos);
+    if (prefix.empty()) continue;
+    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return Internal("cannot create directory '" + prefix + "': " + strerror(errno));
+    }
+  }
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Internal("'" + path + "' is not a directory");
+  }
+  return OkStatus();
+}
+
+void AppendLine(int fd, const std::string& line) {
+  std::string text = line + "\n";
+  ssize_t ignored = write(fd, text.data(), text.size());
+  (void)ignored;
+}
+
+}  // namespace
+
+TaskSupervisor::TaskSupervisor(SupervisorOptions options) : options_(std::move(options)) {
+  if (!options_.clock) options_.clock = SystemClockMicros;
+  if (options_.child_subreaper) {
+    subreaper_active_ = prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
+  }
+}
+
+TaskSupervisor::~TaskSupervisor() {
+  if (!detached_ && (!tasks_.empty() || !helpers_.empty())) {
+    StopAll(std::chrono::milliseconds(0));
+  }
+}
+
+std::string TaskSupervisor::LogPath(const std::string& task_id) const {
+  return options_.work_dir + "/" + task_id + ".log";
+}
+
+Status TaskSupervisor::CheckAccept(const TaskLaunch& launch) const {
+  if (detached_) return FailedPrecondition("executor is detached; no new tasks are accepted");
+  bool pending = std::any_of(pending_exits_.begin(), pending_exits_.end(),
+                             [&](const TaskExit& e) { return e.task_id == launch.task_id; });
+  if (pending || tasks_.count(launch.task_id) > 0) {
+    return AlreadyExists("task '" + launch.task_id + "' is already known to this executor");
+  }
+  for (int index : launch.gpu_indices) {
+    for (const auto& [id, task] : tasks_) {
+      const auto& held = task.launch.gpu_indices;
+      if (std::find(held.begin(), held.end(), index) != held.end()) {
+        return FailedPrecondition("GPU " + std::to_string(index) + " is held by task '" + id + "'");
+      }
+    }
+  }
+  return OkStatus();
+}
+
+Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
+  Status accept = CheckAccept(launch);
+  if (!accept.ok()) return accept;
+  const int64_t now = options_.clock();
+  auto start_failed = [&](const std::string& reason) {
+    TaskExit exit;
+    exit.task_id = launch.task_id;
+    exit.error = "start_failed: " + reason;
+    exit.finished_at_unix_micros = now;
+    pending_exits_.push_back(std::move(exit));
+    return OkStatus();
+  };
+
+  const std::string task_dir = options_.work_dir + "/" + launch.task_id;
+  Status dirs = MakeDirs(task_dir);
+  if (!dirs.ok()) return start_failed(dirs.message());
+  const std::string log_path = LogPath(launch.task_id);
+  int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    return start_failed("cannot open log '" + log_path + "': " + strerror(errno));
+  }
+  SpawnOptions spawn;
+  spawn.argv = plan.argv;
+  spawn.env = plan.env;
+  spawn.working_dir = task_dir;
+  spawn.stdout_fd = log_fd;
+  spawn.stderr_fd = log_fd;
+  StatusOr<pid_t> pid = SpawnChild(spawn);
+  if (!pid.ok()) AppendLine(log_fd, "dgpu: task did not start: " + pid.status().message());
+  close(log_fd);
+  if (!pid.ok()) return start_failed(pid.status().message());
+
+  Task task;
+  task.launch = launch;
+  task.plan = plan;
+  task.leader = *pid;
+  if (auto stat = ReadProcStat(*pid)) task.leader_start_time = stat->start_time;
+  if (launch.timeout_seconds > 0) {
+    task.deadline_micros = now + launch.timeout_seconds * kMicrosPerSecond;
+  }
+  tasks_.emplace(launch.task_id, std::move(task));
+  return OkStatus();
+}
+
+Status TaskSupervisor::Cancel(const std::string& task_id) {
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) {
+    bool failed_to_start = std::any_of(pending_exits_.begin(), pending_exits_.end(),
+                                       [&](const TaskExit& e) { return e.task_id == task_id; });
+    if (failed_to_start) return OkStatus();  // Its start_failed exit is reported anyway.
+    return NotFound("task '" + task_id + "' is not running here");
+  }
+  BeginStop(it->second, "cancelled", options_.clock());
+  return OkStatus();
+}
+
+std::vector<std::string> TaskSupervisor::Running() const {
+  std::vector<std::string> ids;
+  for (const auto& exit : pending_exits_) ids.push_back(exit.task_id);
+  for (const auto& [id, task] : tasks_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+bool TaskSupervisor::IsGpuBusy(int index) const {
+  for (const auto& [id, task] : tasks_) {
+    const auto& held = task.launch.gpu_indices;
+    if (std::find(held.begin(), held.end(), index) != held.end()) return true;
+  }
+  return false;
+}
+
+void TaskSupervisor::Scan() {
+  const pid_t self = getpid();
+  std::vector<ProcStat> procs = ListProcesses();
+  std::unordered_map<pid_t, const ProcStat*> by_pid;
+  std::unordered_map<pid_t, std::vector<pid_t>> children;
+  for (const auto& p : procs) {
+    by_pid[p.pid] = &p;
+    children[p.ppid].push_back(p.pid);
+  }
+  auto alive = [&](pid_t pid) {
+    auto it = by_pid.find(pid);
+    return it != by_pid.end() && !it->second->zombie();
+  };
+
+  std::set<pid_t> attributed;
+  std::vector<std::pair<Task*, pid_t>> added;  // New members, to signal if the task is stopping.
+  auto add_tree = [&](Task& task, pid_t root) {
+    std::deque<pid_t> queue{root};
+    std::set<pid_t> visited{root};
+    while (!queue.empty()) {
+      pid_t pid = queue.front();
+      queue.pop_front();
+      if (pid != task.leader && alive(pid)) {
+        attributed.insert(pid);
+        auto [it, inserted] = task.members.emplace(pid, by_pid[pid]->start_time);
+        if (inserted) added.emplace_back(&task, pid);
+      }
+      if (auto c = children.find(pid); c != children.end()) {
+        for (pid_t child : c->second) {
+          if (visited.insert(child).second) queue.push_back(child);
+        }
+      }
+    }
+  };
+
+  for (auto& [id, task] : tasks_) {
+    // Forget members that are gone, recycled or dead; reap the dead ones adopted by the agent.
+    for (auto it = task.members.begin(); it != task.members.end();) {
+      auto p = by_pid.find(it->first);
+      if (p == by_pid.end() || p->second->start_time != it->second) {
+        it = task.members.erase(it);
+      } else if (p->second->zombie()) {
+        if (p->second->ppid == self) ReapAdoptedChild(it->first);
+        it = task.members.erase(it);
+      } else {
+        attributed.insert(it->first);
+        ++it;
+      }
+    }
+    std::vector<pid_t> roots;
+    if (!task.leader_status.has_value()) roots.push_back(task.leader);
+    for (const auto& [pid, start] : task.members) roots.push_back(pid);
+    // The session and group keep the leader's pid as id even after the leader is reaped, and
+    // the kernel does not recycle a pid while a session or group uses it.
+    for (const auto& p : procs) {
+      if (p.pid != task.leader && (p.sid == task.leader || p.pgid == task.leader)) {
+        roots.push_back(p.pid);
+      }
+    }
+    for (pid_t root : roots) add_tree(task, root);
+  }
+
+  // Processes adopted by the agent: task processes that escaped their session, or foreign ones.
+  for (auto it = foreign_orphans_.begin(); it != foreign_orphans_.end();) {
+    auto p = by_pid.find(it->first);
+    it = (p == by_pid.end() || p->second->start_time != it->second) ? foreign_orphans_.erase(it)
+                                                                    : std::next(it);
+  }
+  for (const auto& p : procs) {
+    if (p.ppid != self) continue;
+    if (p.zombie()) {
+      ReapAdoptedChild(p.pid);  // No-op for the agent's own registered children.
+      continue;
+    }
+    if (attributed.count(p.pid) || foreign_orphans_.count({p.pid, p.start_time}) ||
+        IsRegisteredChild(p.pid)) {
+      continue;
+    }
+    bool claimed = false;
+    for (auto& [id, task] : tasks_) {
+      if (EnvironContains(p.pid, "DGPU_TASK_ID=" + id)) {
+        add_tree(task, p.pid);
+        claimed = true;
+        break;
+      }
+    }
+    if (!claimed) foreign_orphans_.insert({p.pid, p.start_time});
+  }
+
+  for (auto [task, pid] : added) {
+    if (task->member_signal != 0) kill(pid, task->member_signal);
+  }
+}
+
+void TaskSupervisor::Signal(Task& task, int sig) {
+  if (!task.leader_status.has_value()) {
+    // The unreaped leader pins its pid, so the group id cannot belong to anyone else.
+    killpg(task.leader, sig);
+    kill(task.leader, sig);
+  }
+  for (const auto& [pid, start] : task.members) {
+    auto stat = ReadProcStat(pid);
+    if (stat && stat->start_time == start && !stat->zombie()) kill(pid, sig);
+  }
+}
+
+bool TaskSupervisor::RunHelper(const Task& task, const std::vector<std::string>& argv,
+                               int64_t now_micros) {
+  int log_fd =
+      open(LogPath(task.launch.task_id).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  SpawnOptions spawn;
+  spawn.argv = argv;
+  if (!task.plan.helper_env.empty()) spawn.env = task.plan.helper_env;
+  spawn.stdout_fd = log_fd;
+  spawn.stderr_fd = log_fd;
+  StatusOr<pid_t> pid = SpawnChild(spawn);
+  if (!pid.ok() && log_fd >= 0) AppendLine(log_fd, "dgpu: " + pid.status().message());
+  if (log_fd >= 0) close(log_fd);
+  if (!pid.ok()) return false;
+  helpers_.push_back({*pid, task.launch.task_id, now_micros});
+  return true;
+}
+
+void TaskSupervisor::SendTerm(Task& task, int64_t now_micros, bool use_plan) {
+  task.term_sent = true;
+  if (use_plan && !task.plan.stop_argv.empty() &&
+      RunHelper(task, task.plan.stop_argv, now_micros)) {
+    return;
+  }
+  task.member_signal = SIGTERM;
+  Signal(task, SIGTERM);
+}
+
+void TaskSupervisor::SendKill(Task& task, int64_t now_micros) {
+  task.kill_sent = true;
+  task.member_signal = SIGKILL;
+  Scan();
+  Signal(task, SIGKILL);
+  if (!task.plan.kill_argv.empty() && !task.leader_status.has_value()) {
+    RunHelper(task, task.plan.kill_argv, now_micros);
+  }
+}
+
+void TaskSupervisor::BeginStop(Task& task, const std::string& reason, int64_t now_micros) {
+  if (task.phase != Phase::kRunning) return;
+  task.phase = Phase::kStopping;
+  task.stop_reason = reason;
+  Scan();
+  SendTerm(task, now_micros, /*use_plan=*/true);
+  task.kill_at_micros = now_micros + options_.kill_grace.count() * kMicrosPerMilli;
+}
+
+void TaskSupervisor::ReapHelpers(int64_t now_micros, bool force) {
+  for (auto it = helpers_.begin(); it != helpers_.end();) {
+    if (TryReapChild(it->pid).has_value()) {
+      it = helpers_.erase(it);
+      continue;
+    }
+    if (force || now_micros - it->started_micros > kHelperLimitMicros) killpg(it->pid, SIGKILL);
+    ++it;
+  }
+}
+
+TaskExit TaskSupervisor::MakeExit(const Task& task, int64_t now_micros) const {
+  TaskExit exit;
+  exit.task_id = task.launch.task_id;
+  exit.finished_at_unix_micros = now_micros;
+  if (task.leader_status.has_value()) {
+    const int status = *task.leader_status;
+    if (WIFEXITED(status)) {
+      exit.exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+      exit.signal = WTERMSIG(status);
+      exit.exit_code = 128 + exit.signal;
+    }
+  }
+  if (!task.stop_reason.empty()) {
+    exit.error = task.stop_reason;
+  } else if (exit.signal != 0) {
+    exit.error = "signal:" + std::to_string(exit.signal);
+  } else {
+    exit.success = task.leader_status.has_value() && exit.exit_code == 0;
+  }
+  return exit;
+}
+
+std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadlines) {
+  std::vector<TaskExit> exits = std::move(pending_exits_);
+  pending_exits_.clear();
+  bool changed = force_scan_;
+  for (auto& [id, task] : tasks_) {
+    if (!task.leader_status.has_value()) {
+      task.leader_status = TryReapChild(task.leader);
+      if (task.leader_status.has_value()) changed = true;
+    }
+    if (task.phase != Phase::kRunning) changed = true;
+  }
+  const bool scan_due =
+      now_micros - last_scan_micros_ >= options_.scan_interval.count() * kMicrosPerMilli ||
+      now_micros < last_scan_micros_;
+  if (!tasks_.empty() && (changed || scan_due)) {
+    Scan();
+    last_scan_micros_ = now_micros;
+    force_scan_ = false;
+  }
+  const int64_t grace_micros = options_.kill_grace.count() * kMicrosPerMilli;
+  for (auto it = tasks_.begin(); it != tasks_.end();) {
+    Task& task = it->second;
+    if (apply_deadlines && task.phase == Phase::kRunning && !task.leader_status.has_value() &&
+        task.deadline_micros > 0 && now_micros >= task.deadline_micros) {
+      BeginStop(task, "timeout", now_micros);
+    }
+    if (task.leader_status.has_value() && task.phase != Phase::kDraining) {
+      task.phase = Phase::kDraining;
+      // Processes left behind by a finished leader get the same treatment as a stop.
+      if (!task.members.empty() && !task.term_sent) {
+        SendTerm(task, now_micros, /*use_plan=*/false);
+      }
+      if (!task.members.empty() && !task.kill_at_micros.has_value()) {
+        task.kill_at_micros = now_micros + grace_micros;
+      }
+    }
+    if (apply_deadlines && task.kill_at_micros.has_value() && now_micros >= *task.kill_at_micros &&
+        !task.kill_sent) {
+      SendKill(task, now_micros);
+    }
+    if (task.leader_status.has_value() && task.members.empty()) {
+      exits.push_back(MakeExit(task, now_micros));
+      it = tasks_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  ReapHelpers(now_micros, /*force=*/false);
+  return exits;
+}
+
+std::vector<TaskExit> TaskSupervisor::Poll(int64_t now_micros) {
+  if (detached_) return {};
+  return Step(now_micros, /*apply_deadlines=*/true);
+}
+
+std::vector<TaskExit> TaskSupervisor::StopAll(std::chrono::milliseconds grace) {
+  if (detached_) return {};
+  for (auto& [id, task] : tasks_) BeginStop(task, "cancelled", options_.clock());
+  std::vector<TaskExit> exits;
+  const auto term_deadline = std::chrono::steady_clock::now() + grace;
+  std::optional<std::chrono::steady_clock::time_point> give_up;
+  while (true) {
+    std::vector<TaskExit> done = Step(options_.clock(), /*apply_deadlines=*/false);
+    exits.insert(exits.end(), done.begin(), done.end());
+    if (tasks_.empty()) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (!give_up.has_value() && now >= term_deadline) {
+      for (auto& [id, task] : tasks_) SendKill(task, options_.clock());
+      give_up = now + kStopAllKillWait;
+    }
+    if (give_up.has_value() && now >= *give_up) {
+      // Processes that survive SIGKILL this long are stuck in the kernel; report them anyway.
+      for (auto& [id, task] : tasks_) exits.push_back(MakeExit(task, options_.clock()));
+      tasks_.clear();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const auto helper_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!helpers_.empty() && std::chrono::steady_clock::now() < helper_deadline) {
+    ReapHelpers(options_.clock(), /*force=*/false);
+    if (!helpers_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ReapHelpers(options_.clock(), /*force=*/true);
+  return exits;
+}
+
+void TaskSupervisor::Detach() {
+  detached_ = true;
+  tasks_.clear();
+  helpers_.clear();
+  pending_exits_.clear();
+}
+
+}  // namespace dgpu::agent

@@ -1,0 +1,129 @@
+// TaskSupervisor: the process machinery shared by ProcessExecutor and DockerExecutor.
+//
+// Each task is one child (the "leader") started in a new session, so it leads its own process
+// group. The supervisor follows everything the task starts: the leader's session and process
+// group, every descendant (by parent pid), and - because the agent is made a child subreaper -
+// processes that escaped with setsid() and were re-parented to the agent, recognised by the
+// DGPU_TASK_ID=<id> entry they inherited. Processes are identified by (pid, start time), so a
+// recycled pid is never signalled.
+//
+// Stopping (cancel, timeout, or leftovers after the leader exited): SIGTERM to the process group
+// and every tracked process (or the plan's stop command, e.g. `docker stop`), then SIGKILL to all
+// of them after the grace period. A task finishes when its leader is reaped and no tracked
+// process remains.
+//
+// Not thread-safe: one owner thread. Children are spawned through SpawnChild (child_process.h).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/executor.h"
+
+namespace dgpu::agent {
+
+struct SupervisorOptions {
+  std::string work_dir;  // Holds <task_id>/ (working directory) and <task_id>.log.
+  std::chrono::milliseconds kill_grace{10000};
+  // Make the agent a child subreaper (process-wide, PR_SET_CHILD_SUBREAPER) so that orphaned
+  // task processes are re-parented to it and can be followed.
+  bool child_subreaper = true;
+  // How often a full /proc scan runs while tasks merely run; stopping tasks are scanned at every
+  // Poll.
+  std::chrono::milliseconds scan_interval{1000};
+  // Unix time in microseconds; used for start times (timeouts) and StopAll/start-failure stamps.
+  std::function<int64_t()> clock;
+};
+
+// What to run for one task, prepared by the executor.
+struct LaunchPlan {
+  std::vector<std::string> argv;  // argv[0]: path or name on PATH.
+  std::vector<std::string> env;   // Complete environment, "KEY=VALUE".
+  // Run instead of SIGTERM when the task must stop (e.g. docker stop); empty = SIGTERM.
+  std::vector<std::string> stop_argv;
+  // Also run when the grace period is over, besides SIGKILL (e.g. docker kill); may be empty.
+  std::vector<std::string> kill_argv;
+  // Environment for stop/kill commands; empty = the agent's environment.
+  std::vector<std::string> helper_env;
+};
+
+class TaskSupervisor {
+ public:
+  explicit TaskSupervisor(SupervisorOptions options);
+  ~TaskSupervisor();  // Unless detached: SIGKILLs every task process and reaps it (bounded).
+  TaskSupervisor(const TaskSupervisor&) = delete;
+  TaskSupervisor& operator=(const TaskSupervisor&) = delete;
+
+  // Refusals (duplicate id, busy GPU, detached) are checked here; `launch` is assumed valid.
+  Status Start(const TaskLaunch& launch, const LaunchPlan& plan);
+  Status Cancel(const std::string& task_id);
+  std::vector<TaskExit> Poll(int64_t now_micros);
+  std::vector<std::string> Running() const;
+  bool IsGpuBusy(int index) const;
+  // Returns a refusal (AlreadyExists / FailedPrecondition) or OK without starting anything.
+  Status CheckAccept(const TaskLaunch& launch) const;
+  std::vector<TaskExit> StopAll(std::chrono::milliseconds grace);
+  void Detach();
+
+  // The task's log file path.
+  std::string LogPath(const std::string& task_id) const;
+  bool child_subreaper_active() const { return subreaper_active_; }
+
+ private:
+  enum class Phase { kRunning, kStopping, kDraining };
+  struct Task {
+    TaskLaunch launch;
+    LaunchPlan plan;
+    pid_t leader = 0;
+    uint64_t leader_start_time = 0;
+    Phase phase = Phase::kRunning;
+    std::string stop_reason;                // "", "cancelled", "timeout".
+    std::optional<int> leader_status;       // Wait status once reaped.
+    int64_t deadline_micros = 0;            // 0 = no timeout.
+    std::optional<int64_t> kill_at_micros;  // When SIGKILL follows SIGTERM.
+    bool term_sent = false;
+    bool kill_sent = false;
+    // Signal for processes found after the task was signalled (0 while none was sent: a stop
+    // command such as docker stop does not signal the task's processes).
+    int member_signal = 0;
+    std::map<pid_t, uint64_t> members;  // Tracked processes other than the leader.
+  };
+  struct Helper {
+    pid_t pid;
+    std::string task_id;
+    int64_t started_micros;
+  };
+
+  void Scan();
+  void BeginStop(Task& task, const std::string& reason, int64_t now_micros);
+  // SIGTERM (or, with use_plan, the plan's stop command) to the task's processes.
+  void SendTerm(Task& task, int64_t now_micros, bool use_plan);
+  void SendKill(Task& task, int64_t now_micros);
+  void Signal(Task& task, int sig);
+  // Spawns a stop/kill command with output appended to the task log. False if it cannot start.
+  bool RunHelper(const Task& task, const std::vector<std::string>& argv, int64_t now_micros);
+  void ReapHelpers(int64_t now_micros, bool force);
+  TaskExit MakeExit(const Task& task, int64_t now_micros) const;
+  std::vector<TaskExit> Step(int64_t now_micros, bool apply_deadlines);
+
+  SupervisorOptions options_;
+  bool subreaper_active_ = false;
+  bool detached_ = false;
+  std::map<std::string, Task> tasks_;
+  std::vector<TaskExit> pending_exits_;  // start_failed exits, returned by the next Poll.
+  std::vector<Helper> helpers_;
+  int64_t last_scan_micros_ = 0;
+  bool force_scan_ = false;
+  // Adopted processes whose environment did not name any task, by (pid, start time).
+  std::set<std::pair<pid_t, uint64_t>> foreign_orphans_;
+};
+
+}  // namespace dgpu::agent

@@ -1,0 +1,171 @@
+#include "agent/docker_executor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "test_util.h"
+
+namespace dgpu::agent {
+namespace {
+
+using testing::PollUntilExit;
+using testing::ReadFile;
+using testing::TempDir;
+using testing::WaitUntil;
+using testing::WriteFile;
+
+TaskLaunch Launch(std::string id, std::string command, std::vector<int> gpus) {
+  TaskLaunch launch;
+  launch.task_id = std::move(id);
+  launch.command = std::move(command);
+  launch.gpu_indices = std::move(gpus);
+  return launch;
+}
+
+TEST(BuildDockerRunArgvTest, ExactArgv) {
+  TaskLaunch launch = Launch("task-42", "python train.py --epochs 3", {1, 3});
+  launch.env = {{"FOO", "bar"}, {"CUDA_VISIBLE_DEVICES", "9"}, {"EMPTY", ""}};
+  auto argv = BuildDockerRunArgv(launch, "nvidia/cuda:12.0-runtime-ubuntu22.04");
+  ASSERT_TRUE(argv.ok()) << argv.status().ToString();
+  EXPECT_EQ(*argv, (std::vector<std::string>{"docker",
+                                             "run",
+                                             "--rm",
+                                             "--name",
+                                             "dgpu-task-42",
+                                             "--gpus",
+                                             "\"device=1,3\"",
+                                             "-e",
+                                             "FOO=bar",
+                                             "-e",
+                                             "EMPTY=",
+                                             "-e",
+                                             "CUDA_VISIBLE_DEVICES=0,1",
+                                             "-e",
+                                             "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+                                             "-e",
+                                             "DGPU_TASK_ID=task-42",
+                                             "-e",
+                                             "DGPU_GPU_IDS=1,3",
+                                             "nvidia/cuda:12.0-runtime-ubuntu22.04",
+                                             "sh",
+                                             "-c",
+                                             "python train.py --epochs 3"}));
+}
+
+TEST(BuildDockerRunArgvTest, TaskImageBinaryAndNoGpus) {
+  TaskLaunch launch = Launch("t1", "true", {});
+  launch.image = "alpine:3.19";
+  auto argv = BuildDockerRunArgv(launch, "ignored:latest", "/opt/bin/docker");
+  ASSERT_TRUE(argv.ok());
+  EXPECT_EQ(*argv,
+            (std::vector<std::string>{"/opt/bin/docker", "run", "--rm", "--name", "dgpu-t1", "-e",
+                                      "CUDA_VISIBLE_DEVICES=", "-e", "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+                                      "-e", "DGPU_TASK_ID=t1", "-e", "DGPU_GPU_IDS=", "alpine:3.19",
+                                      "sh", "-c", "true"}));
+}
+
+TEST(BuildDockerRunArgvTest, Errors) {
+  EXPECT_EQ(BuildDockerRunArgv(Launch("t1", "true", {0}), "").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(BuildDockerRunArgv(Launch("bad id", "true", {0}), "img").status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(BuildDockerStopArgvTest, ExactArgv) {
+  EXPECT_EQ(BuildDockerStopArgv("task-42"),
+            (std::vector<std::string>{"docker", "stop", "dgpu-task-42"}));
+}
+
+// A `docker` stub first on PATH: it writes its arguments (one per line) to <stub dir>/<cmd>.argv.
+// `run` blocks until `stop` has run when DGPU_DOCKER_STUB_BLOCK is set.
+class DockerExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* path = getenv("PATH");
+    saved_path_ = path != nullptr ? path : "";
+    stub_dir_ = dir_.path() + "/bin";
+    std::filesystem::create_directories(stub_dir_);
+    WriteFile(stub_dir_ + "/docker",
+              "#!/bin/sh\n"
+              "cmd=\"$1\"\n"
+              "if [ \"$cmd\" = run ]; then echo \"container says hi\"; fi\n"
+              "printf '%s\\n' \"$(basename \"$0\")\" \"$@\" > \"$DGPU_DOCKER_STUB_DIR/$cmd.argv\"\n"
+              "case \"$cmd\" in\n"
+              "  run)\n"
+              "    if [ -n \"${DGPU_DOCKER_STUB_BLOCK:-}\" ]; then\n"
+              "      while [ ! -e \"$DGPU_DOCKER_STUB_DIR/stopped\" ]; do sleep 0.02; done\n"
+              "      exit 143\n"
+              "    fi\n"
+              "    exit 0 ;;\n"
+              "  stop) touch \"$DGPU_DOCKER_STUB_DIR/stopped\"; echo \"$2\" ;;\n"
+              "esac\n",
+              true);
+    setenv("PATH", (stub_dir_ + ":" + saved_path_).c_str(), 1);
+    setenv("DGPU_DOCKER_STUB_DIR", stub_dir_.c_str(), 1);
+    unsetenv("DGPU_DOCKER_STUB_BLOCK");
+  }
+  void TearDown() override {
+    setenv("PATH", saved_path_.c_str(), 1);
+    unsetenv("DGPU_DOCKER_STUB_DIR");
+    unsetenv("DGPU_DOCKER_STUB_BLOCK");
+  }
+  DockerExecutorOptions Options() {
+    DockerExecutorOptions options;
+    options.work_dir = dir_.path() + "/work";
+    options.kill_grace = std::chrono::milliseconds(2000);
+    options.default_image = "nvidia/cuda:12.0-runtime-ubuntu22.04";
+    return options;
+  }
+
+  TempDir dir_;
+  std::string stub_dir_;
+  std::string saved_path_;
+};
+
+TEST_F(DockerExecutorTest, RunsDockerRun) {
+  DockerExecutor executor(Options());
+  ASSERT_TRUE(executor.Start(Launch("task-7", "nvidia-smi -L", {0, 1})).ok());
+  auto exit = PollUntilExit(executor, "task-7");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success);
+  EXPECT_EQ(ReadFile(stub_dir_ + "/run.argv"),
+            "docker\nrun\n--rm\n--name\ndgpu-task-7\n--gpus\n\"device=0,1\"\n"
+            "-e\nCUDA_VISIBLE_DEVICES=0,1\n-e\nCUDA_DEVICE_ORDER=PCI_BUS_ID\n"
+            "-e\nDGPU_TASK_ID=task-7\n-e\nDGPU_GPU_IDS=0,1\n"
+            "nvidia/cuda:12.0-runtime-ubuntu22.04\nsh\n-c\nnvidia-smi -L\n");
+  EXPECT_EQ(ReadFile(executor.LogPath("task-7")), "container says hi\n");
+  EXPECT_EQ(executor.name(), "docker");
+}
+
+TEST_F(DockerExecutorTest, CancelRunsDockerStop) {
+  setenv("DGPU_DOCKER_STUB_BLOCK", "1", 1);
+  DockerExecutor executor(Options());
+  ASSERT_TRUE(executor.Start(Launch("task-8", "sleep 100", {2})).ok());
+  ASSERT_TRUE(WaitUntil([&] { return !ReadFile(stub_dir_ + "/run.argv").empty(); }));
+  ASSERT_TRUE(executor.Cancel("task-8").ok());
+  auto exit = PollUntilExit(executor, "task-8");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->error, "cancelled");
+  EXPECT_EQ(exit->exit_code, 143);
+  EXPECT_EQ(exit->signal, 0);
+  EXPECT_EQ(ReadFile(stub_dir_ + "/stop.argv"), "docker\nstop\ndgpu-task-8\n");
+  // docker stop's output goes to the task log too.
+  EXPECT_TRUE(WaitUntil([&] {
+    executor.Poll(testing::UnixMicros());
+    return ReadFile(executor.LogPath("task-8")) == "container says hi\ndgpu-task-8\n";
+  })) << ReadFile(executor.LogPath("task-8"));
+}
+
+TEST_F(DockerExecutorTest, MissingDockerIsAStartFailure) {
+  DockerExecutorOptions options = Options();
+  options.docker_binary = "dgpu-no-such-docker";
+  DockerExecutor executor(options);
+  ASSERT_TRUE(executor.Start(Launch("task-9", "true", {0})).ok());
+  auto exits = executor.Poll(testing::UnixMicros());
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].error, "start_failed: program 'dgpu-no-such-docker' not found on PATH");
+}
+
+}  // namespace
+}  // namespace dgpu::agent

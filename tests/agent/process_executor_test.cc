@@ -1,0 +1,351 @@
+#include "agent/process_executor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include <map>
+
+#include "agent/child_process.h"
+#include "agent/proc_table.h"
+#include "test_util.h"
+
+namespace dgpu::agent {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::PollUntilExit;
+using testing::ProcessGone;
+using testing::ReadFile;
+using testing::ReadPidFile;
+using ::testing::StartsWith;
+using testing::TempDir;
+using testing::WaitUntil;
+
+constexpr auto kShortGrace = std::chrono::milliseconds(300);
+
+TaskLaunch Launch(std::string id, std::string command, std::vector<int> gpus = {}) {
+  TaskLaunch launch;
+  launch.task_id = std::move(id);
+  launch.command = std::move(command);
+  launch.gpu_indices = std::move(gpus);
+  return launch;
+}
+
+class ProcessExecutorTest : public ::testing::Test {
+ protected:
+  ProcessExecutorOptions Options() {
+    ProcessExecutorOptions options;
+    options.work_dir = dir_.path() + "/work";
+    options.kill_grace = kShortGrace;
+    return options;
+  }
+  std::string TaskFile(const std::string& task_id, const std::string& name) {
+    return dir_.path() + "/work/" + task_id + "/" + name;
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(ProcessExecutorTest, TaskSeesGpuEnvironmentAndWorkingDirectory) {
+  setenv("DGPU_TEST_INHERITED", "from-agent", 1);
+  ProcessExecutor executor(Options());
+  TaskLaunch launch = Launch("task-env",
+                             "echo CVD=$CUDA_VISIBLE_DEVICES; echo ORDER=$CUDA_DEVICE_ORDER; "
+                             "echo NVD=$NVIDIA_VISIBLE_DEVICES; echo ID=$DGPU_TASK_ID; "
+                             "echo IDS=$DGPU_GPU_IDS; echo FOO=$FOO; "
+                             "echo INHERITED=$DGPU_TEST_INHERITED; echo PWD=$(pwd)",
+                             {2, 0});
+  launch.env = {{"FOO", "bar baz"}, {"CUDA_VISIBLE_DEVICES", "7"}};
+  ASSERT_TRUE(executor.Start(launch).ok());
+  EXPECT_EQ(executor.Running(), std::vector<std::string>{"task-env"});
+  auto exit = PollUntilExit(executor, "task-env");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success);
+  EXPECT_EQ(exit->exit_code, 0);
+  EXPECT_EQ(exit->signal, 0);
+  EXPECT_EQ(exit->error, "");
+  EXPECT_EQ(ReadFile(executor.LogPath("task-env")),
+            "CVD=2,0\nORDER=PCI_BUS_ID\nNVD=2,0\nID=task-env\nIDS=2,0\nFOO=bar baz\n"
+            "INHERITED=from-agent\nPWD=" +
+                dir_.path() + "/work/task-env\n");
+  EXPECT_EQ(executor.LogPath("task-env"), dir_.path() + "/work/task-env.log");
+  EXPECT_TRUE(executor.Running().empty());
+}
+
+TEST_F(ProcessExecutorTest, BuildEnvironmentOverridesInOrder) {
+  ProcessExecutorOptions options = Options();
+  options.base_env = std::vector<std::string>{"PATH=/bin", "CUDA_VISIBLE_DEVICES=5", "A=1"};
+  ProcessExecutor executor(options);
+  TaskLaunch launch = Launch("t1", "true", {1, 3});
+  launch.env = {{"A", "2"}, {"B", "3"}, {"DGPU_TASK_ID", "spoofed"}};
+  EXPECT_EQ(executor.BuildEnvironment(launch),
+            (std::vector<std::string>{"PATH=/bin", "CUDA_VISIBLE_DEVICES=1,3", "A=2", "B=3",
+                                      "CUDA_DEVICE_ORDER=PCI_BUS_ID", "NVIDIA_VISIBLE_DEVICES=1,3",
+                                      "DGPU_TASK_ID=t1", "DGPU_GPU_IDS=1,3"}));
+}
+
+TEST_F(ProcessExecutorTest, ExitCodes) {
+  ProcessExecutor executor(Options());
+  struct Case {
+    std::string id;
+    std::string command;
+    bool success;
+    int exit_code;
+    int signal;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"exit-0", "exit 0", true, 0, 0, ""},
+      {"exit-3", "exit 3", false, 3, 0, ""},
+      {"usr1", "kill -USR1 $$", false, 128 + SIGUSR1, SIGUSR1, "signal:10"},
+      {"not-found", "/nonexistent/program", false, 127, 0, ""},
+  };
+  for (const auto& c : cases) ASSERT_TRUE(executor.Start(Launch(c.id, c.command)).ok()) << c.id;
+  std::map<std::string, TaskExit> exits;
+  ASSERT_TRUE(WaitUntil([&] {
+    for (auto& exit : executor.Poll(testing::UnixMicros())) exits[exit.task_id] = exit;
+    return exits.size() == cases.size();
+  }));
+  for (const auto& c : cases) {
+    const TaskExit& exit = exits[c.id];
+    EXPECT_EQ(exit.success, c.success) << c.id;
+    EXPECT_EQ(exit.exit_code, c.exit_code) << c.id;
+    EXPECT_EQ(exit.signal, c.signal) << c.id;
+    EXPECT_EQ(exit.error, c.error) << c.id;
+    EXPECT_GT(exit.finished_at_unix_micros, 0) << c.id;
+  }
+}
+
+TEST_F(ProcessExecutorTest, LogHoldsStdoutAndStderr) {
+  ProcessExecutor executor(Options());
+  ASSERT_TRUE(executor.Start(Launch("task-log", "echo to-out; echo to-err >&2; echo again")).ok());
+  ASSERT_TRUE(PollUntilExit(executor, "task-log").has_value());
+  EXPECT_EQ(ReadFile(executor.LogPath("task-log")), "to-out\nto-err\nagain\n");
+}
+
+TEST_F(ProcessExecutorTest, CancelKillsTaskAndAllDescendants) {
+  ProcessExecutor executor(Options());
+  // bg: a plain background child; escaped: a child that left the session with setsid;
+  // orphan: a setsid'ed grandchild whose parent exited at once, so it is re-parented to the agent.
+  ASSERT_TRUE(executor
+                  .Start(Launch("task-tree",
+                                "(setsid sleep 100 & echo $! > orphan.pid); "
+                                "setsid sh -c 'echo $$ > escaped.pid; exec sleep 100' & "
+                                "sleep 100 & echo $! > bg.pid; wait",
+                                {0}))
+                  .ok());
+  std::optional<pid_t> bg, escaped, orphan;
+  ASSERT_TRUE(WaitUntil([&] {
+    bg = ReadPidFile(TaskFile("task-tree", "bg.pid"));
+    escaped = ReadPidFile(TaskFile("task-tree", "escaped.pid"));
+    orphan = ReadPidFile(TaskFile("task-tree", "orphan.pid"));
+    return bg && escaped && orphan;
+  }));
+  // Once the orphan has called setsid() and its parent subshell has exited:
+  EXPECT_TRUE(WaitUntil([&] {
+    auto stat = ReadProcStat(*orphan);
+    return stat && stat->ppid == getpid() && stat->sid == *orphan;
+  })) << "the agent should have adopted the orphan, which left the task's session";
+  EXPECT_TRUE(WaitUntil([&] {
+    auto stat = ReadProcStat(*escaped);
+    return stat && stat->sid == *escaped;
+  }));
+  EXPECT_TRUE(executor.Poll(testing::UnixMicros()).empty());
+
+  ASSERT_TRUE(executor.Cancel("task-tree").ok());
+  ASSERT_TRUE(executor.Cancel("task-tree").ok());  // Idempotent.
+  EXPECT_TRUE(executor.IsGpuBusy(0));
+  auto exit = PollUntilExit(executor, "task-tree");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_FALSE(exit->success);
+  EXPECT_EQ(exit->error, "cancelled");
+  EXPECT_EQ(exit->signal, SIGTERM);
+  EXPECT_EQ(exit->exit_code, 128 + SIGTERM);
+  // The exit is reported only once every process is gone (and reaped, for the adopted ones).
+  EXPECT_TRUE(ProcessGone(*bg));
+  EXPECT_TRUE(ProcessGone(*escaped));
+  EXPECT_TRUE(ProcessGone(*orphan));
+  EXPECT_FALSE(executor.IsGpuBusy(0));
+  EXPECT_EQ(executor.Cancel("task-tree").code(), StatusCode::kNotFound);
+}
+
+TEST_F(ProcessExecutorTest, LeftoverProcessesAreStoppedWhenTheTaskExits) {
+  ProcessExecutor executor(Options());
+  ASSERT_TRUE(executor.Start(Launch("task-leftover", "sleep 100 & echo $! > bg.pid; exit 0")).ok());
+  auto exit = PollUntilExit(executor, "task-leftover");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success);
+  EXPECT_EQ(exit->error, "");
+  auto bg = ReadPidFile(TaskFile("task-leftover", "bg.pid"));
+  ASSERT_TRUE(bg.has_value());
+  EXPECT_TRUE(ProcessGone(*bg));
+}
+
+TEST_F(ProcessExecutorTest, TimeoutEscalatesToSigkillOnFakeClock) {
+  int64_t now = 1'000'000'000'000;
+  ProcessExecutorOptions options = Options();
+  options.kill_grace = std::chrono::seconds(2);
+  options.clock = [&] { return now; };
+  ProcessExecutor executor(options);
+  TaskLaunch launch = Launch("task-stubborn", "trap '' TERM; echo ready > ready; sleep 100");
+  launch.timeout_seconds = 5;
+  ASSERT_TRUE(executor.Start(launch).ok());
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(TaskFile("task-stubborn", "ready")) == "ready\n"; }));
+
+  now += 4'999'999;
+  EXPECT_TRUE(executor.Poll(now).empty());
+  now += 1;  // Timeout: SIGTERM, which the task ignores.
+  EXPECT_TRUE(executor.Poll(now).empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  now += 1'999'999;
+  EXPECT_TRUE(executor.Poll(now).empty());
+  EXPECT_EQ(executor.Running(), std::vector<std::string>{"task-stubborn"});
+  now += 1;  // Grace period over: SIGKILL.
+  auto exit = testing::PollUntilExitWithClock(executor, "task-stubborn", [&] { return now; });
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->error, "timeout");
+  EXPECT_EQ(exit->signal, SIGKILL);
+  EXPECT_EQ(exit->exit_code, 128 + SIGKILL);
+  EXPECT_EQ(exit->finished_at_unix_micros, now);
+  EXPECT_FALSE(exit->success);
+}
+
+TEST_F(ProcessExecutorTest, TimeoutOnRealClock) {
+  ProcessExecutor executor(Options());
+  TaskLaunch launch = Launch("task-slow", "sleep 100");
+  launch.timeout_seconds = 1;
+  ASSERT_TRUE(executor.Start(launch).ok());
+  auto exit = PollUntilExit(executor, "task-slow", std::chrono::seconds(5));
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->error, "timeout");
+  EXPECT_EQ(exit->signal, SIGTERM);
+}
+
+TEST_F(ProcessExecutorTest, RefusesBusyGpuAndDuplicateId) {
+  ProcessExecutor executor(Options());
+  ASSERT_TRUE(executor.Start(Launch("task-a", "sleep 100", {1, 2})).ok());
+  Status busy = executor.Start(Launch("task-b", "true", {3, 2}));
+  EXPECT_EQ(busy.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(busy.message(), "GPU 2 is held by task 'task-a'");
+  Status duplicate = executor.Start(Launch("task-a", "true", {5}));
+  EXPECT_EQ(duplicate.code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(executor.IsGpuBusy(1));
+  EXPECT_TRUE(executor.IsGpuBusy(2));
+  EXPECT_FALSE(executor.IsGpuBusy(3));
+  EXPECT_TRUE(executor.Start(Launch("task-c", "sleep 100", {3})).ok());
+  EXPECT_EQ(executor.Running(), (std::vector<std::string>{"task-a", "task-c"}));
+
+  ASSERT_TRUE(executor.Cancel("task-a").ok());
+  ASSERT_TRUE(PollUntilExit(executor, "task-a").has_value());
+  EXPECT_FALSE(executor.IsGpuBusy(2));
+  EXPECT_TRUE(executor.Start(Launch("task-b", "true", {2})).ok());
+  // A finished id may be reused once its exit was returned.
+  ASSERT_TRUE(PollUntilExit(executor, "task-b").has_value());
+}
+
+TEST_F(ProcessExecutorTest, RejectsInvalidLaunches) {
+  ProcessExecutor executor(Options());
+  struct Case {
+    TaskLaunch launch;
+    std::string message;
+  };
+  TaskLaunch bad_env = Launch("t", "true");
+  bad_env.env = {{"A=B", "c"}};
+  TaskLaunch negative_timeout = Launch("t", "true");
+  negative_timeout.timeout_seconds = -1;
+  const std::vector<Case> cases = {
+      {Launch("", "true"), "task_id must have 1 to 128 characters"},
+      {Launch("../escape", "true"), "task_id '../escape' must not start with '.' or '-'"},
+      {Launch("a/b", "true"), "task_id 'a/b' may only hold letters, digits, '_', '.', '-'"},
+      {Launch("t", ""), "command is empty"},
+      {Launch("t", "true", {0, 0}), "gpu_indices holds index 0 twice"},
+      {Launch("t", "true", {-1}), "gpu_indices holds negative index -1"},
+      {bad_env, "env key 'A=B' is empty or holds '=' or NUL"},
+      {negative_timeout, "timeout_seconds is negative"},
+  };
+  for (const auto& c : cases) {
+    Status status = executor.Start(c.launch);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << c.message;
+    EXPECT_EQ(status.message(), c.message);
+  }
+  EXPECT_TRUE(executor.Running().empty());
+}
+
+TEST_F(ProcessExecutorTest, StartFailureIsReportedAsExit) {
+  ProcessExecutorOptions options = Options();
+  options.shell = "/nonexistent/sh";
+  ProcessExecutor executor(options);
+  ASSERT_TRUE(executor.Start(Launch("task-nosh", "true", {0})).ok());
+  EXPECT_EQ(executor.Running(), std::vector<std::string>{"task-nosh"});
+  EXPECT_EQ(executor.Start(Launch("task-nosh", "true")).code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(executor.Cancel("task-nosh").ok());
+  auto exits = executor.Poll(testing::UnixMicros());
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].task_id, "task-nosh");
+  EXPECT_FALSE(exits[0].success);
+  EXPECT_EQ(exits[0].exit_code, -1);
+  EXPECT_EQ(exits[0].error,
+            "start_failed: program '/nonexistent/sh' does not exist or is not executable");
+  EXPECT_TRUE(executor.Running().empty());
+}
+
+TEST_F(ProcessExecutorTest, StopAllStopsEverything) {
+  ProcessExecutor executor(Options());
+  ASSERT_TRUE(executor.Start(Launch("task-1", "sleep 100", {0})).ok());
+  ASSERT_TRUE(
+      executor.Start(Launch("task-2", "trap '' TERM; echo ready > ready; sleep 100", {1})).ok());
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(TaskFile("task-2", "ready")) == "ready\n"; }));
+  auto exits = executor.StopAll(std::chrono::milliseconds(200));
+  ASSERT_EQ(exits.size(), 2u);
+  std::sort(exits.begin(), exits.end(),
+            [](const TaskExit& a, const TaskExit& b) { return a.task_id < b.task_id; });
+  EXPECT_EQ(exits[0].task_id, "task-1");
+  EXPECT_EQ(exits[0].error, "cancelled");
+  EXPECT_EQ(exits[0].signal, SIGTERM);
+  EXPECT_EQ(exits[1].task_id, "task-2");
+  EXPECT_EQ(exits[1].error, "cancelled");
+  EXPECT_EQ(exits[1].signal, SIGKILL);  // It ignores SIGTERM: killed when the grace ran out.
+  EXPECT_TRUE(executor.Running().empty());
+}
+
+TEST_F(ProcessExecutorTest, DetachLeavesTasksRunning) {
+  std::optional<pid_t> pid;
+  {
+    ProcessExecutor executor(Options());
+    ASSERT_TRUE(executor.Start(Launch("task-kept", "echo $$ > pid; exec sleep 100")).ok());
+    ASSERT_TRUE(
+        WaitUntil([&] { return (pid = ReadPidFile(TaskFile("task-kept", "pid"))).has_value(); }));
+    executor.Detach();
+    EXPECT_TRUE(executor.Running().empty());
+    EXPECT_EQ(executor.Start(Launch("task-new", "true")).code(), StatusCode::kFailedPrecondition);
+  }
+  EXPECT_EQ(kill(*pid, 0), 0) << "a detached task survives the executor";
+  kill(*pid, SIGKILL);
+  int status = 0;
+  EXPECT_EQ(waitpid(*pid, &status, 0), *pid);
+  ReleaseChild(*pid);
+}
+
+TEST_F(ProcessExecutorTest, DestructorKillsTasks) {
+  std::optional<pid_t> pid;
+  {
+    ProcessExecutor executor(Options());
+    ASSERT_TRUE(executor.Start(Launch("task-doomed", "echo $$ > pid; exec sleep 100")).ok());
+    ASSERT_TRUE(
+        WaitUntil([&] { return (pid = ReadPidFile(TaskFile("task-doomed", "pid"))).has_value(); }));
+  }
+  EXPECT_TRUE(ProcessGone(*pid));
+}
+
+TEST_F(ProcessExecutorTest, MakesTheAgentAChildSubreaper) {
+  ProcessExecutor executor(Options());
+  int flag = 0;
+  ASSERT_EQ(prctl(PR_GET_CHILD_SUBREAPER, &flag, 0, 0, 0), 0);
+  EXPECT_EQ(flag, 1);
+}
+
+}  // namespace
+}  // namespace dgpu::agent
