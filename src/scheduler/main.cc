@@ -85,7 +85,7 @@ int Run(int argc, char** argv) {
     return Fail("storage.snapshot_dir: cannot create " + cfg.storage.snapshot_dir + ": " +
                 ec.message());
   }
-  auto db_or = store::Database::Open(cfg.storage.snapshot_dir);
+  auto db_or = store::Database::Open(cfg.storage.snapshot_dir, cfg.storage.fsync);
   if (!db_or.ok()) return Fail(db_or.status().message());
   std::unique_ptr<store::Database> db = std::move(*db_or);
   auto state = db->Load();

@@ -540,7 +540,7 @@ std::string TaskSelect(std::string_view where_and_order) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& dir) {
+StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& dir, bool fsync) {
   if (dir.empty()) return InvalidArgument("database directory must not be empty");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -601,7 +601,7 @@ StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& dir) {
   if (*mode != "wal") {
     return Unavailable("cannot switch " + path + " to WAL mode (journal mode is '" + *mode + "')");
   }
-  if (Status s = (*writer)->Exec("PRAGMA synchronous = FULL; PRAGMA journal_size_limit = " +
+  if (Status s = (*writer)->Exec(std::string(fsync ? "PRAGMA synchronous = FULL;" : "PRAGMA synchronous = NORMAL;") + " PRAGMA journal_size_limit = " +
                                      std::to_string(kJournalSizeLimitBytes) + ";",
                                  "configuring");
       !s.ok()) {

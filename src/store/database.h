@@ -74,7 +74,9 @@ class Database {
  public:
   // Opens `<dir>/dgpu.db`, creating `dir` and the database if missing. Errors: see above;
   // a directory or file that cannot be written is Unavailable naming it.
-  static StatusOr<std::unique_ptr<Database>> Open(const std::string& dir);
+  // `fsync` false: commits are not fsynced (synchronous=NORMAL in WAL mode): much faster, but a
+  // power loss may drop the last commits (a process crash does not).
+  static StatusOr<std::unique_ptr<Database>> Open(const std::string& dir, bool fsync = true);
 
   ~Database();
   Database(const Database&) = delete;
