@@ -96,6 +96,7 @@ class HeartbeatReactor : public grpc::ServerBidiReactor<HeartbeatRequest, Heartb
  private:
   void HandleHeartbeat(const HeartbeatRequest& req) {
     if (req.agent_id().empty()) return;
+    svc_->leader_->ObserveEpoch(req.epoch());
     if (agent_id_.empty()) {
       agent_id_ = req.agent_id();
       svc_->hub_->Attach(agent_id_, self_);
@@ -249,6 +250,7 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
                                                       const dgpu::v1::RegisterAgentRequest* req,
                                                       dgpu::v1::RegisterAgentResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
+  leader_->ObserveEpoch(req->epoch());
   if (!leader_->is_leader()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the leader"));
     return reactor;
@@ -321,6 +323,7 @@ grpc::ServerUnaryReactor* AgentService::TaskFinished(grpc::CallbackServerContext
                                                      const dgpu::v1::TaskFinishedRequest* req,
                                                      dgpu::v1::TaskFinishedResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
+  leader_->ObserveEpoch(req->epoch());
   if (!leader_->is_leader()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the leader"));
     return reactor;

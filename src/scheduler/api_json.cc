@@ -35,6 +35,11 @@ std::optional<ApiError> ParseJsonObject(std::string_view body, json* out) {
     return ApiError{400, "invalid_json",
                     "malformed JSON at byte " + std::to_string(e.byte) + ": " +
                         std::string(e.what()).substr(std::string(e.what()).find(':') + 2)};
+  } catch (const json::exception& e) {
+    // E.g. out_of_range for a number that overflows a double (1e400).
+    return ApiError{400, "invalid_json",
+                    "malformed JSON: " +
+                        std::string(e.what()).substr(std::string(e.what()).find(']') + 2)};
   }
   if (!out->is_object()) return ApiError{400, "invalid_json", "request body must be a JSON object"};
   return std::nullopt;

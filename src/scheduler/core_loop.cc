@@ -18,6 +18,14 @@ void CoreLoop::AddTimer(std::chrono::milliseconds interval, Fn fn) {
   timers_.push_back({{interval, std::move(fn)}, std::chrono::steady_clock::now() + interval});
 }
 
+void CoreLoop::ReplaceCore(std::unique_ptr<core::SchedulerCore> core) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    next_core_ = std::move(core);
+  }
+  Post([](Context&) {});
+}
+
 void CoreLoop::Start() { thread_ = std::thread([this] { Loop(); }); }
 
 void CoreLoop::Stop() {
@@ -78,12 +86,14 @@ void CoreLoop::RunBatch(std::vector<Fn>& batch, bool run_timers) {
       t.next = now + t.timer.interval;
     }
   }
+  const bool acting = !may_act_ || may_act_();
   auto start = std::chrono::steady_clock::now();
-  core_->Schedule(ctx.now);
+  if (acting) core_->Schedule(ctx.now);
   double pass_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::vector<core::Decision> decisions = core_->TakeDecisions();
-  if (!decisions.empty()) dispatcher_->Dispatch(*core_, decisions);
+  // Not acting: orders are dropped; agents are reconciled when they register with the leader.
+  if (!decisions.empty() && acting) dispatcher_->Dispatch(*core_, decisions);
   std::vector<core::Change> changes = core_->TakeChanges();
   if (observer_ != nullptr) observer_->OnPass(*core_, decisions, changes, pass_seconds, ctx.now);
 
@@ -95,17 +105,44 @@ void CoreLoop::RunBatch(std::vector<Fn>& batch, bool run_timers) {
       finished.push_back(c.task.id);
     }
   }
-  if (changes.empty() && ctx.callbacks_.empty()) return;
-  journal_->Append(std::move(changes),
-                   [this, cbs = std::move(ctx.callbacks_), finished = std::move(finished)](
-                       Status s) mutable {
-                     for (auto& cb : cbs) cb(s);
-                     if (s.ok() && !finished.empty()) {
-                       Post([finished = std::move(finished)](Context& c) {
-                         for (auto id : finished) c.core.Forget(id);
-                       });
-                     }
-                   });
+  if (!changes.empty() || !ctx.callbacks_.empty()) {
+    std::vector<core::Change> copy;
+    if (replication_ != nullptr) copy = changes;
+    auto done = [this, cbs = std::move(ctx.callbacks_), finished = std::move(finished)](
+                    Status s) mutable {
+      for (auto& cb : cbs) cb(s);
+      if (s.ok() && !finished.empty()) {
+        Post([finished = std::move(finished)](Context& c) {
+          for (auto id : finished) c.core.Forget(id);
+        });
+      }
+    };
+    ReplicationSink* rep = replication_;
+    uint64_t seq = 0;
+    if (rep == nullptr) {
+      seq = journal_->Append(std::move(changes), std::move(done));
+      (void)seq;
+    } else {
+      // Acknowledged once durable here and, in sync mode, on the standby too. Only this
+      // thread appends, so the batch's sequence number is the next one.
+      const uint64_t next_seq = journal_->stats().last_appended_seq + 1;
+      auto shared_done = std::make_shared<decltype(done)>(std::move(done));
+      seq = journal_->Append(std::move(changes), [rep, shared_done, next_seq](Status s) {
+        if (!s.ok()) {
+          (*shared_done)(s);
+          return;
+        }
+        rep->WhenReplicated(next_seq, [shared_done](Status r) { (*shared_done)(r); });
+      });
+      rep->Publish(seq, copy);
+    }
+  }
+  std::unique_ptr<core::SchedulerCore> next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    next = std::move(next_core_);
+  }
+  if (next) core_ = std::move(next);
 }
 
 }  // namespace dgpu::scheduler

@@ -41,6 +41,16 @@ class BatchObserver {
                       core::TimeMicros now) = 0;
 };
 
+// Replication of the change log to a standby (primary side). Called on the owner thread.
+class ReplicationSink {
+ public:
+  virtual ~ReplicationSink() = default;
+  // The batch appended to the journal with sequence number `seq`.
+  virtual void Publish(uint64_t seq, const std::vector<core::Change>& changes) = 0;
+  // Calls cb once the standby has acknowledged `seq` (at once when no standby counts).
+  virtual void WhenReplicated(uint64_t seq, std::function<void(Status)> cb) = 0;
+};
+
 class CoreLoop {
  public:
   class Context {
@@ -71,6 +81,13 @@ class CoreLoop {
            Dispatcher* dispatcher, BatchObserver* observer, const common::Clock* clock);
   ~CoreLoop();
 
+  // Optional hooks (before Start). `may_act` false: no scheduling pass and no dispatch (a
+  // standby, or a leader whose lease may have lapsed).
+  void SetReplication(ReplicationSink* sink) { replication_ = sink; }
+  void SetActingGate(std::function<bool()> may_act) { may_act_ = std::move(may_act); }
+  // Replaces the core after the current batch (promotion to leader). Thread-safe.
+  void ReplaceCore(std::unique_ptr<core::SchedulerCore> core);
+
   // Adds a periodic function (before Start).
   void AddTimer(std::chrono::milliseconds interval, Fn fn);
   void Start();
@@ -87,6 +104,9 @@ class CoreLoop {
   void RunBatch(std::vector<Fn>& batch, bool run_timers);
 
   std::unique_ptr<core::SchedulerCore> core_;
+  std::unique_ptr<core::SchedulerCore> next_core_;  // GUARDED_BY(mu_)
+  ReplicationSink* replication_ = nullptr;
+  std::function<bool()> may_act_;
   store::Journal* journal_;
   Dispatcher* dispatcher_;
   BatchObserver* observer_;

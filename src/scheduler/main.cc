@@ -17,6 +17,7 @@
 #include "common/time_util.h"
 #include "scheduler/agent_service.h"
 #include "scheduler/core_loop.h"
+#include "scheduler/replication.h"
 #include "scheduler/rest_server.h"
 #include "scheduler/snapshot_json.h"
 #include "store/database.h"
@@ -88,43 +89,59 @@ int Run(int argc, char** argv) {
   auto db_or = store::Database::Open(cfg.storage.snapshot_dir, cfg.storage.fsync);
   if (!db_or.ok()) return Fail(db_or.status().message());
   std::unique_ptr<store::Database> db = std::move(*db_or);
-  auto state = db->Load();
-  if (!state.ok()) return Fail("cannot load state: " + state.status().message());
-
-  core::CoreConfig core_cfg;
-  core_cfg.online_percent = state->online_percent.value_or(cfg.quota.online_percent);
-  core_cfg.max_attempts = cfg.scheduler.max_attempts;
-  core_cfg.max_bypass = cfg.scheduler.max_bypass;
-  core_cfg.heartbeat_timeout = cfg.agent.heartbeat_timeout.count() * 1000;
-  auto core = std::make_unique<core::SchedulerCore>(core_cfg);
   const core::TimeMicros start = common::NowMicros();
-  size_t restored_running = 0;
-  for (const auto& t : state->tasks) {
-    if (Status s = core->Restore(t, start); !s.ok()) {
-      return Fail("cannot restore " + core::FormatTaskId(t.id) + ": " + s.message());
-    }
-    if (t.status == core::TaskStatus::kRunning) restored_running++;
+  uint64_t last_applied_seq = 0;
+  auto core = BuildCoreFromDatabase(db.get(), cfg, start, &last_applied_seq);
+  if (!core.ok()) return Fail("cannot load state: " + core.status().message());
+  auto meta = db->ReadMeta();
+  if (!meta.ok()) return Fail("cannot load state: " + meta.status().message());
+  spdlog::info("state loaded from {}: {} unfinished tasks, next task number {}", db->path(),
+               (*core)->TaskCount(), meta->next_task_number);
+  if (cfg.ha.election == common::ElectionMethod::kEtcd) {
+    return Fail("ha.election: etcd is not available in this build; use storage.shared_storage "
+                "(election: lease) or election: none");
   }
-  core->SetNextTaskNumber(state->next_task_number);
-  core->TakeChanges();  // Restoring changes nothing on disk.
-  spdlog::info("state loaded from {}: {} unfinished tasks ({} running), next task number {}",
-               db->path(), state->tasks.size(), restored_running, state->next_task_number);
 
   LeaderState leader;
-  uint64_t epoch = std::max<uint64_t>(state->epoch, 1);
-  if (epoch != state->epoch) {
+  uint64_t epoch = std::max<uint64_t>(meta->epoch, 1);
+  if (epoch != meta->epoch) {
     if (Status s = db->SetEpoch(epoch); !s.ok()) return Fail("cannot store epoch: " + s.message());
   }
-  bool lead = cfg.scheduler.role == common::SchedulerRole::kMaster;
-  leader.Set(lead, epoch);
-  if (lead) {
+  const bool configured_lead = cfg.scheduler.role == common::SchedulerRole::kMaster;
+  const bool ha_enabled = cfg.replication.enabled || !cfg.storage.shared_storage.empty();
+  leader.Set(ha_enabled ? false : configured_lead, epoch);
+  if (!ha_enabled && configured_lead) {
     common::LogEvent(common::events::kLeaderElected, {{"epoch", epoch}, {"reason", "role"}});
   }
 
-  store::Journal journal(db.get(), state->last_applied_seq);
+  store::Journal journal(db.get(), last_applied_seq);
   Metrics metrics;
   AgentHub hub(&leader, &metrics);
-  CoreLoop loop(std::move(core), &journal, &hub, nullptr, &common::SystemClock::Instance());
+  CoreLoop loop(std::move(*core), &journal, &hub, nullptr, &common::SystemClock::Instance());
+  loop.SetActingGate([&leader] {
+    return leader.MayAct(common::SystemClock::Instance().MonotonicMicros());
+  });
+  std::unique_ptr<HaController> ha;
+  const std::string http_connect = common::ToConnectAddress(cfg.server.http_address);
+  if (ha_enabled) {
+    HaOptions ho;
+    ho.id = common::IdOrHostname(cfg.scheduler.id);
+    ho.http_address = http_connect;
+    ho.replication = cfg.replication;
+    ho.lease_dir = cfg.storage.shared_storage;
+    ha = std::make_unique<HaController>(ho, cfg, &leader, db.get(), &journal, &loop, &hub);
+    if (cfg.replication.enabled) loop.SetReplication(ha.get());
+    leader.set_on_higher_epoch(
+        [h = ha.get()](uint64_t e) { h->StepDown(e, "a higher epoch was seen"); });
+  } else {
+    // A single scheduler has no rival: an agent that followed a higher epoch (say, before the
+    // database was reset) means this scheduler must move its epoch up, not step down.
+    leader.set_on_higher_epoch([&leader, db = db.get()](uint64_t e) {
+      spdlog::warn("an agent follows epoch {}: moving this scheduler's epoch up to it", e);
+      (void)db->SetEpoch(e);
+      leader.Set(true, e);
+    });
+  }
   loop.AddTimer(std::chrono::seconds(1), [&journal](CoreLoop::Context& c) {
     TickNodes(c);
     // While storage is failing, keep retrying the kept changes.
@@ -165,6 +182,7 @@ int Run(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   builder.RegisterService(&agent_service);
+  if (ha) builder.RegisterService(ha.get());
   std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
   if (!grpc_server || grpc_port == 0) {
     stop_pruner = true;
@@ -185,15 +203,20 @@ int Run(int argc, char** argv) {
     journal.Shutdown();
     return Fail(s.message());
   }
-  leader.set_leader_http(lead ? common::ToConnectAddress(cfg.server.http_address) : "");
+  if (ha) {
+    ha->Start(configured_lead);
+  } else if (configured_lead) {
+    leader.set_leader_http(http_connect);
+  }
   spdlog::info("dgpu-scheduler {} listening: http {}:{} grpc {} role {} epoch {}",
                common::BuildVersion(), http_host, http->port, grpc_bind,
-               lead ? "leader" : "standby", epoch);
+               leader.is_leader() ? "leader" : "standby", leader.epoch());
 
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   rest.Stop();
+  if (ha) ha->Stop();
   hub.CloseAll();
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   loop.RunAndWait([&](CoreLoop::Context& c) {

@@ -27,6 +27,12 @@ constexpr uint64_t kTransportBodyLimit = 8 * kMaxBodyBytes;
 
 struct RestServer::Impl {
   RestDeps d;
+  // Outlives `server`: the core loop and the journal's writer thread may still hold requests
+  // (answered after Stop, or their last reference dropped there), and a connection released
+  // on such a thread must find its io_context alive, else it crashes on a dead reactor
+  // (SIGSEGV on SIGTERM under load). Destroyed with the Impl, after the daemon stopped both.
+  std::shared_ptr<restinio::asio_ns::io_context> io =
+      std::make_shared<restinio::asio_ns::io_context>();
   RunningServer server;
 
   void Send(const req_t& req, const std::string& route, int status, std::string body,
@@ -225,7 +231,9 @@ struct RestServer::Impl {
       SendError(req, route, InvalidField(std::string("malformed query string: ") + e.what()));
       return restinio::request_accepted();
     }
-    auto page = d.db->ListTasks(status, priority, static_cast<int>(limit), static_cast<int>(offset));
+    // An offset past INT_MAX is past every task: clamp it rather than let the cast wrap it.
+    auto page = d.db->ListTasks(status, priority, static_cast<int>(limit),
+                                static_cast<int>(std::min<int64_t>(offset, INT32_MAX)));
     if (!page.ok()) {
       SendError(req, route, FromStatus(page.status()));
       return restinio::request_accepted();
@@ -463,7 +471,7 @@ RestServer::~RestServer() { Stop(); }
 Status RestServer::Start(const std::string& host, uint16_t port, size_t threads) {
   try {
     impl_->server = restinio::run_async<Traits>(
-        restinio::own_io_context(),
+        restinio::external_io_context(*impl_->io),
         restinio::server_settings_t<Traits>{}
             .address(host)
             .port(port)

@@ -5,6 +5,13 @@
 
 namespace dgpu::store {
 
+void Journal::RestartSequence(uint64_t last_durable_seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.last_appended_seq = last_durable_seq;
+  stats_.last_durable_seq = last_durable_seq;
+  completed_seq_ = last_durable_seq;
+}
+
 Journal::Journal(Database* db, uint64_t last_durable_seq) : db_(db) {
   stats_.last_appended_seq = last_durable_seq;
   stats_.last_durable_seq = last_durable_seq;

@@ -82,6 +82,9 @@ class Journal {
   // all of it is durable, else health().
   Status Flush();
 
+  // Continues numbering after `last_durable_seq` (a standby that was fed the primary's log
+  // becomes primary). Owner thread only; call Flush() first so nothing is in flight.
+  void RestartSequence(uint64_t last_durable_seq);
   // Commits what is queued (one last retry of kept changes included), runs the callbacks and
   // stops the writer thread. Idempotent. Owner thread only.
   void Shutdown();

@@ -1,0 +1,744 @@
+#include "scheduler/replication.h"
+
+#include <spdlog/spdlog.h>
+
+#include <deque>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/logging.h"
+#include "common/time_util.h"
+#include "store/snapshot.h"
+
+namespace dgpu::scheduler {
+namespace {
+
+using dgpu::v1::SyncRequest;
+using dgpu::v1::SyncResponse;
+
+constexpr size_t kSnapshotChunk = 2000;     // Tasks per snapshot message.
+constexpr size_t kMaxQueuedMessages = 200000;  // A standby this far behind is resynced.
+constexpr char kLeaseFile[] = "dgpu-leader.lease";
+
+int64_t Mono() { return common::SystemClock::Instance().MonotonicMicros(); }
+int64_t Micros(std::chrono::milliseconds d) { return d.count() * 1000; }
+
+core::Change ChangeFromRecord(const dgpu::v1::ChangeRecord& r) {
+  core::Change c;
+  switch (r.change_case()) {
+    case dgpu::v1::ChangeRecord::kTask:
+      c.kind = core::Change::Kind::kTaskUpsert;
+      c.task = TaskFromRecord(r.task());
+      break;
+    case dgpu::v1::ChangeRecord::kOnlinePercent:
+      c.kind = core::Change::Kind::kQuotaPercent;
+      c.online_percent = r.online_percent();
+      break;
+    default:
+      c.kind = core::Change::Kind::kNextTaskNumber;
+      c.next_number = r.next_task_number();
+      break;
+  }
+  return c;
+}
+
+}  // namespace
+
+void TaskToRecord(const core::Task& t, dgpu::v1::TaskRecord* r) {
+  r->set_number(t.id);
+  r->set_name(t.spec.name);
+  r->set_priority(std::string(core::ToString(t.spec.priority)));
+  r->set_gpu_count(t.spec.gpu_count);
+  r->set_gpu_model(t.spec.gpu_model);
+  r->set_command(t.spec.command);
+  for (const auto& [k, v] : t.spec.env) (*r->mutable_env())[k] = v;
+  r->set_timeout_seconds(t.spec.timeout_seconds);
+  r->set_image(t.spec.image);
+  r->set_status(std::string(core::ToString(t.status)));
+  r->set_queue_seq(t.queue_seq);
+  for (const auto& na : t.allocation) {
+    auto* a = r->add_allocation();
+    a->set_node_id(na.node_id);
+    for (int i : na.gpu_indices) a->add_gpu_indices(i);
+  }
+  r->set_attempts(t.attempts);
+  r->set_exit_code(t.exit_code);
+  r->set_error(t.error);
+  r->set_created_at(t.created_at);
+  r->set_started_at(t.started_at);
+  r->set_finished_at(t.finished_at);
+  r->set_stopping(t.stopping);
+}
+
+core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r) {
+  core::Task t;
+  t.id = r.number();
+  t.spec.name = r.name();
+  t.spec.priority = core::ParsePriority(r.priority()).value_or(core::Priority::kLow);
+  t.spec.gpu_count = r.gpu_count();
+  t.spec.gpu_model = r.gpu_model();
+  t.spec.command = r.command();
+  for (const auto& [k, v] : r.env()) t.spec.env.emplace_back(k, v);
+  std::sort(t.spec.env.begin(), t.spec.env.end());
+  t.spec.timeout_seconds = r.timeout_seconds();
+  t.spec.image = r.image();
+  t.status = core::ParseTaskStatus(r.status()).value_or(core::TaskStatus::kPending);
+  t.queue_seq = r.queue_seq();
+  for (const auto& a : r.allocation()) {
+    t.allocation.push_back({a.node_id(), {a.gpu_indices().begin(), a.gpu_indices().end()}});
+  }
+  t.attempts = r.attempts();
+  t.exit_code = r.exit_code();
+  t.error = r.error();
+  t.created_at = r.created_at();
+  t.started_at = r.started_at();
+  t.finished_at = r.finished_at();
+  t.stopping = r.stopping();
+  return t;
+}
+
+StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
+    store::Database* db, const common::SchedulerConfig& cfg, core::TimeMicros now,
+    uint64_t* last_applied_seq) {
+  auto state = db->Load();
+  if (!state.ok()) return state.status();
+  core::CoreConfig core_cfg;
+  core_cfg.online_percent = state->online_percent.value_or(cfg.quota.online_percent);
+  core_cfg.max_attempts = cfg.scheduler.max_attempts;
+  core_cfg.max_bypass = cfg.scheduler.max_bypass;
+  core_cfg.heartbeat_timeout = cfg.agent.heartbeat_timeout.count() * 1000;
+  auto core = std::make_unique<core::SchedulerCore>(core_cfg);
+  for (const auto& t : state->tasks) {
+    if (Status s = core->Restore(t, now); !s.ok()) {
+      return Internal("cannot restore " + core::FormatTaskId(t.id) + ": " + s.message());
+    }
+  }
+  core->SetNextTaskNumber(state->next_task_number);
+  core->TakeChanges();  // Restoring changes nothing on disk.
+  if (last_applied_seq != nullptr) *last_applied_seq = state->last_applied_seq;
+  return core;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Leader side: one standby's SyncState stream.
+
+class SyncStreamReactor : public grpc::ServerBidiReactor<SyncRequest, SyncResponse> {
+ public:
+  explicit SyncStreamReactor(HaController* ha) : ha_(ha) {}
+  void Begin(std::shared_ptr<SyncStreamReactor> self) {
+    self_ = std::move(self);
+    StartRead(&req_);
+  }
+
+  void Send(SyncResponse m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    if (out_.size() >= kMaxQueuedMessages) {
+      finished_ = true;
+      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "standby too far behind"));
+      return;
+    }
+    out_.push_back(std::move(m));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&out_.front());
+    }
+  }
+
+  void Close(const grpc::Status& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    finished_ = true;
+    Finish(s);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Close(grpc::Status::OK);
+      return;
+    }
+    ha_->leader_->ObserveEpoch(req_.epoch());
+    if (first_) {
+      first_ = false;
+      if (!ha_->leader_->is_leader()) {
+        Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the leader"));
+        return;
+      }
+      standby_id_ = req_.standby_id();
+      // Snapshot and attachment happen on the owner thread, between two batches.
+      auto self = self_;
+      ha_->loop_->Post([self](CoreLoop::Context&) { self->ha_->Attach(self.get()); });
+    } else {
+      uint64_t acked = req_.acked_seq();
+      ha_->FireReplicated(acked);
+    }
+    StartRead(&req_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    out_.pop_front();
+    if (!ok || finished_) {
+      writing_ = false;
+      return;
+    }
+    if (!out_.empty()) {
+      StartWrite(&out_.front());
+    } else {
+      writing_ = false;
+    }
+  }
+
+  void OnDone() override {
+    ha_->Detach(this);
+    std::shared_ptr<SyncStreamReactor> self;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      finished_ = true;
+      self = std::move(self_);
+    }
+  }
+
+  const std::string& standby_id() const { return standby_id_; }
+
+ private:
+  HaController* ha_;
+  SyncRequest req_;
+  bool first_ = true;
+  std::string standby_id_;
+  std::mutex mu_;
+  std::deque<SyncResponse> out_;  // GUARDED_BY(mu_)
+  bool writing_ = false;          // GUARDED_BY(mu_)
+  bool finished_ = false;         // GUARDED_BY(mu_)
+  std::shared_ptr<SyncStreamReactor> self_;
+};
+
+// ------------------------------------------------------------------------------------------------
+
+HaController::HaController(HaOptions options, const common::SchedulerConfig& cfg,
+                           LeaderState* leader, store::Database* db, store::Journal* journal,
+                           CoreLoop* loop, AgentHub* hub)
+    : opt_(std::move(options)),
+      cfg_(cfg),
+      leader_(leader),
+      db_(db),
+      journal_(journal),
+      loop_(loop),
+      hub_(hub) {
+  if (opt_.replication.enabled && !opt_.replication.peer_address.empty()) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+                static_cast<int>(opt_.replication.heartbeat_interval.count()));
+    args.SetMaxReceiveMessageSize(64 << 20);
+    peer_channel_ = grpc::CreateCustomChannel(
+        common::ToConnectAddress(opt_.replication.peer_address),
+        grpc::InsecureChannelCredentials(), args);
+    peer_ = dgpu::v1::ReplicationService::NewStub(peer_channel_);
+  }
+}
+
+HaController::~HaController() { Stop(); }
+
+bool HaController::PingPeer(dgpu::v1::PingResponse* resp) {
+  if (!peer_) return false;
+  dgpu::v1::PingRequest req;
+  req.set_id(opt_.id);
+  req.set_epoch(leader_->epoch());
+  req.set_role(leader_->is_leader() ? "leader" : "standby");
+  req.set_http_address(opt_.http_address);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + opt_.replication.heartbeat_interval);
+  return peer_->Ping(&ctx, req, resp).ok();
+}
+
+void HaController::Start(bool configured_leader) {
+  bool lead = configured_leader;
+  const uint64_t epoch = leader_->epoch();
+  dgpu::v1::PingResponse peer;
+  if (PingPeer(&peer) && peer.role() == "leader" && peer.epoch() >= epoch) {
+    spdlog::info("peer {} leads with epoch {}: starting as its standby", peer.id(), peer.epoch());
+    lead = false;
+  }
+  if (!opt_.lease_dir.empty()) {
+    leader_->set_uses_lease(true);
+    if (lead && !LeaseIsStale(common::NowMicros())) {
+      std::ifstream in(opt_.lease_dir + "/" + kLeaseFile);
+      auto j = nlohmann::json::parse(in, nullptr, false);
+      if (j.is_object() && j.value("id", "") != opt_.id) {
+        spdlog::info("the leader lease is held by {}: starting as standby", j.value("id", ""));
+        lead = false;
+      }
+    }
+  }
+  if (lead) {
+    if (!opt_.lease_dir.empty()) RenewLease(common::NowMicros());
+    leader_->Set(true, epoch);
+    leader_->set_leader_http(opt_.http_address);
+    common::LogEvent(common::events::kLeaderElected, {{"epoch", epoch}, {"reason", "role"}});
+  } else {
+    leader_->Set(false, std::max(epoch, peer.epoch()));
+    // A standby serves reads from its database: the core it loaded would go stale.
+    core::CoreConfig empty_cfg;
+    empty_cfg.online_percent = cfg_.quota.online_percent;
+    loop_->ReplaceCore(std::make_unique<core::SchedulerCore>(empty_cfg));
+    std::lock_guard<std::mutex> lock(mu_);
+    last_contact_mono_ = Mono();
+  }
+  monitor_ = std::thread([this] { MonitorLoop(); });
+  if (peer_) follower_ = std::thread([this] { FollowLoop(); });
+}
+
+void HaController::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !monitor_.joinable() && !follower_.joinable()) return;
+    stopping_ = true;
+    if (follow_ctx_ != nullptr) follow_ctx_->TryCancel();
+  }
+  cv_.notify_all();
+  if (monitor_.joinable()) monitor_.join();
+  if (follower_.joinable()) follower_.join();
+  SyncStreamReactor* s = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = standby_;
+  }
+  if (s != nullptr) s->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "shutting down"));
+  FireReplicated(UINT64_MAX);
+}
+
+// --- Leader side ---------------------------------------------------------------------------------
+
+void HaController::Attach(SyncStreamReactor* r) {
+  // Owner thread: nothing is appended while the snapshot is taken.
+  Status flushed = journal_->Flush();
+  if (!flushed.ok()) {
+    r->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, flushed.message()));
+    return;
+  }
+  store::StoreMeta meta;
+  std::vector<core::Task> tasks;
+  Status s = db_->ForEachTask([&](const core::Task& t) { tasks.push_back(t); }, &meta);
+  if (!s.ok()) {
+    r->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, s.message()));
+    return;
+  }
+  size_t sent = 0;
+  do {
+    SyncResponse m;
+    m.set_epoch(leader_->epoch());
+    auto* snap = m.mutable_snapshot();
+    snap->set_seq(meta.last_applied_seq);
+    snap->set_epoch(leader_->epoch());
+    snap->set_online_percent(meta.online_percent.value_or(-1.0));
+    snap->set_next_task_number(meta.next_task_number);
+    size_t end = std::min(tasks.size(), sent + kSnapshotChunk);
+    for (; sent < end; ++sent) TaskToRecord(tasks[sent], snap->add_tasks());
+    snap->set_more(sent < tasks.size());
+    r->Send(std::move(m));
+  } while (sent < tasks.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (standby_ != nullptr && standby_ != r) {
+      standby_->Close(grpc::Status(grpc::StatusCode::ABORTED, "replaced by a newer stream"));
+    }
+    standby_ = r;
+    acked_seq_ = std::min(acked_seq_, meta.last_applied_seq);
+    degraded_ = false;
+  }
+  leader_->set_detail("");
+  spdlog::info("standby {} attached: snapshot of {} tasks at seq {}", r->standby_id(),
+               tasks.size(), meta.last_applied_seq);
+}
+
+void HaController::Detach(SyncStreamReactor* r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (standby_ == r) {
+    standby_ = nullptr;
+    spdlog::warn("standby stream closed");
+  }
+}
+
+void HaController::Publish(uint64_t seq, const std::vector<core::Change>& changes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (standby_ == nullptr) return;
+  SyncResponse m;
+  m.set_epoch(leader_->epoch());
+  auto* b = m.mutable_batch();
+  b->set_seq(seq);
+  for (const auto& c : changes) {
+    auto* r = b->add_changes();
+    switch (c.kind) {
+      case core::Change::Kind::kTaskUpsert: TaskToRecord(c.task, r->mutable_task()); break;
+      case core::Change::Kind::kQuotaPercent: r->set_online_percent(c.online_percent); break;
+      case core::Change::Kind::kNextTaskNumber: r->set_next_task_number(c.next_number); break;
+    }
+  }
+  standby_->Send(std::move(m));
+}
+
+void HaController::WhenReplicated(uint64_t seq, std::function<void(Status)> cb) {
+  if (opt_.replication.mode == common::ReplicationMode::kAsync) {
+    cb(OkStatus());
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (standby_ != nullptr && !degraded_ && seq > acked_seq_) {
+      waiting_.emplace(seq, Waiter{Mono() + Micros(opt_.replication.heartbeat_timeout),
+                                   std::move(cb)});
+      return;
+    }
+  }
+  cb(OkStatus());
+}
+
+void HaController::FireReplicated(uint64_t acked) {
+  std::vector<std::function<void(Status)>> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (acked != UINT64_MAX) acked_seq_ = std::max(acked_seq_, acked);
+    if (degraded_ && acked != UINT64_MAX) {
+      degraded_ = false;
+      spdlog::info("standby caught up at seq {}: replication is synchronous again", acked);
+    }
+    auto end = waiting_.upper_bound(acked);
+    for (auto it = waiting_.begin(); it != end; ++it) ready.push_back(std::move(it->second.cb));
+    waiting_.erase(waiting_.begin(), end);
+  }
+  if (acked != UINT64_MAX) leader_->set_detail("");
+  for (auto& cb : ready) cb(OkStatus());
+}
+
+grpc::ServerBidiReactor<SyncRequest, SyncResponse>* HaController::SyncState(
+    grpc::CallbackServerContext*) {
+  auto r = std::make_shared<SyncStreamReactor>(this);
+  SyncStreamReactor* raw = r.get();
+  raw->Begin(std::move(r));
+  return raw;
+}
+
+grpc::ServerUnaryReactor* HaController::Ping(grpc::CallbackServerContext* ctx,
+                                             const dgpu::v1::PingRequest* req,
+                                             dgpu::v1::PingResponse* resp) {
+  leader_->ObserveEpoch(req->epoch());
+  if (!leader_->is_leader() && req->role() == "leader" && req->epoch() >= leader_->epoch()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_contact_mono_ = Mono();
+  }
+  if (!leader_->is_leader() && req->role() == "leader" && !req->http_address().empty()) {
+    leader_->set_leader_http(req->http_address());
+  }
+  resp->set_id(opt_.id);
+  resp->set_epoch(leader_->epoch());
+  resp->set_role(leader_->is_leader() ? "leader" : "standby");
+  resp->set_http_address(opt_.http_address);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+// --- Lease file ------------------------------------------------------------------------------
+
+bool HaController::LeaseIsStale(int64_t now_wall) const {
+  std::ifstream in(opt_.lease_dir + "/" + kLeaseFile);
+  if (!in) return true;
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object()) return true;
+  if (j.value("id", "") == opt_.id) return true;
+  int64_t renewed = j.value("renewed_at", int64_t{0});
+  return now_wall - renewed > Micros(opt_.replication.heartbeat_timeout);
+}
+
+bool HaController::RenewLease(int64_t now_wall) {
+  const int64_t start = Mono();
+  std::string path = opt_.lease_dir + "/" + kLeaseFile;
+  {
+    std::ifstream in(path);
+    auto j = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+    if (j.is_object() && j.value("id", "") != opt_.id &&
+        j.value("epoch", uint64_t{0}) > leader_->epoch()) {
+      StepDown(j.value("epoch", uint64_t{0}), "the lease is held by " + j.value("id", "") +
+                                                  " with a higher epoch");
+      leader_->set_lease_until(0);
+      return false;
+    }
+  }
+  nlohmann::json lease = {{"id", opt_.id},
+                          {"epoch", leader_->epoch()},
+                          {"renewed_at", now_wall},
+                          {"http_address", opt_.http_address}};
+  Status s = store::WriteFileAtomically(path, lease.dump());
+  if (!s.ok()) {
+    spdlog::warn("cannot renew the leader lease: {}", s.message());
+    return false;
+  }
+  // Act only while no standby could see the lease as stale: stop a little early.
+  int64_t margin = Micros(opt_.replication.heartbeat_interval) / 2;
+  leader_->set_lease_until(start + Micros(opt_.replication.heartbeat_timeout) - margin);
+  return true;
+}
+
+// --- Role changes ------------------------------------------------------------------------------
+
+void HaController::StepDown(uint64_t seen_epoch, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    step_down_requested_ = true;
+    step_down_epoch_ = std::max(step_down_epoch_, seen_epoch);
+    step_down_why_ = why;
+  }
+  // Stop acting at once; the monitor thread finishes the transition.
+  leader_->Set(false, std::max(leader_->epoch(), seen_epoch));
+  cv_.notify_all();
+}
+
+void HaController::BecomeStandby(uint64_t epoch, const std::string& why) {
+  uint64_t e = std::max(epoch, leader_->epoch());
+  leader_->Set(false, e);
+  (void)db_->SetEpoch(e);
+  common::LogEvent(common::events::kLeaderLost, {{"epoch", e}, {"reason", why}});
+  hub_->CloseAll();
+  core::CoreConfig empty_cfg;
+  empty_cfg.online_percent = cfg_.quota.online_percent;
+  loop_->ReplaceCore(std::make_unique<core::SchedulerCore>(empty_cfg));
+  std::vector<std::function<void(Status)>> waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [seq, w] : waiting_) waiting.push_back(std::move(w.cb));
+    waiting_.clear();
+    last_contact_mono_ = Mono();
+  }
+  for (auto& cb : waiting) cb(Unavailable("leadership lost before the standby acknowledged"));
+}
+
+void HaController::Promote(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (follow_ctx_ != nullptr) follow_ctx_->TryCancel();
+  }
+  const uint64_t epoch = leader_->epoch() + 1;
+  if (Status s = db_->SetEpoch(epoch); !s.ok()) {
+    spdlog::error("cannot promote: storing epoch {} failed: {}", epoch, s.message());
+    return;
+  }
+  leader_->Set(false, epoch);
+  if (!opt_.lease_dir.empty() && !RenewLease(common::NowMicros())) {
+    spdlog::error("cannot promote: the lease could not be taken");
+    return;
+  }
+  uint64_t seq = 0;
+  auto core = BuildCoreFromDatabase(db_, cfg_, common::NowMicros(), &seq);
+  if (!core.ok()) {
+    spdlog::error("cannot promote: {}", core.status().message());
+    return;
+  }
+  // On the owner thread: nothing in flight, numbering continues after the replicated log, and
+  // the rebuilt core takes over at the end of this batch (before any later request runs).
+  std::unique_ptr<core::SchedulerCore> fresh = std::move(*core);
+  loop_->RunAndWait([&](CoreLoop::Context&) {
+    (void)journal_->Flush();
+    journal_->RestartSequence(seq);
+    loop_->ReplaceCore(std::move(fresh));
+  });
+  leader_->Set(true, epoch);
+  leader_->set_leader_http(opt_.http_address);
+  common::LogEvent(common::events::kLeaderElected,
+                   {{"epoch", epoch}, {"reason", why}, {"seq", seq}});
+}
+
+void HaController::MonitorLoop() {
+  int64_t next_ping = 0;
+  int64_t next_lease = 0;
+  bool warned_lease = false;
+  for (;;) {
+    bool step_down = false;
+    uint64_t step_epoch = 0;
+    std::string why;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(50),
+                   [&] { return stopping_ || step_down_requested_; });
+      if (stopping_) return;
+      if (step_down_requested_) {
+        step_down = true;
+        step_epoch = step_down_epoch_;
+        why = step_down_why_;
+        step_down_requested_ = false;
+      }
+    }
+    if (step_down) {
+      BecomeStandby(step_epoch, why);
+      continue;
+    }
+    const int64_t now = Mono();
+    const int64_t hb = Micros(opt_.replication.heartbeat_interval);
+    const int64_t timeout = Micros(opt_.replication.heartbeat_timeout);
+    if (leader_->is_leader()) {
+      // Writes waiting for a silent standby: continue alone.
+      std::vector<std::function<void(Status)>> expired;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!waiting_.empty() && waiting_.begin()->second.deadline_mono < now) {
+          degraded_ = true;
+          for (auto& [seq, w] : waiting_) expired.push_back(std::move(w.cb));
+          waiting_.clear();
+        }
+      }
+      if (!expired.empty()) {
+        spdlog::warn("standby did not acknowledge within {} ms: continuing alone",
+                     opt_.replication.heartbeat_timeout.count());
+        leader_->set_detail("standby not acknowledging: replication degraded, leading alone");
+      }
+      for (auto& cb : expired) cb(OkStatus());
+      if (!opt_.lease_dir.empty() && now >= next_lease) {
+        next_lease = now + hb;
+        RenewLease(common::NowMicros());
+      }
+      if (peer_ && now >= next_ping) {
+        next_ping = now + hb;
+        dgpu::v1::PingResponse resp;
+        if (PingPeer(&resp) && resp.role() == "leader" && resp.epoch() > leader_->epoch()) {
+          StepDown(resp.epoch(), "peer " + resp.id() + " leads with a higher epoch");
+        }
+        bool attached;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          attached = standby_ != nullptr;
+        }
+        if (!attached && opt_.replication.enabled) {
+          leader_->set_detail("no standby attached: leading alone");
+        }
+      }
+      continue;
+    }
+    // Standby.
+    if (peer_ && now >= next_ping) {
+      next_ping = now + hb;
+      dgpu::v1::PingResponse resp;
+      if (PingPeer(&resp) && resp.role() == "leader" && resp.epoch() >= leader_->epoch()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        last_contact_mono_ = Mono();
+        leader_->set_leader_http(resp.http_address());
+      }
+    }
+    int64_t silent;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      silent = now - last_contact_mono_;
+    }
+    if (!peer_ || silent <= timeout) {
+      warned_lease = false;
+      continue;
+    }
+    if (!opt_.lease_dir.empty() && !LeaseIsStale(common::NowMicros())) {
+      if (!warned_lease) {
+        spdlog::warn("leader unreachable for {} ms but its lease is fresh: not promoting",
+                     silent / 1000);
+        warned_lease = true;
+      }
+      continue;
+    }
+    Promote("leader silent for " + std::to_string(silent / 1000) + " ms");
+  }
+}
+
+void HaController::FollowLoop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stopping_) return;
+    }
+    if (leader_->is_leader()) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; });
+      continue;
+    }
+    grpc::ClientContext ctx;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+      follow_ctx_ = &ctx;
+    }
+    auto stream = peer_->SyncState(&ctx);
+    auto meta = db_->ReadMeta();
+    uint64_t applied = meta.ok() ? meta->last_applied_seq : 0;
+    SyncRequest hello;
+    hello.set_standby_id(opt_.id);
+    hello.set_epoch(leader_->epoch());
+    hello.set_acked_seq(applied);
+    hello.set_http_address(opt_.http_address);
+    std::vector<core::Task> snapshot;
+    bool have_snapshot = false;
+    if (stream->Write(hello)) {
+      SyncResponse resp;
+      while (stream->Read(&resp)) {
+        if (leader_->is_leader()) break;
+        if (resp.epoch() < leader_->epoch()) {
+          spdlog::warn("ignoring replication from an older epoch {}", resp.epoch());
+          break;
+        }
+        if (resp.epoch() > leader_->epoch()) {
+          leader_->Set(false, resp.epoch());
+          (void)db_->SetEpoch(resp.epoch());
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          last_contact_mono_ = Mono();
+        }
+        SyncRequest ack;
+        if (resp.has_snapshot()) {
+          const auto& snap = resp.snapshot();
+          for (const auto& r : snap.tasks()) snapshot.push_back(TaskFromRecord(r));
+          if (snap.more()) continue;
+          store::StoreMeta m;
+          if (snap.online_percent() >= 0) m.online_percent = snap.online_percent();
+          m.epoch = std::max<uint64_t>(snap.epoch(), leader_->epoch());
+          m.next_task_number = snap.next_task_number();
+          m.last_applied_seq = snap.seq();
+          Status s = db_->ReplaceAll(m, snapshot);
+          snapshot.clear();
+          if (!s.ok()) {
+            spdlog::error("cannot store the leader's snapshot: {}", s.message());
+            break;
+          }
+          applied = snap.seq();
+          have_snapshot = true;
+          spdlog::info("synchronized with the leader at seq {}", applied);
+        } else if (resp.has_batch()) {
+          const auto& b = resp.batch();
+          if (!have_snapshot) break;
+          if (b.seq() > applied) {
+            if (b.seq() != applied + 1) {
+              spdlog::warn("replication gap ({} after {}): resynchronizing", b.seq(), applied);
+              break;
+            }
+            std::vector<core::Change> changes;
+            changes.reserve(b.changes_size());
+            for (const auto& c : b.changes()) changes.push_back(ChangeFromRecord(c));
+            Status s = db_->Apply(changes, b.seq());
+            if (!s.ok()) {
+              spdlog::error("cannot apply batch {}: {}", b.seq(), s.message());
+              break;
+            }
+            applied = b.seq();
+          }
+        }
+        ack.set_standby_id(opt_.id);
+        ack.set_epoch(leader_->epoch());
+        ack.set_acked_seq(applied);
+        if (!stream->Write(ack)) break;
+      }
+    }
+    ctx.TryCancel();
+    (void)stream->Finish();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      follow_ctx_ = nullptr;
+      cv_.wait_for(lock, opt_.replication.heartbeat_interval / 4, [&] { return stopping_; });
+    }
+  }
+}
+
+}  // namespace dgpu::scheduler
