@@ -1,0 +1,112 @@
+# bash completion for dgpuctl.
+#
+# Install: copy this file to /usr/share/bash-completion/completions/dgpuctl, or add
+#   source <(dgpuctl completion bash)
+# to ~/.bashrc.
+
+_dgpuctl_task_ids() {
+  local -a server_args=()
+  [[ -n $1 ]] && server_args=(--server "$1")
+  "${COMP_WORDS[0]}" "${server_args[@]}" get tasks --limit 200 --no-headers 2>/dev/null |
+    while read -r id _; do printf '%s\n' "$id"; done
+}
+
+_dgpuctl() {
+  local cur="${COMP_WORDS[COMP_CWORD]}"
+  local prev=""
+  ((COMP_CWORD > 0)) && prev="${COMP_WORDS[COMP_CWORD - 1]}"
+  local global_opts="--server -o --output --timeout --request-timeout --no-headers --help --version"
+  local value_opts=" --server -o --output --timeout --request-timeout --gpus --priority --model \
+--name --env --image --status --limit --offset --interval --online "
+
+  # Find the command, its subcommand and --server, skipping options and their values.
+  local cmd="" sub="" server="" i=1 word
+  while ((i < COMP_CWORD)); do
+    word="${COMP_WORDS[i]}"
+    if [[ $word == -- ]]; then
+      COMPREPLY=($(compgen -c -- "$cur"))
+      return 0
+    elif [[ $word == --server ]]; then
+      server="${COMP_WORDS[i + 1]}"
+      ((i += 2))
+      continue
+    elif [[ $value_opts == *" $word "* ]]; then
+      ((i += 2))
+      continue
+    elif [[ $word != -* ]]; then
+      if [[ -z $cmd ]]; then
+        cmd="$word"
+      elif [[ -z $sub ]]; then
+        sub="$word"
+      fi
+    fi
+    ((i += 1))
+  done
+
+  case "$prev" in
+    -o | --output)
+      COMPREPLY=($(compgen -W "table json wide" -- "$cur"))
+      return 0
+      ;;
+    --priority)
+      COMPREPLY=($(compgen -W "high low" -- "$cur"))
+      return 0
+      ;;
+    --status)
+      COMPREPLY=($(compgen -W "pending running success failed cancelled" -- "$cur"))
+      return 0
+      ;;
+  esac
+  if [[ $value_opts == *" $prev "* ]]; then
+    return 0
+  fi
+
+  local words=""
+  case "$cmd" in
+    "")
+      words="submit get quota cancel wait logs completion"
+      [[ $cur == -* ]] && words="$global_opts"
+      ;;
+    submit)
+      words="--gpus --priority --model --name --env --timeout --image --help --"
+      ;;
+    get)
+      case "$sub" in
+        "") words="tasks task gpus agents" ;;
+        tasks) words="--status --priority --limit --offset --help" ;;
+        task)
+          if [[ $cur == -* ]]; then
+            words="--help"
+          else
+            words="$(_dgpuctl_task_ids "$server")"
+          fi
+          ;;
+        *) words="--help" ;;
+      esac
+      ;;
+    quota)
+      case "$sub" in
+        "") words="set --help" ;;
+        *) words="--online --help" ;;
+      esac
+      ;;
+    cancel | wait | logs)
+      if [[ $cur == -* ]]; then
+        case "$cmd" in
+          wait) words="--timeout --interval --help" ;;
+          logs) words="-f --follow --interval --help" ;;
+          *) words="--help" ;;
+        esac
+      else
+        words="$(_dgpuctl_task_ids "$server")"
+      fi
+      ;;
+    completion)
+      [[ -z $sub ]] && words="bash"
+      ;;
+  esac
+  COMPREPLY=($(compgen -W "$words" -- "$cur"))
+  return 0
+}
+
+complete -F _dgpuctl dgpuctl

@@ -1,0 +1,221 @@
+#include "ctl/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctl/commands.h"
+#include "ctl/format.h"
+
+namespace dgpu::ctl {
+namespace {
+
+constexpr char kDescription[] =
+    "dgpuctl: command-line client of the dgpu GPU scheduler.\n"
+    "Exit codes: 0 ok; 1 waited-for task failed or was cancelled; 2 usage error; "
+    "3 scheduler unreachable or API error; 4 wait timed out.";
+
+std::string NormalizeServer(std::string server) {
+  while (!server.empty() && server.back() == '/') server.pop_back();
+  if (server.find("://") == std::string::npos) server = "http://" + server;
+  return server;
+}
+
+// Parses a duration flag; on error prints it and returns nullopt.
+std::optional<std::chrono::milliseconds> DurationFlag(const std::string& flag,
+                                                      const std::string& value, std::ostream& err) {
+  auto duration = ParseDuration(value);
+  if (!duration) {
+    err << "error: " << flag << " expects seconds or a duration like 500ms, 30s, 5m, 2h; got '"
+        << value << "'\n";
+  }
+  return duration;
+}
+
+}  // namespace
+
+int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
+  std::ostream& out = *deps.out;
+  std::ostream& err = *deps.err;
+
+  CLI::App app(kDescription, "dgpuctl");
+  app.set_version_flag("--version", std::string("dgpuctl ") + DGPU_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough();
+
+  std::string server;
+  std::string output = "table";
+  std::string request_timeout = "10s";
+  bool no_headers = false;
+  app.add_option("--server", server,
+                 "Scheduler URL (default: $DGPU_SERVER, else " + std::string(kDefaultServer) + ")");
+  app.add_option("-o,--output", output, "Output format")
+      ->check(CLI::IsMember({"table", "json", "wide"}))
+      ->capture_default_str();
+  app.add_option("--timeout,--request-timeout", request_timeout,
+                 "HTTP request timeout (after a subcommand that has its own --timeout, use "
+                 "--request-timeout)")
+      ->capture_default_str();
+  app.add_flag("--no-headers", no_headers, "Print tables without their header and summary");
+
+  // submit
+  SubmitOptions submit;
+  CLI::App* submit_cmd = app.add_subcommand(
+      "submit", "Submit a task; prints its id (dgpuctl submit --gpus 1 --priority low -- CMD...)");
+  submit_cmd->add_option("--gpus", submit.gpus, "Number of GPUs")->required();
+  submit_cmd->add_option("--priority", submit.priority, "high (online) or low (batch)")
+      ->required()
+      ->check(CLI::IsMember({"high", "low"}));
+  submit_cmd->add_option("--model", submit.model, "GPU model, e.g. A100");
+  submit_cmd->add_option("--name", submit.name, "Task name");
+  submit_cmd->add_option("--env", submit.env, "Environment variable KEY=VALUE (repeatable)")
+      ->allow_extra_args(false);
+  submit_cmd->add_option("--timeout", submit.timeout,
+                         "Run time limit: seconds or a duration like 30s, 5m, 2h");
+  submit_cmd->add_option("--image", submit.image, "Container image (docker executor)");
+  submit_cmd->add_option("command", submit.command, "Command to run, after --");
+
+  // get
+  CLI::App* get_cmd = app.add_subcommand("get", "Show tasks, a task, GPUs or agents");
+  get_cmd->require_subcommand(1);
+  ListTasksOptions list;
+  std::string list_id;
+  CLI::App* get_tasks = get_cmd->add_subcommand("tasks", "List tasks, newest first");
+  get_tasks->add_option("--status", list.status, "Only tasks with this status")
+      ->check(CLI::IsMember({"pending", "running", "success", "failed", "cancelled"}));
+  get_tasks->add_option("--priority", list.priority, "Only tasks with this priority")
+      ->check(CLI::IsMember({"high", "low"}));
+  get_tasks->add_option("--limit", list.limit, "At most this many tasks (server default 50)")
+      ->check(CLI::Range(1, 1000));
+  get_tasks->add_option("--offset", list.offset, "Skip this many tasks")
+      ->check(CLI::NonNegativeNumber);
+  get_tasks->add_option("id", list_id, "Describe this task instead of listing");
+  std::string task_id;
+  CLI::App* get_task = get_cmd->add_subcommand("task", "Describe one task");
+  get_task->add_option("id", task_id, "Task id")->required();
+  CLI::App* get_gpus = get_cmd->add_subcommand("gpus", "List GPUs");
+  CLI::App* get_agents = get_cmd->add_subcommand("agents", "List agents");
+
+  // quota
+  CLI::App* quota_cmd = app.add_subcommand("quota", "Show or set the online/batch quota");
+  quota_cmd->require_subcommand(0, 1);
+  double online = 0;
+  CLI::App* quota_set = quota_cmd->add_subcommand("set", "Set the online share (batch = 1 - it)");
+  quota_set->add_option("--online", online, "Online (high priority) share of the GPUs, in [0,1]")
+      ->required()
+      ->check(CLI::Range(0.0, 1.0));
+
+  // cancel
+  std::vector<std::string> cancel_ids;
+  CLI::App* cancel_cmd = app.add_subcommand("cancel", "Cancel tasks");
+  cancel_cmd->add_option("ids", cancel_ids, "Task ids")->required();
+
+  // wait
+  std::string wait_id;
+  std::string wait_timeout;
+  std::string wait_interval = "2s";
+  CLI::App* wait_cmd = app.add_subcommand(
+      "wait", "Wait until a task finishes (exit 0 success, 1 failed/cancelled, 4 timeout)");
+  wait_cmd->add_option("id", wait_id, "Task id")->required();
+  wait_cmd->add_option("--timeout", wait_timeout, "Give up after this long (default: never)");
+  wait_cmd->add_option("--interval", wait_interval, "Polling interval")->capture_default_str();
+
+  // logs
+  std::string logs_id;
+  bool follow = false;
+  std::string logs_interval = "1s";
+  CLI::App* logs_cmd = app.add_subcommand("logs", "Print the output of a task");
+  logs_cmd->add_option("id", logs_id, "Task id")->required();
+  logs_cmd->add_flag("-f,--follow", follow, "Keep printing new output until the task finishes");
+  logs_cmd->add_option("--interval", logs_interval, "Polling interval with -f")
+      ->capture_default_str();
+
+  // completion
+  std::string shell;
+  CLI::App* completion_cmd = app.add_subcommand("completion", "Print a shell completion script");
+  completion_cmd->add_option("shell", shell, "Shell")->required()->check(CLI::IsMember({"bash"}));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {  // --help or --version
+      app.exit(e, out, err);
+      return kExitOk;
+    }
+    err << "error: " << e.what() << " (see dgpuctl --help)\n";
+    return kExitUsage;
+  }
+
+  if (completion_cmd->parsed()) {
+    out << BashCompletionScript();
+    return kExitOk;
+  }
+
+  CtlContext ctx;
+  if (server.empty()) {
+    const char* env_server = deps.getenv("DGPU_SERVER");
+    server = env_server != nullptr && env_server[0] != '\0' ? env_server : kDefaultServer;
+  }
+  ctx.server = NormalizeServer(server);
+  ctx.output = output == "json"   ? OutputFormat::kJson
+               : output == "wide" ? OutputFormat::kWide
+                                  : OutputFormat::kTable;
+  ctx.no_headers = no_headers;
+  ctx.out = &out;
+  ctx.err = &err;
+  ctx.now = deps.now;
+  ctx.monotonic_now = deps.monotonic_now;
+  ctx.sleep = deps.sleep;
+  if (const char* fixed_now = deps.getenv("DGPUCTL_NOW"); fixed_now != nullptr) {
+    auto when = ParseRfc3339(fixed_now);
+    if (!when) {
+      err << "error: DGPUCTL_NOW must be an RFC 3339 time, got '" << fixed_now << "'\n";
+      return kExitUsage;
+    }
+    ctx.now = [when] { return *when; };
+  }
+
+  auto timeout = DurationFlag("--timeout", request_timeout, err);
+  if (!timeout) return kExitUsage;
+  if (timeout->count() <= 0) {
+    err << "error: --timeout must be positive\n";
+    return kExitUsage;
+  }
+  std::unique_ptr<HttpClient> http = deps.make_http(*timeout);
+  ctx.http = http.get();
+
+  if (submit_cmd->parsed()) return Submit(ctx, submit);
+  if (get_cmd->parsed()) {
+    if (get_tasks->parsed()) return list_id.empty() ? GetTasks(ctx, list) : GetTask(ctx, list_id);
+    if (get_task->parsed()) return GetTask(ctx, task_id);
+    if (get_gpus->parsed()) return GetGpus(ctx);
+    if (get_agents->parsed()) return GetAgents(ctx);
+  }
+  if (quota_cmd->parsed()) return quota_set->parsed() ? SetQuota(ctx, online) : ShowQuota(ctx);
+  if (cancel_cmd->parsed()) return Cancel(ctx, cancel_ids);
+  if (wait_cmd->parsed()) {
+    WaitOptions options;
+    if (!wait_timeout.empty()) {
+      options.timeout = DurationFlag("--timeout", wait_timeout, err);
+      if (!options.timeout) return kExitUsage;
+    }
+    auto interval = DurationFlag("--interval", wait_interval, err);
+    if (!interval) return kExitUsage;
+    options.interval = std::max(*interval, std::chrono::milliseconds(10));
+    return Wait(ctx, wait_id, options);
+  }
+  if (logs_cmd->parsed()) {
+    LogsOptions options;
+    options.follow = follow;
+    auto interval = DurationFlag("--interval", logs_interval, err);
+    if (!interval) return kExitUsage;
+    options.interval = std::max(*interval, std::chrono::milliseconds(10));
+    return Logs(ctx, logs_id, options);
+  }
+  err << "error: no command given; run dgpuctl --help\n";
+  return kExitUsage;
+}
+
+}  // namespace dgpu::ctl

@@ -1,0 +1,594 @@
+#include "ctl/commands.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <utility>
+
+#include "ctl/format.h"
+
+namespace dgpu::ctl {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::system_clock;
+
+constexpr char kApiPrefix[] = "/api/v1";
+
+std::string DumpJson(const json& value) {
+  return value.dump(2, ' ', false, json::error_handler_t::replace);
+}
+
+// Renders any JSON value as plain text: strings as themselves, null as "", arrays joined by ",".
+std::string Text(const json& value) {
+  if (value.is_null()) return "";
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_array()) {
+    std::string joined;
+    for (const json& item : value) {
+      if (!joined.empty()) joined += ',';
+      joined += Text(item);
+    }
+    return joined;
+  }
+  if (value.is_object()) return value.dump(-1, ' ', false, json::error_handler_t::replace);
+  return value.dump();
+}
+
+std::string Field(const json& object, const char* key) {
+  if (!object.is_object()) return "";
+  auto it = object.find(key);
+  return it == object.end() ? "" : Text(*it);
+}
+
+std::string OrDash(std::string text) { return text.empty() ? "-" : text; }
+
+// Table cells must stay on one line.
+std::string Cell(std::string text) {
+  std::string clean;
+  for (char c : text) {
+    if (c == '\n') {
+      clean += "\\n";
+    } else if (c == '\t' || c == '\r') {
+      clean += ' ';
+    } else {
+      clean += c;
+    }
+  }
+  return OrDash(clean);
+}
+
+std::string AgeOf(const json& object, const char* key, Clock::time_point now) {
+  auto when = ParseRfc3339(Field(object, key));
+  if (!when) return "-";
+  return FormatAge(std::chrono::duration_cast<std::chrono::seconds>(now - *when));
+}
+
+bool IsFinished(const std::string& status) {
+  return status == "success" || status == "failed" || status == "cancelled";
+}
+
+std::string TaskPath(const std::string& id) { return "/tasks/" + UrlEncode(id); }
+
+std::string FirstLine(std::string_view text) {
+  size_t end = text.find_first_of("\r\n");
+  std::string line(text.substr(0, end));
+  if (line.size() > 200) line = line.substr(0, 200) + "...";
+  return line;
+}
+
+int Fail(const CtlContext& ctx, const ApiFailure& failure) {
+  *ctx.err << "error: " << DescribeFailure(failure, ctx.server) << "\n";
+  return kExitApiError;
+}
+
+int BadResponse(const CtlContext& ctx, const std::string& what) {
+  ApiFailure failure;
+  failure.status = 200;
+  failure.detail = what;
+  return Fail(ctx, failure);
+}
+
+HttpResult SendRaw(const CtlContext& ctx, HttpMethod method, const std::string& path,
+                   const std::string& body) {
+  return ctx.http->Send(method, ctx.server + kApiPrefix + path, body);
+}
+
+// Fills `failure` from a non-2xx response.
+void FailureFromResponse(const HttpResponse& response, ApiFailure* failure) {
+  failure->status = response.status;
+  failure->leader = response.Header("X-Leader");
+  json body = json::parse(response.body, nullptr, false);
+  if (!body.is_discarded() && body.is_object() && body.contains("error") &&
+      body["error"].is_object()) {
+    failure->code = Field(body["error"], "code");
+    failure->message = Field(body["error"], "message");
+  }
+  if (failure->code.empty() && failure->message.empty()) {
+    failure->detail = FirstLine(response.body);
+  }
+}
+
+std::string FormatPercent(long basis_points) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.2f", static_cast<double>(basis_points) / 100.0);
+  std::string text = buffer;
+  while (text.back() == '0') text.pop_back();
+  if (text.back() == '.') text.pop_back();
+  return text + "%";
+}
+
+std::string TimeoutText(const json& task) {
+  auto it = task.find("timeout_seconds");
+  if (it == task.end() || !it->is_number() || it->get<double>() <= 0) return "-";
+  auto seconds = it->get<int64_t>();
+  std::string text = std::to_string(seconds) + "s";
+  if (seconds >= 60) text += " (" + FormatDuration(std::chrono::seconds(seconds)) + ")";
+  return text;
+}
+
+std::string TimeText(const json& task, const char* key, Clock::time_point now) {
+  std::string raw = Field(task, key);
+  if (raw.empty()) return "-";
+  auto when = ParseRfc3339(raw);
+  if (!when) return raw;
+  return raw + " (" + FormatAge(std::chrono::duration_cast<std::chrono::seconds>(now - *when)) +
+         " ago)";
+}
+
+std::string ExitCodeText(const json& task) {
+  auto it = task.find("exit_code");
+  if (it == task.end() || it->is_null()) return "";
+  return Text(*it);
+}
+
+// "failed (exit code 2): out of memory", "success", "cancelled".
+std::string OutcomeText(const json& task) {
+  std::string text = Field(task, "status");
+  std::string exit_code = ExitCodeText(task);
+  if (!exit_code.empty() && text != "success") text += " (exit code " + exit_code + ")";
+  std::string error = Field(task, "error");
+  if (!error.empty()) text += ": " + error;
+  return text;
+}
+
+}  // namespace
+
+std::string DescribeFailure(const ApiFailure& failure, const std::string& server) {
+  if (failure.transport) {
+    return "cannot reach the scheduler at " + server + ": " + failure.detail;
+  }
+  if (failure.status == 503 && !failure.leader.empty()) {
+    return "this scheduler is a standby; the leader is at " + failure.leader;
+  }
+  if (!failure.code.empty() || !failure.message.empty()) {
+    return OrDash(failure.message) + " (" + OrDash(failure.code) + ", HTTP " +
+           std::to_string(failure.status) + ")";
+  }
+  if (failure.status >= 200 && failure.status < 300) {
+    return "invalid response from the scheduler: " + failure.detail;
+  }
+  std::string text = "unexpected HTTP " + std::to_string(failure.status) + " from the scheduler";
+  if (!failure.detail.empty()) text += ": " + failure.detail;
+  return text;
+}
+
+std::optional<json> CallApi(const CtlContext& ctx, HttpMethod method, const std::string& path,
+                            const json* body, ApiFailure* failure) {
+  HttpResult result = SendRaw(ctx, method, path, body ? body->dump() : std::string());
+  if (!result.has_response()) {
+    failure->transport = true;
+    failure->detail = result.transport_error;
+    return std::nullopt;
+  }
+  const HttpResponse& response = *result.response;
+  if (response.status < 200 || response.status >= 300) {
+    FailureFromResponse(response, failure);
+    return std::nullopt;
+  }
+  if (response.body.empty()) return json();
+  json parsed = json::parse(response.body, nullptr, false);
+  if (parsed.is_discarded()) {
+    failure->status = response.status;
+    failure->detail = "the body of " + std::string(HttpMethodName(method)) + " " + kApiPrefix +
+                      path + " is not JSON";
+    return std::nullopt;
+  }
+  return parsed;
+}
+
+std::optional<json> BuildSubmitBody(const SubmitOptions& options, std::string* error) {
+  if (options.command.empty()) {
+    *error =
+        "a command is required after --, e.g. dgpuctl submit --gpus 1 --priority low -- "
+        "python train.py";
+    return std::nullopt;
+  }
+  json body = json::object();
+  body["priority"] = options.priority;
+  body["gpu_count"] = options.gpus;
+  body["command"] = JoinCommand(options.command);
+  if (!options.model.empty()) body["gpu_model"] = options.model;
+  if (!options.name.empty()) body["name"] = options.name;
+  if (!options.image.empty()) body["image"] = options.image;
+  if (!options.env.empty()) {
+    json env = json::object();
+    for (const std::string& pair : options.env) {
+      size_t eq = pair.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        *error = "--env expects KEY=VALUE, got '" + pair + "'";
+        return std::nullopt;
+      }
+      env[pair.substr(0, eq)] = pair.substr(eq + 1);
+    }
+    body["env"] = std::move(env);
+  }
+  if (!options.timeout.empty()) {
+    auto timeout = ParseDuration(options.timeout);
+    if (!timeout || timeout->count() <= 0 || timeout->count() % 1000 != 0) {
+      *error =
+          "--timeout expects a positive whole number of seconds or a duration like 30s, 5m, "
+          "2h; got '" +
+          options.timeout + "'";
+      return std::nullopt;
+    }
+    body["timeout_seconds"] = timeout->count() / 1000;
+  }
+  return body;
+}
+
+int Submit(const CtlContext& ctx, const SubmitOptions& options) {
+  std::string error;
+  auto body = BuildSubmitBody(options, &error);
+  if (!body) {
+    *ctx.err << "error: " << error << "\n";
+    return kExitUsage;
+  }
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kPost, "/tasks", &*body, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  std::string id = Field(*reply, "task_id");
+  if (id.empty()) return BadResponse(ctx, "the submit response has no task_id");
+  *ctx.out << id << "\n";
+  return kExitOk;
+}
+
+int GetTasks(const CtlContext& ctx, const ListTasksOptions& options) {
+  std::vector<std::pair<std::string, std::string>> query;
+  if (!options.status.empty()) query.emplace_back("status", options.status);
+  if (!options.priority.empty()) query.emplace_back("priority", options.priority);
+  if (options.limit) query.emplace_back("limit", std::to_string(*options.limit));
+  if (options.offset) query.emplace_back("offset", std::to_string(*options.offset));
+  std::string path = "/tasks";
+  for (size_t i = 0; i < query.size(); ++i) {
+    path += (i == 0 ? '?' : '&') + query[i].first + "=" + UrlEncode(query[i].second);
+  }
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kGet, path, nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  if (!reply->is_object() || !reply->contains("tasks") || !(*reply)["tasks"].is_array()) {
+    return BadResponse(ctx, "GET /api/v1/tasks did not return a tasks array");
+  }
+  const json& tasks = (*reply)["tasks"];
+  const bool wide = ctx.output == OutputFormat::kWide;
+  std::vector<std::string> header = {"id",     "name", "priority", "gpus",
+                                     "status", "node", "age",      "reason"};
+  if (wide) header.insert(header.end(), {"allocated", "attempts", "exit", "command"});
+  Table table(header);
+  const Clock::time_point now = ctx.now();
+  for (const json& task : tasks) {
+    std::string status = Field(task, "status");
+    std::string reason;
+    if (status == "pending") {
+      reason = Field(task, "pending_reason");
+    } else if (status == "failed") {
+      reason = Field(task, "error");
+      if (reason.empty() && !ExitCodeText(task).empty()) reason = "exit code " + ExitCodeText(task);
+    }
+    std::vector<std::string> row = {Cell(Field(task, "task_id")),
+                                    Cell(Field(task, "name")),
+                                    Cell(Field(task, "priority")),
+                                    Cell(Field(task, "gpu_count")),
+                                    Cell(status),
+                                    Cell(Field(task, "node_id")),
+                                    AgeOf(task, "created_at", now),
+                                    Cell(reason)};
+    if (wide) {
+      row.insert(row.end(), {Cell(Field(task, "allocated_gpus")), Cell(Field(task, "attempts")),
+                             Cell(ExitCodeText(task)), Cell(Field(task, "command"))});
+    }
+    table.AddRow(std::move(row));
+  }
+  if (table.size() == 0) {
+    *ctx.err << "no tasks found\n";
+  } else {
+    *ctx.out << table.Render(!ctx.no_headers);
+  }
+  auto total_it = reply->find("total");
+  if (total_it != reply->end() && total_it->is_number_integer()) {
+    int64_t total = total_it->get<int64_t>();
+    int64_t first = options.offset.value_or(0);
+    int64_t shown = static_cast<int64_t>(tasks.size());
+    if (shown > 0 && first + shown < total) {
+      *ctx.err << "showing tasks " << first + 1 << "-" << first + shown << " of " << total
+               << "; use --limit and --offset to see more\n";
+    }
+  }
+  return kExitOk;
+}
+
+std::string DescribeTask(const json& task, Clock::time_point now) {
+  std::vector<std::pair<std::string, std::string>> lines = {
+      {"ID", Field(task, "task_id")},
+      {"Name", Field(task, "name")},
+      {"Priority", Field(task, "priority")},
+      {"Status", Field(task, "status")},
+      {"Pending Reason", Field(task, "pending_reason")},
+      {"GPUs", Field(task, "gpu_count")},
+      {"GPU Model", Field(task, "gpu_model")},
+      {"Node", Field(task, "node_id")},
+      {"Allocated GPUs", Field(task, "allocated_gpus")},
+      {"Attempts", Field(task, "attempts")},
+      {"Exit Code", ExitCodeText(task)},
+      {"Error", Field(task, "error")},
+      {"Command", Field(task, "command")},
+      {"Image", Field(task, "image")},
+      {"Timeout", TimeoutText(task)},
+      {"Created", TimeText(task, "created_at", now)},
+      {"Started", TimeText(task, "started_at", now)},
+      {"Finished", TimeText(task, "finished_at", now)},
+  };
+  auto started = ParseRfc3339(Field(task, "started_at"));
+  if (started) {
+    auto finished = ParseRfc3339(Field(task, "finished_at"));
+    auto end = finished ? *finished : now;
+    lines.emplace_back("Run Time",
+                       FormatAge(std::chrono::duration_cast<std::chrono::seconds>(end - *started)));
+  }
+  std::string env_text;
+  auto env = task.find("env");
+  if (env != task.end() && env->is_object()) {
+    for (const auto& [key, value] : env->items()) env_text += "  " + key + "=" + Text(value) + "\n";
+  }
+  size_t width = std::string("Env").size();
+  for (const auto& line : lines) width = std::max(width, line.first.size());
+  std::string text;
+  for (const auto& [label, value] : lines) {
+    text += label + ":" + std::string(width - label.size() + 2, ' ') + OrDash(value) + "\n";
+  }
+  if (env_text.empty()) {
+    text += "Env:" + std::string(width - 3 + 2, ' ') + "-\n";
+  } else {
+    text += "Env:\n" + env_text;
+  }
+  return text;
+}
+
+int GetTask(const CtlContext& ctx, const std::string& id) {
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kGet, TaskPath(id), nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  if (!reply->is_object()) return BadResponse(ctx, "the task is not a JSON object");
+  *ctx.out << DescribeTask(*reply, ctx.now());
+  return kExitOk;
+}
+
+int GetGpus(const CtlContext& ctx) {
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kGet, "/gpus", nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  if (!reply->is_object() || !reply->contains("gpus") || !(*reply)["gpus"].is_array()) {
+    return BadResponse(ctx, "GET /api/v1/gpus did not return a gpus array");
+  }
+  Table table({"id", "node", "index", "model", "memory", "status", "task"});
+  for (const json& gpu : (*reply)["gpus"]) {
+    std::string memory = Field(gpu, "memory_mb");
+    table.AddRow({Cell(Field(gpu, "id")), Cell(Field(gpu, "node_id")), Cell(Field(gpu, "index")),
+                  Cell(Field(gpu, "model")), memory.empty() ? "-" : memory + "MB",
+                  Cell(Field(gpu, "status")), Cell(Field(gpu, "current_task"))});
+  }
+  if (table.size() == 0) {
+    *ctx.err << "no GPUs found\n";
+    return kExitOk;
+  }
+  *ctx.out << table.Render(!ctx.no_headers);
+  if (!ctx.no_headers) {
+    *ctx.out << "\n"
+             << OrDash(Field(*reply, "total")) << " GPUs: " << OrDash(Field(*reply, "idle"))
+             << " idle, " << OrDash(Field(*reply, "busy")) << " busy, "
+             << OrDash(Field(*reply, "offline")) << " offline\n";
+  }
+  return kExitOk;
+}
+
+int GetAgents(const CtlContext& ctx) {
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kGet, "/agents", nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  if (!reply->is_object() || !reply->contains("agents") || !(*reply)["agents"].is_array()) {
+    return BadResponse(ctx, "GET /api/v1/agents did not return an agents array");
+  }
+  Table table({"id", "address", "status", "gpus", "last heartbeat"});
+  const Clock::time_point now = ctx.now();
+  for (const json& agent : (*reply)["agents"]) {
+    std::string gpus;
+    auto it = agent.find("gpus");
+    if (it != agent.end() && it->is_array()) {
+      gpus = std::to_string(it->size());
+    } else {
+      gpus = Field(agent, "gpus");
+    }
+    std::string heartbeat = AgeOf(agent, "last_heartbeat", now);
+    table.AddRow({Cell(Field(agent, "id")), Cell(Field(agent, "address")),
+                  Cell(Field(agent, "status")), Cell(gpus),
+                  heartbeat == "-" ? "-" : heartbeat + " ago"});
+  }
+  if (table.size() == 0) {
+    *ctx.err << "no agents found\n";
+    return kExitOk;
+  }
+  *ctx.out << table.Render(!ctx.no_headers);
+  return kExitOk;
+}
+
+int ShowQuota(const CtlContext& ctx) {
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kGet, "/quota", nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  if (!reply->is_object()) return BadResponse(ctx, "GET /api/v1/quota did not return an object");
+  Table table({"class", "quota", "used", "available"});
+  for (const char* name : {"online", "batch"}) {
+    json klass = reply->value(name, json::object());
+    table.AddRow({name, Cell(Field(klass, "quota")), Cell(Field(klass, "used")),
+                  Cell(Field(klass, "available"))});
+  }
+  *ctx.out << table.Render(!ctx.no_headers);
+  if (!ctx.no_headers) *ctx.out << "\ntotal GPUs: " << OrDash(Field(*reply, "total_gpus")) << "\n";
+  return kExitOk;
+}
+
+int SetQuota(const CtlContext& ctx, double online_percent) {
+  if (!(online_percent >= 0.0 && online_percent <= 1.0)) {
+    *ctx.err << "error: --online must be a fraction between 0 and 1, e.g. 0.7\n";
+    return kExitUsage;
+  }
+  json body = {{"online_percent", online_percent}};
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kPut, "/quota", &body, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  long online_bp = std::lround(online_percent * 10000);
+  *ctx.out << "quota updated: online " << FormatPercent(online_bp) << ", batch "
+           << FormatPercent(10000 - online_bp) << "\n";
+  return kExitOk;
+}
+
+int Cancel(const CtlContext& ctx, const std::vector<std::string>& ids) {
+  int exit_code = kExitOk;
+  for (const std::string& id : ids) {
+    ApiFailure failure;
+    auto reply = CallApi(ctx, HttpMethod::kDelete, TaskPath(id), nullptr, &failure);
+    if (!reply) {
+      *ctx.err << "error: " << id << ": " << DescribeFailure(failure, ctx.server) << "\n";
+      exit_code = kExitApiError;
+      continue;
+    }
+    *ctx.out << id << " cancelled\n";
+  }
+  return exit_code;
+}
+
+int Wait(const CtlContext& ctx, const std::string& id, const WaitOptions& options) {
+  const auto start = ctx.monotonic_now();
+  while (true) {
+    ApiFailure failure;
+    auto task = CallApi(ctx, HttpMethod::kGet, TaskPath(id), nullptr, &failure);
+    if (!task) return Fail(ctx, failure);
+    if (!task->is_object()) return BadResponse(ctx, "the task is not a JSON object");
+    std::string status = Field(*task, "status");
+    if (IsFinished(status)) {
+      if (ctx.output == OutputFormat::kJson) {
+        *ctx.out << DumpJson(*task) << "\n";
+      } else {
+        *ctx.out << id << " " << OutcomeText(*task) << "\n";
+      }
+      return status == "success" ? kExitOk : kExitTaskFailed;
+    }
+    auto pause = options.interval;
+    if (options.timeout) {
+      auto elapsed =
+          std::chrono::duration_cast<std::chrono::milliseconds>(ctx.monotonic_now() - start);
+      if (elapsed >= *options.timeout) {
+        *ctx.err << "error: timed out after " << FormatDuration(*options.timeout) << " waiting for "
+                 << id << " (status: " << OrDash(status) << ")\n";
+        return kExitWaitTimeout;
+      }
+      pause = std::min(pause, *options.timeout - elapsed);
+    }
+    ctx.sleep(pause);
+  }
+}
+
+int Logs(const CtlContext& ctx, const std::string& id, const LogsOptions& options) {
+  const std::string logs_path = TaskPath(id) + "/logs";
+  size_t offset = 0;
+  bool finished = false;
+  while (true) {
+    std::string path = logs_path;
+    if (options.follow) path += "?offset=" + std::to_string(offset);
+    HttpResult result = SendRaw(ctx, HttpMethod::kGet, path, "");
+    if (!result.has_response()) {
+      ApiFailure failure;
+      failure.transport = true;
+      failure.detail = result.transport_error;
+      return Fail(ctx, failure);
+    }
+    const HttpResponse& response = *result.response;
+    if ((response.status == 404 || response.status == 405) && offset == 0) {
+      // Either the task is unknown or this scheduler does not serve logs: ask about the task.
+      ApiFailure failure;
+      auto task = CallApi(ctx, HttpMethod::kGet, TaskPath(id), nullptr, &failure);
+      if (!task) return Fail(ctx, failure);
+      std::string node = Field(*task, "node_id");
+      *ctx.err << "error: this scheduler does not serve task logs (HTTP " << response.status
+               << " on " << kApiPrefix << logs_path << ")\n";
+      if (node.empty()) {
+        *ctx.err << id
+                 << " has not been placed on a node yet (status: " << OrDash(Field(*task, "status"))
+                 << ")\n";
+      } else {
+        *ctx.err << "the log of " << id << " is <work_dir>/" << id << ".log on node " << node
+                 << " (work_dir is executor.work_dir in the agent config, default "
+                 << kDefaultAgentWorkDir << ")\n";
+      }
+      return kExitApiError;
+    }
+    if (response.status < 200 || response.status >= 300) {
+      ApiFailure failure;
+      FailureFromResponse(response, &failure);
+      return Fail(ctx, failure);
+    }
+    *ctx.out << response.body << std::flush;
+    offset += response.body.size();
+    if (!options.follow || finished) return kExitOk;
+    ApiFailure failure;
+    auto task = CallApi(ctx, HttpMethod::kGet, TaskPath(id), nullptr, &failure);
+    if (!task) return Fail(ctx, failure);
+    // Once the task is over, fetch what was written since the last read and stop.
+    if (IsFinished(Field(*task, "status"))) {
+      finished = true;
+    } else {
+      ctx.sleep(options.interval);
+    }
+  }
+}
+
+}  // namespace dgpu::ctl

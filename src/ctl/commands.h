@@ -1,0 +1,110 @@
+// dgpuctl commands: each one talks to the scheduler's REST API through an HttpClient, writes its
+// result to the context's streams and returns the process exit code.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "ctl/http_client.h"
+
+namespace dgpu::ctl {
+
+// Exit codes of dgpuctl (documented in docs/dgpuctl.md).
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitTaskFailed = 1,   // wait: the task finished as failed or cancelled
+  kExitUsage = 2,        // bad command line or flag value
+  kExitApiError = 3,     // scheduler unreachable, API error, unexpected response, logs unavailable
+  kExitWaitTimeout = 4,  // wait: the task was still not finished when --timeout expired
+};
+
+enum class OutputFormat { kTable, kWide, kJson };
+
+inline constexpr char kDefaultServer[] = "http://127.0.0.1:8080";
+inline constexpr char kDefaultAgentWorkDir[] = "/var/lib/dgpu-agent/tasks";
+
+struct CtlContext {
+  HttpClient* http = nullptr;
+  std::string server = kDefaultServer;  // base URL, without /api/v1
+  OutputFormat output = OutputFormat::kTable;
+  bool no_headers = false;
+  std::ostream* out = nullptr;
+  std::ostream* err = nullptr;
+  // Wall clock, for ages and timestamps (may be pinned, see DGPUCTL_NOW).
+  std::function<std::chrono::system_clock::time_point()> now;
+  // Monotonic clock and sleep, for polling intervals and timeouts.
+  std::function<std::chrono::steady_clock::time_point()> monotonic_now;
+  std::function<void(std::chrono::milliseconds)> sleep;
+};
+
+// Why an API call did not produce a usable 2xx JSON answer.
+struct ApiFailure {
+  bool transport = false;  // no HTTP response at all
+  std::string detail;      // transport error, or what was wrong with the response
+  long status = 0;         // HTTP status when there was a response
+  std::string code;        // error.code of the contract's error body, when present
+  std::string message;     // error.message of the contract's error body, when present
+  std::string leader;      // X-Leader header of a 503 from a standby
+};
+
+// One line (without "error: " and newline) describing the failure for humans.
+std::string DescribeFailure(const ApiFailure& failure, const std::string& server);
+
+// Calls `method` on server + "/api/v1" + `path`. Returns the parsed JSON of a 2xx response (null
+// JSON for an empty body); otherwise fills `failure` and returns nullopt.
+std::optional<nlohmann::json> CallApi(const CtlContext& ctx, HttpMethod method,
+                                      const std::string& path, const nlohmann::json* body,
+                                      ApiFailure* failure);
+
+struct SubmitOptions {
+  int gpus = 1;
+  std::string priority;
+  std::string model;
+  std::string name;
+  std::string image;
+  std::vector<std::string> env;  // KEY=VALUE
+  std::string timeout;           // empty: none
+  std::vector<std::string> command;
+};
+
+// Builds the POST /tasks body; on invalid options writes the reason to `error` and returns
+// nullopt.
+std::optional<nlohmann::json> BuildSubmitBody(const SubmitOptions& options, std::string* error);
+
+struct ListTasksOptions {
+  std::string status;
+  std::string priority;
+  std::optional<int> limit;
+  std::optional<int> offset;
+};
+
+struct WaitOptions {
+  std::optional<std::chrono::milliseconds> timeout;  // nullopt: wait forever
+  std::chrono::milliseconds interval{2000};
+};
+
+struct LogsOptions {
+  bool follow = false;
+  std::chrono::milliseconds interval{1000};
+};
+
+int Submit(const CtlContext& ctx, const SubmitOptions& options);
+int GetTasks(const CtlContext& ctx, const ListTasksOptions& options);
+int GetTask(const CtlContext& ctx, const std::string& id);
+int GetGpus(const CtlContext& ctx);
+int GetAgents(const CtlContext& ctx);
+int ShowQuota(const CtlContext& ctx);
+int SetQuota(const CtlContext& ctx, double online_percent);
+int Cancel(const CtlContext& ctx, const std::vector<std::string>& ids);
+int Wait(const CtlContext& ctx, const std::string& id, const WaitOptions& options);
+int Logs(const CtlContext& ctx, const std::string& id, const LogsOptions& options);
+
+// Renders a task as the multi-line description printed by `get task ID`.
+std::string DescribeTask(const nlohmann::json& task, std::chrono::system_clock::time_point now);
+
+}  // namespace dgpu::ctl

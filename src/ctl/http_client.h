@@ -1,0 +1,67 @@
+// HTTP transport used by dgpuctl.
+//
+// Command logic talks to an HttpClient so that it can be exercised with a fake transport in unit
+// tests; CurlHttpClient is the production implementation over libcurl.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace dgpu::ctl {
+
+enum class HttpMethod { kGet, kPost, kPut, kDelete };
+
+std::string_view HttpMethodName(HttpMethod method);
+
+struct HttpResponse {
+  long status = 0;
+  // Header names are stored in lower case; a repeated header keeps its last value.
+  std::map<std::string, std::string> headers;
+  std::string body;
+
+  // Case-insensitive header lookup; empty when the header is absent.
+  std::string Header(std::string_view name) const;
+};
+
+// Either a response (whatever its status) or a transport error (no response at all).
+struct HttpResult {
+  std::optional<HttpResponse> response;
+  std::string transport_error;
+
+  bool has_response() const { return response.has_value(); }
+};
+
+class HttpClient {
+ public:
+  virtual ~HttpClient() = default;
+
+  // Sends one request. `body` is sent as application/json when it is non-empty or the method is
+  // POST or PUT.
+  virtual HttpResult Send(HttpMethod method, const std::string& url, const std::string& body) = 0;
+
+  HttpResult Get(const std::string& url) { return Send(HttpMethod::kGet, url, ""); }
+  HttpResult Post(const std::string& url, const std::string& body) {
+    return Send(HttpMethod::kPost, url, body);
+  }
+  HttpResult Put(const std::string& url, const std::string& body) {
+    return Send(HttpMethod::kPut, url, body);
+  }
+  HttpResult Delete(const std::string& url) { return Send(HttpMethod::kDelete, url, ""); }
+};
+
+// libcurl implementation. curl_global_init must have been called by the program (main does it);
+// each request uses its own easy handle, so one client may be used from one thread at a time.
+class CurlHttpClient : public HttpClient {
+ public:
+  explicit CurlHttpClient(std::chrono::milliseconds timeout);
+
+  HttpResult Send(HttpMethod method, const std::string& url, const std::string& body) override;
+
+ private:
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace dgpu::ctl
