@@ -97,10 +97,6 @@ int Run(int argc, char** argv) {
   if (!meta.ok()) return Fail("cannot load state: " + meta.status().message());
   spdlog::info("state loaded from {}: {} unfinished tasks, next task number {}", db->path(),
                (*core)->TaskCount(), meta->next_task_number);
-  if (cfg.ha.election == common::ElectionMethod::kEtcd) {
-    return Fail("ha.election: etcd is not available in this build; use storage.shared_storage "
-                "(election: lease) or election: none");
-  }
 
   LeaderState leader;
   uint64_t epoch = std::max<uint64_t>(meta->epoch, 1);
@@ -108,7 +104,9 @@ int Run(int argc, char** argv) {
     if (Status s = db->SetEpoch(epoch); !s.ok()) return Fail("cannot store epoch: " + s.message());
   }
   const bool configured_lead = cfg.scheduler.role == common::SchedulerRole::kMaster;
-  const bool ha_enabled = cfg.replication.enabled || !cfg.storage.shared_storage.empty();
+  const bool use_etcd = cfg.ha.election == common::ElectionMethod::kEtcd;
+  const bool use_lease_file = cfg.ha.election == common::ElectionMethod::kLease;
+  const bool ha_enabled = cfg.replication.enabled || use_lease_file || use_etcd;
   leader.Set(ha_enabled ? false : configured_lead, epoch);
   if (!ha_enabled && configured_lead) {
     common::LogEvent(common::events::kLeaderElected, {{"epoch", epoch}, {"reason", "role"}});
@@ -128,7 +126,11 @@ int Run(int argc, char** argv) {
     ho.id = common::IdOrHostname(cfg.scheduler.id);
     ho.http_address = http_connect;
     ho.replication = cfg.replication;
-    ho.lease_dir = cfg.storage.shared_storage;
+    ho.lease_dir = use_lease_file ? cfg.storage.shared_storage : "";
+    ho.etcd = use_etcd;
+    ho.etcd_endpoints = cfg.ha.etcd_endpoints;
+    ho.lease_ttl = cfg.ha.lease_ttl;
+    ho.etcd_prefix = cfg.ha.etcd_prefix;
     ha = std::make_unique<HaController>(ho, cfg, &leader, db.get(), &journal, &loop, &hub);
     if (cfg.replication.enabled) loop.SetReplication(ha.get());
     leader.set_on_higher_epoch(

@@ -253,6 +253,31 @@ bool HaController::PingPeer(dgpu::v1::PingResponse* resp) {
 }
 
 void HaController::Start(bool configured_leader) {
+  if (opt_.etcd) {
+    // Leadership is decided by the etcd election; until it is won, this scheduler follows.
+    leader_->set_uses_lease(true);
+    leader_->Set(false, leader_->epoch());
+    core::CoreConfig empty_cfg;
+    empty_cfg.online_percent = cfg_.quota.online_percent;
+    loop_->ReplaceCore(std::make_unique<core::SchedulerCore>(empty_cfg));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_contact_mono_ = Mono();
+    }
+    EtcdElection::Callbacks cb;
+    cb.on_elected = [this] { return Promote("won the etcd election"); };
+    cb.on_lost = [this](const std::string& why) { StepDown(leader_->epoch(), why); };
+    cb.set_act_until = [this](int64_t until) { leader_->set_lease_until(until); };
+    election_ = std::make_unique<EtcdElection>(opt_.etcd_endpoints, opt_.etcd_prefix + "/election",
+                                               opt_.id + " " + opt_.http_address, opt_.lease_ttl,
+                                               std::move(cb));
+    // The configured master campaigns first, so it normally wins a fresh start.
+    election_->Start(configured_leader ? std::chrono::milliseconds(0)
+                                       : std::chrono::milliseconds(1000));
+    monitor_ = std::thread([this] { MonitorLoop(); });
+    if (peer_) follower_ = std::thread([this] { FollowLoop(); });
+    return;
+  }
   bool lead = configured_leader;
   const uint64_t epoch = leader_->epoch();
   dgpu::v1::PingResponse peer;
@@ -297,6 +322,7 @@ void HaController::Stop() {
     if (follow_ctx_ != nullptr) follow_ctx_->TryCancel();
   }
   cv_.notify_all();
+  if (election_) election_->Stop();
   if (monitor_.joinable()) monitor_.join();
   if (follower_.joinable()) follower_.join();
   SyncStreamReactor* s = nullptr;
@@ -379,6 +405,16 @@ void HaController::Publish(uint64_t seq, const std::vector<core::Change>& change
 }
 
 void HaController::WhenReplicated(uint64_t seq, std::function<void(Status)> cb) {
+  // Acknowledge only as a leader still entitled to act: a leader that was paused past its lease
+  // (or saw a higher epoch) may have been replaced, and the new leader never sees this write.
+  // Without this, a resumed old primary acknowledged a client write or an agent's finish report
+  // (the standby's stream was already gone, so nothing waited) and the write was lost.
+  cb = [this, cb = std::move(cb)](Status s) {
+    if (s.ok() && !leader_->MayAct(Mono())) {
+      s = Unavailable("leadership or its lease was lost before the write was acknowledged");
+    }
+    cb(s);
+  };
   if (opt_.replication.mode == common::ReplicationMode::kAsync) {
     cb(OkStatus());
     return;
@@ -497,6 +533,7 @@ void HaController::StepDown(uint64_t seen_epoch, const std::string& why) {
 void HaController::BecomeStandby(uint64_t epoch, const std::string& why) {
   uint64_t e = std::max(epoch, leader_->epoch());
   leader_->Set(false, e);
+  leader_->set_detail("");
   (void)db_->SetEpoch(e);
   common::LogEvent(common::events::kLeaderLost, {{"epoch", e}, {"reason", why}});
   hub_->CloseAll();
@@ -513,26 +550,40 @@ void HaController::BecomeStandby(uint64_t epoch, const std::string& why) {
   for (auto& cb : waiting) cb(Unavailable("leadership lost before the standby acknowledged"));
 }
 
-void HaController::Promote(const std::string& why) {
+bool HaController::Promote(const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (follow_ctx_ != nullptr) follow_ctx_->TryCancel();
   }
-  const uint64_t epoch = leader_->epoch() + 1;
+  uint64_t epoch = leader_->epoch() + 1;
+  if (election_) {
+    // Epochs are kept in etcd too, so they keep growing whichever scheduler wins.
+    auto stored = election_->client().Get(opt_.etcd_prefix + "/epoch");
+    if (!stored.ok()) {
+      spdlog::error("cannot promote: {}", stored.status().message());
+      return false;
+    }
+    if (!stored->empty()) epoch = std::max<uint64_t>(epoch, std::stoull(*stored) + 1);
+    if (Status s = election_->client().Put(opt_.etcd_prefix + "/epoch", std::to_string(epoch));
+        !s.ok()) {
+      spdlog::error("cannot promote: {}", s.message());
+      return false;
+    }
+  }
   if (Status s = db_->SetEpoch(epoch); !s.ok()) {
     spdlog::error("cannot promote: storing epoch {} failed: {}", epoch, s.message());
-    return;
+    return false;
   }
   leader_->Set(false, epoch);
   if (!opt_.lease_dir.empty() && !RenewLease(common::NowMicros())) {
     spdlog::error("cannot promote: the lease could not be taken");
-    return;
+    return false;
   }
   uint64_t seq = 0;
   auto core = BuildCoreFromDatabase(db_, cfg_, common::NowMicros(), &seq);
   if (!core.ok()) {
     spdlog::error("cannot promote: {}", core.status().message());
-    return;
+    return false;
   }
   // On the owner thread: nothing in flight, numbering continues after the replicated log, and
   // the rebuilt core takes over at the end of this batch (before any later request runs).
@@ -546,6 +597,7 @@ void HaController::Promote(const std::string& why) {
   leader_->set_leader_http(opt_.http_address);
   common::LogEvent(common::events::kLeaderElected,
                    {{"epoch", epoch}, {"reason", why}, {"seq", seq}});
+  return true;
 }
 
 void HaController::MonitorLoop() {
@@ -628,7 +680,7 @@ void HaController::MonitorLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       silent = now - last_contact_mono_;
     }
-    if (!peer_ || silent <= timeout) {
+    if (!peer_ || silent <= timeout || election_) {
       warned_lease = false;
       continue;
     }

@@ -34,6 +34,7 @@
 #include "dgpu/v1/replication.grpc.pb.h"
 #include "scheduler/agent_service.h"
 #include "scheduler/core_loop.h"
+#include "scheduler/etcd_election.h"
 #include "scheduler/leader_state.h"
 #include "store/database.h"
 #include "store/journal.h"
@@ -53,6 +54,11 @@ struct HaOptions {
   std::string http_address;  // Where clients reach this scheduler's REST API.
   common::ReplicationConfig replication;
   std::string lease_dir;     // storage.shared_storage; empty: no lease arbiter.
+  // ha.election: etcd: leadership is an etcd lease (the peer is still the replication source).
+  bool etcd = false;
+  std::vector<std::string> etcd_endpoints;
+  std::chrono::milliseconds lease_ttl{10000};
+  std::string etcd_prefix = "/dgpu/leader";
 };
 
 class SyncStreamReactor;
@@ -86,7 +92,7 @@ class HaController final : public ReplicationSink,
   friend class SyncStreamReactor;
   void MonitorLoop();
   void FollowLoop();
-  void Promote(const std::string& why);
+  bool Promote(const std::string& why);
   void BecomeStandby(uint64_t epoch, const std::string& why);
   bool LeaseIsStale(int64_t now_wall) const;
   bool RenewLease(int64_t now_wall);
@@ -122,6 +128,7 @@ class HaController final : public ReplicationSink,
   std::string step_down_why_;               // GUARDED_BY(mu_)
   grpc::ClientContext* follow_ctx_ = nullptr;  // GUARDED_BY(mu_)
 
+  std::unique_ptr<EtcdElection> election_;
   std::thread monitor_;
   std::thread follower_;
 };

@@ -1,0 +1,286 @@
+#include "scheduler/etcd_election.h"
+
+#include <curl/curl.h>
+#include <spdlog/spdlog.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/time_util.h"
+
+namespace dgpu::scheduler {
+namespace {
+
+using nlohmann::json;
+
+int64_t Mono() { return common::SystemClock::Instance().MonotonicMicros(); }
+
+size_t Collect(char* data, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+int Progress(void* cancel, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* flag = static_cast<const std::atomic<bool>*>(cancel);
+  return flag != nullptr && flag->load() ? 1 : 0;
+}
+
+int64_t ToInt(const json& v) {
+  if (v.is_string()) return std::stoll(v.get<std::string>());
+  if (v.is_number_integer()) return v.get<int64_t>();
+  return 0;
+}
+
+}  // namespace
+
+std::string Base64Encode(const std::string& in) {
+  static const char* kTable = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    out += kTable[v >> 18];
+    out += kTable[(v >> 12) & 63];
+    out += kTable[(v >> 6) & 63];
+    out += kTable[v & 63];
+  }
+  if (i + 1 == in.size()) {
+    uint32_t v = uint8_t(in[i]) << 16;
+    out += kTable[v >> 18];
+    out += kTable[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == in.size()) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
+    out += kTable[v >> 18];
+    out += kTable[(v >> 12) & 63];
+    out += kTable[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+std::string Base64Decode(const std::string& in) {
+  auto val = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string out;
+  uint32_t buf = 0;
+  int bits = 0;
+  for (char c : in) {
+    int v = val(c);
+    if (v < 0) continue;
+    buf = (buf << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((buf >> bits) & 0xFF);
+    }
+  }
+  return out;
+}
+
+StatusOr<std::string> EtcdClient::Post(const std::string& path, const std::string& body,
+                                       long timeout_ms, const std::atomic<bool>* cancel) {
+  if (endpoints_.empty()) return Unavailable("no etcd endpoints configured");
+  std::string last_error;
+  for (size_t k = 0; k < endpoints_.size(); ++k) {
+    size_t idx = (preferred_ + k) % endpoints_.size();
+    CURL* curl = curl_easy_init();
+    if (curl == nullptr) return Internal("curl_easy_init failed");
+    std::string url = endpoints_[idx] + "/v3/" + path;
+    std::string out;
+    curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, Collect);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &out);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
+    if (timeout_ms > 0) curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, Progress);
+    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(cancel));
+    CURLcode rc = curl_easy_perform(curl);
+    long code = 0;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
+    curl_slist_free_all(headers);
+    curl_easy_cleanup(curl);
+    if (rc == CURLE_OK && code == 200) {
+      preferred_ = idx;
+      return out;
+    }
+    if (rc == CURLE_ABORTED_BY_CALLBACK) return Unavailable("cancelled");
+    last_error = rc != CURLE_OK ? std::string(curl_easy_strerror(rc))
+                                : "HTTP " + std::to_string(code) + ": " + out;
+    if (rc == CURLE_OK) break;  // The endpoint answered: another one would say the same.
+  }
+  return Unavailable("etcd: " + last_error);
+}
+
+StatusOr<int64_t> EtcdClient::GrantLease(int64_t ttl_seconds) {
+  auto r = Post("lease/grant", json{{"TTL", std::to_string(ttl_seconds)}, {"ID", "0"}}.dump(),
+                2000);
+  if (!r.ok()) return r.status();
+  auto j = json::parse(*r, nullptr, false);
+  if (!j.is_object() || !j.contains("ID")) return Unavailable("etcd: bad lease grant reply");
+  return ToInt(j["ID"]);
+}
+
+Status EtcdClient::KeepAlive(int64_t lease_id) {
+  auto r = Post("lease/keepalive", json{{"ID", std::to_string(lease_id)}}.dump(), 2000);
+  if (!r.ok()) return r.status();
+  auto j = json::parse(*r, nullptr, false);
+  // The gateway streams {"result": {...}}; an expired lease comes back with no TTL (or 0).
+  const json& res = j.is_object() && j.contains("result") ? j["result"] : j;
+  if (!res.is_object() || !res.contains("TTL") || ToInt(res["TTL"]) <= 0) {
+    return NotFound("etcd lease " + std::to_string(lease_id) + " expired");
+  }
+  return OkStatus();
+}
+
+void EtcdClient::Revoke(int64_t lease_id) {
+  (void)Post("lease/revoke", json{{"ID", std::to_string(lease_id)}}.dump(), 1000);
+}
+
+StatusOr<std::string> EtcdClient::Get(const std::string& key) {
+  auto r = Post("kv/range", json{{"key", Base64Encode(key)}}.dump(), 2000);
+  if (!r.ok()) return r.status();
+  auto j = json::parse(*r, nullptr, false);
+  if (!j.is_object() || !j.contains("kvs") || j["kvs"].empty()) return std::string();
+  return Base64Decode(j["kvs"][0].value("value", ""));
+}
+
+Status EtcdClient::Put(const std::string& key, const std::string& value) {
+  auto r = Post("kv/put", json{{"key", Base64Encode(key)}, {"value", Base64Encode(value)}}.dump(),
+                2000);
+  return r.ok() ? OkStatus() : r.status();
+}
+
+EtcdElection::EtcdElection(std::vector<std::string> endpoints, std::string name,
+                           std::string value, std::chrono::milliseconds ttl, Callbacks callbacks)
+    : client_(std::move(endpoints)),
+      name_(std::move(name)),
+      value_(std::move(value)),
+      ttl_(ttl),
+      cb_(std::move(callbacks)) {}
+
+EtcdElection::~EtcdElection() { Stop(); }
+
+void EtcdElection::Start(std::chrono::milliseconds first_delay) {
+  thread_ = std::thread([this, first_delay] { Run(first_delay); });
+}
+
+void EtcdElection::Stop() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+bool EtcdElection::SleepFor(std::chrono::milliseconds d) {
+  auto end = std::chrono::steady_clock::now() + d;
+  while (!stop_.load() && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return !stop_.load();
+}
+
+void EtcdElection::Run(std::chrono::milliseconds first_delay) {
+  if (!SleepFor(first_delay)) return;
+  const int64_t ttl_s = std::max<int64_t>(1, ttl_.count() / 1000);
+  const auto renew_every = std::max(std::chrono::milliseconds(100), ttl_ / 3);
+  const int64_t ttl_us = ttl_.count() * 1000;
+  const int64_t margin = ttl_us / 6;
+  while (!stop_.load()) {
+    auto lease = client_.GrantLease(ttl_s);
+    if (!lease.ok()) {
+      spdlog::warn("etcd election: cannot get a lease: {}", lease.status().message());
+      SleepFor(renew_every);
+      continue;
+    }
+    const int64_t granted_at = Mono();
+    // Keep the lease alive while campaigning (the campaign call blocks).
+    std::atomic<bool> campaign_done{false};
+    std::atomic<bool> lease_lost{false};
+    std::thread keeper([&] {
+      while (!stop_.load() && !campaign_done.load()) {
+        SleepFor(renew_every);
+        if (campaign_done.load() || stop_.load()) break;
+        if (!client_.KeepAlive(*lease).ok()) {
+          lease_lost.store(true);
+          break;
+        }
+      }
+    });
+    std::atomic<bool> cancel_campaign{false};
+    std::thread canceller([&] {
+      while (!campaign_done.load()) {
+        if (stop_.load() || lease_lost.load()) cancel_campaign.store(true);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+    auto won = client_.Post("election/campaign",
+                            json{{"name", Base64Encode(name_)},
+                                 {"lease", std::to_string(*lease)},
+                                 {"value", Base64Encode(value_)}}
+                                .dump(),
+                            0, &cancel_campaign);
+    campaign_done.store(true);
+    keeper.join();
+    canceller.join();
+    if (!won.ok() || lease_lost.load() || stop_.load()) {
+      if (!stop_.load()) {
+        spdlog::warn("etcd election: campaign ended without leadership: {}",
+                     won.ok() ? "lease lost" : won.status().message());
+      }
+      client_.Revoke(*lease);
+      SleepFor(renew_every);
+      continue;
+    }
+    // Leader. First make sure the lease is still alive, and set how long we may act.
+    int64_t renew_start = Mono();
+    if (!client_.KeepAlive(*lease).ok()) {
+      client_.Revoke(*lease);
+      continue;
+    }
+    (void)granted_at;
+    cb_.set_act_until(renew_start + ttl_us - margin);
+    if (!cb_.on_elected()) {
+      client_.Revoke(*lease);
+      SleepFor(renew_every);
+      continue;
+    }
+    int64_t act_until = renew_start + ttl_us - margin;
+    std::string lost_why;
+    while (!stop_.load()) {
+      SleepFor(renew_every);
+      if (stop_.load()) break;
+      int64_t start = Mono();
+      Status s = client_.KeepAlive(*lease);
+      if (s.ok()) {
+        act_until = start + ttl_us - margin;
+        cb_.set_act_until(act_until);
+        continue;
+      }
+      if (s.code() == StatusCode::kNotFound || Mono() >= act_until) {
+        lost_why = s.message();
+        break;
+      }
+      spdlog::warn("etcd election: keepalive failed ({}); still leading until the lease deadline",
+                   s.message());
+    }
+    if (stop_.load()) {
+      client_.Revoke(*lease);  // Hand leadership over promptly on a clean shutdown.
+      return;
+    }
+    cb_.set_act_until(0);
+    cb_.on_lost("etcd lease lost: " + lost_why);
+    client_.Revoke(*lease);
+  }
+}
+
+}  // namespace dgpu::scheduler

@@ -1,0 +1,78 @@
+// Leader election through etcd's own election API (etcd 3.4 HTTP/JSON gateway, libcurl).
+//
+// The session pattern: a lease of `ttl`, kept alive every ttl/3; a campaign on the election
+// name with that lease blocks until this scheduler is the leader. While leading, every
+// successful keepalive extends the time this scheduler may act to (start of that keepalive +
+// ttl - margin): a leader that cannot renew stops acting before its lease can expire, then
+// reports the loss and campaigns again with a new lease.
+//
+// Threads: one campaign/keepalive thread, started by Start(); the callbacks run on it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dgpu::scheduler {
+
+// Minimal etcd v3 JSON gateway client.
+class EtcdClient {
+ public:
+  explicit EtcdClient(std::vector<std::string> endpoints) : endpoints_(std::move(endpoints)) {}
+  // POSTs `body` (JSON) to /v3/<path> on the first endpoint that answers. `timeout_ms` 0 means
+  // no limit (campaign); `cancel` aborts a transfer in progress when it turns true.
+  StatusOr<std::string> Post(const std::string& path, const std::string& body, long timeout_ms,
+                             const std::atomic<bool>* cancel = nullptr);
+
+  StatusOr<int64_t> GrantLease(int64_t ttl_seconds);
+  // OK while the lease lives; NotFound once it expired.
+  Status KeepAlive(int64_t lease_id);
+  void Revoke(int64_t lease_id);
+  StatusOr<std::string> Get(const std::string& key);
+  Status Put(const std::string& key, const std::string& value);
+
+ private:
+  std::vector<std::string> endpoints_;
+  size_t preferred_ = 0;
+};
+
+std::string Base64Encode(const std::string& in);
+std::string Base64Decode(const std::string& in);
+
+class EtcdElection {
+ public:
+  struct Callbacks {
+    // Now the leader (campaign won). Returns false if it could not take over (it then resigns).
+    std::function<bool()> on_elected;
+    // No longer allowed to lead (lease lost or etcd unreachable past the deadline).
+    std::function<void(const std::string& why)> on_lost;
+    // The deadline (monotonic micros) until which the leader may act.
+    std::function<void(int64_t)> set_act_until;
+  };
+  EtcdElection(std::vector<std::string> endpoints, std::string name, std::string value,
+               std::chrono::milliseconds ttl, Callbacks callbacks);
+  ~EtcdElection();
+  void Start(std::chrono::milliseconds first_delay);
+  void Stop();
+  EtcdClient& client() { return client_; }
+
+ private:
+  void Run(std::chrono::milliseconds first_delay);
+  bool SleepFor(std::chrono::milliseconds d);
+
+  EtcdClient client_;
+  std::string name_;
+  std::string value_;
+  std::chrono::milliseconds ttl_;
+  Callbacks cb_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace dgpu::scheduler
