@@ -1,6 +1,7 @@
 // dgpu-agent: discovers the node's GPUs, runs the tasks the scheduler gives it with exactly
 // those GPUs visible, and reports back.
 #include <signal.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "agent/docker_executor.h"
 #include "agent/finish_outbox.h"
 #include "agent/gpu_discovery.h"
+#include "agent/proc_table.h"
 #include "agent/process_executor.h"
 #include "agent/session.h"
 #include "common/config.h"
@@ -24,6 +26,32 @@ int Fail(const std::string& message) {
   spdlog::error("{}", message);
   common::FlushLogs();
   return 1;
+}
+
+// Tasks a previous agent process left behind (it was killed, or exited with
+// keep_tasks_on_exit): this process cannot wait for them or learn how they end, and the
+// scheduler has been told they are gone, so they are stopped before any new work starts. They
+// are found by their working directory (work_dir/<task_id>/...) and their DGPU_TASK_ID.
+int StopLeftoverTasks(const std::string& work_dir) {
+  std::error_code ec;
+  std::string root = std::filesystem::weakly_canonical(work_dir, ec).string();
+  if (ec || root.empty()) return 0;
+  int stopped = 0;
+  for (const auto& p : ListProcesses()) {
+    if (p.pid == getpid() || p.zombie()) continue;
+    auto cwd = std::filesystem::read_symlink("/proc/" + std::to_string(p.pid) + "/cwd", ec);
+    if (ec) continue;
+    std::string c = cwd.string();
+    if (c.size() <= root.size() + 1 || c.compare(0, root.size() + 1, root + "/") != 0) continue;
+    std::string task_id = c.substr(root.size() + 1);
+    task_id = task_id.substr(0, task_id.find('/'));
+    if (!EnvironContains(p.pid, "DGPU_TASK_ID=" + task_id)) continue;
+    kill(-p.pgid, SIGKILL);
+    kill(p.pid, SIGKILL);
+    spdlog::warn("stopped pid {} of {} left by a previous agent process", p.pid, task_id);
+    stopped++;
+  }
+  return stopped;
 }
 
 std::string MethodName(common::GpuDetectionMethod m) {
@@ -93,6 +121,8 @@ int Run(int argc, char** argv) {
     o.kill_grace = cfg.executor.kill_grace_period;
     executor = std::make_unique<ProcessExecutor>(std::move(o));
   }
+
+  StopLeftoverTasks(cfg.executor.work_dir);
 
   auto outbox = FinishOutbox::Open(cfg.executor.work_dir);
   if (!outbox.ok()) return Fail(outbox.status().message());

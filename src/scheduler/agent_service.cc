@@ -347,6 +347,8 @@ grpc::ServerUnaryReactor* AgentService::TaskFinished(grpc::CallbackServerContext
                                    "agent " + agent + " is not registered"));
       return;
     }
+    const core::Task* before = c.core.FindTask(report.task);
+    const bool was_cancelled = before != nullptr && before->stopping;
     Status s = c.core.TaskFinished(agent, report, c.now);
     if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kFailedPrecondition) {
       // A duplicate of a finish already recorded (the task left memory, or is finished)?
@@ -372,6 +374,14 @@ grpc::ServerUnaryReactor* AgentService::TaskFinished(grpc::CallbackServerContext
       return;
     }
     const core::Task* t = c.core.FindTask(report.task);
+    if (was_cancelled) {
+      // Counted and logged as finished when it was cancelled; this confirms the stop.
+      common::LogEvent("task_stopped", {{"task_id", core::FormatTaskId(t->id)},
+                                        {"node", agent},
+                                        {"exit_code", report.exit_code}});
+      c.OnDurable([reactor](Status st) { reactor->Finish(ToGrpc(st)); });
+      return;
+    }
     metrics_->TaskFinished(t->spec.priority, t->status);
     common::LogEvent(common::events::kTaskFinished,
                      {{"task_id", core::FormatTaskId(t->id)},

@@ -3,6 +3,8 @@
 #include <curl/curl.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "common/time_util.h"
@@ -132,8 +134,8 @@ StatusOr<int64_t> EtcdClient::GrantLease(int64_t ttl_seconds) {
   return ToInt(j["ID"]);
 }
 
-Status EtcdClient::KeepAlive(int64_t lease_id) {
-  auto r = Post("lease/keepalive", json{{"ID", std::to_string(lease_id)}}.dump(), 2000);
+Status EtcdClient::KeepAlive(int64_t lease_id, long timeout_ms) {
+  auto r = Post("lease/keepalive", json{{"ID", std::to_string(lease_id)}}.dump(), timeout_ms);
   if (!r.ok()) return r.status();
   auto j = json::parse(*r, nullptr, false);
   // The gateway streams {"result": {...}}; an expired lease comes back with no TTL (or 0).
@@ -257,10 +259,20 @@ void EtcdElection::Run(std::chrono::milliseconds first_delay) {
     int64_t act_until = renew_start + ttl_us - margin;
     std::string lost_why;
     while (!stop_.load()) {
-      SleepFor(renew_every);
+      // Wake for the next renewal, or at the deadline when renewals keep failing: a leader that
+      // may no longer act must not go on reporting itself the leader (a keepalive blocked for
+      // its full timeout, or a retry a whole period later, used to overrun the deadline, past the
+      // lease's expiry with a long ttl).
+      const int64_t left_ms = std::max<int64_t>(0, (act_until - Mono()) / 1000);
+      SleepFor(std::min(renew_every, std::chrono::milliseconds(left_ms)));
       if (stop_.load()) break;
       int64_t start = Mono();
-      Status s = client_.KeepAlive(*lease);
+      if (start >= act_until) {
+        lost_why = "not renewed before the deadline";
+        break;
+      }
+      Status s = client_.KeepAlive(
+          *lease, static_cast<long>(std::clamp<int64_t>((act_until - start) / 1000, 1, 2000)));
       if (s.ok()) {
         act_until = start + ttl_us - margin;
         cb_.set_act_until(act_until);

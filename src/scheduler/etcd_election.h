@@ -31,8 +31,8 @@ class EtcdClient {
                              const std::atomic<bool>* cancel = nullptr);
 
   StatusOr<int64_t> GrantLease(int64_t ttl_seconds);
-  // OK while the lease lives; NotFound once it expired.
-  Status KeepAlive(int64_t lease_id);
+  // OK while the lease lives; NotFound once it expired. `timeout_ms` bounds the request.
+  Status KeepAlive(int64_t lease_id, long timeout_ms = 2000);
   void Revoke(int64_t lease_id);
   StatusOr<std::string> Get(const std::string& key);
   Status Put(const std::string& key, const std::string& value);

@@ -115,7 +115,15 @@ int Run(int argc, char** argv) {
   store::Journal journal(db.get(), last_applied_seq);
   Metrics metrics;
   AgentHub hub(&leader, &metrics);
-  CoreLoop loop(std::move(*core), &journal, &hub, nullptr, &common::SystemClock::Instance());
+  struct PassMetrics : BatchObserver {
+    explicit PassMetrics(Metrics* m) : metrics(m) {}
+    void OnPass(const core::SchedulerCore&, const std::vector<core::Decision>&,
+                const std::vector<core::Change>&, double pass_seconds, core::TimeMicros) override {
+      metrics->pass_duration().Observe(pass_seconds);
+    }
+    Metrics* metrics;
+  } pass_metrics(&metrics);
+  CoreLoop loop(std::move(*core), &journal, &hub, &pass_metrics, &common::SystemClock::Instance());
   loop.SetActingGate([&leader] {
     return leader.MayAct(common::SystemClock::Instance().MonotonicMicros());
   });

@@ -284,6 +284,8 @@ void HaController::Start(bool configured_leader) {
   if (PingPeer(&peer) && peer.role() == "leader" && peer.epoch() >= epoch) {
     spdlog::info("peer {} leads with epoch {}: starting as its standby", peer.id(), peer.epoch());
     lead = false;
+    // Known at once (not only after the monitor's first ping): writes get X-Leader right away.
+    if (!peer.http_address().empty()) leader_->set_leader_http(peer.http_address());
   }
   if (!opt_.lease_dir.empty()) {
     leader_->set_uses_lease(true);

@@ -1,0 +1,591 @@
+"""Harness for the dgpu integration tests: runs the real dgpu-scheduler and dgpu-agent binaries on
+loopback, talks to them over REST, and cleans up every process it started.
+
+Python 3 standard library only. The binaries are taken from $DGPU_BIN_DIR (set by CTest), else
+from <repo>/build/bin.
+
+Process hygiene: every daemon runs in its own session (process group) and is SIGKILLed as a group
+on teardown and at exit. Task processes started by an agent run in sessions of their own (the
+process executor calls setsid()), so they are not in the agent's group: each agent is started with
+the environment variable DGPU_IT_MARKER=<unique per cluster>, which its tasks inherit, and the
+cleanup kills every process whose environment carries that marker.
+"""
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BIN_DIR = os.environ.get("DGPU_BIN_DIR") or os.path.join(REPO, "build", "bin")
+SCHEDULER_BIN = os.path.join(BIN_DIR, "dgpu-scheduler")
+AGENT_BIN = os.path.join(os.environ.get("DGPU_AGENT_BIN_DIR") or BIN_DIR, "dgpu-agent")
+CTL_BIN = os.path.join(BIN_DIR, "dgpuctl")
+
+API = "/api/v1"
+FINISHED = ("success", "failed", "cancelled")
+GPU_MODEL = "Tesla V100-SXM2-32GB"
+KEEP_TMP = os.environ.get("DGPU_IT_KEEP_TMP") == "1"
+
+_LIVE_CLUSTERS = set()
+
+
+# ----------------------------------------------------------------------------------------------
+# Small helpers
+
+
+def free_port():
+    """A free loopback TCP port (bind to port 0, read it back, release it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout, interval=0.05, what="condition"):
+    """Polls predicate() until it returns a truthy value, which is returned. Raises
+    AssertionError naming `what` (and the last value seen) after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        last = predicate()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise AssertionError("timed out after %.1fs waiting for %s (last value: %r)"
+                                 % (timeout, what, last))
+        time.sleep(interval)
+
+
+def pid_alive(pid):
+    """True while `pid` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def pids_with_env(marker_key, marker_value):
+    """Pids of the processes whose environment contains marker_key=marker_value."""
+    needle = ("%s=%s" % (marker_key, marker_value)).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if needle in env:
+            found.append(int(entry))
+    return found
+
+
+def read_text(path):
+    """The file's text, or "" when it does not exist (yet)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+
+
+def read_pid(path, timeout=5):
+    """Waits for a pid file written by a task and returns the pid in it."""
+    text = wait_until(lambda: read_text(path).strip(), timeout, what="pid file " + path)
+    return int(text.split()[0])
+
+
+def tail(path, lines=60):
+    try:
+        with open(path, "rb") as f:
+            data = f.read().decode("utf-8", "replace").splitlines()
+    except OSError as e:
+        return "<cannot read %s: %s>" % (path, e)
+    return "\n".join(data[-lines:])
+
+
+def write_config(path, doc):
+    """Writes a config. JSON is a subset of YAML, so the daemons read it as YAML."""
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+
+
+class HttpResult:
+    """status, headers (case-insensitive get), body (bytes), json (parsed or None)."""
+
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.json = None
+        if body:
+            try:
+                self.json = json.loads(body.decode("utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                self.json = None
+
+    def __iter__(self):  # status, headers, json = http(...)
+        return iter((self.status, self.headers, self.json))
+
+    def __repr__(self):
+        return "HttpResult(%d, %s)" % (self.status, self.body[:300])
+
+
+def http(base, method, path, body=None, raw=None, headers=None, timeout=10):
+    """One HTTP request. `body` is JSON-encoded (Content-Type application/json); `raw` is sent as
+    is (bytes or str) with the given headers. Returns HttpResult; HTTP errors are results too."""
+    hdrs = dict(headers or {})
+    data = None
+    if raw is not None:
+        data = raw.encode("utf-8") if isinstance(raw, str) else raw
+    elif body is not None:
+        data = json.dumps(body).encode("utf-8")
+        hdrs.setdefault("Content-Type", "application/json")
+    req = urllib.request.Request(base + path, data=data, method=method, headers=hdrs)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return HttpResult(resp.status, resp.headers, resp.read())
+    except urllib.error.HTTPError as e:
+        payload = e.read()
+        e.close()
+        return HttpResult(e.code, e.headers, payload)
+
+
+# ----------------------------------------------------------------------------------------------
+# Daemons
+
+
+class Daemon:
+    """One daemon process in its own process group, stdout and stderr to files."""
+
+    def __init__(self, name, argv, log_dir, env=None):
+        self.name = name
+        self.argv = argv
+        self.stdout_path = os.path.join(log_dir, name + ".out")
+        self.stderr_path = os.path.join(log_dir, name + ".err")
+        self.env = env
+        self.proc = None
+
+    def start(self):
+        out = open(self.stdout_path, "ab")
+        err = open(self.stderr_path, "ab")
+        try:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=err,
+                                         stdin=subprocess.DEVNULL, env=self.env,
+                                         start_new_session=True, close_fds=True)
+        finally:
+            out.close()
+            err.close()
+        return self
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal_group(self, sig):
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def kill9(self):
+        """SIGKILL to the daemon only (not its group: the tests decide what else dies)."""
+        if self.proc is None:
+            return
+        try:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=10)
+
+    def stop(self, timeout=10):
+        """SIGTERM, wait, then SIGKILL the whole group. Returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        self.signal_group(signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        return self.proc.returncode
+
+    def kill_all(self):
+        self.signal_group(signal.SIGKILL)
+        if self.proc is not None:
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def log_tails(self, lines=60):
+        return ("---- %s stdout (%s) ----\n%s\n---- %s stderr ----\n%s\n"
+                % (self.name, self.stdout_path, tail(self.stdout_path, lines), self.name,
+                   tail(self.stderr_path, lines)))
+
+
+class Cluster:
+    """A scheduler and its agents on loopback, all in one temporary directory."""
+
+    def __init__(self, name="cluster"):
+        for b in (SCHEDULER_BIN, AGENT_BIN):
+            if not os.access(b, os.X_OK):
+                if os.environ.get("DGPU_BIN_DIR"):  # Under CTest: the build is incomplete.
+                    raise AssertionError("binary not built: %s" % b)
+                raise unittest.SkipTest("binary not built: %s (set DGPU_BIN_DIR)" % b)
+        self.tmp = tempfile.mkdtemp(prefix="dgpu-it-%s-" % name)
+        self.marker = uuid.uuid4().hex
+        self.http_port = free_port()
+        self.grpc_port = free_port()
+        self.base = "http://127.0.0.1:%d" % self.http_port
+        self.scheduler = None
+        self.scheduler_overrides = {}
+        self.agents = {}  # id -> Daemon
+        self.agent_configs = {}
+        self.old_daemons = []  # killed/replaced incarnations, for their logs
+        _LIVE_CLUSTERS.add(self)
+
+    # -- configuration ------------------------------------------------------------------------
+
+    def scheduler_config(self, heartbeat_timeout=3, online_percent=0.7, schedule_interval=1,
+                         extra=None):
+        doc = {
+            "server": {"grpc_address": "127.0.0.1:%d" % self.grpc_port,
+                       "http_address": "127.0.0.1:%d" % self.http_port},
+            "scheduler": {"role": "master", "schedule_interval": schedule_interval,
+                          "snapshot_interval": 30, "id": "it-scheduler"},
+            "quota": {"online_percent": online_percent,
+                      "batch_percent": round(1.0 - online_percent, 6)},
+            "agent": {"heartbeat_timeout": heartbeat_timeout},
+            "storage": {"snapshot_dir": os.path.join(self.tmp, "state")},
+            "logging": {"level": "info", "format": "text", "output": "stdout"},
+        }
+        for section, values in (extra or {}).items():
+            doc.setdefault(section, {}).update(values)
+        return doc
+
+    def agent_config(self, agent_id, gpus=4, heartbeat_interval=0.5, kill_grace=1, extra=None):
+        doc = {
+            "agent": {"id": agent_id, "heartbeat_interval": heartbeat_interval},
+            "scheduler": {"master_address": "127.0.0.1:%d" % self.grpc_port,
+                          "connection_timeout": 2, "retry_interval": 0.2,
+                          "max_retry_interval": 1},
+            "gpu": {"detection_method": "fake", "health_check_interval": 30,
+                    "fake": {"count": gpus, "model": GPU_MODEL, "memory_mb": 32768}},
+            "executor": {"execution_method": "process", "work_dir": self.work_dir(agent_id),
+                         "kill_grace_period": kill_grace},
+            "logging": {"level": "info", "format": "text", "output": "stdout"},
+        }
+        for section, values in (extra or {}).items():
+            doc.setdefault(section, {}).update(values)
+        return doc
+
+    def work_dir(self, agent_id):
+        return os.path.join(self.tmp, "agent-" + agent_id)
+
+    def task_log(self, agent_id, task_id):
+        return os.path.join(self.work_dir(agent_id), task_id + ".log")
+
+    # -- processes ----------------------------------------------------------------------------
+
+    def start_scheduler(self, wait=True, **kwargs):
+        if kwargs or not self.scheduler_overrides:
+            self.scheduler_overrides = kwargs
+        path = os.path.join(self.tmp, "scheduler.yaml")
+        write_config(path, self.scheduler_config(**self.scheduler_overrides))
+        if self.scheduler is not None:
+            self.old_daemons.append(self.scheduler)
+        n = sum(1 for d in self.old_daemons if d.name.startswith("scheduler")) + 1
+        self.scheduler = Daemon("scheduler.%d" % n, [SCHEDULER_BIN, "--config", path],
+                                self.tmp).start()
+        if wait:
+            self.wait_ready()
+        return self.scheduler
+
+    def start_agent(self, agent_id, **kwargs):
+        if kwargs or agent_id not in self.agent_configs:
+            self.agent_configs[agent_id] = kwargs
+        path = os.path.join(self.tmp, "agent-%s.yaml" % agent_id)
+        write_config(path, self.agent_config(agent_id, **self.agent_configs[agent_id]))
+        env = dict(os.environ)
+        env["DGPU_IT_MARKER"] = self.marker
+        old = self.agents.get(agent_id)
+        if old is not None:
+            self.old_daemons.append(old)
+        n = sum(1 for d in self.old_daemons if d.name.startswith("agent-%s." % agent_id)) + 1
+        d = Daemon("agent-%s.%d" % (agent_id, n), [AGENT_BIN, "--config", path], self.tmp,
+                   env=env).start()
+        self.agents[agent_id] = d
+        return d
+
+    def start(self, agents=2, gpus=4, agent_kwargs=None, **scheduler_kwargs):
+        """Scheduler plus agents a1..aN; returns once all agents are online."""
+        self.start_scheduler(**scheduler_kwargs)
+        for i in range(1, agents + 1):
+            self.start_agent("a%d" % i, gpus=gpus, **(agent_kwargs or {}))
+        self.wait_agents_online(["a%d" % i for i in range(1, agents + 1)])
+        return self
+
+    def wait_ready(self, timeout=15):
+        def ready():
+            if self.scheduler and not self.scheduler.running():
+                raise AssertionError("scheduler exited with %s\n%s"
+                                     % (self.scheduler.proc.returncode,
+                                        self.scheduler.log_tails()))
+            try:
+                return self.get("/readyz").status == 200
+            except OSError:
+                return False
+        wait_until(ready, timeout, what="scheduler /readyz")
+
+    def agents_view(self):
+        r = self.get(API + "/agents")
+        if r.status != 200:
+            return {}
+        return {a["id"]: a for a in r.json["agents"]}
+
+    def wait_agents_online(self, ids, timeout=15):
+        def online():
+            for i in ids:
+                d = self.agents.get(i)
+                if d is not None and not d.running():
+                    raise AssertionError("agent %s exited with %s\n%s"
+                                         % (i, d.proc.returncode, d.log_tails()))
+            view = self.agents_view()
+            return all(view.get(i, {}).get("status") == "online" for i in ids)
+        wait_until(online, timeout, what="agents %s online" % ids)
+
+    def task_processes(self):
+        """Pids of the live processes started by this cluster's agents (tasks and children)."""
+        daemons = {d.pid for d in [self.scheduler] + list(self.agents.values()) if d}
+        return [p for p in pids_with_env("DGPU_IT_MARKER", self.marker)
+                if p not in daemons and pid_alive(p)]
+
+    def kill_task_processes(self):
+        for _ in range(3):
+            pids = pids_with_env("DGPU_IT_MARKER", self.marker)
+            if not pids:
+                return
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.05)
+
+    def shutdown(self):
+        """Kills everything this cluster started. Safe to call twice."""
+        daemons = [self.scheduler] + list(self.agents.values()) + self.old_daemons
+        for d in daemons:
+            if d is not None:
+                d.kill_all()
+        self.kill_task_processes()
+        _LIVE_CLUSTERS.discard(self)
+
+    def remove_files(self):
+        if not KEEP_TMP:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def log_tails(self, lines=60):
+        daemons = self.old_daemons + [self.scheduler] + list(self.agents.values())
+        return "".join(d.log_tails(lines) for d in daemons if d is not None)
+
+    # -- REST ---------------------------------------------------------------------------------
+
+    def request(self, method, path, body=None, **kw):
+        return http(self.base, method, path, body=body, **kw)
+
+    def get(self, path, **kw):
+        return http(self.base, "GET", path, **kw)
+
+    def submit(self, command, gpu_count=1, priority="high", expect=201, **fields):
+        body = {"priority": priority, "gpu_count": gpu_count, "command": command}
+        body.update(fields)
+        r = self.request("POST", API + "/tasks", body)
+        if expect is not None and r.status != expect:
+            raise AssertionError("submit %r: expected %d, got %r" % (body, expect, r))
+        return r.json["task_id"] if r.status == 201 else r
+
+    def task(self, task_id):
+        r = self.get(API + "/tasks/" + task_id)
+        if r.status != 200:
+            raise AssertionError("GET task %s: %r" % (task_id, r))
+        return r.json
+
+    def tasks(self, query=""):
+        r = self.get(API + "/tasks" + query)
+        if r.status != 200:
+            raise AssertionError("GET tasks%s: %r" % (query, r))
+        return r.json
+
+    def cancel(self, task_id):
+        return self.request("DELETE", API + "/tasks/" + task_id)
+
+    def gpus(self):
+        return self.get(API + "/gpus").json
+
+    def quota(self):
+        return self.get(API + "/quota").json
+
+    def set_quota(self, online_percent):
+        return self.request("PUT", API + "/quota", {"online_percent": online_percent})
+
+    def wait_status(self, task_id, statuses, timeout=15):
+        if isinstance(statuses, str):
+            statuses = (statuses,)
+
+        def check():
+            t = self.task(task_id)
+            return t if t["status"] in statuses else None
+        return wait_until(check, timeout, interval=0.05,
+                          what="%s to reach %s" % (task_id, "/".join(statuses)))
+
+    def wait_finished(self, task_id, timeout=15):
+        return self.wait_status(task_id, FINISHED, timeout)
+
+
+def _cleanup_all():
+    for c in list(_LIVE_CLUSTERS):
+        c.shutdown()
+
+
+atexit.register(_cleanup_all)
+
+
+def _on_signal(signum, frame):
+    _cleanup_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+for _sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    try:
+        signal.signal(_sig, _on_signal)
+    except (ValueError, OSError):
+        pass
+
+
+# ----------------------------------------------------------------------------------------------
+# Test base class
+
+
+class ClusterTestCase(unittest.TestCase):
+    """A fresh cluster per test (self.c), torn down afterwards; on failure the daemons' log tails
+    are printed. Subclasses set AGENTS / GPUS / SCHEDULER / AGENT_KWARGS, or override
+    start_cluster()."""
+
+    AGENTS = 2
+    GPUS = 4
+    SCHEDULER = {}
+    AGENT_KWARGS = {}
+
+    def setUp(self):
+        self.c = Cluster(self.id().rsplit(".", 1)[-1])
+        self.addCleanup(self._teardown_cluster)
+        self.start_cluster()
+
+    def start_cluster(self):
+        self.c.start(agents=self.AGENTS, gpus=self.GPUS, agent_kwargs=self.AGENT_KWARGS,
+                     **self.SCHEDULER)
+
+    def _failed(self):
+        outcome = getattr(self, "_outcome", None)
+        if outcome is None:
+            return False
+        if not getattr(outcome, "success", True):
+            return True
+        errors = getattr(outcome, "errors", None)  # Python <= 3.10
+        if errors:
+            return any(exc is not None for _, exc in errors)
+        result = getattr(outcome, "result", None)
+        if result is not None:
+            return any(t is self for t, _ in list(result.errors) + list(result.failures))
+        return False
+
+    def _teardown_cluster(self):
+        failed = self._failed()
+        self.c.shutdown()
+        if failed:
+            sys.stderr.write("\n==== daemon logs for %s (%s) ====\n%s\n"
+                             % (self.id(), self.c.tmp, self.c.log_tails()))
+            sys.stderr.flush()
+        self.c.remove_files()
+
+    # -- assertions ---------------------------------------------------------------------------
+
+    def assertApiError(self, r, status, code, mentions=None):
+        """r is an HttpResult carrying {"error": {"code", "message"}} with this status."""
+        self.assertEqual(r.status, status, r)
+        self.assertIsInstance(r.json, dict, r)
+        self.assertEqual(set(r.json.keys()), {"error"}, r)
+        err = r.json["error"]
+        self.assertIsInstance(err, dict, r)
+        self.assertEqual(set(err.keys()), {"code", "message"}, r)
+        self.assertEqual(err["code"], code, r)
+        self.assertIsInstance(err["message"], str)
+        self.assertTrue(err["message"], r)
+        if mentions is not None:
+            self.assertIn(mentions, err["message"], r)
+        ctype = r.headers.get("Content-Type", "")
+        self.assertTrue(ctype.startswith("application/json"), ctype)
+
+    def assertGpusConsistent(self):
+        """No GPU is held by two tasks; every busy GPU is held by a running task that lists it,
+        and every running task's GPUs are busy and point back at it."""
+        gpus = self.c.gpus()["gpus"]
+        tasks = self.c.tasks("?limit=1000")["tasks"]
+        by_id = {t["task_id"]: t for t in tasks}
+        held = {}
+        for g in gpus:
+            if g["current_task"] is not None:
+                self.assertNotIn(g["id"], held)
+                held[g["id"]] = g["current_task"]
+                t = by_id.get(g["current_task"])
+                self.assertIsNotNone(t, "GPU %s held by unknown task %s" % (g["id"],
+                                                                           g["current_task"]))
+                # A cancelled task keeps its GPUs until its agent confirms the stop.
+                self.assertIn(t["status"], ("running", "cancelled"), (g, t))
+                self.assertIn(g["id"], t["allocated_gpus"])
+        for t in tasks:
+            if t["status"] == "running":
+                for gid in t["allocated_gpus"]:
+                    self.assertEqual(held.get(gid), t["task_id"], (gid, t))
+        return held

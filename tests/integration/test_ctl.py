@@ -1,0 +1,58 @@
+"""dgpuctl against the real scheduler (skipped when dgpuctl is not built)."""
+
+import json
+import os
+import re
+import subprocess
+import unittest
+
+from harness import BIN_DIR, ClusterTestCase
+
+CTL = os.environ.get("DGPU_CTL_BIN") or os.path.join(BIN_DIR, "dgpuctl")
+
+
+@unittest.skipUnless(os.access(CTL, os.X_OK), "dgpuctl not built: " + CTL)
+class CtlSmokeTest(ClusterTestCase):
+    AGENTS = 1
+    GPUS = 4
+
+    def ctl(self, *args, timeout=30):
+        env = dict(os.environ)
+        env.pop("DGPU_SERVER", None)
+        return subprocess.run([CTL, "--server", self.c.base] + list(args), capture_output=True,
+                              text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+
+    def test_submit_wait_get(self):
+        p = self.ctl("submit", "--gpus", "1", "--priority", "high", "--", "echo", "hi")
+        self.assertEqual(p.returncode, 0, p)
+        tid = p.stdout.strip()
+        self.assertRegex(tid, r"^task-[1-9][0-9]*$", p)
+        self.assertEqual(self.c.task(tid)["command"], "echo hi")
+
+        p = self.ctl("wait", tid, "--interval", "100ms", "--timeout", "20s")
+        self.assertEqual(p.returncode, 0, p)
+        self.assertEqual(self.c.task(tid)["status"], "success")
+
+        p = self.ctl("get", "task", tid)
+        self.assertEqual(p.returncode, 0, p)
+        self.assertIn(tid, p.stdout)
+        self.assertIn("success", p.stdout)
+
+        p = self.ctl("-o", "json", "get", "task", tid)
+        self.assertEqual(p.returncode, 0, p)
+        doc = json.loads(p.stdout)
+        self.assertEqual((doc["task_id"], doc["status"]), (tid, "success"))
+
+    def test_wait_on_failed_task_exits_1(self):
+        tid = self.c.submit("exit 2")
+        p = self.ctl("wait", tid, "--interval", "100ms", "--timeout", "20s")
+        self.assertEqual(p.returncode, 1, p)
+
+    def test_unknown_task(self):
+        p = self.ctl("get", "task", "task-999999")
+        self.assertNotEqual(p.returncode, 0, p)
+        self.assertTrue(re.search("not.found|404", p.stderr + p.stdout, re.I), p)
+
+
+if __name__ == "__main__":
+    unittest.main()
