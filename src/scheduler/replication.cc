@@ -587,6 +587,9 @@ bool HaController::Promote(const std::string& why) {
     spdlog::error("cannot promote: {}", core.status().message());
     return false;
   }
+  // Task numbers move into this epoch's range, so no number the old leader may have handed
+  // out without replicating it (async mode, or a degraded sync leader) is ever given again.
+  (*core)->SetNextTaskNumber(epoch << 40);
   // On the owner thread: nothing in flight, numbering continues after the replicated log, and
   // the rebuilt core takes over at the end of this batch (before any later request runs).
   std::unique_ptr<core::SchedulerCore> fresh = std::move(*core);

@@ -1,0 +1,533 @@
+"""Helpers for the HA tests: two real dgpu-scheduler processes (A and B) and dgpu-agents on
+loopback, driven over REST. Python 3 standard library only.
+
+Binaries: $DGPU_BIN_DIR (set by CTest to the directory of dgpu-scheduler), the agent from
+$DGPU_AGENT_BIN_DIR or the same directory; else build/bin of the repository.
+DGPU_HA_KEEP_TMP=1 keeps the temporary directory (configs, logs, databases) of every test.
+"""
+
+import calendar
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def bin_path(name):
+    d = os.environ.get("DGPU_BIN_DIR") or os.path.join(REPO, "build", "bin")
+    if name == "dgpu-agent" and os.environ.get("DGPU_AGENT_BIN_DIR"):
+        d = os.environ["DGPU_AGENT_BIN_DIR"]
+    path = os.path.join(d, name)
+    if not os.access(path, os.X_OK):
+        raise RuntimeError("%s not found (set DGPU_BIN_DIR or build the project)" % path)
+    return path
+
+
+_used_ports = set()
+
+
+def free_port():
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _used_ports:
+            _used_ports.add(port)
+            return port
+
+
+def wait_until(predicate, timeout, interval=0.05, what="condition"):
+    """Polls predicate() until it returns a truthy value (returned) or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    last_exc = None
+    while True:
+        try:
+            v = predicate()
+            if v:
+                return v
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            last_exc = e
+        if time.monotonic() >= deadline:
+            raise AssertionError("timed out after %.1fs waiting for %s%s" %
+                                 (timeout, what, " (last error: %r)" % last_exc if last_exc else ""))
+        time.sleep(interval)
+
+
+def pid_alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+_LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z")
+_KV = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
+
+
+def parse_event_lines(text, event):
+    """Text-format log lines 'TIME level [comp] event=NAME k=v ...' -> [dict] with 't' (unix s)."""
+    out = []
+    for line in text.splitlines():
+        if "event=" + event + " " not in line and not line.endswith("event=" + event):
+            continue
+        m = _LOG_TIME.match(line)
+        if not m:
+            continue
+        t = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+        t += float(m.group(2) or 0)
+        d = {"t": t, "line": line}
+        for k, v in _KV.findall(line[line.index("event="):]):
+            d[k] = v.strip('"')
+        out.append(d)
+    return out
+
+
+class Http:
+    """One keep-alive HTTP connection to 127.0.0.1:port; reconnects after an error."""
+
+    def __init__(self, port, timeout=5.0):
+        self.port = port
+        self.timeout = timeout
+        self.conn = None
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def request(self, method, path, body=None):
+        """Returns (status, headers dict (lower-case names), parsed JSON or text). Raises
+        OSError / HTTPException when no answer came (the connection is closed then)."""
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+        hdrs = {}
+        data = None
+        if body is not None:
+            data = json.dumps(body)
+            hdrs["Content-Type"] = "application/json"
+        try:
+            self.conn.request(method, path, body=data, headers=hdrs)
+            resp = self.conn.getresponse()
+            raw = resp.read()
+        except Exception:
+            self.close()
+            raise
+        text = raw.decode("utf-8", "replace")
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = text
+        headers = {k.lower(): v for k, v in resp.getheaders()}
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return resp.status, headers, parsed
+
+
+class Daemon:
+    """One child process in its own process group, output to a log file."""
+
+    def __init__(self, name, argv, log_path):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.proc = None
+        self.stopped = False
+
+    def start(self):
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            log.close()
+        self.stopped = False
+        return self
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def _signal(self, sig):
+        if self.running():
+            try:
+                os.kill(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill9(self):
+        if self.proc is None:
+            return
+        self._signal(signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.stopped = False
+
+    def sigstop(self):
+        self._signal(signal.SIGSTOP)
+        self.stopped = True
+
+    def sigcont(self):
+        self._signal(signal.SIGCONT)
+        self.stopped = False
+
+    def terminate(self, timeout=10):
+        if not self.running():
+            return
+        if self.stopped:
+            self.sigcont()
+        self._signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+
+    def log_text(self):
+        try:
+            with open(self.log_path, "r", errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def events(self, event):
+        return parse_event_lines(self.log_text(), event)
+
+
+class HaCluster:
+    """Schedulers 'a' (configured master) and 'b' (configured standby) plus agents.
+
+    mode: replication mode (sync | async); shared: give both a shared_storage directory (the
+    lease arbiter); extra_sched: dict merged into both scheduler configs (sections merged)."""
+
+    def __init__(self, name, mode="sync", shared=False, hb_interval=0.5, hb_timeout=2.0,
+                 agent_hb_timeout=5, extra_sched=None):
+        self.tmp = tempfile.mkdtemp(prefix="dgpu-ha-%s-" % name)
+        self.mode = mode
+        self.hb_interval = hb_interval
+        self.hb_timeout = hb_timeout
+        self.agent_hb_timeout = agent_hb_timeout
+        self.shared_dir = os.path.join(self.tmp, "shared") if shared else ""
+        if shared:
+            os.makedirs(self.shared_dir)
+        self.extra_sched = extra_sched or {}
+        self.ports = {n: {"http": free_port(), "grpc": free_port()} for n in ("a", "b")}
+        self.schedulers = {}
+        self.agents = {}
+        self.marker = os.path.basename(self.tmp)  # env marker of every task process
+        self._clients = {}
+        self._lock = threading.Lock()
+
+    # --- configuration ------------------------------------------------------------------------
+
+    def http_address(self, name):
+        return "127.0.0.1:%d" % self.ports[name]["http"]
+
+    def grpc_address(self, name):
+        return "127.0.0.1:%d" % self.ports[name]["grpc"]
+
+    def scheduler_doc(self, name):
+        peer = "b" if name == "a" else "a"
+        doc = {
+            "server": {"grpc_address": self.grpc_address(name),
+                       "http_address": self.http_address(name)},
+            "scheduler": {"role": "master" if name == "a" else "standby", "id": "sched-" + name,
+                          "schedule_interval": 1},
+            "replication": {"enabled": True, "peer_address": self.grpc_address(peer),
+                            "heartbeat_interval": self.hb_interval,
+                            "heartbeat_timeout": self.hb_timeout, "mode": self.mode},
+            "agent": {"heartbeat_timeout": self.agent_hb_timeout},
+            "storage": {"snapshot_dir": os.path.join(self.tmp, "state-" + name)},
+            "logging": {"level": "info", "format": "text"},
+        }
+        if self.shared_dir:
+            doc["storage"]["shared_storage"] = self.shared_dir
+        for section, values in self.extra_sched.items():
+            doc.setdefault(section, {}).update(values)
+        return doc
+
+    def write_config(self, filename, doc):
+        path = os.path.join(self.tmp, filename)
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=1)  # JSON is valid YAML (flow style).
+            f.write("\n")
+        return path
+
+    # --- processes ----------------------------------------------------------------------------
+
+    def start_scheduler(self, name, wait_role=None, timeout=15):
+        """Starts scheduler 'a' or 'b'; wait_role: 'leader' | 'standby' | None."""
+        cfg = self.write_config("sched-%s.yaml" % name, self.scheduler_doc(name))
+        d = Daemon("sched-" + name, [bin_path("dgpu-scheduler"), "--config", cfg],
+                   os.path.join(self.tmp, "sched-%s.log" % name)).start()
+        self.schedulers[name] = d
+        if wait_role:
+            self.wait_role(name, wait_role, timeout)
+        return d
+
+    def start_agent(self, agent_id, gpus=4, heartbeat_interval=0.5):
+        work = os.path.join(self.tmp, "agent-" + agent_id)
+        os.makedirs(work, exist_ok=True)
+        doc = {
+            "agent": {"id": agent_id, "heartbeat_interval": heartbeat_interval},
+            "scheduler": {"master_address": self.grpc_address("a"),
+                          "standby_address": self.grpc_address("b"),
+                          "connection_timeout": 2, "retry_interval": 0.2,
+                          "max_retry_interval": 1},
+            "gpu": {"detection_method": "fake", "fake": {"count": gpus}},
+            "executor": {"work_dir": work, "kill_grace_period": 1},
+            "logging": {"level": "info", "format": "text"},
+        }
+        cfg = self.write_config("agent-%s.yaml" % agent_id, doc)
+        d = Daemon("agent-" + agent_id, [bin_path("dgpu-agent"), "--config", cfg],
+                   os.path.join(self.tmp, "agent-%s.log" % agent_id)).start()
+        self.agents[agent_id] = d
+        return d
+
+    def start_pair(self):
+        """A as leader, then B as its standby, attached (A logs the attachment)."""
+        self.start_scheduler("a", wait_role="leader")
+        self.start_scheduler("b", wait_role="standby")
+        wait_until(lambda: "standby sched-b attached" in self.schedulers["a"].log_text(), 15,
+                   what="B attached to A as standby")
+
+    def task_processes(self):
+        """pids of live task processes of this cluster (found by their HA_TEST_RUN marker)."""
+        mark = ("HA_TEST_RUN=" + self.marker).encode()
+        pids = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open("/proc/%s/environ" % entry, "rb") as f:
+                    if mark in f.read().split(b"\0"):
+                        pids.append(int(entry))
+            except OSError:
+                pass
+        return pids
+
+    def close(self, keep=False):
+        for d in list(self.agents.values()) + list(self.schedulers.values()):
+            if d.stopped:
+                d.sigcont()
+            d.kill9()
+        for pid in self.task_processes():
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for c in self._clients.values():
+            c.close()
+        if not keep and not os.environ.get("DGPU_HA_KEEP_TMP"):
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def diagnostics(self, lines=40):
+        out = ["tmp: " + self.tmp]
+        for d in list(self.schedulers.values()) + list(self.agents.values()):
+            tail = d.log_text().splitlines()[-lines:]
+            out.append("--- %s (%s) ---" % (d.name, "running" if d.running() else "exited"))
+            out.extend(tail)
+        return "\n".join(out)
+
+    # --- REST ---------------------------------------------------------------------------------
+
+    def client(self, name, timeout=5.0):
+        """A fresh keep-alive client (one per thread: Http is not thread-safe)."""
+        return Http(self.ports[name]["http"], timeout)
+
+    def request(self, name, method, path, body=None, timeout=5.0):
+        key = (name, threading.get_ident())
+        with self._lock:
+            c = self._clients.get(key)
+            if c is None:
+                c = self._clients[key] = Http(self.ports[name]["http"], timeout)
+        return c.request(method, path, body)
+
+    def task_body(self, command, gpu_count=1, priority="low", name=None):
+        body = {"priority": priority, "gpu_count": gpu_count, "command": command,
+                "env": {"HA_TEST_RUN": self.marker}}
+        if name:
+            body["name"] = name
+        return body
+
+    def submit(self, name, command, gpu_count=1, priority="low", task_name=None):
+        """POST a task to scheduler `name`; returns (status, headers, body)."""
+        return self.request(name, "POST", "/api/v1/tasks",
+                            self.task_body(command, gpu_count, priority, task_name))
+
+    def get_task(self, name, task_id):
+        status, _, body = self.request(name, "GET", "/api/v1/tasks/" + task_id)
+        return body if status == 200 else None
+
+    def readyz(self, name):
+        status, _, body = self.request(name, "GET", "/readyz", timeout=2)
+        return status, body
+
+    def role(self, name):
+        try:
+            status, body = self.readyz(name)
+        except (OSError, http.client.HTTPException):
+            return None
+        return body.get("role") if isinstance(body, dict) else None
+
+    def wait_role(self, name, role, timeout=15):
+        def check():
+            if not self.schedulers[name].running():
+                raise AssertionError("scheduler %s exited:\n%s" % (name, self.diagnostics()))
+            return self.role(name) == role
+        wait_until(check, timeout, what="scheduler %s to be %s" % (name, role))
+
+    def wait_agents_online(self, name, ids, timeout=15):
+        def check():
+            status, _, body = self.request(name, "GET", "/api/v1/agents")
+            if status != 200:
+                return False
+            online = {a["id"] for a in body["agents"] if a["status"] == "online"}
+            return set(ids) <= online
+        wait_until(check, timeout, what="agents %s online on %s" % (ids, name))
+
+    def wait_task_status(self, name, task_id, statuses, timeout=15):
+        if isinstance(statuses, str):
+            statuses = (statuses,)
+        last = {}
+
+        def check():
+            t = self.get_task(name, task_id)
+            if t:
+                last["t"] = t
+            return t if t is not None and t["status"] in statuses else None
+        try:
+            return wait_until(check, timeout, what="%s %s on %s" % (task_id, statuses, name))
+        except AssertionError as e:
+            raise AssertionError("%s; last seen: %s" % (e, last.get("t")))
+
+    # --- agent logs ---------------------------------------------------------------------------
+
+    def task_started(self, agent_id):
+        return self.agents[agent_id].events("task_started")
+
+    def started_pids(self, task_id):
+        """pid recorded by a task command that starts with `echo $$ > pids/<id>`."""
+        path = os.path.join(self.tmp, "pids", task_id)
+        try:
+            with open(path) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def pid_command(self, seconds):
+        """A command that records its shell pid under tmp/pids/$DGPU_TASK_ID, then sleeps."""
+        d = os.path.join(self.tmp, "pids")
+        os.makedirs(d, exist_ok=True)
+        return "echo $$ > %s/$DGPU_TASK_ID; sleep %s" % (d, seconds)
+
+
+class Storm:
+    """Client threads submitting continuously. Each thread posts to its current target; on a
+    connection error or a 503 it moves to the other scheduler. Every 201 is recorded as
+    (task_id, scheduler, monotonic time, token) where token is unique in the command."""
+
+    def __init__(self, cluster, threads=4, targets=("a", "b"), pause=0.0, timeout=5.0):
+        self.cluster = cluster
+        self.n = threads
+        self.targets = list(targets)
+        self.pause = pause
+        self.timeout = timeout
+        self.acked = []
+        self.errors = []   # (scheduler, mono time, status or exception text)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = []
+
+    def start(self):
+        for i in range(self.n):
+            t = threading.Thread(target=self._run, args=(i,), daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def _run(self, idx):
+        clients = {n: self.cluster.client(n, self.timeout) for n in self.targets}
+        which = 0
+        k = 0
+        while not self._stop.is_set():
+            name = self.targets[which]
+            token = "storm-%d-%d" % (idx, k)
+            k += 1
+            body = self.cluster.task_body("true # " + token, 1, "low")
+            try:
+                status, _, resp = clients[name].request("POST", "/api/v1/tasks", body)
+            except (OSError, http.client.HTTPException) as e:
+                with self._lock:
+                    self.errors.append((name, time.monotonic(), repr(e)))
+                which = (which + 1) % len(self.targets)
+                time.sleep(0.02)
+                continue
+            now = time.monotonic()
+            if status == 201:
+                with self._lock:
+                    self.acked.append((resp["task_id"], name, now, token))
+            else:
+                with self._lock:
+                    self.errors.append((name, now, status))
+                if status == 503:
+                    which = (which + 1) % len(self.targets)
+                time.sleep(0.02)
+            if self.pause:
+                time.sleep(self.pause)
+        for c in clients.values():
+            c.close()
+
+    def first_ack(self, name, after=0.0):
+        with self._lock:
+            times = [t for (_, n, t, _) in self.acked if n == name and t >= after]
+        return min(times) if times else None
+
+    def count(self, name=None):
+        with self._lock:
+            return sum(1 for a in self.acked if name is None or a[1] == name)
+
+    def stop(self):
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=15)
+
+
+class HaTestCase(unittest.TestCase):
+    """Kills every process of self.cluster after each test; on a failure, prints the daemons'
+    log tails and keeps the temporary directory."""
+
+    cluster = None
+
+    def run(self, result=None):
+        if result is None:
+            result = self.defaultTestResult()
+        before = len(result.failures) + len(result.errors)
+        try:
+            return super().run(result)
+        finally:
+            failed = len(result.failures) + len(result.errors) > before
+            if self.cluster is not None:
+                if failed:
+                    print("\n" + self.cluster.diagnostics())
+                self.cluster.close(keep=failed)
+                self.cluster = None
