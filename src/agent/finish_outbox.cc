@@ -177,13 +177,32 @@ Status FinishOutbox::Add(const TaskExit& exit) {
   return OkStatus();
 }
 
+Status FinishOutbox::AddAll(const std::vector<TaskExit>& exits) {
+  if (exits.empty()) return OkStatus();
+  for (const auto& exit : exits) {
+    Status valid = ValidateTaskId(exit.task_id);
+    if (!valid.ok()) return valid;
+  }
+  for (const auto& exit : exits) {
+    Status written = WriteFileDurably(dir_ + "/" + exit.task_id + kSuffix, TaskExitToJson(exit));
+    if (!written.ok()) return written;
+  }
+  // One directory sync makes every rename of the batch durable.
+  Status synced = SyncDirectory();
+  if (!synced.ok()) return synced;
+  for (const auto& exit : exits) pending_[exit.task_id] = exit;
+  return OkStatus();
+}
+
 Status FinishOutbox::Ack(const std::string& task_id) {
   auto it = pending_.find(task_id);
   if (it == pending_.end()) return NotFound("no pending finish for task '" + task_id + "'");
   const std::string path = dir_ + "/" + task_id + kSuffix;
   if (unlink(path.c_str()) != 0 && errno != ENOENT) return Internal(Errno("unlink '" + path + "'"));
   pending_.erase(it);
-  return SyncDirectory();
+  // No directory sync: an unlink lost in a crash only means the finish is reported again, and
+  // the scheduler answers a repeated finish with ALREADY_EXISTS, which counts as acknowledged.
+  return OkStatus();
 }
 
 std::vector<TaskExit> FinishOutbox::Pending() const {

@@ -29,7 +29,12 @@ class FinishOutbox {
   // InvalidArgument for an invalid task id; Internal for an I/O failure (nothing recorded).
   Status Add(const TaskExit& exit);
 
-  // Forgets the exit of `task_id` durably. NotFound when none is pending.
+  // Persists several exits with one directory sync (what one executor poll returned). All or
+  // nothing is recorded in memory; on an I/O error some files may exist and are loaded next time.
+  Status AddAll(const std::vector<TaskExit>& exits);
+
+  // Forgets the exit of `task_id` (the file is removed without a directory sync: if the removal
+  // is lost in a crash, the finish is merely reported again). NotFound when none is pending.
   Status Ack(const std::string& task_id);
 
   // Pending exits ordered by finish time, then task id.

@@ -287,15 +287,46 @@ void AgentSession::SendHeartbeat(int64_t now) {
 
 void AgentSession::ReportFinishes(int64_t now, bool force) {
   if (!conn_ || (!force && now < next_finish_retry_)) return;
-  for (const auto& e : outbox_.Pending()) {
-    dgpu::v1::TaskFinishedRequest req;
-    req.set_agent_id(agent_id_);
-    req.set_epoch(highest_epoch_);
-    FillResult(e, req.mutable_result());
-    dgpu::v1::TaskFinishedResponse resp;
+  std::vector<TaskExit> pending = outbox_.Pending();
+  if (pending.empty()) return;
+  // All reports of a round go out at once: the scheduler commits them together.
+  struct Call {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    grpc::Status s = conn_->stub->TaskFinished(&ctx, req, &resp);
+    dgpu::v1::TaskFinishedRequest req;
+    dgpu::v1::TaskFinishedResponse resp;
+    grpc::Status status;
+  };
+  constexpr size_t kMaxInFlight = 256;
+  if (pending.size() > kMaxInFlight) pending.resize(kMaxInFlight);
+  std::vector<std::unique_ptr<Call>> calls;
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t remaining = pending.size();
+  for (const auto& e : pending) {
+    auto c = std::make_unique<Call>();
+    c->req.set_agent_id(agent_id_);
+    c->req.set_epoch(highest_epoch_);
+    FillResult(e, c->req.mutable_result());
+    c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    Call* raw = c.get();
+    conn_->stub->async()->TaskFinished(&raw->ctx, &raw->req, &raw->resp,
+                                       [raw, &mu, &cv, &remaining](grpc::Status s) {
+                                         std::lock_guard<std::mutex> lock(mu);
+                                         raw->status = std::move(s);
+                                         if (--remaining == 0) cv.notify_one();
+                                       });
+    calls.push_back(std::move(c));
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return remaining == 0; });
+  }
+  bool failed = false;
+  std::string failure;
+  bool disconnect = false;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const grpc::Status& s = calls[i]->status;
+    const TaskExit& e = pending[i];
     bool delivered = s.ok() || s.error_code() == grpc::StatusCode::ALREADY_EXISTS;
     // The scheduler cannot apply it (the task is unknown or runs elsewhere now): drop it.
     bool undeliverable = s.error_code() == grpc::StatusCode::NOT_FOUND ||
@@ -309,13 +340,17 @@ void AgentSession::ReportFinishes(int64_t now, bool force) {
       (void)outbox_.Ack(e.task_id);
       continue;
     }
-    spdlog::warn("cannot report the finish of {}: {}", e.task_id, s.error_message());
-    next_finish_retry_ = now + 1'000'000;
+    if (!failed) spdlog::warn("cannot report the finish of {}: {}", e.task_id, s.error_message());
+    failed = true;
+    failure = s.error_message();
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
         s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-      Disconnect("finish report failed: " + s.error_message());
+      disconnect = true;
     }
-    return;
+  }
+  if (failed) {
+    next_finish_retry_ = now + 1'000'000;
+    if (disconnect) Disconnect("finish report failed: " + failure);
   }
 }
 
@@ -347,11 +382,15 @@ int AgentSession::Run() {
                devices_.size(), gpus_->name(), executor_->name(), addresses_.size());
   while (!stop_.load()) {
     int64_t now = Mono();
-    for (const auto& e : executor_->Poll(common::NowMicros())) {
-      task_gpus_.erase(e.task_id);
-      if (Status s = outbox_.Add(e); !s.ok()) {
-        spdlog::error("cannot persist the finish of {}: {}", e.task_id, s.message());
+    std::vector<TaskExit> exits = executor_->Poll(common::NowMicros());
+    if (!exits.empty()) {
+      if (Status s = outbox_.AddAll(exits); !s.ok()) {
+        spdlog::error("cannot persist {} finishes: {}", exits.size(), s.message());
+        for (const auto& e : exits) (void)outbox_.Add(e);
       }
+    }
+    for (const auto& e : exits) {
+      task_gpus_.erase(e.task_id);
       common::LogEvent(common::events::kTaskFinished, {{"task_id", e.task_id},
                                                        {"node", agent_id_},
                                                        {"success", e.success},
@@ -366,10 +405,10 @@ int AgentSession::Run() {
       if (conn_ && now >= next_heartbeat_) SendHeartbeat(now);
       if (conn_) ReportFinishes(now, false);
     }
-    // Sleep until something arrives on the stream, or 50 ms (executor polling).
+    // Sleep until something arrives on the stream, or 10 ms (executor polling).
     if (conn_) {
       std::unique_lock<std::mutex> lock(conn_->mu);
-      conn_->cv.wait_for(lock, std::chrono::milliseconds(50),
+      conn_->cv.wait_for(lock, std::chrono::milliseconds(10),
                          [&] { return !conn_->inbox.empty() || conn_->broken; });
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
