@@ -1,0 +1,42 @@
+# Shared by the bench/run_*.sh scripts (sourced). Starts real daemons in a work directory.
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=${DGPU_BIN_DIR:-$REPO/build/bin}
+PIDS=()
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [[ -n "${WORK:-}" && -z "${KEEP:-}" ]]; then rm -rf "$WORK"; fi
+}
+
+# make_work: a work directory on the real disk (NOT tmpfs: fsync must cost what it costs).
+make_work() {
+  WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/dgpu-bench.XXXXXX")
+  trap cleanup EXIT
+}
+
+# start_scheduler [extra yaml lines...]: sets HTTP_PORT, GRPC_PORT, SCHED_PID.
+start_scheduler() {
+  HTTP_PORT=$(free_port); GRPC_PORT=$(free_port)
+  {
+    echo "server: { grpc_address: \"127.0.0.1:$GRPC_PORT\", http_address: \"127.0.0.1:$HTTP_PORT\" }"
+    echo "storage: { snapshot_dir: \"$WORK/state\", fsync: true }"
+    for line in "$@"; do echo "$line"; done
+  } > "$WORK/sched.yaml"
+  "$BIN/dgpu-scheduler" --config "$WORK/sched.yaml" > "$WORK/sched.log" 2>&1 &
+  SCHED_PID=$!; PIDS+=("$SCHED_PID")
+  for _ in $(seq 200); do
+    curl -fsS "http://127.0.0.1:$HTTP_PORT/healthz" >/dev/null 2>&1 && return 0
+    kill -0 "$SCHED_PID" 2>/dev/null || { cat "$WORK/sched.log"; echo "scheduler exited" >&2; exit 1; }
+    sleep 0.05
+  done
+  echo "scheduler did not come up" >&2; exit 1
+}
+
+# metric NAME: sum of the samples of a metric (all label sets).
+metric() {
+  curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" |
+    awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $2 } END { printf "%.6g\n", s + 0 }'
+}

@@ -1,0 +1,290 @@
+"""Small helpers for the durability tests: start the real dgpu daemons, talk REST to them.
+
+Python 3 standard library only. The binaries are looked up in $DGPU_BIN_DIR (set by CTest to
+the directory of dgpu-scheduler), else in build/bin of the repository.
+"""
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def bin_dir():
+    return os.environ.get("DGPU_BIN_DIR") or os.path.join(REPO, "build", "bin")
+
+
+def binary(name):
+    path = os.path.join(bin_dir(), name)
+    if not os.access(path, os.X_OK):
+        raise RuntimeError("%s not found (set DGPU_BIN_DIR or build the project)" % path)
+    return path
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def to_yaml(value):
+    """JSON is a subset of YAML flow style: good enough for our configs."""
+    return json.dumps(value, indent=1) + "\n"
+
+
+class Http:
+    """One keep-alive connection; reconnects after an error."""
+
+    def __init__(self, port, timeout=10.0):
+        self.port = port
+        self.timeout = timeout
+        self.conn = None
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def request(self, method, path, body=None, headers=None):
+        """Returns (status, parsed JSON or raw text). Raises OSError/HTTPException on failure
+        (the connection is closed then)."""
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+        hdrs = dict(headers or {})
+        data = None
+        if body is not None:
+            data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+            hdrs.setdefault("Content-Type", "application/json")
+        try:
+            self.conn.request(method, path, body=data, headers=hdrs)
+            resp = self.conn.getresponse()
+            raw = resp.read()
+        except Exception:
+            self.close()
+            raise
+        text = raw.decode("utf-8", "replace")
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = text
+        if resp.getheader("Connection", "").lower() == "close":
+            self.close()
+        return resp.status, parsed
+
+
+def http_once(port, method, path, body=None, timeout=10.0):
+    c = Http(port, timeout)
+    try:
+        return c.request(method, path, body)
+    finally:
+        c.close()
+
+
+def submit_body(command="true", gpu_count=1, priority="low", **extra):
+    body = {"priority": priority, "gpu_count": gpu_count, "command": command}
+    body.update(extra)
+    return body
+
+
+class Daemon:
+    def __init__(self, name, workdir, config, tag):
+        self.name = name
+        self.workdir = workdir
+        self.config = config
+        self.tag = tag
+        self.config_path = os.path.join(workdir, tag + ".yaml")
+        self.log_path = os.path.join(workdir, tag + ".log")
+        self.err_path = os.path.join(workdir, tag + ".err")
+        self.proc = None
+
+    def write_config(self):
+        with open(self.config_path, "w") as f:
+            f.write(to_yaml(self.config))
+
+    def start(self):
+        self.write_config()
+        out = open(self.log_path, "ab")
+        err = open(self.err_path, "wb")
+        try:
+            self.proc = subprocess.Popen([binary(self.name), "--config", self.config_path],
+                                         stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        finally:
+            out.close()
+            err.close()
+        return self
+
+    def run_to_exit(self, timeout=20):
+        """Starts the daemon and waits for it to exit; returns (rc, stderr text)."""
+        self.start()
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None, self.stderr()
+        return rc, self.stderr()
+
+    def stderr(self):
+        with open(self.err_path, "r", errors="replace") as f:
+            return f.read()
+
+    def log(self):
+        with open(self.log_path, "r", errors="replace") as f:
+            return f.read()
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self):
+        """SIGKILL and reap."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(10)
+
+    def stop(self, timeout=15):
+        """SIGTERM, wait; SIGKILL if it does not exit. Returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+class Scheduler(Daemon):
+    def __init__(self, workdir, state_dir=None, http_port=None, grpc_port=None, tag="sched",
+                 **sections):
+        self.http_port = http_port or free_port()
+        self.grpc_port = grpc_port or free_port()
+        self.state_dir = state_dir or os.path.join(workdir, "state")
+        config = {
+            "server": {"grpc_address": "127.0.0.1:%d" % self.grpc_port,
+                       "http_address": "127.0.0.1:%d" % self.http_port},
+            "storage": {"snapshot_dir": self.state_dir},
+            "logging": {"level": "info", "format": "text", "output": "stdout"},
+        }
+        for key, value in sections.items():
+            config.setdefault(key, {}).update(value)
+        super().__init__("dgpu-scheduler", workdir, config, tag)
+
+    def wait_ready(self, timeout=15.0):
+        """Waits until /healthz answers; raises with the daemon's stderr if it exits."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("dgpu-scheduler exited with %s: %s" %
+                                   (self.proc.returncode, self.stderr().strip()))
+            try:
+                status, _ = http_once(self.http_port, "GET", "/healthz", timeout=1.0)
+                if status == 200:
+                    return
+            except (OSError, http.client.HTTPException):
+                pass
+            time.sleep(0.01)
+        raise RuntimeError("dgpu-scheduler did not answer /healthz within %.0fs" % timeout)
+
+    def http(self, method, path, body=None, timeout=10.0):
+        return http_once(self.http_port, method, path, body, timeout)
+
+    def metrics(self):
+        status, text = self.http("GET", "/metrics")
+        if status != 200:
+            raise RuntimeError("/metrics: %s" % status)
+        values = {}
+        for line in text.splitlines():
+            if line.startswith("#") or not line.strip():
+                continue
+            name, _, value = line.rpartition(" ")
+            try:
+                values[name] = float(value)
+            except ValueError:
+                pass
+        return values
+
+
+class Agent(Daemon):
+    def __init__(self, workdir, scheduler, agent_id, gpus=4, heartbeat=0.5, tag=None):
+        config = {
+            "agent": {"id": agent_id, "heartbeat_interval": heartbeat},
+            "scheduler": {"master_address": "127.0.0.1:%d" % scheduler.grpc_port,
+                          "retry_interval": 0.1, "max_retry_interval": 0.5},
+            "gpu": {"detection_method": "fake", "fake": {"count": gpus}},
+            "executor": {"work_dir": os.path.join(workdir, agent_id), "kill_grace_period": 1},
+            "logging": {"level": "info", "format": "text", "output": "stdout"},
+        }
+        super().__init__("dgpu-agent", workdir, config, tag or agent_id)
+        self.agent_id = agent_id
+
+    def events(self, event):
+        """[(task_id, line)] of `event=<event>` lines in the agent's log."""
+        out = []
+        pattern = re.compile(r"event=%s\b.*?\btask_id=(\S+)" % re.escape(event))
+        for line in self.log().splitlines():
+            m = pattern.search(line)
+            if m:
+                out.append((m.group(1), line))
+        return out
+
+
+def wait_until(predicate, timeout, interval=0.05, what="condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError("timed out after %.1fs waiting for %s (last: %r)" % (timeout, what, last))
+
+
+def task_number(task_id):
+    return int(task_id.rsplit("-", 1)[1])
+
+
+class TempDir:
+    def __init__(self, prefix):
+        base = os.environ.get("DGPU_TEST_TMP") or None
+        self.path = tempfile.mkdtemp(prefix=prefix, dir=base)
+
+    def cleanup(self):
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def can_mount(where):
+    """(True, "") when a tmpfs can be mounted at `where`, else (False, reason)."""
+    if os.geteuid() != 0:
+        return False, "mount needs root (running as uid %d)" % os.geteuid()
+    if shutil.which("mount") is None or shutil.which("umount") is None:
+        return False, "mount/umount not installed"
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", where],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return False, "mount -t tmpfs not permitted: " + (r.stderr.strip() or r.stdout.strip())
+    subprocess.run(["umount", where], capture_output=True)
+    return True, ""
+
+
+def mount_tmpfs(where, options):
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", where], check=True,
+                   capture_output=True)
+
+
+def umount(where):
+    for _ in range(50):
+        r = subprocess.run(["umount", where], capture_output=True, text=True)
+        if r.returncode == 0 or "not mounted" in r.stderr:
+            return
+        time.sleep(0.1)
+    subprocess.run(["umount", "-l", where], capture_output=True)
