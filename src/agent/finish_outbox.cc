@@ -14,6 +14,7 @@ namespace dgpu::agent {
 namespace {
 
 constexpr char kSuffix[] = ".json";
+constexpr char kBatchSuffix[] = ".batch.json";
 constexpr char kTempSuffix[] = ".json.tmp";
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
@@ -121,6 +122,7 @@ StatusOr<FinishOutbox> FinishOutbox::Open(const std::string& work_dir) {
       continue;
     }
     if (!EndsWith(name, kSuffix)) continue;
+    const bool batch = EndsWith(name, kBatchSuffix);
     std::string text;
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     std::string problem;
@@ -135,6 +137,33 @@ StatusOr<FinishOutbox> FinishOutbox::Open(const std::string& work_dir) {
       if (n < 0) problem = Errno("read");
       close(fd);
     }
+    if (problem.empty() && batch) {
+      size_t start = 0;
+      int kept = 0;
+      while (start < text.size()) {
+        size_t end = text.find('\n', start);
+        if (end == std::string::npos) end = text.size();
+        std::string line = text.substr(start, end - start);
+        start = end + 1;
+        if (line.empty()) continue;
+        StatusOr<TaskExit> exit = TaskExitFromJson(line);
+        if (!exit.ok() || !ValidateTaskId(exit->task_id).ok()) {
+          outbox.load_errors_.push_back("finish outbox entry '" + path +
+                                        "' has a corrupt line: " +
+                                        (exit.ok() ? "bad task id" : exit.status().message()));
+          continue;
+        }
+        if (auto old = outbox.file_of_.find(exit->task_id); old != outbox.file_of_.end()) {
+          outbox.refs_[old->second]--;
+        }
+        outbox.pending_[exit->task_id] = *exit;
+        outbox.file_of_[exit->task_id] = path;
+        kept++;
+      }
+      outbox.refs_[path] += kept;
+      if (kept == 0) unlink(path.c_str());
+      continue;
+    }
     if (problem.empty()) {
       StatusOr<TaskExit> exit = TaskExitFromJson(text);
       const std::string expected_id = name.substr(0, name.size() - strlen(kSuffix));
@@ -143,7 +172,12 @@ StatusOr<FinishOutbox> FinishOutbox::Open(const std::string& work_dir) {
       } else if (exit->task_id != expected_id) {
         problem = "task_id '" + exit->task_id + "' does not match the file name";
       } else {
+        if (auto old = outbox.file_of_.find(exit->task_id); old != outbox.file_of_.end()) {
+          outbox.refs_[old->second]--;
+        }
         outbox.pending_[exit->task_id] = *exit;
+        outbox.file_of_[exit->task_id] = path;
+        outbox.refs_[path]++;
         continue;
       }
     }
@@ -173,36 +207,58 @@ Status FinishOutbox::Add(const TaskExit& exit) {
   if (!written.ok()) return written;
   Status synced = SyncDirectory();
   if (!synced.ok()) return synced;
+  const std::string path = dir_ + "/" + exit.task_id + kSuffix;
+  if (auto old = file_of_.find(exit.task_id); old != file_of_.end() && old->second != path) {
+    (void)Release(exit.task_id);
+  }
+  if (file_of_[exit.task_id] != path) refs_[path]++;
   pending_[exit.task_id] = exit;
+  file_of_[exit.task_id] = path;
   return OkStatus();
 }
 
 Status FinishOutbox::AddAll(const std::vector<TaskExit>& exits) {
   if (exits.empty()) return OkStatus();
+  std::string data;
   for (const auto& exit : exits) {
     Status valid = ValidateTaskId(exit.task_id);
     if (!valid.ok()) return valid;
+    data += TaskExitToJson(exit);
+    data += '\n';
   }
-  for (const auto& exit : exits) {
-    Status written = WriteFileDurably(dir_ + "/" + exit.task_id + kSuffix, TaskExitToJson(exit));
-    if (!written.ok()) return written;
-  }
-  // One directory sync makes every rename of the batch durable.
+  const std::string path = dir_ + "/batch-" + exits.front().task_id + kBatchSuffix;
+  Status written = WriteFileDurably(path, data);
+  if (!written.ok()) return written;
+  // One directory sync makes the batch file's rename durable.
   Status synced = SyncDirectory();
   if (!synced.ok()) return synced;
-  for (const auto& exit : exits) pending_[exit.task_id] = exit;
+  for (const auto& exit : exits) {
+    if (file_of_.count(exit.task_id) != 0) (void)Release(exit.task_id);
+    pending_[exit.task_id] = exit;
+    file_of_[exit.task_id] = path;
+    refs_[path]++;
+  }
+  return OkStatus();
+}
+
+Status FinishOutbox::Release(const std::string& task_id) {
+  auto f = file_of_.find(task_id);
+  if (f == file_of_.end()) return OkStatus();
+  std::string path = f->second;
+  file_of_.erase(f);
+  if (--refs_[path] > 0) return OkStatus();
+  refs_.erase(path);
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) return Internal(Errno("unlink '" + path + "'"));
   return OkStatus();
 }
 
 Status FinishOutbox::Ack(const std::string& task_id) {
   auto it = pending_.find(task_id);
   if (it == pending_.end()) return NotFound("no pending finish for task '" + task_id + "'");
-  const std::string path = dir_ + "/" + task_id + kSuffix;
-  if (unlink(path.c_str()) != 0 && errno != ENOENT) return Internal(Errno("unlink '" + path + "'"));
   pending_.erase(it);
   // No directory sync: an unlink lost in a crash only means the finish is reported again, and
   // the scheduler answers a repeated finish with ALREADY_EXISTS, which counts as acknowledged.
-  return OkStatus();
+  return Release(task_id);
 }
 
 std::vector<TaskExit> FinishOutbox::Pending() const {

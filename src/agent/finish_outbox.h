@@ -1,7 +1,8 @@
 // FinishOutbox: task exits that the scheduler has not acknowledged yet, kept on disk so that
 // they survive an agent restart.
 //
-// Layout: <work_dir>/.finish-outbox/<task_id>.json, one JSON object per exit. Each file is
+// Layout: <work_dir>/.finish-outbox/<task_id>.json, one JSON object per exit, or
+// batch-<task_id>.batch.json with one object per line for the exits of one executor poll. Each file is
 // written to a temporary name, fsync'ed, renamed into place and the directory fsync'ed, so a
 // crash leaves either the old state or the new one. Ack removes the file (and fsyncs the
 // directory). Open() loads every entry; an unreadable or corrupt entry is renamed to
@@ -29,8 +30,9 @@ class FinishOutbox {
   // InvalidArgument for an invalid task id; Internal for an I/O failure (nothing recorded).
   Status Add(const TaskExit& exit);
 
-  // Persists several exits with one directory sync (what one executor poll returned). All or
-  // nothing is recorded in memory; on an I/O error some files may exist and are loaded next time.
+  // Persists several exits (what one executor poll returned) in one batch file
+  // `batch-<first task id>.batch.json`, one JSON object per line: one fsync and one directory
+  // sync for the whole batch. All or nothing is recorded.
   Status AddAll(const std::vector<TaskExit>& exits);
 
   // Forgets the exit of `task_id` (the file is removed without a directory sync: if the removal
@@ -50,7 +52,12 @@ class FinishOutbox {
   Status SyncDirectory() const;
 
   std::string dir_;
+  // Drops one reference to `path`; the file is removed when no pending exit is in it.
+  Status Release(const std::string& task_id);
+
   std::map<std::string, TaskExit> pending_;
+  std::map<std::string, std::string> file_of_;  // Task id -> file holding its exit.
+  std::map<std::string, int> refs_;             // File -> pending exits in it.
   std::vector<std::string> load_errors_;
 };
 

@@ -1,5 +1,7 @@
 #include "agent/finish_outbox.h"
 
+#include <unistd.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -43,6 +45,35 @@ TEST(FinishOutboxTest, SurvivesReopenUntilAcknowledged) {
   ASSERT_TRUE(outbox.ok());
   EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{b, c}));
   EXPECT_EQ(outbox->directory(), dir.path() + "/work/.finish-outbox");
+}
+
+TEST(FinishOutboxTest, BatchIsOneFileUntilEveryExitIsAcknowledged) {
+  TempDir dir;
+  const TaskExit a = Exit("task-1", true, 0, 0, "", 10);
+  const TaskExit b = Exit("task-2", false, 3, 0, "", 11);
+  const TaskExit c = Exit("task-3", false, 143, 15, "cancelled", 12);
+  const std::string batch = dir.path() + "/.finish-outbox/batch-task-1.batch.json";
+  {
+    auto outbox = FinishOutbox::Open(dir.path());
+    ASSERT_TRUE(outbox.ok());
+    ASSERT_TRUE(outbox->AddAll({a, b, c}).ok());
+    EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{a, b, c}));
+    EXPECT_EQ(access(batch.c_str(), F_OK), 0);
+    ASSERT_TRUE(outbox->Ack("task-1").ok());
+  }
+  {
+    auto outbox = FinishOutbox::Open(dir.path());
+    ASSERT_TRUE(outbox.ok());
+    EXPECT_TRUE(outbox->load_errors().empty());
+    // The acknowledgement was not in the file: a1 comes back (reported again, harmlessly).
+    EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{a, b, c}));
+    for (const char* id : {"task-1", "task-2", "task-3"}) ASSERT_TRUE(outbox->Ack(id).ok());
+    EXPECT_TRUE(outbox->Pending().empty());
+    EXPECT_NE(access(batch.c_str(), F_OK), 0);  // Removed once nothing in it is pending.
+  }
+  auto outbox = FinishOutbox::Open(dir.path());
+  ASSERT_TRUE(outbox.ok());
+  EXPECT_TRUE(outbox->Pending().empty());
 }
 
 TEST(FinishOutboxTest, AddReplacesSameTask) {
