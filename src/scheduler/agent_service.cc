@@ -1,4 +1,5 @@
 #include "scheduler/agent_service.h"
+#include "scheduler/queued_bidi_reactor.h"
 
 #include <spdlog/spdlog.h>
 
@@ -30,7 +31,7 @@ std::string JoinIndices(const std::vector<int>& v) {
 
 // One agent's Heartbeat stream. Owns itself until OnDone; the hub holds a shared reference so
 // that decisions can be pushed at any time. One write in flight at a time.
-class HeartbeatReactor : public grpc::ServerBidiReactor<HeartbeatRequest, HeartbeatResponse> {
+class HeartbeatReactor : public QueuedBidiReactor<HeartbeatRequest, HeartbeatResponse> {
  public:
   explicit HeartbeatReactor(AgentService* svc) : svc_(svc) {}
   void Begin(std::shared_ptr<HeartbeatReactor> self) {
@@ -38,59 +39,20 @@ class HeartbeatReactor : public grpc::ServerBidiReactor<HeartbeatRequest, Heartb
     StartRead(&req_);
   }
 
-  void Send(HeartbeatResponse msg) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_ || finished_) return;
-    out_.push_back(std::move(msg));
-    if (!writing_) {
-      writing_ = true;
-      StartWrite(&out_.front());
-    }
-  }
-
-  void Close() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_ || finished_) return;
-    finished_ = true;
-    Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "scheduler shutting down"));
-  }
-
   void OnReadDone(bool ok) override {
     if (!ok) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!finished_) {
-        finished_ = true;
-        Finish(grpc::Status::OK);
-      }
+      Close(grpc::Status::OK);
       return;
     }
     HandleHeartbeat(req_);
     StartRead(&req_);
   }
 
-  void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    out_.pop_front();
-    if (!ok || finished_) {
-      writing_ = false;
-      return;
-    }
-    if (!out_.empty()) {
-      StartWrite(&out_.front());
-    } else {
-      writing_ = false;
-    }
-  }
-
   void OnDone() override {
     if (!agent_id_.empty()) svc_->hub_->Detach(agent_id_, this);
-    std::shared_ptr<HeartbeatReactor> self;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-      self = std::move(self_);
-    }
+    MarkDone();
     // `self` may be the last reference: this object is destroyed on return.
+    std::shared_ptr<HeartbeatReactor> self = std::move(self_);
   }
 
  private:
@@ -135,11 +97,7 @@ class HeartbeatReactor : public grpc::ServerBidiReactor<HeartbeatRequest, Heartb
   AgentService* svc_;
   HeartbeatRequest req_;
   std::string agent_id_;  // Reactor callbacks only.
-  std::mutex mu_;
-  std::deque<HeartbeatResponse> out_;  // GUARDED_BY(mu_)
-  bool writing_ = false;               // GUARDED_BY(mu_)
-  bool finished_ = false;              // GUARDED_BY(mu_)
-  bool done_ = false;                  // GUARDED_BY(mu_)
+  // Set in Begin, released in OnDone (both reactor callbacks, never concurrent).
   std::shared_ptr<HeartbeatReactor> self_;
 };
 
@@ -195,7 +153,9 @@ void AgentHub::CloseAll() {
     std::lock_guard<std::mutex> lock(mu_);
     streams = streams_;
   }
-  for (auto& [id, s] : streams) s->Close();
+  for (auto& [id, s] : streams) {
+    s->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "scheduler shutting down"));
+  }
 }
 
 void AgentHub::Dispatch(const core::SchedulerCore& core,

@@ -1,5 +1,7 @@
 #include "scheduler/replication.h"
 
+#include "scheduler/queued_bidi_reactor.h"
+
 #include <spdlog/spdlog.h>
 
 #include <deque>
@@ -122,7 +124,7 @@ StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
 // ------------------------------------------------------------------------------------------------
 // Leader side: one standby's SyncState stream.
 
-class SyncStreamReactor : public grpc::ServerBidiReactor<SyncRequest, SyncResponse> {
+class SyncStreamReactor : public QueuedBidiReactor<SyncRequest, SyncResponse> {
  public:
   explicit SyncStreamReactor(HaController* ha) : ha_(ha) {}
   void Begin(std::shared_ptr<SyncStreamReactor> self) {
@@ -130,27 +132,8 @@ class SyncStreamReactor : public grpc::ServerBidiReactor<SyncRequest, SyncRespon
     StartRead(&req_);
   }
 
-  void Send(SyncResponse m) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finished_) return;
-    if (out_.size() >= kMaxQueuedMessages) {
-      finished_ = true;
-      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "standby too far behind"));
-      return;
-    }
-    out_.push_back(std::move(m));
-    if (!writing_) {
-      writing_ = true;
-      StartWrite(&out_.front());
-    }
-  }
-
-  void Close(const grpc::Status& s) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finished_) return;
-    finished_ = true;
-    Finish(s);
-  }
+  // A standby this far behind is dropped; it reconnects and resyncs from a snapshot.
+  void Send(SyncResponse m) { QueuedBidiReactor::Send(std::move(m), kMaxQueuedMessages); }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
@@ -169,34 +152,15 @@ class SyncStreamReactor : public grpc::ServerBidiReactor<SyncRequest, SyncRespon
       auto self = self_;
       ha_->loop_->Post([self](CoreLoop::Context&) { self->ha_->Attach(self.get()); });
     } else {
-      uint64_t acked = req_.acked_seq();
-      ha_->FireReplicated(acked);
+      ha_->FireReplicated(req_.acked_seq());
     }
     StartRead(&req_);
   }
 
-  void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    out_.pop_front();
-    if (!ok || finished_) {
-      writing_ = false;
-      return;
-    }
-    if (!out_.empty()) {
-      StartWrite(&out_.front());
-    } else {
-      writing_ = false;
-    }
-  }
-
   void OnDone() override {
     ha_->Detach(this);
-    std::shared_ptr<SyncStreamReactor> self;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      finished_ = true;
-      self = std::move(self_);
-    }
+    MarkDone();
+    std::shared_ptr<SyncStreamReactor> self = std::move(self_);
   }
 
   const std::string& standby_id() const { return standby_id_; }
@@ -206,10 +170,8 @@ class SyncStreamReactor : public grpc::ServerBidiReactor<SyncRequest, SyncRespon
   SyncRequest req_;
   bool first_ = true;
   std::string standby_id_;
-  std::mutex mu_;
-  std::deque<SyncResponse> out_;  // GUARDED_BY(mu_)
-  bool writing_ = false;          // GUARDED_BY(mu_)
-  bool finished_ = false;         // GUARDED_BY(mu_)
+  // Set in Begin, released in OnDone (reactor callbacks); read by the posted Attach, which
+  // holds its own reference.
   std::shared_ptr<SyncStreamReactor> self_;
 };
 
