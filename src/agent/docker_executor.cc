@@ -55,10 +55,10 @@ std::vector<std::string> BuildDockerStopArgv(const std::string& task_id,
 }
 
 DockerExecutor::DockerExecutor(DockerExecutorOptions options)
-    : options_(std::move(options)),
-      supervisor_(SupervisorOptions{options_.work_dir, options_.kill_grace,
-                                    options_.child_subreaper, std::chrono::milliseconds(1000),
-                                    options_.clock}) {}
+    : SupervisedExecutor(SupervisorOptions{options.work_dir, options.kill_grace,
+                                           options.child_subreaper,
+                                           std::chrono::milliseconds(1000), options.clock}),
+      options_(std::move(options)) {}
 
 Status DockerExecutor::Start(const TaskLaunch& launch) {
   StatusOr<std::vector<std::string>> argv =

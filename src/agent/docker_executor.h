@@ -52,26 +52,15 @@ StatusOr<std::vector<std::string>> BuildDockerRunArgv(const TaskLaunch& launch,
 std::vector<std::string> BuildDockerStopArgv(const std::string& task_id,
                                              const std::string& docker_binary = "docker");
 
-class DockerExecutor final : public Executor {
+class DockerExecutor final : public SupervisedExecutor {
  public:
   explicit DockerExecutor(DockerExecutorOptions options);
 
   Status Start(const TaskLaunch& launch) override;
-  Status Cancel(const std::string& task_id) override { return supervisor_.Cancel(task_id); }
-  std::vector<TaskExit> Poll(int64_t now_micros) override { return supervisor_.Poll(now_micros); }
-  std::vector<std::string> Running() const override { return supervisor_.Running(); }
-  bool IsGpuBusy(int index) const override { return supervisor_.IsGpuBusy(index); }
-  std::vector<TaskExit> StopAll(std::chrono::milliseconds grace) override {
-    return supervisor_.StopAll(grace);
-  }
-  void Detach() override { supervisor_.Detach(); }
   std::string name() const override { return "docker"; }
-
-  std::string LogPath(const std::string& task_id) const { return supervisor_.LogPath(task_id); }
 
  private:
   DockerExecutorOptions options_;
-  TaskSupervisor supervisor_;
 };
 
 }  // namespace dgpu::agent

@@ -38,10 +38,10 @@ std::vector<std::string> MergeEnvironment(
 }
 
 ProcessExecutor::ProcessExecutor(ProcessExecutorOptions options)
-    : options_(std::move(options)),
-      supervisor_(SupervisorOptions{options_.work_dir, options_.kill_grace,
-                                    options_.child_subreaper, std::chrono::milliseconds(1000),
-                                    options_.clock}) {}
+    : SupervisedExecutor(SupervisorOptions{options.work_dir, options.kill_grace,
+                                           options.child_subreaper,
+                                           std::chrono::milliseconds(1000), options.clock}),
+      options_(std::move(options)) {}
 
 std::vector<std::string> ProcessExecutor::BuildEnvironment(const TaskLaunch& launch) const {
   std::vector<std::pair<std::string, std::string>> overrides;

@@ -32,29 +32,18 @@ struct ProcessExecutorOptions {
   std::function<int64_t()> clock;  // Unix micros; default: system clock.
 };
 
-class ProcessExecutor final : public Executor {
+class ProcessExecutor final : public SupervisedExecutor {
  public:
   explicit ProcessExecutor(ProcessExecutorOptions options);
 
   Status Start(const TaskLaunch& launch) override;
-  Status Cancel(const std::string& task_id) override { return supervisor_.Cancel(task_id); }
-  std::vector<TaskExit> Poll(int64_t now_micros) override { return supervisor_.Poll(now_micros); }
-  std::vector<std::string> Running() const override { return supervisor_.Running(); }
-  bool IsGpuBusy(int index) const override { return supervisor_.IsGpuBusy(index); }
-  std::vector<TaskExit> StopAll(std::chrono::milliseconds grace) override {
-    return supervisor_.StopAll(grace);
-  }
-  void Detach() override { supervisor_.Detach(); }
   std::string name() const override { return "process"; }
-
-  std::string LogPath(const std::string& task_id) const { return supervisor_.LogPath(task_id); }
 
   // The complete environment a task gets ("KEY=VALUE", one entry per key).
   std::vector<std::string> BuildEnvironment(const TaskLaunch& launch) const;
 
  private:
   ProcessExecutorOptions options_;
-  TaskSupervisor supervisor_;
 };
 
 // Merges "KEY=VALUE" entries: later keys replace earlier ones, first-seen order is kept.

@@ -126,4 +126,24 @@ class TaskSupervisor {
   std::set<std::pair<pid_t, uint64_t>> foreign_orphans_;
 };
 
+// An Executor whose tasks are processes followed by a TaskSupervisor: everything but starting
+// (and the name) is the supervisor's, whatever the launch method.
+class SupervisedExecutor : public Executor {
+ public:
+  Status Cancel(const std::string& task_id) override { return supervisor_.Cancel(task_id); }
+  std::vector<TaskExit> Poll(int64_t now_micros) override { return supervisor_.Poll(now_micros); }
+  std::vector<std::string> Running() const override { return supervisor_.Running(); }
+  bool IsGpuBusy(int index) const override { return supervisor_.IsGpuBusy(index); }
+  std::vector<TaskExit> StopAll(std::chrono::milliseconds grace) override {
+    return supervisor_.StopAll(grace);
+  }
+  void Detach() override { supervisor_.Detach(); }
+
+  std::string LogPath(const std::string& task_id) const { return supervisor_.LogPath(task_id); }
+
+ protected:
+  explicit SupervisedExecutor(SupervisorOptions options) : supervisor_(std::move(options)) {}
+  TaskSupervisor supervisor_;
+};
+
 }  // namespace dgpu::agent

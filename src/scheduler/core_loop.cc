@@ -31,10 +31,7 @@ void CoreLoop::Start() { thread_ = std::thread([this] { Loop(); }); }
 void CoreLoop::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) {
-      // Already stopping or stopped.
-    }
-    stopping_ = true;
+    stopping_ = true;  // Idempotent: a second Stop finds the thread joined.
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -106,8 +103,6 @@ void CoreLoop::RunBatch(std::vector<Fn>& batch, bool run_timers) {
     }
   }
   if (!changes.empty() || !ctx.callbacks_.empty()) {
-    std::vector<core::Change> copy;
-    if (replication_ != nullptr) copy = changes;
     auto done = [this, cbs = std::move(ctx.callbacks_), finished = std::move(finished)](
                     Status s) mutable {
       for (auto& cb : cbs) cb(s);
@@ -117,24 +112,23 @@ void CoreLoop::RunBatch(std::vector<Fn>& batch, bool run_timers) {
         });
       }
     };
-    ReplicationSink* rep = replication_;
-    uint64_t seq = 0;
-    if (rep == nullptr) {
-      seq = journal_->Append(std::move(changes), std::move(done));
-      (void)seq;
+    if (replication_ == nullptr) {
+      journal_->Append(std::move(changes), std::move(done));
     } else {
-      // Acknowledged once durable here and, in sync mode, on the standby too. Only this
-      // thread appends, so the batch's sequence number is the next one.
-      const uint64_t next_seq = journal_->stats().last_appended_seq + 1;
+      // Acknowledged once durable here and, in sync mode, on the standby too. Only this thread
+      // appends, so the batch's sequence number is the next one.
+      ReplicationSink* rep = replication_;
+      const uint64_t seq = journal_->stats().last_appended_seq + 1;
+      std::vector<core::Change> published = changes;  // The standby gets the same batch.
       auto shared_done = std::make_shared<decltype(done)>(std::move(done));
-      seq = journal_->Append(std::move(changes), [rep, shared_done, next_seq](Status s) {
+      journal_->Append(std::move(changes), [rep, shared_done, seq](Status s) {
         if (!s.ok()) {
           (*shared_done)(s);
           return;
         }
-        rep->WhenReplicated(next_seq, [shared_done](Status r) { (*shared_done)(r); });
+        rep->WhenReplicated(seq, [shared_done](Status r) { (*shared_done)(r); });
       });
-      rep->Publish(seq, copy);
+      rep->Publish(seq, published);
     }
   }
   std::unique_ptr<core::SchedulerCore> next;

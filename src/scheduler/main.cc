@@ -90,17 +90,15 @@ int Run(int argc, char** argv) {
   if (!db_or.ok()) return Fail(db_or.status().message());
   std::unique_ptr<store::Database> db = std::move(*db_or);
   const core::TimeMicros start = common::NowMicros();
-  uint64_t last_applied_seq = 0;
-  auto core = BuildCoreFromDatabase(db.get(), cfg, start, &last_applied_seq);
+  store::StoreMeta stored;
+  auto core = BuildCoreFromDatabase(db.get(), cfg, start, &stored);
   if (!core.ok()) return Fail("cannot load state: " + core.status().message());
-  auto meta = db->ReadMeta();
-  if (!meta.ok()) return Fail("cannot load state: " + meta.status().message());
   spdlog::info("state loaded from {}: {} unfinished tasks, next task number {}", db->path(),
-               (*core)->TaskCount(), meta->next_task_number);
+               (*core)->TaskCount(), stored.next_task_number);
 
   LeaderState leader;
-  uint64_t epoch = std::max<uint64_t>(meta->epoch, 1);
-  if (epoch != meta->epoch) {
+  uint64_t epoch = std::max<uint64_t>(stored.epoch, 1);
+  if (epoch != stored.epoch) {
     if (Status s = db->SetEpoch(epoch); !s.ok()) return Fail("cannot store epoch: " + s.message());
   }
   const bool configured_lead = cfg.scheduler.role == common::SchedulerRole::kMaster;
@@ -112,7 +110,7 @@ int Run(int argc, char** argv) {
     common::LogEvent(common::events::kLeaderElected, {{"epoch", epoch}, {"reason", "role"}});
   }
 
-  store::Journal journal(db.get(), last_applied_seq);
+  store::Journal journal(db.get(), stored.last_applied_seq);
   Metrics metrics;
   AgentHub hub(&leader, &metrics);
   struct PassMetrics : BatchObserver {

@@ -101,7 +101,7 @@ core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r) {
 
 StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
     store::Database* db, const common::SchedulerConfig& cfg, core::TimeMicros now,
-    uint64_t* last_applied_seq) {
+    store::StoreMeta* meta) {
   auto state = db->Load();
   if (!state.ok()) return state.status();
   core::CoreConfig core_cfg;
@@ -117,7 +117,7 @@ StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
   }
   core->SetNextTaskNumber(state->next_task_number);
   core->TakeChanges();  // Restoring changes nothing on disk.
-  if (last_applied_seq != nullptr) *last_applied_seq = state->last_applied_seq;
+  if (meta != nullptr) *meta = *state;  // The meta values read with the tasks.
   return core;
 }
 
@@ -543,8 +543,9 @@ bool HaController::Promote(const std::string& why) {
     spdlog::error("cannot promote: the lease could not be taken");
     return false;
   }
-  uint64_t seq = 0;
-  auto core = BuildCoreFromDatabase(db_, cfg_, common::NowMicros(), &seq);
+  store::StoreMeta meta;
+  auto core = BuildCoreFromDatabase(db_, cfg_, common::NowMicros(), &meta);
+  const uint64_t seq = meta.last_applied_seq;
   if (!core.ok()) {
     spdlog::error("cannot promote: {}", core.status().message());
     return false;

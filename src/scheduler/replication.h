@@ -44,10 +44,11 @@ namespace dgpu::scheduler {
 void TaskToRecord(const core::Task& t, dgpu::v1::TaskRecord* r);
 core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r);
 
-// Builds a core from what the database holds (start-up and promotion).
+// Builds a core from what the database holds (start-up and promotion); `meta` (optional)
+// receives the meta values of the same read.
 StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
     store::Database* db, const common::SchedulerConfig& cfg, core::TimeMicros now,
-    uint64_t* last_applied_seq);
+    store::StoreMeta* meta);
 
 struct HaOptions {
   std::string id;            // This scheduler's name.
