@@ -32,8 +32,8 @@ struct SpawnOptions {
   bool new_session = true;  // setsid(): the child leads a new session and process group.
 };
 
-// Forks and execs. Returns once exec has succeeded (the pid is then registered), or an error when
-// the program cannot be found (NotFound) or exec/chdir fails (the child is reaped;
+// Spawns with posix_spawn (vfork-like: the agent's memory is not copied). Returns once exec has
+// succeeded (the pid is then registered), or an error when the program cannot be found (NotFound) or exec/chdir fails (the child is reaped;
 // FailedPrecondition or PermissionDenied, the message naming the program and errno). The child
 // starts with default signal dispositions, an empty signal mask, stdin from /dev/null and no other
 // inherited fds.

@@ -48,7 +48,14 @@ TEST(ProcTableTest, EnvironContains) {
   spawn.env = std::vector<std::string>{"DGPU_MARK=task-1", "PATH=/bin"};
   auto pid = SpawnChild(spawn);
   ASSERT_TRUE(pid.ok()) << pid.status().ToString();
-  EXPECT_TRUE(EnvironContains(*pid, "DGPU_MARK=task-1"));
+  // posix_spawn returns once the exec is under way; the kernel publishes the new environment a
+  // moment later.
+  bool found = false;
+  for (int i = 0; i < 1000 && !found; ++i) {
+    found = EnvironContains(*pid, "DGPU_MARK=task-1");
+    if (!found) usleep(1000);
+  }
+  EXPECT_TRUE(found);
   EXPECT_FALSE(EnvironContains(*pid, "DGPU_MARK=task-10"));
   EXPECT_FALSE(EnvironContains(*pid, "DGPU_MARK=task"));
   kill(*pid, SIGKILL);
