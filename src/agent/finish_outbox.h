@@ -41,6 +41,7 @@ class FinishOutbox {
 
   // Pending exits ordered by finish time, then task id.
   std::vector<TaskExit> Pending() const;
+  size_t size() const { return pending_.size(); }
 
   // One line per corrupt entry found by Open(), naming the file and the problem.
   const std::vector<std::string>& load_errors() const { return load_errors_; }

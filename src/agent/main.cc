@@ -62,6 +62,15 @@ int Run(int argc, char** argv) {
   common::DaemonFlagsSpec spec{"dgpu-agent",
                                "dgpu node agent: runs GPU tasks given by the scheduler.", {}};
   common::DaemonFlags flags = common::ParseDaemonFlagsOrExit(argc, argv, spec);
+  // Blocked before any thread exists, so that every thread inherits the mask and these signals
+  // reach only the sigwait below. SIGCHLD wakes the session the moment a task exits.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
   common::AgentConfig cfg;
   if (!flags.config_path.empty()) {
     auto loaded = common::LoadAgentConfig(flags.config_path);
@@ -69,13 +78,6 @@ int Run(int argc, char** argv) {
     cfg = std::move(*loaded);
   }
   if (Status s = common::SetupLogging(cfg.logging, "agent"); !s.ok()) return Fail(s.message());
-
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
 
   std::string agent_id = common::IdOrHostname(cfg.agent.id);
 
@@ -132,7 +134,7 @@ int Run(int argc, char** argv) {
                        std::move(*outbox));
   std::thread waiter([&] {
     int sig = 0;
-    sigwait(&signals, &sig);
+    while (sigwait(&signals, &sig) == 0 && sig == SIGCHLD) session.Wake();
     spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     session.Stop();
   });

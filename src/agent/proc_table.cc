@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -87,6 +88,34 @@ std::vector<ProcStat> ListProcesses() {
   }
   closedir(dir);
   return result;
+}
+
+std::vector<ProcStat> ListProcessesFrom(pid_t min_pid, const std::vector<pid_t>& also) {
+  std::vector<ProcStat> result;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return result;
+  while (dirent* entry = readdir(dir)) {
+    pid_t pid = 0;
+    std::string_view name(entry->d_name);
+    if (!ParseNumber(name, &pid) || pid <= 0) continue;
+    if (pid < min_pid && std::find(also.begin(), also.end(), pid) == also.end()) continue;
+    if (auto stat = ReadProcStat(pid)) result.push_back(*stat);
+  }
+  closedir(dir);
+  return result;
+}
+
+std::optional<pid_t> LastAllocatedPid() {
+  // "0.00 0.01 0.05 1/123 4567": the last field is the most recently allocated pid.
+  auto data = ReadSmallFile("/proc/loadavg", 256);
+  if (!data.has_value()) return std::nullopt;
+  std::string_view text(*data);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  size_t space = text.rfind(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  pid_t pid = 0;
+  if (!ParseNumber(text.substr(space + 1), &pid) || pid <= 0) return std::nullopt;
+  return pid;
 }
 
 bool EnvironContains(pid_t pid, std::string_view entry) {

@@ -30,6 +30,14 @@ std::optional<ProcStat> ReadProcStat(pid_t pid);
 // Every process visible in /proc.
 std::vector<ProcStat> ListProcesses();
 
+// The processes whose pid is at least `min_pid`, plus those in `also` (read one by one). Cheaper
+// than ListProcesses when only recently created processes matter: /proc is listed but only the
+// candidates' stat files are read.
+std::vector<ProcStat> ListProcessesFrom(pid_t min_pid, const std::vector<pid_t>& also);
+
+// The last pid the kernel handed out (/proc/loadavg); nullopt if unreadable.
+std::optional<pid_t> LastAllocatedPid();
+
 // True when /proc/<pid>/environ holds exactly `entry` ("KEY=VALUE"). False when unreadable.
 bool EnvironContains(pid_t pid, std::string_view entry);
 

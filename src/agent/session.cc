@@ -60,21 +60,24 @@ struct AgentSession::Connection {
   std::thread reader;
 
   std::mutex mu;
-  std::condition_variable cv;
   std::deque<HeartbeatResponse> inbox;  // GUARDED_BY(mu)
   bool broken = false;                  // GUARDED_BY(mu)
 
-  void StartReader() {
-    reader = std::thread([this] {
+  void StartReader(AgentSession::Waker* waker) {
+    reader = std::thread([this, waker] {
       HeartbeatResponse msg;
       while (stream->Read(&msg)) {
-        std::lock_guard<std::mutex> lock(mu);
-        inbox.push_back(std::move(msg));
-        cv.notify_one();
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          inbox.push_back(std::move(msg));
+        }
+        waker->Wake();
       }
-      std::lock_guard<std::mutex> lock(mu);
-      broken = true;
-      cv.notify_one();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        broken = true;
+      }
+      waker->Wake();
     });
   }
 
@@ -83,6 +86,32 @@ struct AgentSession::Connection {
     if (reader.joinable()) reader.join();
   }
 };
+
+// One TaskFinished call in flight. It keeps the channel alive: the connection may be replaced
+// before the answer comes.
+struct AgentSession::Report {
+  TaskExit exit;
+  uint64_t generation = 0;
+  std::shared_ptr<grpc::Channel> channel;
+  grpc::ClientContext ctx;
+  dgpu::v1::TaskFinishedRequest req;
+  dgpu::v1::TaskFinishedResponse resp;
+  grpc::Status status;
+};
+
+void AgentSession::Waker::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_ = true;
+  }
+  cv_.notify_one();
+}
+
+void AgentSession::Waker::Wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [this] { return pending_; });
+  pending_ = false;
+}
 
 AgentSession::AgentSession(common::AgentConfig config, std::string agent_id,
                            std::unique_ptr<GpuDiscovery> gpus, std::unique_ptr<Executor> executor,
@@ -101,7 +130,12 @@ AgentSession::AgentSession(common::AgentConfig config, std::string agent_id,
   in >> highest_epoch_;
 }
 
-AgentSession::~AgentSession() = default;
+AgentSession::~AgentSession() {
+  // Answers reference this object: wait for every call still in flight.
+  for (auto& [id, report] : reports_in_flight_) report->ctx.TryCancel();
+  std::unique_lock<std::mutex> lock(report_mu_);
+  report_cv_.wait(lock, [this] { return report_results_.size() == reports_in_flight_.size(); });
+}
 
 bool AgentSession::AcceptEpoch(uint64_t epoch) {
   if (epoch < highest_epoch_) return false;
@@ -181,8 +215,9 @@ bool AgentSession::Connect() {
   for (const auto& id : resp.acknowledged_finishes()) (void)outbox_.Ack(id);
 
   conn->stream = conn->stub->Heartbeat(&conn->stream_ctx);
-  conn->StartReader();
+  conn->StartReader(&waker_);
   conn_ = std::move(conn);
+  ++connection_generation_;
   failures_ = 0;
   common::LogEvent("agent_connected", {{"scheduler", address},
                                        {"epoch", highest_epoch_},
@@ -195,6 +230,11 @@ bool AgentSession::Connect() {
 void AgentSession::Disconnect(const std::string& why) {
   if (!conn_) return;
   spdlog::warn("disconnected from scheduler {}: {}", conn_->address, why);
+  // Reports still in flight on this connection are answered as cancelled and retried later (or
+  // delivered with the next registration).
+  for (auto& [id, report] : reports_in_flight_) {
+    if (report->generation == connection_generation_) report->ctx.TryCancel();
+  }
   conn_.reset();
   next_attempt_ = Mono() + ToMicros(config_.scheduler.retry_interval) / 4;
 }
@@ -208,6 +248,7 @@ void AgentSession::ReportRefusal(const std::string& task_id, const std::string& 
   e.finished_at_unix_micros = common::NowMicros();
   if (Status s = outbox_.Add(e); !s.ok()) spdlog::error("cannot record refusal: {}", s.message());
   next_finish_retry_ = 0;
+  waker_.Wake();
 }
 
 void AgentSession::StartTask(const std::string& task_id, const TaskLaunch& launch,
@@ -285,48 +326,54 @@ void AgentSession::SendHeartbeat(int64_t now) {
   next_heartbeat_ = now + ToMicros(config_.agent.heartbeat_interval);
 }
 
-void AgentSession::ReportFinishes(int64_t now, bool force) {
-  if (!conn_ || (!force && now < next_finish_retry_)) return;
-  std::vector<TaskExit> pending = outbox_.Pending();
-  if (pending.empty()) return;
-  // All reports of a round go out at once: the scheduler commits them together.
-  struct Call {
-    grpc::ClientContext ctx;
-    dgpu::v1::TaskFinishedRequest req;
-    dgpu::v1::TaskFinishedResponse resp;
-    grpc::Status status;
-  };
+void AgentSession::SendReports(const std::vector<TaskExit>& exits) {
+  if (!conn_) return;
+  // Bounded so that a long outage does not turn into thousands of calls at once.
   constexpr size_t kMaxInFlight = 256;
-  if (pending.size() > kMaxInFlight) pending.resize(kMaxInFlight);
-  std::vector<std::unique_ptr<Call>> calls;
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t remaining = pending.size();
-  for (const auto& e : pending) {
-    auto c = std::make_unique<Call>();
-    c->req.set_agent_id(agent_id_);
-    c->req.set_epoch(highest_epoch_);
-    FillResult(e, c->req.mutable_result());
-    c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    Call* raw = c.get();
+  for (const auto& e : exits) {
+    if (reports_in_flight_.size() >= kMaxInFlight) break;
+    if (reports_in_flight_.count(e.task_id) > 0) continue;
+    auto report = std::make_unique<Report>();
+    report->exit = e;
+    report->generation = connection_generation_;
+    report->channel = conn_->channel;
+    report->req.set_agent_id(agent_id_);
+    report->req.set_epoch(highest_epoch_);
+    FillResult(e, report->req.mutable_result());
+    report->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    Report* raw = report.get();
+    reports_in_flight_.emplace(e.task_id, std::move(report));
     conn_->stub->async()->TaskFinished(&raw->ctx, &raw->req, &raw->resp,
-                                       [raw, &mu, &cv, &remaining](grpc::Status s) {
-                                         std::lock_guard<std::mutex> lock(mu);
-                                         raw->status = std::move(s);
-                                         if (--remaining == 0) cv.notify_one();
+                                       [this, raw](grpc::Status s) {
+                                         {
+                                           std::lock_guard<std::mutex> lock(report_mu_);
+                                           raw->status = std::move(s);
+                                           report_results_.push_back(raw);
+                                         }
+                                         report_cv_.notify_all();
+                                         waker_.Wake();
                                        });
-    calls.push_back(std::move(c));
   }
+}
+
+void AgentSession::RetryReports(int64_t now, bool force) {
+  if (!conn_ || (!force && now < next_finish_retry_)) return;
+  if (outbox_.size() <= reports_in_flight_.size()) return;  // Everything pending is in flight.
+  SendReports(outbox_.Pending());
+}
+
+void AgentSession::HandleReportResults(int64_t now) {
+  std::vector<Report*> results;
   {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return remaining == 0; });
+    std::lock_guard<std::mutex> lock(report_mu_);
+    results.swap(report_results_);
   }
   bool failed = false;
-  std::string failure;
   bool disconnect = false;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const grpc::Status& s = calls[i]->status;
-    const TaskExit& e = pending[i];
+  std::string failure;
+  for (Report* report : results) {
+    const grpc::Status& s = report->status;
+    const TaskExit& e = report->exit;
     bool delivered = s.ok() || s.error_code() == grpc::StatusCode::ALREADY_EXISTS;
     // The scheduler cannot apply it (the task is unknown or runs elsewhere now): drop it.
     bool undeliverable = s.error_code() == grpc::StatusCode::NOT_FOUND ||
@@ -338,20 +385,32 @@ void AgentSession::ReportFinishes(int64_t now, bool force) {
         spdlog::warn("scheduler refused the finish of {}: {}", e.task_id, s.error_message());
       }
       (void)outbox_.Ack(e.task_id);
-      continue;
+    } else {
+      // Kept in the outbox: retried, or delivered with the next registration.
+      if (!failed) spdlog::warn("cannot report the finish of {}: {}", e.task_id, s.error_message());
+      failed = true;
+      failure = s.error_message();
+      const bool current = report->generation == connection_generation_ && conn_ != nullptr;
+      if (current && (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                      s.error_code() == grpc::StatusCode::FAILED_PRECONDITION)) {
+        disconnect = true;
+      }
     }
-    if (!failed) spdlog::warn("cannot report the finish of {}: {}", e.task_id, s.error_message());
-    failed = true;
-    failure = s.error_message();
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-        s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-      disconnect = true;
-    }
+    reports_in_flight_.erase(e.task_id);
   }
   if (failed) {
     next_finish_retry_ = now + 1'000'000;
     if (disconnect) Disconnect("finish report failed: " + failure);
   }
+}
+
+void AgentSession::DrainReports(std::chrono::milliseconds timeout) {
+  {
+    std::unique_lock<std::mutex> lock(report_mu_);
+    report_cv_.wait_for(lock, timeout,
+                        [this] { return report_results_.size() == reports_in_flight_.size(); });
+  }
+  HandleReportResults(Mono());
 }
 
 void AgentSession::Shutdown() {
@@ -365,7 +424,8 @@ void AgentSession::Shutdown() {
       common::LogEvent(common::events::kTaskFinished,
                        {{"task_id", e.task_id}, {"node", agent_id_}, {"error", e.error}});
     }
-    ReportFinishes(Mono(), true);
+    RetryReports(Mono(), true);
+    DrainReports(std::chrono::seconds(6));  // Each call has a 5 s deadline.
   }
   if (conn_) conn_->stream_ctx.TryCancel();
   conn_.reset();
@@ -384,6 +444,8 @@ int AgentSession::Run() {
     int64_t now = Mono();
     std::vector<TaskExit> exits = executor_->Poll(common::NowMicros());
     if (!exits.empty()) {
+      // Reported first, persisted while the reports travel (see the class comment).
+      SendReports(exits);
       if (Status s = outbox_.AddAll(exits); !s.ok()) {
         spdlog::error("cannot persist {} finishes: {}", exits.size(), s.message());
         for (const auto& e : exits) (void)outbox_.Add(e);
@@ -396,23 +458,17 @@ int AgentSession::Run() {
                                                        {"success", e.success},
                                                        {"exit_code", e.exit_code},
                                                        {"error", e.error}});
-      next_finish_retry_ = 0;
     }
+    HandleReportResults(now);
     if (!conn_) {
       if (now >= next_attempt_) Connect();
     } else {
       HandleInbound();
       if (conn_ && now >= next_heartbeat_) SendHeartbeat(now);
-      if (conn_) ReportFinishes(now, false);
+      if (conn_) RetryReports(now, false);
     }
-    // Sleep until something arrives on the stream, or 10 ms (executor polling).
-    if (conn_) {
-      std::unique_lock<std::mutex> lock(conn_->mu);
-      conn_->cv.wait_for(lock, std::chrono::milliseconds(10),
-                         [&] { return !conn_->inbox.empty() || conn_->broken; });
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    // Sleep until an order, an answer, a child's exit (SIGCHLD) or the tick for timeouts.
+    waker_.Wait(std::chrono::milliseconds(conn_ ? 20 : 50));
   }
   spdlog::info("dgpu-agent stopping");
   Shutdown();

@@ -7,15 +7,25 @@
 //   - keep one Heartbeat stream open, heartbeating every heartbeat_interval; tasks and
 //     cancellations pushed on it are applied at once (a reader thread hands them over);
 //   - report each finish with TaskFinished until acknowledged (ALREADY_EXISTS counts as
-//     acknowledged: the scheduler recorded it before);
+//     acknowledged: the scheduler recorded it before). A finish is reported the moment the
+//     executor sees it, while it is being written to the outbox: the reports are asynchronous,
+//     so neither the outbox's fsync nor the scheduler's commit holds up the loop, and the
+//     scheduler can give the GPUs to the next task in the meantime. A finish that is in neither
+//     place when the agent crashes is treated by the scheduler as a lost task, exactly as if the
+//     agent had crashed just before the exit;
 //   - on any failure, reconnect with exponential backoff and jitter from retry_interval to
 //     max_retry_interval, alternating master and standby addresses, following whichever answers
 //     as leader; orders from an epoch lower than the highest seen are ignored.
+// The loop sleeps until something happens: an order arrives on the stream, a report completes,
+// Wake() is called (main() calls it on SIGCHLD, so a task's exit is seen at once), or a short
+// tick for timeouts and heartbeats passes.
 // Stop() (from a signal handler thread) ends Run(): tasks are stopped and reported, or left
 // running when keep_tasks_on_exit.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,16 +49,41 @@ class AgentSession {
   // Runs until Stop(). Returns the process exit code.
   int Run();
   // Thread-safe.
-  void Stop() { stop_.store(true); }
+  void Stop() {
+    stop_.store(true);
+    waker_.Wake();
+  }
+  // Thread-safe: makes the loop run now (e.g. a child process has exited).
+  void Wake() { waker_.Wake(); }
+
+  // Wakes the owner thread from other threads.
+  class Waker {
+   public:
+    void Wake();
+    void Wait(std::chrono::milliseconds timeout);
+
+   private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool pending_ = false;  // GUARDED_BY(mu_)
+  };
 
  private:
   struct Connection;
+  struct Report;
 
   bool Connect();                       // Registers with the next address; true on success.
   void Disconnect(const std::string& why);
   void HandleInbound();                 // Applies what the reader thread received.
   void SendHeartbeat(int64_t now);
-  void ReportFinishes(int64_t now, bool force);
+  // Sends TaskFinished for each exit not already in flight (asynchronously).
+  void SendReports(const std::vector<TaskExit>& exits);
+  // Sends what the outbox holds and is not in flight, unless a failure put off retries.
+  void RetryReports(int64_t now, bool force);
+  // Applies the answers that arrived: acknowledged exits leave the outbox.
+  void HandleReportResults(int64_t now);
+  // Waits (bounded) until no report is in flight, then applies the answers.
+  void DrainReports(std::chrono::milliseconds timeout);
   void StartTask(const std::string& task_id, const TaskLaunch& launch, uint64_t epoch);
   void ReportRefusal(const std::string& task_id, const std::string& why);
   bool AcceptEpoch(uint64_t epoch);     // False if lower than the highest seen.
@@ -70,8 +105,15 @@ class AgentSession {
   int64_t next_heartbeat_ = 0;
   int64_t next_finish_retry_ = 0;
   uint64_t highest_epoch_ = 0;
+  uint64_t connection_generation_ = 0;  // Counts connections; reports remember theirs.
   std::mt19937_64 rng_;
   std::atomic<bool> stop_{false};
+  Waker waker_;
+
+  std::map<std::string, std::unique_ptr<Report>> reports_in_flight_;  // Owner thread only.
+  std::mutex report_mu_;
+  std::condition_variable report_cv_;
+  std::vector<Report*> report_results_;  // GUARDED_BY(report_mu_): answered, not yet applied.
 };
 
 }  // namespace dgpu::agent

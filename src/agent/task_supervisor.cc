@@ -131,6 +131,8 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
   task.launch = launch;
   task.plan = plan;
   task.leader = *pid;
+  ObservePids();
+  task.pid_epoch = pid_epoch_;
   if (auto stat = ReadProcStat(*pid)) task.leader_start_time = stat->start_time;
   if (launch.timeout_seconds > 0) {
     task.deadline_micros = now + launch.timeout_seconds * kMicrosPerSecond;
@@ -167,9 +169,42 @@ bool TaskSupervisor::IsGpuBusy(int index) const {
   return false;
 }
 
-void TaskSupervisor::Scan() {
+void TaskSupervisor::ObservePids() {
+  std::optional<pid_t> last = LastAllocatedPid();
+  if (!last.has_value()) {
+    pid_tracking_ = false;
+    return;
+  }
+  if (*last < last_pid_seen_) ++pid_epoch_;
+  last_pid_seen_ = *last;
+}
+
+std::optional<pid_t> TaskSupervisor::PartialScanFloor() const {
+  if (!pid_tracking_ || tasks_.empty()) return std::nullopt;
+  pid_t floor = tasks_.begin()->second.leader;
+  for (const auto& [id, task] : tasks_) {
+    if (task.pid_epoch != pid_epoch_) return std::nullopt;
+    floor = std::min(floor, task.leader);
+  }
+  return floor;
+}
+
+void TaskSupervisor::Scan(bool partial) {
   const pid_t self = getpid();
-  std::vector<ProcStat> procs = ListProcesses();
+  std::optional<pid_t> floor = partial ? PartialScanFloor() : std::nullopt;
+  std::vector<ProcStat> procs;
+  if (floor.has_value()) {
+    // Known processes are read whatever their pid, so that none is mistaken for gone.
+    std::vector<pid_t> known;
+    for (const auto& [id, task] : tasks_) {
+      known.push_back(task.leader);
+      for (const auto& [pid, start] : task.members) known.push_back(pid);
+    }
+    for (const auto& [pid, start] : foreign_orphans_) known.push_back(pid);
+    procs = ListProcessesFrom(*floor, known);
+  } else {
+    procs = ListProcesses();
+  }
   std::unordered_map<pid_t, const ProcStat*> by_pid;
   std::unordered_map<pid_t, std::vector<pid_t>> children;
   for (const auto& p : procs) {
@@ -356,6 +391,7 @@ TaskExit TaskSupervisor::MakeExit(const Task& task, int64_t now_micros) const {
 std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadlines) {
   std::vector<TaskExit> exits = std::move(pending_exits_);
   pending_exits_.clear();
+  ObservePids();
   bool changed = force_scan_;
   for (auto& [id, task] : tasks_) {
     if (!task.leader_status.has_value()) {
@@ -368,8 +404,11 @@ std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadli
       now_micros - last_scan_micros_ >= options_.scan_interval.count() * kMicrosPerMilli ||
       now_micros < last_scan_micros_;
   if (!tasks_.empty() && (changed || scan_due)) {
-    Scan();
-    last_scan_micros_ = now_micros;
+    // A leader's exit needs only the processes created since the oldest leader: a partial scan
+    // keeps the cost of a task's end independent of how many processes the node runs. The
+    // periodic full scan still catches everything else (e.g. foreign orphans to reap).
+    Scan(/*partial=*/!scan_due);
+    if (scan_due) last_scan_micros_ = now_micros;
     force_scan_ = false;
   }
   const int64_t grace_micros = options_.kill_grace.count() * kMicrosPerMilli;

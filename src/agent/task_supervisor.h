@@ -83,6 +83,7 @@ class TaskSupervisor {
     TaskLaunch launch;
     LaunchPlan plan;
     pid_t leader = 0;
+    uint64_t pid_epoch = 0;  // pid_epoch_ when the leader was spawned.
     uint64_t leader_start_time = 0;
     Phase phase = Phase::kRunning;
     std::string stop_reason;                // "", "cancelled", "timeout".
@@ -102,7 +103,15 @@ class TaskSupervisor {
     int64_t started_micros;
   };
 
-  void Scan();
+  // Reads /proc and updates every task's members. A partial scan reads only processes created
+  // since the oldest leader (see PartialScanFloor); a full one reads them all.
+  void Scan(bool partial = false);
+  // Notes the kernel's last allocated pid; a decrease means pids wrapped around.
+  void ObservePids();
+  // The lowest pid a partial scan must read (the oldest leader's), or nullopt when only a full
+  // scan is correct: a task's processes are created after its leader, so within one pid epoch
+  // their pids are higher.
+  std::optional<pid_t> PartialScanFloor() const;
   void BeginStop(Task& task, const std::string& reason, int64_t now_micros);
   // SIGTERM (or, with use_plan, the plan's stop command) to the task's processes.
   void SendTerm(Task& task, int64_t now_micros, bool use_plan);
@@ -120,7 +129,10 @@ class TaskSupervisor {
   std::map<std::string, Task> tasks_;
   std::vector<TaskExit> pending_exits_;  // start_failed exits, returned by the next Poll.
   std::vector<Helper> helpers_;
-  int64_t last_scan_micros_ = 0;
+  int64_t last_scan_micros_ = 0;  // Last full scan.
+  pid_t last_pid_seen_ = 0;
+  uint64_t pid_epoch_ = 0;     // Incremented whenever the pid counter is seen to wrap.
+  bool pid_tracking_ = true;   // False when /proc/loadavg cannot be read: full scans only.
   bool force_scan_ = false;
   // Adopted processes whose environment did not name any task, by (pid, start time).
   std::set<std::pair<pid_t, uint64_t>> foreign_orphans_;

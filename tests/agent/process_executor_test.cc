@@ -17,6 +17,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::PollUntilExit;
+using testing::PollUntilExitWithClock;
 using testing::ProcessGone;
 using testing::ReadFile;
 using testing::ReadPidFile;
@@ -182,6 +183,30 @@ TEST_F(ProcessExecutorTest, LeftoverProcessesAreStoppedWhenTheTaskExits) {
   auto bg = ReadPidFile(TaskFile("task-leftover", "bg.pid"));
   ASSERT_TRUE(bg.has_value());
   EXPECT_TRUE(ProcessGone(*bg));
+}
+
+TEST_F(ProcessExecutorTest, LeftoversOutsideTheSessionAreFoundWhenTheLeaderExits) {
+  // A fixed clock: after the first Poll's full scan no periodic full scan is due, so the leader's
+  // exit is handled by the partial scan alone (processes created since the oldest leader).
+  const int64_t now = testing::UnixMicros();
+  ProcessExecutor executor(Options());
+  ASSERT_TRUE(executor
+                  .Start(Launch("task-escape",
+                                "(setsid sleep 100 & echo $! > orphan.pid); "
+                                "setsid sh -c 'echo $$ > escaped.pid; exec sleep 100' & "
+                                "while [ ! -s escaped.pid ]; do sleep 0.01; done; exit 0"))
+                  .ok());
+  EXPECT_TRUE(executor.Poll(now).empty());
+  auto exit = PollUntilExitWithClock(executor, "task-escape", [now] { return now; });
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success);
+  auto escaped = ReadPidFile(TaskFile("task-escape", "escaped.pid"));
+  auto orphan = ReadPidFile(TaskFile("task-escape", "orphan.pid"));
+  ASSERT_TRUE(escaped.has_value());
+  ASSERT_TRUE(orphan.has_value());
+  // Reported only once both processes that left the task's session are gone.
+  EXPECT_TRUE(ProcessGone(*escaped));
+  EXPECT_TRUE(ProcessGone(*orphan));
 }
 
 TEST_F(ProcessExecutorTest, TimeoutEscalatesToSigkillOnFakeClock) {
