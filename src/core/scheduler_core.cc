@@ -375,9 +375,13 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
                      t.allocation[0].node_id == node_id;
     if (held_here) {
       (void)ApplyFinish(node, t, f, now);
-    } else if (t.status == TaskStatus::kPending && t.error == "agent_lost") {
-      // It was put back when this node vanished, but it had run to its end there.
+    } else if (t.status == TaskStatus::kPending) {
+      // It ran to its end there although it is queued here: it was put back when this node
+      // vanished, or a previous leader started it and failed before that start reached this
+      // scheduler. Agents run only what a leader ordered, so this was a real run: starting it
+      // again would run it twice.
       Dequeue(t);
+      t.attempts = std::max(t.attempts, 1);
       t.status = f.success ? TaskStatus::kSuccess : TaskStatus::kFailed;
       t.exit_code = f.exit_code;
       t.error = f.error;

@@ -332,6 +332,27 @@ TEST_F(CoreTest, NodeReturnsWithTaskThatWasPutBack) {
   EXPECT_TRUE(core_.CheckInvariants().ok());
 }
 
+TEST_F(CoreTest, FinishOfAQueuedTaskReportedAtRegistrationIsRecorded) {
+  // A previous leader started the task and failed before the start was replicated here: the task
+  // is queued here, and its node registers with its finish.
+  Task queued;
+  queued.id = 5;
+  queued.spec = Spec(Priority::kHigh, 1);
+  queued.queue_seq = 1;
+  ASSERT_TRUE(core_.Restore(queued, now_).ok());
+  FinishReport done;
+  done.task = 5;
+  done.success = true;
+  done.finished_at = now_ - kSec;
+  ASSERT_TRUE(core_.RegisterNode("n1", "", MakeGpus(2), {}, {done}, now_).ok());
+  EXPECT_EQ(StatusOf(5), TaskStatus::kSuccess);
+  EXPECT_EQ(core_.FindTask(5)->attempts, 1);
+  EXPECT_EQ(core_.FindTask(5)->finished_at, now_ - kSec);
+  EXPECT_TRUE(Pass().empty()) << "a task that ran to its end must not start again";
+  EXPECT_EQ(core_.PendingCount(Priority::kHigh), 0u);
+  EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+}
+
 TEST_F(CoreTest, RestoreAdoptsRunningTasksWhenTheirNodeRegisters) {
   Task running;
   running.id = 7;
