@@ -1,6 +1,5 @@
 #include "agent/finish_outbox.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,46 +12,46 @@
 namespace dgpu::agent {
 namespace {
 
-constexpr char kSuffix[] = ".json";
-constexpr char kBatchSuffix[] = ".batch.json";
-constexpr char kTempSuffix[] = ".json.tmp";
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+// Rewrite the journal once it holds this many lines and mostly acknowledged ones.
+constexpr uint64_t kRewriteMinLines = 4096;
 
 std::string Errno(const std::string& what) { return what + ": " + strerror(errno); }
 
-Status WriteFileDurably(const std::string& path, const std::string& data) {
-  const std::string temp = path.substr(0, path.size() - strlen(kSuffix)) + kTempSuffix;
-  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Internal(Errno("open '" + temp + "'"));
+Status WriteAll(int fd, const std::string& data, const std::string& path) {
   size_t written = 0;
   while (written < data.size()) {
     ssize_t n = write(fd, data.data() + written, data.size() - written);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      Status error = Internal(Errno("write '" + temp + "'"));
-      close(fd);
-      unlink(temp.c_str());
-      return error;
-    }
+    if (n <= 0) return Internal(Errno("write '" + path + "'"));
     written += static_cast<size_t>(n);
   }
-  if (fsync(fd) != 0) {
-    Status error = Internal(Errno("fsync '" + temp + "'"));
-    close(fd);
-    unlink(temp.c_str());
-    return error;
+  return OkStatus();
+}
+
+StatusOr<std::string> ReadAll(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::string();
+    return Internal(Errno("open '" + path + "'"));
+  }
+  std::string text;
+  char buffer[65536];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof(buffer))) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      Status error = Internal(Errno("read '" + path + "'"));
+      close(fd);
+      return error;
+    }
+    text.append(buffer, static_cast<size_t>(n));
   }
   close(fd);
-  if (rename(temp.c_str(), path.c_str()) != 0) {
-    Status error = Internal(Errno("rename '" + temp + "'"));
-    unlink(temp.c_str());
-    return error;
-  }
-  return OkStatus();
+  return text;
+}
+
+std::string AckLine(const std::string& task_id) {
+  return nlohmann::json{{"ack", task_id}}.dump() + "\n";
 }
 
 }  // namespace
@@ -66,9 +65,9 @@ std::string TaskExitToJson(const TaskExit& exit) {
   return j.dump();
 }
 
-StatusOr<TaskExit> TaskExitFromJson(const std::string& text) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument("not valid JSON");
+namespace {
+
+StatusOr<TaskExit> TaskExitFromValue(const nlohmann::json& j) {
   if (!j.is_object()) return InvalidArgument("not a JSON object");
   auto field = [&](const char* name, auto check) -> const nlohmann::json* {
     auto it = j.find(name);
@@ -99,6 +98,14 @@ StatusOr<TaskExit> TaskExitFromJson(const std::string& text) {
   return exit;
 }
 
+}  // namespace
+
+StatusOr<TaskExit> TaskExitFromJson(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument("not valid JSON");
+  return TaskExitFromValue(j);
+}
+
 StatusOr<FinishOutbox> FinishOutbox::Open(const std::string& work_dir) {
   if (work_dir.empty()) return InvalidArgument("work_dir is empty");
   if (mkdir(work_dir.c_str(), 0755) != 0 && errno != EEXIST) {
@@ -108,83 +115,89 @@ StatusOr<FinishOutbox> FinishOutbox::Open(const std::string& work_dir) {
   if (mkdir(outbox.dir_.c_str(), 0755) != 0 && errno != EEXIST) {
     return Internal(Errno("mkdir '" + outbox.dir_ + "'"));
   }
-  DIR* dir = opendir(outbox.dir_.c_str());
-  if (dir == nullptr) return Internal(Errno("opendir '" + outbox.dir_ + "'"));
-  std::vector<std::string> names;
-  while (dirent* entry = readdir(dir)) names.emplace_back(entry->d_name);
-  closedir(dir);
-  std::sort(names.begin(), names.end());
+  const std::string path = outbox.journal_path();
+  unlink((path + ".tmp").c_str());  // A rewrite interrupted before its rename.
+  StatusOr<std::string> text = ReadAll(path);
+  if (!text.ok()) return text.status();
 
-  for (const auto& name : names) {
-    const std::string path = outbox.dir_ + "/" + name;
-    if (EndsWith(name, kTempSuffix)) {
-      unlink(path.c_str());  // An Add() interrupted before its rename: never acknowledged.
-      continue;
-    }
-    if (!EndsWith(name, kSuffix)) continue;
-    const bool batch = EndsWith(name, kBatchSuffix);
-    std::string text;
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Replay: exits add, acks remove; the last line without its newline was cut short.
+  size_t complete = 0;  // Bytes up to the end of the last complete line.
+  uint64_t lines = 0;
+  bool corrupt = false;
+  size_t start = 0;
+  while (start < text->size()) {
+    size_t end = text->find('\n', start);
+    if (end == std::string::npos) break;
+    ++lines;
+    complete = end + 1;
+    const std::string_view line(text->data() + start, end - start);
+    start = end + 1;
+    if (line.empty()) continue;
     std::string problem;
-    if (fd < 0) {
-      problem = Errno("open");
-    } else {
-      char buffer[4096];
-      ssize_t n;
-      while ((n = read(fd, buffer, sizeof(buffer))) > 0 && text.size() < (1u << 20)) {
-        text.append(buffer, static_cast<size_t>(n));
-      }
-      if (n < 0) problem = Errno("read");
-      close(fd);
-    }
-    if (problem.empty() && batch) {
-      size_t start = 0;
-      int kept = 0;
-      while (start < text.size()) {
-        size_t end = text.find('\n', start);
-        if (end == std::string::npos) end = text.size();
-        std::string line = text.substr(start, end - start);
-        start = end + 1;
-        if (line.empty()) continue;
-        StatusOr<TaskExit> exit = TaskExitFromJson(line);
-        if (!exit.ok() || !ValidateTaskId(exit->task_id).ok()) {
-          outbox.load_errors_.push_back("finish outbox entry '" + path +
-                                        "' has a corrupt line: " +
-                                        (exit.ok() ? "bad task id" : exit.status().message()));
-          continue;
-        }
-        if (auto old = outbox.file_of_.find(exit->task_id); old != outbox.file_of_.end()) {
-          outbox.refs_[old->second]--;
-        }
-        outbox.pending_[exit->task_id] = *exit;
-        outbox.file_of_[exit->task_id] = path;
-        kept++;
-      }
-      outbox.refs_[path] += kept;
-      if (kept == 0) unlink(path.c_str());
-      continue;
-    }
-    if (problem.empty()) {
-      StatusOr<TaskExit> exit = TaskExitFromJson(text);
-      const std::string expected_id = name.substr(0, name.size() - strlen(kSuffix));
-      if (!exit.ok()) {
-        problem = exit.status().message();
-      } else if (exit->task_id != expected_id) {
-        problem = "task_id '" + exit->task_id + "' does not match the file name";
-      } else {
-        if (auto old = outbox.file_of_.find(exit->task_id); old != outbox.file_of_.end()) {
-          outbox.refs_[old->second]--;
-        }
-        outbox.pending_[exit->task_id] = *exit;
-        outbox.file_of_[exit->task_id] = path;
-        outbox.refs_[path]++;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+      problem = "not valid JSON";
+    } else if (j.is_object() && j.size() == 1 && j.contains("ack")) {
+      if (j["ack"].is_string()) {
+        outbox.pending_.erase(j["ack"].get<std::string>());
         continue;
       }
+      problem = "ack is not a string";
+    } else {
+      StatusOr<TaskExit> exit = TaskExitFromValue(j);
+      if (exit.ok() && ValidateTaskId(exit->task_id).ok()) {
+        outbox.pending_[exit->task_id] = *exit;
+        continue;
+      }
+      problem = exit.ok() ? "invalid task id" : exit.status().message();
     }
-    outbox.load_errors_.push_back("finish outbox entry '" + path + "' is corrupt: " + problem);
-    rename(path.c_str(), (path + ".corrupt").c_str());
+    corrupt = true;
+    outbox.load_errors_.push_back("finish outbox journal '" + path + "' line " +
+                                  std::to_string(lines) + " is corrupt: " + problem);
+  }
+
+  outbox.fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (outbox.fd_ < 0) return Internal(Errno("open '" + path + "'"));
+  outbox.size_ = complete;
+  outbox.lines_ = lines;
+  if (corrupt) {
+    // Kept for inspection; the journal is replaced by what could be read.
+    if (rename(path.c_str(), (path + ".corrupt").c_str()) != 0) {
+      return Internal(Errno("rename '" + path + "'"));
+    }
+    Status rewritten = outbox.Rewrite();
+    if (!rewritten.ok()) return rewritten;
+  } else if (complete < text->size()) {
+    if (ftruncate(outbox.fd_, static_cast<off_t>(complete)) != 0) {
+      return Internal(Errno("truncate '" + path + "'"));
+    }
   }
   return outbox;
+}
+
+FinishOutbox::FinishOutbox(FinishOutbox&& other) noexcept
+    : dir_(std::move(other.dir_)),
+      fd_(std::exchange(other.fd_, -1)),
+      size_(other.size_),
+      lines_(other.lines_),
+      pending_(std::move(other.pending_)),
+      load_errors_(std::move(other.load_errors_)) {}
+
+FinishOutbox& FinishOutbox::operator=(FinishOutbox&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    dir_ = std::move(other.dir_);
+    fd_ = std::exchange(other.fd_, -1);
+    size_ = other.size_;
+    lines_ = other.lines_;
+    pending_ = std::move(other.pending_);
+    load_errors_ = std::move(other.load_errors_);
+  }
+  return *this;
+}
+
+FinishOutbox::~FinishOutbox() {
+  if (fd_ >= 0) close(fd_);
 }
 
 Status FinishOutbox::SyncDirectory() const {
@@ -200,22 +213,48 @@ Status FinishOutbox::SyncDirectory() const {
   return OkStatus();
 }
 
-Status FinishOutbox::Add(const TaskExit& exit) {
-  Status valid = ValidateTaskId(exit.task_id);
-  if (!valid.ok()) return valid;
-  Status written = WriteFileDurably(dir_ + "/" + exit.task_id + kSuffix, TaskExitToJson(exit));
-  if (!written.ok()) return written;
-  Status synced = SyncDirectory();
-  if (!synced.ok()) return synced;
-  const std::string path = dir_ + "/" + exit.task_id + kSuffix;
-  if (auto old = file_of_.find(exit.task_id); old != file_of_.end() && old->second != path) {
-    (void)Release(exit.task_id);
+Status FinishOutbox::Append(const std::string& data, bool sync) {
+  const std::string path = journal_path();
+  Status status = WriteAll(fd_, data, path);
+  if (status.ok() && sync && fdatasync(fd_) != 0) status = Internal(Errno("fdatasync '" + path + "'"));
+  if (!status.ok()) {
+    // Nothing of a failed append may stay behind a later one.
+    if (ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+      return Internal(status.message() + "; and cannot cut the journal back: " + strerror(errno));
+    }
+    return status;
   }
-  if (file_of_[exit.task_id] != path) refs_[path]++;
-  pending_[exit.task_id] = exit;
-  file_of_[exit.task_id] = path;
+  size_ += data.size();
+  lines_ += static_cast<uint64_t>(std::count(data.begin(), data.end(), '\n'));
   return OkStatus();
 }
+
+Status FinishOutbox::Rewrite() {
+  const std::string path = journal_path();
+  const std::string temp = path + ".tmp";
+  std::string data;
+  for (const auto& [id, exit] : pending_) data += TaskExitToJson(exit) + "\n";
+  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return Internal(Errno("open '" + temp + "'"));
+  Status status = WriteAll(fd, data, temp);
+  if (status.ok() && fsync(fd) != 0) status = Internal(Errno("fsync '" + temp + "'"));
+  if (status.ok() && rename(temp.c_str(), path.c_str()) != 0) {
+    status = Internal(Errno("rename '" + temp + "'"));
+  }
+  if (status.ok()) status = SyncDirectory();
+  if (!status.ok()) {
+    close(fd);
+    unlink(temp.c_str());
+    return status;
+  }
+  if (fd_ >= 0) close(fd_);
+  fd_ = fd;
+  size_ = data.size();
+  lines_ = pending_.size();
+  return OkStatus();
+}
+
+Status FinishOutbox::Add(const TaskExit& exit) { return AddAll({exit}); }
 
 Status FinishOutbox::AddAll(const std::vector<TaskExit>& exits) {
   if (exits.empty()) return OkStatus();
@@ -226,29 +265,9 @@ Status FinishOutbox::AddAll(const std::vector<TaskExit>& exits) {
     data += TaskExitToJson(exit);
     data += '\n';
   }
-  const std::string path = dir_ + "/batch-" + exits.front().task_id + kBatchSuffix;
-  Status written = WriteFileDurably(path, data);
-  if (!written.ok()) return written;
-  // One directory sync makes the batch file's rename durable.
-  Status synced = SyncDirectory();
-  if (!synced.ok()) return synced;
-  for (const auto& exit : exits) {
-    if (file_of_.count(exit.task_id) != 0) (void)Release(exit.task_id);
-    pending_[exit.task_id] = exit;
-    file_of_[exit.task_id] = path;
-    refs_[path]++;
-  }
-  return OkStatus();
-}
-
-Status FinishOutbox::Release(const std::string& task_id) {
-  auto f = file_of_.find(task_id);
-  if (f == file_of_.end()) return OkStatus();
-  std::string path = f->second;
-  file_of_.erase(f);
-  if (--refs_[path] > 0) return OkStatus();
-  refs_.erase(path);
-  if (unlink(path.c_str()) != 0 && errno != ENOENT) return Internal(Errno("unlink '" + path + "'"));
+  Status appended = Append(data, /*sync=*/true);
+  if (!appended.ok()) return appended;
+  for (const auto& exit : exits) pending_[exit.task_id] = exit;
   return OkStatus();
 }
 
@@ -256,9 +275,18 @@ Status FinishOutbox::Ack(const std::string& task_id) {
   auto it = pending_.find(task_id);
   if (it == pending_.end()) return NotFound("no pending finish for task '" + task_id + "'");
   pending_.erase(it);
-  // No directory sync: an unlink lost in a crash only means the finish is reported again, and
-  // the scheduler answers a repeated finish with ALREADY_EXISTS, which counts as acknowledged.
-  return Release(task_id);
+  if (pending_.empty()) {
+    // Nothing left to keep. If the truncation is lost in a crash, the replay ends empty anyway,
+    // or reports some finishes again.
+    if (ftruncate(fd_, 0) != 0) return Internal(Errno("truncate '" + journal_path() + "'"));
+    size_ = 0;
+    lines_ = 0;
+    return OkStatus();
+  }
+  Status appended = Append(AckLine(task_id), /*sync=*/false);
+  if (!appended.ok()) return appended;
+  if (lines_ >= kRewriteMinLines && lines_ > 8 * pending_.size()) return Rewrite();
+  return OkStatus();
 }
 
 std::vector<TaskExit> FinishOutbox::Pending() const {

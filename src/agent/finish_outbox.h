@@ -1,12 +1,19 @@
 // FinishOutbox: task exits that the scheduler has not acknowledged yet, kept on disk so that
 // they survive an agent restart.
 //
-// Layout: <work_dir>/.finish-outbox/<task_id>.json, one JSON object per exit, or
-// batch-<task_id>.batch.json with one object per line for the exits of one executor poll. Each file is
-// written to a temporary name, fsync'ed, renamed into place and the directory fsync'ed, so a
-// crash leaves either the old state or the new one. Ack removes the file (and fsyncs the
-// directory). Open() loads every entry; an unreadable or corrupt entry is renamed to
-// <name>.corrupt and described in load_errors(), it never fails the load.
+// Layout: one append-only journal, <work_dir>/.finish-outbox/journal, one JSON object per line:
+// an exit (the TaskExit fields), or {"ack":"<task id>"} once the scheduler has acknowledged it.
+// Add/AddAll append their lines with one write and one fdatasync: no file is created, renamed or
+// removed per finish (creating and deleting a file per batch made inode allocation the agent's
+// largest cost, and needed a directory sync each time). Acks are appended without a sync: if one
+// is lost in a crash, the finish is merely reported again and the scheduler answers
+// ALREADY_EXISTS. When nothing is pending the journal is truncated; when it grows large with
+// few pending exits it is rewritten (temporary file, fsync, rename, directory sync).
+//
+// Open() replays the journal. A last line without its newline (a write cut short by a crash) is
+// dropped: it was never acknowledged as written. Any other unreadable line is described in
+// load_errors(), the journal is kept as journal.corrupt for inspection and rewritten with what
+// could be read; a load never fails because of a bad entry.
 //
 // Not thread-safe: one owner thread.
 #pragma once
@@ -22,43 +29,50 @@ namespace dgpu::agent {
 
 class FinishOutbox {
  public:
-  // Creates <work_dir>/.finish-outbox if needed and loads it. Internal error when the directory
-  // cannot be created or listed.
+  // Creates <work_dir>/.finish-outbox if needed and loads its journal. Internal error when the
+  // directory or the journal cannot be created, read or opened.
   static StatusOr<FinishOutbox> Open(const std::string& work_dir);
+
+  FinishOutbox(FinishOutbox&& other) noexcept;
+  FinishOutbox& operator=(FinishOutbox&& other) noexcept;
+  FinishOutbox(const FinishOutbox&) = delete;
+  FinishOutbox& operator=(const FinishOutbox&) = delete;
+  ~FinishOutbox();
 
   // Persists `exit` (replacing a pending entry of the same task) before returning OK.
   // InvalidArgument for an invalid task id; Internal for an I/O failure (nothing recorded).
   Status Add(const TaskExit& exit);
 
-  // Persists several exits (what one executor poll returned) in one batch file
-  // `batch-<first task id>.batch.json`, one JSON object per line: one fsync and one directory
-  // sync for the whole batch. All or nothing is recorded.
+  // Persists several exits (what one executor poll returned) with one write and one sync. All or
+  // nothing is recorded.
   Status AddAll(const std::vector<TaskExit>& exits);
 
-  // Forgets the exit of `task_id` (the file is removed without a directory sync: if the removal
-  // is lost in a crash, the finish is merely reported again). NotFound when none is pending.
+  // Forgets the exit of `task_id` (see above: not synced). NotFound when none is pending.
   Status Ack(const std::string& task_id);
 
   // Pending exits ordered by finish time, then task id.
   std::vector<TaskExit> Pending() const;
   size_t size() const { return pending_.size(); }
 
-  // One line per corrupt entry found by Open(), naming the file and the problem.
+  // One line per corrupt entry found by Open(), naming the journal line and the problem.
   const std::vector<std::string>& load_errors() const { return load_errors_; }
 
   const std::string& directory() const { return dir_; }
+  std::string journal_path() const { return dir_ + "/journal"; }
 
  private:
   explicit FinishOutbox(std::string dir) : dir_(std::move(dir)) {}
+  // Appends whole lines; on a failure the journal is cut back to its previous length.
+  Status Append(const std::string& lines, bool sync);
+  // Writes the pending exits to a new journal and puts it in place durably.
+  Status Rewrite();
   Status SyncDirectory() const;
 
   std::string dir_;
-  // Drops one reference to `path`; the file is removed when no pending exit is in it.
-  Status Release(const std::string& task_id);
-
+  int fd_ = -1;               // The journal, open for appending.
+  uint64_t size_ = 0;         // Bytes in the journal.
+  uint64_t lines_ = 0;        // Lines in the journal.
   std::map<std::string, TaskExit> pending_;
-  std::map<std::string, std::string> file_of_;  // Task id -> file holding its exit.
-  std::map<std::string, int> refs_;             // File -> pending exits in it.
   std::vector<std::string> load_errors_;
 };
 

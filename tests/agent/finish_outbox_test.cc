@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -47,33 +50,60 @@ TEST(FinishOutboxTest, SurvivesReopenUntilAcknowledged) {
   EXPECT_EQ(outbox->directory(), dir.path() + "/work/.finish-outbox");
 }
 
-TEST(FinishOutboxTest, BatchIsOneFileUntilEveryExitIsAcknowledged) {
+TEST(FinishOutboxTest, OneJournalTruncatedOnceEverythingIsAcknowledged) {
   TempDir dir;
   const TaskExit a = Exit("task-1", true, 0, 0, "", 10);
   const TaskExit b = Exit("task-2", false, 3, 0, "", 11);
   const TaskExit c = Exit("task-3", false, 143, 15, "cancelled", 12);
-  const std::string batch = dir.path() + "/.finish-outbox/batch-task-1.batch.json";
+  const std::string journal = dir.path() + "/.finish-outbox/journal";
   {
     auto outbox = FinishOutbox::Open(dir.path());
     ASSERT_TRUE(outbox.ok());
+    EXPECT_EQ(outbox->journal_path(), journal);
     ASSERT_TRUE(outbox->AddAll({a, b, c}).ok());
     EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{a, b, c}));
-    EXPECT_EQ(access(batch.c_str(), F_OK), 0);
     ASSERT_TRUE(outbox->Ack("task-1").ok());
+    // Three exits and one acknowledgement, one line each; no other file.
+    const std::string text = testing::ReadFile(journal);
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 4);
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path() + "/.finish-outbox"),
+                            std::filesystem::directory_iterator()),
+              1);
   }
   {
     auto outbox = FinishOutbox::Open(dir.path());
     ASSERT_TRUE(outbox.ok());
     EXPECT_TRUE(outbox->load_errors().empty());
-    // The acknowledgement was not in the file: a1 comes back (reported again, harmlessly).
-    EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{a, b, c}));
-    for (const char* id : {"task-1", "task-2", "task-3"}) ASSERT_TRUE(outbox->Ack(id).ok());
+    EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{b, c}));
+    for (const char* id : {"task-2", "task-3"}) ASSERT_TRUE(outbox->Ack(id).ok());
     EXPECT_TRUE(outbox->Pending().empty());
-    EXPECT_NE(access(batch.c_str(), F_OK), 0);  // Removed once nothing in it is pending.
+    EXPECT_EQ(std::filesystem::file_size(journal), 0u);  // Emptied once nothing is pending.
+    ASSERT_TRUE(outbox->Add(b).ok());  // Appending after the truncation starts at offset 0.
   }
   auto outbox = FinishOutbox::Open(dir.path());
   ASSERT_TRUE(outbox.ok());
-  EXPECT_TRUE(outbox->Pending().empty());
+  EXPECT_TRUE(outbox->load_errors().empty());
+  EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{b}));
+}
+
+TEST(FinishOutboxTest, LongJournalIsRewrittenWithThePendingExitsOnly) {
+  TempDir dir;
+  auto outbox = FinishOutbox::Open(dir.path());
+  ASSERT_TRUE(outbox.ok());
+  const TaskExit kept = Exit("task-kept", true, 0, 0, "", 1);
+  ASSERT_TRUE(outbox->Add(kept).ok());
+  for (int i = 0; i < 3000; ++i) {
+    const std::string id = "task-" + std::to_string(i);
+    ASSERT_TRUE(outbox->Add(Exit(id, true, 0, 0, "", 2 + i)).ok());
+    ASSERT_TRUE(outbox->Ack(id).ok());
+  }
+  // 6,001 lines would have been written; the journal was rewritten on the way.
+  const std::string text = testing::ReadFile(outbox->journal_path());
+  EXPECT_LT(std::count(text.begin(), text.end(), '\n'), 4096);
+  auto reopened = FinishOutbox::Open(dir.path());
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_TRUE(reopened->load_errors().empty());
+  EXPECT_EQ(reopened->Pending(), (std::vector<TaskExit>{kept}));
 }
 
 TEST(FinishOutboxTest, AddReplacesSameTask) {
@@ -87,38 +117,61 @@ TEST(FinishOutboxTest, AddReplacesSameTask) {
   EXPECT_EQ(reopened->Pending(), (std::vector<TaskExit>{Exit("t", false, 2, 0, "", 6)}));
 }
 
-TEST(FinishOutboxTest, CorruptEntriesAreReportedAndSetAside) {
+TEST(FinishOutboxTest, CorruptLinesAreReportedAndSetAside) {
   TempDir dir;
+  const TaskExit good = Exit("good", true, 0, 0, "", 1);
+  const std::string journal = dir.path() + "/.finish-outbox/journal";
   {
     auto outbox = FinishOutbox::Open(dir.path());
     ASSERT_TRUE(outbox.ok());
-    ASSERT_TRUE(outbox->Add(Exit("good", true, 0, 0, "", 1)).ok());
+    ASSERT_TRUE(outbox->Add(good).ok());
   }
-  const std::string box = dir.path() + "/.finish-outbox";
-  WriteFile(box + "/broken.json", "{\"task_id\": \"broken\", \"succ");
-  WriteFile(box + "/typed.json",
-            "{\"task_id\":\"typed\",\"success\":\"yes\",\"exit_code\":0,\"signal\":0,"
-            "\"error\":\"\",\"finished_at_unix_micros\":1}");
-  WriteFile(box + "/renamed.json", testing::ReadFile(box + "/good.json"));
-  WriteFile(box + "/interrupted.json.tmp", "{");
-
+  const std::string original = testing::ReadFile(journal);
+  WriteFile(journal, original + "{\"task_id\": \"broken\", \"succ\n" +
+                         "{\"task_id\":\"typed\",\"success\":\"yes\",\"exit_code\":0,"
+                         "\"signal\":0,\"error\":\"\",\"finished_at_unix_micros\":1}\n" +
+                         "{\"ack\":7}\n");
   auto outbox = FinishOutbox::Open(dir.path());
   ASSERT_TRUE(outbox.ok());
-  EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{Exit("good", true, 0, 0, "", 1)}));
+  EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{good}));
   ASSERT_EQ(outbox->load_errors().size(), 3u);
-  EXPECT_THAT(outbox->load_errors()[0], HasSubstr("broken.json' is corrupt: not valid JSON"));
-  EXPECT_THAT(outbox->load_errors()[1],
-              HasSubstr("renamed.json' is corrupt: task_id 'good' does not match the file name"));
-  EXPECT_THAT(outbox->load_errors()[2],
-              HasSubstr("typed.json' is corrupt: missing or mistyped field"));
-  EXPECT_TRUE(std::filesystem::exists(box + "/broken.json.corrupt"));
-  EXPECT_FALSE(std::filesystem::exists(box + "/broken.json"));
-  EXPECT_FALSE(std::filesystem::exists(box + "/interrupted.json.tmp"));
+  EXPECT_THAT(outbox->load_errors()[0], HasSubstr("line 2 is corrupt: not valid JSON"));
+  EXPECT_THAT(outbox->load_errors()[1], HasSubstr("line 3 is corrupt: missing or mistyped field"));
+  EXPECT_THAT(outbox->load_errors()[2], HasSubstr("line 4 is corrupt: ack is not a string"));
+  // The damaged journal is kept aside; the new one holds what could be read.
+  EXPECT_THAT(testing::ReadFile(journal + ".corrupt"), HasSubstr("broken"));
+  EXPECT_EQ(testing::ReadFile(journal), original);
 
   auto again = FinishOutbox::Open(dir.path());
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->load_errors().empty());
-  EXPECT_EQ(again->Pending().size(), 1u);
+  EXPECT_EQ(again->Pending(), (std::vector<TaskExit>{good}));
+}
+
+TEST(FinishOutboxTest, WriteCutShortByACrashIsDropped) {
+  TempDir dir;
+  const TaskExit a = Exit("task-a", true, 0, 0, "", 1);
+  const std::string journal = dir.path() + "/.finish-outbox/journal";
+  {
+    auto outbox = FinishOutbox::Open(dir.path());
+    ASSERT_TRUE(outbox.ok());
+    ASSERT_TRUE(outbox->Add(a).ok());
+  }
+  const std::string whole = testing::ReadFile(journal);
+  WriteFile(journal, whole + "{\"task_id\":\"task-b\",\"succ");  // No newline: torn.
+  const TaskExit c = Exit("task-c", false, 1, 0, "", 3);
+  {
+    auto outbox = FinishOutbox::Open(dir.path());
+    ASSERT_TRUE(outbox.ok());
+    EXPECT_TRUE(outbox->load_errors().empty());
+    EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{a}));
+    EXPECT_EQ(testing::ReadFile(journal), whole);  // The torn tail is cut off...
+    ASSERT_TRUE(outbox->Add(c).ok());             // ...so that later lines stay whole.
+  }
+  auto outbox = FinishOutbox::Open(dir.path());
+  ASSERT_TRUE(outbox.ok());
+  EXPECT_TRUE(outbox->load_errors().empty());
+  EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{a, c}));
 }
 
 TEST(FinishOutboxTest, RejectsUnsafeTaskIds) {
