@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <deque>
 #include <queue>
 
 namespace dgpu::core {
@@ -32,13 +33,84 @@ bool IsTransient(PendingReason r) {
   return r == PendingReason::kNoNodeFits || r == PendingReason::kQuotaExhausted;
 }
 
+// Pending tasks ordered by (queue_seq, task). Submissions arrive at the back and tasks put back
+// arrive at the front, and the head is what leaves, so a sorted deque does nearly all the work
+// at its ends with no allocation per task. A task leaving from the middle (cancelled, adopted)
+// is marked dead in place, found by binary search, and dropped once it reaches an end; an
+// insertion in the middle (restore) moves the shorter side.
+class TaskQueue {
+ public:
+  using Key = std::pair<int64_t, TaskNumber>;  // (queue_seq, task)
+
+  bool empty() const { return live_ == 0; }
+  // The first live entry; the queue must not be empty.
+  Key front() const { return items_.front().key; }
+
+  void Insert(int64_t seq, TaskNumber id) {
+    const Key key{seq, id};
+    if (items_.empty() || items_.back().key < key) {
+      items_.push_back({key, true});
+    } else if (key < items_.front().key) {
+      items_.push_front({key, true});
+    } else {
+      auto it = LowerBound(key);
+      if (it != items_.end() && it->key == key) {
+        if (it->live) return;
+        it->live = true;
+      } else {
+        items_.insert(it, {key, true});
+      }
+    }
+    ++live_;
+  }
+
+  // Returns whether the entry was there.
+  bool Erase(int64_t seq, TaskNumber id) {
+    const Key key{seq, id};
+    if (live_ == 0) return false;
+    if (items_.front().key == key) {
+      items_.pop_front();
+    } else {
+      auto it = LowerBound(key);
+      if (it == items_.end() || it->key != key || !it->live) return false;
+      it->live = false;
+    }
+    --live_;
+    // Keep both ends live, so that front() and the back insertion check stay O(1).
+    while (!items_.empty() && !items_.front().live) items_.pop_front();
+    while (!items_.empty() && !items_.back().live) items_.pop_back();
+    return true;
+  }
+
+  // Calls fn(Key) for every entry in queue order.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (const Item& i : items_) {
+      if (i.live) fn(i.key);
+    }
+  }
+
+ private:
+  struct Item {
+    Key key;
+    bool live;
+  };
+  std::deque<Item>::iterator LowerBound(const Key& key) {
+    return std::lower_bound(items_.begin(), items_.end(), key,
+                            [](const Item& i, const Key& k) { return i.key < k; });
+  }
+
+  std::deque<Item> items_;  // Sorted by key; the first and last are live.
+  size_t live_ = 0;
+};
+
 }  // namespace
 
 // Pending tasks of one priority with the same (model, GPU count), in queue order.
 struct SchedulerCore::Shape {
   std::string model;
   int gpu_count = 0;
-  std::set<std::pair<int64_t, TaskNumber>> tasks;  // (queue_seq, task)
+  TaskQueue tasks;
   PendingReason reason = PendingReason::kQueued;   // Why its head did not start last pass.
 };
 
@@ -120,6 +192,31 @@ SchedulerCore::SchedulerCore(CoreConfig config) : config_(config) {
 }
 
 SchedulerCore::~SchedulerCore() = default;
+
+Task* SchedulerCore::TaskPool::New() {
+  if (!free_.empty()) {
+    Task* t = free_.back();
+    free_.pop_back();
+    return t;
+  }
+  if (used_in_last_ == kChunk) {
+    chunks_.push_back(std::make_unique<Task[]>(kChunk));
+    used_in_last_ = 0;
+  }
+  return &chunks_.back()[used_in_last_++];
+}
+
+void SchedulerCore::TaskPool::Delete(Task* t) {
+  *t = Task{};  // Releases its strings and vectors now, not when the slot is reused.
+  free_.push_back(t);
+}
+
+Task* SchedulerCore::NewTask(TaskNumber id) {
+  Task* t = task_pool_.New();
+  t->id = id;
+  tasks_.emplace(id, t);
+  return t;
+}
 
 // ------------------------------------------------------------------------------------------
 // Helpers
@@ -207,7 +304,7 @@ void SchedulerCore::RecomputeQuota() {
 
 void SchedulerCore::Enqueue(Task& t) {
   auto& q = *queues_[PrioIndex(t.spec.priority)];
-  q.ShapeFor(t.spec).tasks.emplace(t.queue_seq, t.id);
+  q.ShapeFor(t.spec).tasks.Insert(t.queue_seq, t.id);
   pending_count_[PrioIndex(t.spec.priority)]++;
 }
 
@@ -215,7 +312,7 @@ void SchedulerCore::Dequeue(Task& t) {
   auto& q = *queues_[PrioIndex(t.spec.priority)];
   auto it = q.shapes.find({t.spec.gpu_model, t.spec.gpu_count});
   if (it == q.shapes.end()) return;
-  if (it->second->tasks.erase({t.queue_seq, t.id}) == 1) {
+  if (it->second->tasks.Erase(t.queue_seq, t.id)) {
     pending_count_[PrioIndex(t.spec.priority)]--;
   }
   if (it->second->tasks.empty()) q.shapes.erase(it);
@@ -310,14 +407,11 @@ StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now)
   }
   if (spec.timeout_seconds < 0) return InvalidArgument("timeout_seconds must not be negative");
 
-  auto task = std::make_unique<Task>();
-  task->id = next_number_++;
-  task->spec = spec;
-  task->status = TaskStatus::kPending;
-  task->queue_seq = next_back_seq_++;
-  task->created_at = now;
-  Task& t = *task;
-  tasks_.emplace(t.id, std::move(task));
+  Task& t = *NewTask(next_number_++);
+  t.spec = spec;
+  t.status = TaskStatus::kPending;
+  t.queue_seq = next_back_seq_++;
+  t.created_at = now;
   Enqueue(t);
   Emit(t);
   return t.id;
@@ -436,7 +530,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   for (const auto& r : running) {
     reported.insert(r.task);
     auto it = tasks_.find(r.task);
-    Task* t = it == tasks_.end() ? nullptr : it->second.get();
+    Task* t = it == tasks_.end() ? nullptr : it->second;
     bool held_here = t != nullptr && (t->status == TaskStatus::kRunning || t->stopping) &&
                      !t->allocation.empty() && t->allocation[0].node_id == node_id;
     if (held_here && claim(t->allocation[0].gpu_indices, t->id)) {
@@ -511,7 +605,7 @@ void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now) {
   }
   // Put back in their original relative order: the task that ran first ends up first.
   std::vector<Task*> held;
-  for (TaskNumber id : node.tasks) held.push_back(tasks_.at(id).get());
+  for (TaskNumber id : node.tasks) held.push_back(tasks_.at(id));
   std::sort(held.begin(), held.end(),
             [](const Task* a, const Task* b) { return a->queue_seq > b->queue_seq; });
   for (Task* t : held) {
@@ -628,7 +722,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
   // Tries to start the head of a shape. Returns kNone when it started.
   auto try_start = [&](Shape& shape) -> PendingReason {
     stats_.shape_checks++;
-    Task& t = *tasks_.at(shape.tasks.begin()->second);
+    Task& t = *tasks_.at(shape.tasks.front().second);
     const auto& models = ModelsFor(shape.model);
     if (used_[prio] + shape.gpu_count > quota_[prio]) return Diagnose(t, models);
     auto fit = index_.FindBestFit(models, shape.gpu_count, excluded);
@@ -648,11 +742,11 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
   // The oldest pending task of this priority.
   Shape* oldest_shape = nullptr;
   for (auto& [key, s] : q.shapes) {
-    if (oldest_shape == nullptr || *s->tasks.begin() < *oldest_shape->tasks.begin()) {
+    if (oldest_shape == nullptr || s->tasks.front() < oldest_shape->tasks.front()) {
       oldest_shape = s.get();
     }
   }
-  TaskNumber oldest = oldest_shape->tasks.begin()->second;
+  TaskNumber oldest = oldest_shape->tasks.front().second;
   if (q.oldest != oldest) {
     q.oldest = oldest;
     q.bypassed = 0;
@@ -704,7 +798,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
   std::vector<Head> storage;
   storage.reserve(q.shapes.size());
   for (auto& [key, s] : q.shapes) {
-    if (s.get() != held_shape) storage.emplace_back(*s->tasks.begin(), s.get());
+    if (s.get() != held_shape) storage.emplace_back(s->tasks.front(), s.get());
   }
   std::priority_queue<Head, std::vector<Head>, std::greater<>> heads(std::greater<>(),
                                                                      std::move(storage));
@@ -732,7 +826,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
       if (os != nullptr && hold(*os, oldest_reason)) return;
     }
     auto it = q.shapes.find(key);
-    if (it != q.shapes.end()) heads.emplace(*it->second->tasks.begin(), it->second.get());
+    if (it != q.shapes.end()) heads.emplace(it->second->tasks.front(), it->second.get());
   }
 }
 
@@ -742,9 +836,8 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
 Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
   if (task.id == 0) return InvalidArgument("task number must not be 0");
   if (tasks_.count(task.id) != 0) return AlreadyExists(FormatTaskId(task.id) + " already exists");
-  auto owned = std::make_unique<Task>(task);
-  Task& t = *owned;
-  tasks_.emplace(t.id, std::move(owned));
+  Task& t = *NewTask(task.id);
+  t = task;
   next_number_ = std::max(next_number_, t.id + 1);
   if (t.status == TaskStatus::kPending) {
     t.allocation.clear();
@@ -789,6 +882,7 @@ void SchedulerCore::SetNextTaskNumber(TaskNumber next) {
 void SchedulerCore::Forget(TaskNumber id) {
   auto it = tasks_.find(id);
   if (it != tasks_.end() && IsFinished(it->second->status) && !it->second->stopping) {
+    task_pool_.Delete(it->second);
     tasks_.erase(it);
   }
 }
@@ -800,14 +894,13 @@ std::vector<Decision> SchedulerCore::TakeDecisions() { return std::exchange(deci
 std::vector<Change> SchedulerCore::TakeChanges() { return std::exchange(changes_, {}); }
 
 const Task* SchedulerCore::FindTask(TaskNumber id) const {
-  auto it = tasks_.find(id);
-  return it == tasks_.end() ? nullptr : it->second.get();
+  return LookupTask(id);
 }
 
 PendingReason SchedulerCore::ReasonOf(const Task& t) const {
   if (t.status != TaskStatus::kPending) return PendingReason::kNone;
   const Shape* s = queues_[PrioIndex(t.spec.priority)]->FindShape(t.spec);
-  if (s == nullptr || s->tasks.empty() || s->tasks.begin()->second != t.id) {
+  if (s == nullptr || s->tasks.empty() || s->tasks.front().second != t.id) {
     return PendingReason::kQueued;
   }
   return s->reason;
@@ -877,7 +970,7 @@ std::optional<std::string> SchedulerCore::ReservedNode(Priority p) const {
 std::vector<TaskNumber> SchedulerCore::QueueOrder(Priority p) const {
   std::vector<std::pair<int64_t, TaskNumber>> all;
   for (const auto& [key, s] : queues_[PrioIndex(p)]->shapes) {
-    all.insert(all.end(), s->tasks.begin(), s->tasks.end());
+    s->tasks.ForEach([&](const TaskQueue::Key& key) { all.push_back(key); });
   }
   std::sort(all.begin(), all.end());
   std::vector<TaskNumber> out;

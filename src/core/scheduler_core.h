@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "core/placement_index.h"
 #include "core/status.h"
 #include "core/types.h"
@@ -201,9 +202,29 @@ class SchedulerCore {
   int64_t next_back_seq_ = 1;   // Increasing: normal submissions.
   int64_t next_front_seq_ = 0;  // Decreasing: tasks put back at the head.
 
-  std::unordered_map<TaskNumber, std::unique_ptr<Task>> tasks_;
+  // Tasks live in a pool (stable addresses, freed ones reused first, while still in cache) and
+  // are found through an open-addressing table: no allocation per task, one probe per lookup.
+  class TaskPool {
+   public:
+    Task* New();
+    void Delete(Task* t);
+
+   private:
+    static constexpr size_t kChunk = 1024;
+    std::vector<std::unique_ptr<Task[]>> chunks_;
+    size_t used_in_last_ = kChunk;
+    std::vector<Task*> free_;
+  };
+  Task* NewTask(TaskNumber id);
+  Task* LookupTask(TaskNumber id) const {
+    auto it = tasks_.find(id);
+    return it == tasks_.end() ? nullptr : it->second;
+  }
+
+  TaskPool task_pool_;
+  absl::flat_hash_map<TaskNumber, Task*> tasks_;
   std::vector<std::unique_ptr<NodeState>> nodes_;  // Slots; never shrinks.
-  std::unordered_map<std::string, uint32_t> node_slots_;
+  absl::flat_hash_map<std::string, uint32_t> node_slots_;
   std::map<std::string, uint32_t> nodes_by_id_;  // For ranks that follow id order.
 
   std::vector<std::string> models_;  // Interned GPU model names.
