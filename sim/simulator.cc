@@ -183,7 +183,8 @@ class CoreEngine {
   void Schedule(TimeMicros now, Started&& started) {
     core_.Schedule(now);
     if (!core_.HasDecisions()) return;
-    for (const core::Decision& d : core_.TakeDecisions()) {
+    core_.TakeDecisions(decisions_);
+    for (const core::Decision& d : decisions_) {
       if (d.kind != core::Decision::Kind::kStart) Fatal("unexpected stop decision");
       uint32_t job = task_job_[d.task - 1];
       int node = Layout::NodeIndex(d.node_id);
@@ -262,6 +263,7 @@ class CoreEngine {
   std::vector<uint32_t> job_shape_;
   std::unordered_map<uint64_t, uint32_t> shape_ids_;
   std::vector<ShapeQueue> shapes_;
+  std::vector<core::Decision> decisions_;  // Reused by every pass.
 };
 
 // Policy original: the same queues (FIFO per priority, high first, a task may overtake a head

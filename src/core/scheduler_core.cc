@@ -154,6 +154,7 @@ struct SchedulerCore::NodeState {
   std::vector<TaskNumber> gpu_task;    // Task holding each GPU position; 0 = free.
   std::vector<ModelSlice> slices;      // Per model present on the node.
   std::vector<TaskNumber> tasks;       // Tasks holding GPUs here (running or stopping).
+  bool indices_are_positions = true;   // gpus[i].index == i for every i.
 
   void AddTask(TaskNumber id) { tasks.push_back(id); }
   void RemoveTask(TaskNumber id) {
@@ -167,6 +168,11 @@ struct SchedulerCore::NodeState {
   }
 
   int Position(int gpu_index) const {
+    // Agents report their GPUs as 0..n-1, so the position is usually the index itself: answer
+    // without touching the GPU records.
+    if (indices_are_positions) {
+      return gpu_index >= 0 && gpu_index < static_cast<int>(gpus.size()) ? gpu_index : -1;
+    }
     for (size_t i = 0; i < gpus.size(); ++i) {
       if (gpus[i].index == gpu_index) return static_cast<int>(i);
     }
@@ -468,7 +474,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     bool held_here = (t.status == TaskStatus::kRunning || t.stopping) && !t.allocation.empty() &&
                      t.allocation[0].node_id == node_id;
     if (held_here) {
-      (void)ApplyFinish(node, t, f, now);
+      (void)ApplyFinish(t, f, now);
     } else if (t.status == TaskStatus::kPending && t.error == "agent_lost") {
       // It was put back when this node vanished, but it had run to its end there.
       Dequeue(t);
@@ -495,7 +501,9 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   node->gpu_task.assign(node->gpus.size(), 0);
   node->slices.clear();
   node->tasks.clear();
+  node->indices_are_positions = true;
   for (size_t i = 0; i < node->gpus.size(); ++i) {
+    if (node->gpus[i].index != static_cast<int>(i)) node->indices_are_positions = false;
     int m = InternModel(node->gpus[i].model);
     node->gpu_model[i] = m;
     auto* s = node->Slice(m);
@@ -638,8 +646,7 @@ Status SchedulerCore::TaskStarted(TaskNumber id, const std::string& node_id, Tim
   return OkStatus();
 }
 
-Status SchedulerCore::ApplyFinish(NodeState* node, Task& t, const FinishReport& report,
-                                  TimeMicros now) {
+Status SchedulerCore::ApplyFinish(Task& t, const FinishReport& report, TimeMicros now) {
   ReleaseGpus(t);
   if (t.status == TaskStatus::kRunning) {
     running_count_[PrioIndex(t.spec.priority)]--;
@@ -650,7 +657,6 @@ Status SchedulerCore::ApplyFinish(NodeState* node, Task& t, const FinishReport& 
   } else {
     t.exit_code = report.exit_code;  // A cancelled task stays cancelled.
   }
-  (void)node;
   Emit(t);
   return OkStatus();
 }
@@ -665,7 +671,7 @@ Status SchedulerCore::TaskFinished(const std::string& node_id, const FinishRepor
     return FailedPrecondition(FormatTaskId(report.task) + " is not running on node " + node_id +
                               " (status " + std::string(ToString(t.status)) + ")");
   }
-  return ApplyFinish(FindNodeState(node_id), t, report, now);
+  return ApplyFinish(t, report, now);
 }
 
 Status SchedulerCore::SetOnlinePercent(double online_percent) {
@@ -891,6 +897,10 @@ void SchedulerCore::Forget(TaskNumber id) {
 // Outputs and queries
 
 std::vector<Decision> SchedulerCore::TakeDecisions() { return std::exchange(decisions_, {}); }
+void SchedulerCore::TakeDecisions(std::vector<Decision>& out) {
+  out.clear();
+  out.swap(decisions_);
+}
 std::vector<Change> SchedulerCore::TakeChanges() { return std::exchange(changes_, {}); }
 
 const Task* SchedulerCore::FindTask(TaskNumber id) const {

@@ -134,6 +134,9 @@ class SchedulerCore {
   // --- Outputs --------------------------------------------------------------------------------
 
   std::vector<Decision> TakeDecisions();
+  // The same into `out` (its old contents dropped), swapping buffers so that a caller taking
+  // decisions after every pass reuses their memory.
+  void TakeDecisions(std::vector<Decision>& out);
   std::vector<Change> TakeChanges();
   bool HasDecisions() const { return !decisions_.empty(); }
 
@@ -187,7 +190,7 @@ class SchedulerCore {
   void RequeueOrFail(Task& t, TimeMicros now, std::string_view error);
   void RecomputeQuota();
   void TakeNodeOffline(NodeState& node, TimeMicros now);
-  Status ApplyFinish(NodeState* node, Task& t, const FinishReport& report, TimeMicros now);
+  Status ApplyFinish(Task& t, const FinishReport& report, TimeMicros now);
   void SchedulePriority(int prio, TimeMicros now);
   PendingReason Diagnose(const Task& t, const std::vector<int>& models) const;
   const std::vector<int>& ModelsFor(const std::string& wanted);
