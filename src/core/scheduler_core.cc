@@ -43,22 +43,24 @@ class TaskQueue {
   using Key = std::pair<int64_t, TaskNumber>;  // (queue_seq, task)
 
   bool empty() const { return live_ == 0; }
-  // The first live entry; the queue must not be empty.
+  // The first live entry and its task; the queue must not be empty.
   Key front() const { return items_.front().key; }
+  Task& front_task() const { return *items_.front().task; }
 
-  void Insert(int64_t seq, TaskNumber id) {
-    const Key key{seq, id};
+  void Insert(int64_t seq, Task* task) {
+    const Key key{seq, task->id};
     if (items_.empty() || items_.back().key < key) {
-      items_.push_back({key, true});
+      items_.push_back({key, task, true});
     } else if (key < items_.front().key) {
-      items_.push_front({key, true});
+      items_.push_front({key, task, true});
     } else {
       auto it = LowerBound(key);
       if (it != items_.end() && it->key == key) {
         if (it->live) return;
+        it->task = task;
         it->live = true;
       } else {
-        items_.insert(it, {key, true});
+        items_.insert(it, {key, task, true});
       }
     }
     ++live_;
@@ -93,6 +95,7 @@ class TaskQueue {
  private:
   struct Item {
     Key key;
+    Task* task;  // Pending tasks stay in the core's pool, so the pointer stays valid.
     bool live;
   };
   std::deque<Item>::iterator LowerBound(const Key& key) {
@@ -112,6 +115,9 @@ struct SchedulerCore::Shape {
   int gpu_count = 0;
   TaskQueue tasks;
   PendingReason reason = PendingReason::kQueued;   // Why its head did not start last pass.
+  // ModelsFor(model), kept while no new model appears (model_generation_ unchanged).
+  const std::vector<int>* models = nullptr;
+  uint64_t models_generation = 0;
 };
 
 struct SchedulerCore::PriorityQueue {
@@ -199,26 +205,26 @@ SchedulerCore::SchedulerCore(CoreConfig config) : config_(config) {
 
 SchedulerCore::~SchedulerCore() = default;
 
-Task* SchedulerCore::TaskPool::New() {
+SchedulerCore::TaskRecord* SchedulerCore::TaskPool::New() {
   if (!free_.empty()) {
-    Task* t = free_.back();
+    TaskRecord* t = free_.back();
     free_.pop_back();
     return t;
   }
   if (used_in_last_ == kChunk) {
-    chunks_.push_back(std::make_unique<Task[]>(kChunk));
+    chunks_.push_back(std::make_unique<TaskRecord[]>(kChunk));
     used_in_last_ = 0;
   }
   return &chunks_.back()[used_in_last_++];
 }
 
-void SchedulerCore::TaskPool::Delete(Task* t) {
-  *t = Task{};  // Releases its strings and vectors now, not when the slot is reused.
+void SchedulerCore::TaskPool::Delete(TaskRecord* t) {
+  *t = TaskRecord{};  // Releases its strings and vectors now, not when the slot is reused.
   free_.push_back(t);
 }
 
-Task* SchedulerCore::NewTask(TaskNumber id) {
-  Task* t = task_pool_.New();
+SchedulerCore::TaskRecord* SchedulerCore::NewTask(TaskNumber id) {
+  TaskRecord* t = task_pool_.New();
   t->id = id;
   tasks_.emplace(id, t);
   return t;
@@ -240,6 +246,7 @@ int SchedulerCore::InternModel(const std::string& model) {
   if (inserted) {
     models_.push_back(model);
     model_match_cache_.clear();
+    model_generation_++;
   }
   return it->second;
 }
@@ -256,6 +263,14 @@ std::vector<int> SchedulerCore::MatchModels(const std::string& wanted) const {
     }
   }
   return out;
+}
+
+const std::vector<int>& SchedulerCore::ShapeModels(Shape& shape) {
+  if (shape.models_generation != model_generation_) {
+    shape.models = &ModelsFor(shape.model);
+    shape.models_generation = model_generation_;
+  }
+  return *shape.models;
 }
 
 const std::vector<int>& SchedulerCore::ModelsFor(const std::string& wanted) {
@@ -310,7 +325,7 @@ void SchedulerCore::RecomputeQuota() {
 
 void SchedulerCore::Enqueue(Task& t) {
   auto& q = *queues_[PrioIndex(t.spec.priority)];
-  q.ShapeFor(t.spec).tasks.Insert(t.queue_seq, t.id);
+  q.ShapeFor(t.spec).tasks.Insert(t.queue_seq, &t);
   pending_count_[PrioIndex(t.spec.priority)]++;
 }
 
@@ -347,7 +362,11 @@ void SchedulerCore::StartTask(Task& t, NodeState& node, int model, const std::ve
   node.AddTask(t.id);
 
   t.status = TaskStatus::kRunning;
-  t.allocation = {NodeAllocation{node.id, indices}};
+  // Built in place: a pending task has no allocation, so this allocates only its two vectors.
+  t.allocation.resize(1);
+  t.allocation[0].node_id = node.id;
+  t.allocation[0].gpu_indices.assign(indices.begin(), indices.end());
+  static_cast<TaskRecord&>(t).node_slot = node.slot;
   t.attempts++;
   t.started_at = now;
   t.error.clear();
@@ -359,8 +378,11 @@ void SchedulerCore::StartTask(Task& t, NodeState& node, int model, const std::ve
 }
 
 void SchedulerCore::ReleaseGpus(Task& t) {
+  const uint32_t hint = static_cast<TaskRecord&>(t).node_slot;
   for (const auto& na : t.allocation) {
-    NodeState* node = FindNodeState(na.node_id);
+    NodeState* node = hint < nodes_.size() && nodes_[hint]->id == na.node_id
+                          ? nodes_[hint].get()
+                          : FindNodeState(na.node_id);
     if (node == nullptr) continue;
     node->RemoveTask(t.id);
     // A task's GPUs on one node share one model: one index update per node.
@@ -553,6 +575,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
       std::vector<int> idx = r.gpu_indices;
       std::sort(idx.begin(), idx.end());
       t->allocation = {NodeAllocation{node_id, idx}};
+      static_cast<TaskRecord*>(t)->node_slot = node->slot;
       t->error.clear();
       used_[PrioIndex(t->spec.priority)] += t->spec.gpu_count;
       running_count_[PrioIndex(t->spec.priority)]++;
@@ -728,8 +751,8 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
   // Tries to start the head of a shape. Returns kNone when it started.
   auto try_start = [&](Shape& shape) -> PendingReason {
     stats_.shape_checks++;
-    Task& t = *tasks_.at(shape.tasks.front().second);
-    const auto& models = ModelsFor(shape.model);
+    Task& t = shape.tasks.front_task();
+    const auto& models = ShapeModels(shape);
     if (used_[prio] + shape.gpu_count > quota_[prio]) return Diagnose(t, models);
     auto fit = index_.FindBestFit(models, shape.gpu_count, excluded);
     if (!fit) return Diagnose(t, models);
@@ -842,8 +865,8 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
 Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
   if (task.id == 0) return InvalidArgument("task number must not be 0");
   if (tasks_.count(task.id) != 0) return AlreadyExists(FormatTaskId(task.id) + " already exists");
-  Task& t = *NewTask(task.id);
-  t = task;
+  TaskRecord& t = *NewTask(task.id);
+  static_cast<Task&>(t) = task;
   next_number_ = std::max(next_number_, t.id + 1);
   if (t.status == TaskStatus::kPending) {
     t.allocation.clear();
@@ -870,6 +893,7 @@ Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
   }
   node->last_heartbeat = std::max(node->last_heartbeat, now);
   node->AddTask(t.id);
+  t.node_slot = node->slot;
   used_[PrioIndex(t.spec.priority)] += t.spec.gpu_count;
   if (t.status == TaskStatus::kRunning) running_count_[PrioIndex(t.spec.priority)]++;
   return OkStatus();

@@ -194,6 +194,7 @@ class SchedulerCore {
   void SchedulePriority(int prio, TimeMicros now);
   PendingReason Diagnose(const Task& t, const std::vector<int>& models) const;
   const std::vector<int>& ModelsFor(const std::string& wanted);
+  const std::vector<int>& ShapeModels(Shape& shape);
   std::vector<int> MatchModels(const std::string& wanted) const;
   int InternModel(const std::string& model);
   NodeState& AddNodeState(const std::string& id);
@@ -205,27 +206,36 @@ class SchedulerCore {
   int64_t next_back_seq_ = 1;   // Increasing: normal submissions.
   int64_t next_front_seq_ = 0;  // Decreasing: tasks put back at the head.
 
+  // A task as the core keeps it: the public record plus what only the core needs. Every Task the
+  // core hands out or receives from its own tables is one of these.
+  struct TaskRecord : Task {
+    // Slot of the node in allocation[0], so that releasing GPUs needs no lookup by id string.
+    // A hint: checked against the node id before use.
+    uint32_t node_slot = kNoSlot;
+  };
+  static constexpr uint32_t kNoSlot = ~uint32_t{0};
+
   // Tasks live in a pool (stable addresses, freed ones reused first, while still in cache) and
   // are found through an open-addressing table: no allocation per task, one probe per lookup.
   class TaskPool {
    public:
-    Task* New();
-    void Delete(Task* t);
+    TaskRecord* New();
+    void Delete(TaskRecord* t);
 
    private:
     static constexpr size_t kChunk = 1024;
-    std::vector<std::unique_ptr<Task[]>> chunks_;
+    std::vector<std::unique_ptr<TaskRecord[]>> chunks_;
     size_t used_in_last_ = kChunk;
-    std::vector<Task*> free_;
+    std::vector<TaskRecord*> free_;
   };
-  Task* NewTask(TaskNumber id);
-  Task* LookupTask(TaskNumber id) const {
+  TaskRecord* NewTask(TaskNumber id);
+  TaskRecord* LookupTask(TaskNumber id) const {
     auto it = tasks_.find(id);
     return it == tasks_.end() ? nullptr : it->second;
   }
 
   TaskPool task_pool_;
-  absl::flat_hash_map<TaskNumber, Task*> tasks_;
+  absl::flat_hash_map<TaskNumber, TaskRecord*> tasks_;
   std::vector<std::unique_ptr<NodeState>> nodes_;  // Slots; never shrinks.
   absl::flat_hash_map<std::string, uint32_t> node_slots_;
   std::map<std::string, uint32_t> nodes_by_id_;  // For ranks that follow id order.
@@ -233,7 +243,9 @@ class SchedulerCore {
   std::vector<std::string> models_;  // Interned GPU model names.
   std::unordered_map<std::string, int> model_ids_;
   // Cache of wanted-model string -> matching model ids; cleared when a model appears.
+  // References into it stay valid until it is cleared (node-based map).
   std::unordered_map<std::string, std::vector<int>> model_match_cache_;
+  uint64_t model_generation_ = 1;  // Bumped when a model appears (the cache is cleared).
 
   PlacementIndex index_;
   std::unique_ptr<PriorityQueue> queues_[kPriorityCount];
