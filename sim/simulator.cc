@@ -176,7 +176,9 @@ class CoreEngine {
     job_task_[job] = *task;
     uint32_t shape = ShapeOf(j);
     job_shape_[job] = shape;
-    shapes_[shape].tasks.push_back(*task);
+    // The task stays at this address in the core until it is forgotten, long after it leaves
+    // the queue: Fragmented() reads it without a lookup.
+    shapes_[shape].tasks.push_back(core_.FindTask(*task));
   }
 
   template <typename Started>
@@ -192,10 +194,11 @@ class CoreEngine {
       free_.Add(layout_.node_model[node], -workload_.jobs[job].gpus);
       // The core starts shape heads only, so the task is the front of its shape queue.
       auto& tasks = shapes_[job_shape_[job]].tasks;
-      if (!tasks.empty() && tasks.front() == d.task) {
+      if (!tasks.empty() && tasks.front()->id == d.task) {
         tasks.pop_front();
       } else {
-        tasks.erase(std::find(tasks.begin(), tasks.end(), d.task));
+        tasks.erase(std::find_if(tasks.begin(), tasks.end(),
+                                 [&](const core::Task* t) { return t->id == d.task; }));
       }
       started(job);
     }
@@ -216,8 +219,7 @@ class CoreEngine {
   bool Fragmented() const {
     for (const auto& shape : shapes_) {
       if (shape.tasks.empty() || free_.For(demand_[shape.model]) < shape.gpus) continue;
-      const core::Task* t = core_.FindTask(shape.tasks.front());
-      if (t != nullptr && core_.ReasonOf(*t) == core::PendingReason::kNoNodeFits) return true;
+      if (core_.ReasonOf(*shape.tasks.front()) == core::PendingReason::kNoNodeFits) return true;
     }
     return false;
   }
@@ -232,7 +234,7 @@ class CoreEngine {
   struct ShapeQueue {
     uint32_t model = 0;
     int gpus = 0;
-    std::deque<core::TaskNumber> tasks;  // Pending, in queue order.
+    std::deque<const core::Task*> tasks;  // Pending, in queue order.
   };
 
   static core::CoreConfig MakeConfig(const SimOptions& options) {
@@ -478,16 +480,16 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
   std::vector<TimeMicros> finish(n, -1);
   std::vector<uint8_t> submitted(n, 0);
 
-  struct Completion {
+  struct Completion {  // 16 bytes: the heap is the loop's largest hot structure.
     TimeMicros time;
-    uint64_t seq;
+    uint32_t seq;  // Start order; there are fewer starts than jobs, and jobs are uint32.
     uint32_t job;
   };
   auto later = [](const Completion& a, const Completion& b) {
     return a.time != b.time ? a.time > b.time : a.seq > b.seq;
   };
   std::vector<Completion> heap;
-  uint64_t seq = 0;
+  uint32_t seq = 0;
   size_t next = 0;
   uint64_t pending = 0;
   const TimeMicros cap = options.max_time.value_or(std::numeric_limits<TimeMicros>::max());

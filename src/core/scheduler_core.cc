@@ -4,7 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <deque>
-#include <queue>
+#include <string_view>
 
 namespace dgpu::core {
 namespace {
@@ -120,8 +120,21 @@ struct SchedulerCore::Shape {
   uint64_t models_generation = 0;
 };
 
+// Orders shape keys, and finds them from a task's spec without building a key string.
+struct ShapeKeyLess {
+  using is_transparent = void;
+  using Key = std::pair<std::string, int>;
+  using View = std::pair<std::string_view, int>;
+  static View AsView(const Key& k) { return {k.first, k.second}; }
+  bool operator()(const Key& a, const Key& b) const { return a < b; }
+  bool operator()(const Key& a, const View& b) const { return AsView(a) < b; }
+  bool operator()(const View& a, const Key& b) const { return a < AsView(b); }
+};
+
 struct SchedulerCore::PriorityQueue {
-  std::map<std::pair<std::string, int>, std::unique_ptr<Shape>> shapes;
+  std::map<std::pair<std::string, int>, std::unique_ptr<Shape>, ShapeKeyLess> shapes;
+  // Scratch for a pass's merge of shape heads, kept to avoid an allocation per pass.
+  std::vector<std::pair<TaskQueue::Key, Shape*>> heads;
   // Starvation guard: how often the oldest pending task was overtaken.
   TaskNumber oldest = 0;
   int bypassed = 0;
@@ -129,16 +142,15 @@ struct SchedulerCore::PriorityQueue {
   int reserved_slot = -1;  // Node kept for the held task; the other priority may not use it.
 
   Shape& ShapeFor(const TaskSpec& spec) {
+    if (Shape* s = FindShape(spec)) return *s;
     auto& s = shapes[{spec.gpu_model, spec.gpu_count}];
-    if (!s) {
-      s = std::make_unique<Shape>();
-      s->model = spec.gpu_model;
-      s->gpu_count = spec.gpu_count;
-    }
+    s = std::make_unique<Shape>();
+    s->model = spec.gpu_model;
+    s->gpu_count = spec.gpu_count;
     return *s;
   }
   Shape* FindShape(const TaskSpec& spec) const {
-    auto it = shapes.find({spec.gpu_model, spec.gpu_count});
+    auto it = shapes.find(ShapeKeyLess::View{spec.gpu_model, spec.gpu_count});
     return it == shapes.end() ? nullptr : it->second.get();
   }
 };
@@ -331,7 +343,7 @@ void SchedulerCore::Enqueue(Task& t) {
 
 void SchedulerCore::Dequeue(Task& t) {
   auto& q = *queues_[PrioIndex(t.spec.priority)];
-  auto it = q.shapes.find({t.spec.gpu_model, t.spec.gpu_count});
+  auto it = q.shapes.find(ShapeKeyLess::View{t.spec.gpu_model, t.spec.gpu_count});
   if (it == q.shapes.end()) return;
   if (it->second->tasks.Erase(t.queue_seq, t.id)) {
     pending_count_[PrioIndex(t.spec.priority)]--;
@@ -822,21 +834,20 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     if (q.shapes.empty()) return;
   }
 
-  // Merge the shape heads by queue position.
-  using Head = std::pair<std::pair<int64_t, TaskNumber>, Shape*>;
-  std::vector<Head> storage;
-  storage.reserve(q.shapes.size());
+  // Merge the shape heads by queue position (a min-heap; keys are unique).
+  auto& heads = q.heads;
+  heads.clear();
   for (auto& [key, s] : q.shapes) {
-    if (s.get() != held_shape) storage.emplace_back(s->tasks.front(), s.get());
+    if (s.get() != held_shape) heads.emplace_back(s->tasks.front(), s.get());
   }
-  std::priority_queue<Head, std::vector<Head>, std::greater<>> heads(std::greater<>(),
-                                                                     std::move(storage));
+  std::make_heap(heads.begin(), heads.end(), std::greater<>());
 
   PendingReason oldest_reason = PendingReason::kNone;
   bool oldest_waiting = false;
   while (!heads.empty()) {
-    auto [pos, shape] = heads.top();
-    heads.pop();
+    std::pop_heap(heads.begin(), heads.end(), std::greater<>());
+    auto [pos, shape] = heads.back();
+    heads.pop_back();
     TaskNumber id = pos.second;
     // Starting the head may empty and destroy the shape: keep its key.
     std::pair<std::string, int> key{shape->model, shape->gpu_count};
@@ -855,7 +866,10 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
       if (os != nullptr && hold(*os, oldest_reason)) return;
     }
     auto it = q.shapes.find(key);
-    if (it != q.shapes.end()) heads.emplace(it->second->tasks.front(), it->second.get());
+    if (it != q.shapes.end()) {
+      heads.emplace_back(it->second->tasks.front(), it->second.get());
+      std::push_heap(heads.begin(), heads.end(), std::greater<>());
+    }
   }
 }
 
