@@ -238,7 +238,7 @@ void SchedulerCore::TaskPool::Delete(TaskRecord* t) {
 SchedulerCore::TaskRecord* SchedulerCore::NewTask(TaskNumber id) {
   TaskRecord* t = task_pool_.New();
   t->id = id;
-  tasks_.emplace(id, t);
+  tasks_.Insert(id, t);
   return t;
 }
 
@@ -458,9 +458,9 @@ StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now)
 }
 
 Status SchedulerCore::Cancel(TaskNumber id, TimeMicros now) {
-  auto it = tasks_.find(id);
-  if (it == tasks_.end()) return NotFound(FormatTaskId(id) + " not found");
-  Task& t = *it->second;
+  TaskRecord* found = tasks_.Find(id);
+  if (found == nullptr) return NotFound(FormatTaskId(id) + " not found");
+  Task& t = *found;
   if (IsFinished(t.status)) {
     return FailedPrecondition(FormatTaskId(id) + " already finished with status " +
                               std::string(ToString(t.status)));
@@ -502,9 +502,9 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
 
   // 1. Record finishes first, so that a task that ended while the agent was away is not lost.
   for (const auto& f : finished) {
-    auto it = tasks_.find(f.task);
-    if (it == tasks_.end()) continue;
-    Task& t = *it->second;
+    TaskRecord* found = tasks_.Find(f.task);
+    if (found == nullptr) continue;
+    Task& t = *found;
     bool held_here = (t.status == TaskStatus::kRunning || t.stopping) && !t.allocation.empty() &&
                      t.allocation[0].node_id == node_id;
     if (held_here) {
@@ -571,8 +571,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   std::set<TaskNumber> reported;
   for (const auto& r : running) {
     reported.insert(r.task);
-    auto it = tasks_.find(r.task);
-    Task* t = it == tasks_.end() ? nullptr : it->second;
+    Task* t = tasks_.Find(r.task);
     bool held_here = t != nullptr && (t->status == TaskStatus::kRunning || t->stopping) &&
                      !t->allocation.empty() && t->allocation[0].node_id == node_id;
     if (held_here && claim(t->allocation[0].gpu_indices, t->id)) {
@@ -603,11 +602,11 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
 
   // 4. Tasks believed to run here but not reported are lost.
   std::sort(held.begin(), held.end(), [&](TaskNumber a, TaskNumber b) {
-    return tasks_.at(a)->queue_seq > tasks_.at(b)->queue_seq;
+    return tasks_.Find(a)->queue_seq > tasks_.Find(b)->queue_seq;
   });
   for (TaskNumber id : held) {
     if (reported.count(id) != 0) continue;
-    Task& t = *tasks_.at(id);
+    Task& t = *tasks_.Find(id);
     if (!(t.status == TaskStatus::kRunning || t.stopping)) continue;
     // Its GPU claims were reset above; ReleaseGpus must only fix the quota use.
     if (t.stopping) {
@@ -648,7 +647,7 @@ void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now) {
   }
   // Put back in their original relative order: the task that ran first ends up first.
   std::vector<Task*> held;
-  for (TaskNumber id : node.tasks) held.push_back(tasks_.at(id));
+  for (TaskNumber id : node.tasks) held.push_back(tasks_.Find(id));
   std::sort(held.begin(), held.end(),
             [](const Task* a, const Task* b) { return a->queue_seq > b->queue_seq; });
   for (Task* t : held) {
@@ -669,9 +668,9 @@ Status SchedulerCore::NodeLost(const std::string& node_id, TimeMicros now) {
 }
 
 Status SchedulerCore::TaskStarted(TaskNumber id, const std::string& node_id, TimeMicros now) {
-  auto it = tasks_.find(id);
-  if (it == tasks_.end()) return NotFound(FormatTaskId(id) + " not found");
-  Task& t = *it->second;
+  TaskRecord* found = tasks_.Find(id);
+  if (found == nullptr) return NotFound(FormatTaskId(id) + " not found");
+  Task& t = *found;
   if (t.status != TaskStatus::kRunning || t.allocation.empty() ||
       t.allocation[0].node_id != node_id) {
     return FailedPrecondition(FormatTaskId(id) + " is not running on node " + node_id);
@@ -698,9 +697,9 @@ Status SchedulerCore::ApplyFinish(Task& t, const FinishReport& report, TimeMicro
 
 Status SchedulerCore::TaskFinished(const std::string& node_id, const FinishReport& report,
                                    TimeMicros now) {
-  auto it = tasks_.find(report.task);
-  if (it == tasks_.end()) return NotFound(FormatTaskId(report.task) + " not found");
-  Task& t = *it->second;
+  TaskRecord* found = tasks_.Find(report.task);
+  if (found == nullptr) return NotFound(FormatTaskId(report.task) + " not found");
+  Task& t = *found;
   bool held = t.status == TaskStatus::kRunning || t.stopping;
   if (!held || t.allocation.empty() || t.allocation[0].node_id != node_id) {
     return FailedPrecondition(FormatTaskId(report.task) + " is not running on node " + node_id +
@@ -802,7 +801,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     q.holding = true;
     head_shape.reason = reason;
     if (reason == PendingReason::kNoNodeFits && q.reserved_slot < 0) {
-      Task& t = *tasks_.at(oldest);
+      Task& t = *tasks_.Find(oldest);
       auto fit = index_.FindMostFree(ModelsFor(head_shape.model), t.spec.gpu_count,
                                      [&](uint32_t slot, int model) {
                                        return nodes_[slot]->Slice(model)->capacity;
@@ -862,7 +861,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     }
     if (!q.holding && oldest_waiting && IsTransient(oldest_reason) &&
         ++q.bypassed >= config_.max_bypass) {
-      Shape* os = q.FindShape(tasks_.at(q.oldest)->spec);
+      Shape* os = q.FindShape(tasks_.Find(q.oldest)->spec);
       if (os != nullptr && hold(*os, oldest_reason)) return;
     }
     auto it = q.shapes.find(key);
@@ -878,7 +877,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
 
 Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
   if (task.id == 0) return InvalidArgument("task number must not be 0");
-  if (tasks_.count(task.id) != 0) return AlreadyExists(FormatTaskId(task.id) + " already exists");
+  if (tasks_.Find(task.id) != nullptr) return AlreadyExists(FormatTaskId(task.id) + " already exists");
   TaskRecord& t = *NewTask(task.id);
   static_cast<Task&>(t) = task;
   next_number_ = std::max(next_number_, t.id + 1);
@@ -924,10 +923,10 @@ void SchedulerCore::SetNextTaskNumber(TaskNumber next) {
 }
 
 void SchedulerCore::Forget(TaskNumber id) {
-  auto it = tasks_.find(id);
-  if (it != tasks_.end() && IsFinished(it->second->status) && !it->second->stopping) {
-    task_pool_.Delete(it->second);
-    tasks_.erase(it);
+  TaskRecord* t = tasks_.Find(id);
+  if (t != nullptr && IsFinished(t->status) && !t->stopping) {
+    tasks_.Erase(id);
+    task_pool_.Delete(t);
   }
 }
 
@@ -1028,10 +1027,12 @@ std::vector<TaskNumber> SchedulerCore::QueueOrder(Priority p) const {
 }
 
 Status SchedulerCore::CheckInvariants() const {
+  std::vector<std::pair<TaskNumber, const TaskRecord*>> all_tasks;
+  tasks_.ForEach([&](TaskNumber id, const TaskRecord* t) { all_tasks.emplace_back(id, t); });
   int used[kPriorityCount] = {0, 0};
   size_t running[kPriorityCount] = {0, 0};
   size_t pending[kPriorityCount] = {0, 0};
-  for (const auto& [id, tp] : tasks_) {
+  for (const auto& [id, tp] : all_tasks) {
     const Task& t = *tp;
     int p = PrioIndex(t.spec.priority);
     bool held = t.status == TaskStatus::kRunning || t.stopping;
@@ -1076,9 +1077,9 @@ Status SchedulerCore::CheckInvariants() const {
         free++;
         continue;
       }
-      auto it = tasks_.find(tid);
-      if (it == tasks_.end()) return Internal("a GPU is held by an unknown task");
-      const Task& t = *it->second;
+      const Task* found = tasks_.Find(tid);
+      if (found == nullptr) return Internal("a GPU is held by an unknown task");
+      const Task& t = *found;
       if (!(t.status == TaskStatus::kRunning || t.stopping)) {
         return Internal("a GPU is held by " + FormatTaskId(tid) + " which does not run");
       }
@@ -1088,7 +1089,7 @@ Status SchedulerCore::CheckInvariants() const {
     if (n->online) total += static_cast<int>(n->gpus.size());
   }
   int allocated = 0;
-  for (const auto& [id, tp] : tasks_) {
+  for (const auto& [id, tp] : all_tasks) {
     const Task& t = *tp;
     if (!(t.status == TaskStatus::kRunning || t.stopping)) continue;
     const NodeState* n = FindNodeState(t.allocation[0].node_id);

@@ -34,6 +34,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/placement_index.h"
 #include "core/status.h"
+#include "core/task_table.h"
 #include "core/types.h"
 
 namespace dgpu::core {
@@ -158,7 +159,7 @@ class SchedulerCore {
   // Calls fn(const Task&) for every task in memory, in no particular order.
   template <typename Fn>
   void ForEachTask(Fn&& fn) const {
-    for (const auto& [id, t] : tasks_) fn(*t);
+    tasks_.ForEach([&](TaskNumber, const TaskRecord* t) { fn(static_cast<const Task&>(*t)); });
   }
   // The node kept for a starving task of priority p, if any.
   std::optional<std::string> ReservedNode(Priority p) const;
@@ -216,7 +217,7 @@ class SchedulerCore {
   static constexpr uint32_t kNoSlot = ~uint32_t{0};
 
   // Tasks live in a pool (stable addresses, freed ones reused first, while still in cache) and
-  // are found through an open-addressing table: no allocation per task, one probe per lookup.
+  // are found through a TaskTable: no allocation per task, one array access per lookup.
   class TaskPool {
    public:
     TaskRecord* New();
@@ -230,12 +231,11 @@ class SchedulerCore {
   };
   TaskRecord* NewTask(TaskNumber id);
   TaskRecord* LookupTask(TaskNumber id) const {
-    auto it = tasks_.find(id);
-    return it == tasks_.end() ? nullptr : it->second;
+    return tasks_.Find(id);
   }
 
   TaskPool task_pool_;
-  absl::flat_hash_map<TaskNumber, TaskRecord*> tasks_;
+  TaskTable<TaskRecord> tasks_;
   std::vector<std::unique_ptr<NodeState>> nodes_;  // Slots; never shrinks.
   absl::flat_hash_map<std::string, uint32_t> node_slots_;
   std::map<std::string, uint32_t> nodes_by_id_;  // For ranks that follow id order.
