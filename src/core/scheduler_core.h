@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+
 #include "core/placement_index.h"
 #include "core/status.h"
 #include "core/task_table.h"
