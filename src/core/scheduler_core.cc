@@ -74,6 +74,11 @@ class TaskQueue {
     if (live_ == 0) return false;
     if (items_.front().key == key) {
       items_.pop_front();
+      // The next head is likely started soon (in this pass or the next): fetch its record.
+      if (!items_.empty()) {
+        const auto* p = reinterpret_cast<const char*>(items_.front().task);
+        for (size_t off = 0; off < sizeof(Task); off += 64) __builtin_prefetch(p + off);
+      }
     } else {
       auto it = LowerBound(key);
       if (it == items_.end() || it->key != key || !it->live) return false;
@@ -235,7 +240,18 @@ SchedulerCore::TaskRecord* SchedulerCore::TaskPool::New() {
 }
 
 void SchedulerCore::TaskPool::Delete(TaskRecord* t) {
-  *t = TaskRecord{};  // Releases its strings and vectors now, not when the slot is reused.
+  // The allocation's two buffers stay with the slot (emptied), so that starting the next task in
+  // it allocates nothing for them; everything else is reset and released now.
+  std::vector<NodeAllocation> allocation = std::move(t->allocation);
+  std::vector<int> indices = std::move(t->spare_indices);
+  if (!allocation.empty() && indices.capacity() == 0) {
+    indices = std::move(allocation[0].gpu_indices);
+  }
+  allocation.clear();
+  indices.clear();
+  *t = TaskRecord{};
+  t->allocation = std::move(allocation);
+  t->spare_indices = std::move(indices);
   free_.push_back(t);
 }
 
@@ -378,11 +394,14 @@ void SchedulerCore::StartTask(Task& t, NodeState& node, int model, const std::ve
   node.AddTask(t.id);
 
   t.status = TaskStatus::kRunning;
-  // Built in place: a pending task has no allocation, so this allocates only its two vectors.
+  // Built in place, in buffers the pool slot kept from an earlier task where it has them.
+  auto& record = static_cast<TaskRecord&>(t);
   t.allocation.resize(1);
-  t.allocation[0].node_id = node.id;
-  t.allocation[0].gpu_indices.assign(indices.begin(), indices.end());
-  static_cast<TaskRecord&>(t).node_slot = node.slot;
+  NodeAllocation& na = t.allocation[0];
+  na.node_id = node.id;
+  if (na.gpu_indices.capacity() == 0) na.gpu_indices = std::move(record.spare_indices);
+  na.gpu_indices.assign(indices.begin(), indices.end());
+  record.node_slot = node.slot;
   t.attempts++;
   t.started_at = now;
   t.error.clear();

@@ -214,6 +214,7 @@ class SchedulerCore {
     // Slot of the node in allocation[0], so that releasing GPUs needs no lookup by id string.
     // A hint: checked against the node id before use.
     uint32_t node_slot = kNoSlot;
+    std::vector<int> spare_indices;  // Empty; a buffer kept for the next allocation's indices.
   };
   static constexpr uint32_t kNoSlot = ~uint32_t{0};
 
