@@ -74,10 +74,12 @@ class TaskQueue {
     if (live_ == 0) return false;
     if (items_.front().key == key) {
       items_.pop_front();
-      // The next head is likely started soon (in this pass or the next): fetch its record.
+      // The next head is likely started soon (in this pass or the next): fetch its record, and
+      // the entries a few places behind it (written long ago, when they were submitted).
       if (!items_.empty()) {
         const auto* p = reinterpret_cast<const char*>(items_.front().task);
         for (size_t off = 0; off < sizeof(Task); off += 64) __builtin_prefetch(p + off);
+        if (items_.size() > 4) __builtin_prefetch(&items_[4]);
       }
     } else {
       auto it = LowerBound(key);
@@ -140,8 +142,10 @@ struct ShapeKeyLess {
 
 struct SchedulerCore::PriorityQueue {
   std::map<std::pair<std::string, int>, std::unique_ptr<Shape>, ShapeKeyLess> shapes;
-  // Scratch for a pass's merge of shape heads, kept to avoid an allocation per pass.
+  // Scratch for a pass (merge of shape heads, reserved nodes to skip), kept to avoid
+  // allocations per pass.
   std::vector<std::pair<TaskQueue::Key, Shape*>> heads;
+  std::vector<uint32_t> excluded;
   // Starvation guard: how often the oldest pending task was overtaken.
   TaskNumber oldest = 0;
   int bypassed = 0;
@@ -777,7 +781,8 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
   PriorityQueue& q = *queues_[prio];
   if (q.shapes.empty()) return;
   const int other = 1 - prio;
-  std::vector<uint32_t> excluded;
+  std::vector<uint32_t>& excluded = q.excluded;
+  excluded.clear();
   if (queues_[other]->reserved_slot >= 0) {
     excluded.push_back(static_cast<uint32_t>(queues_[other]->reserved_slot));
   }
