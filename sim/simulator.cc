@@ -507,15 +507,22 @@ class CompletionHeap {
     v_.pop_back();
     const size_t n = v_.size();
     if (n == 0) return;
+    const Key last_key = KeyOf(last);
     size_t i = 0;
     while (true) {
       size_t c = FirstChild(i);
       if (c >= n) break;
+      // The smallest child, without branches: which one wins is unpredictable.
       size_t best = c;
-      for (size_t k = c + 1; k < std::min(c + 4, n); ++k) {
-        if (Before(v_[k], v_[best])) best = k;
+      Key best_key = KeyOf(v_[c]);
+      const size_t end = std::min(c + 4, n);
+      for (size_t k = c + 1; k < end; ++k) {
+        const Key key = KeyOf(v_[k]);
+        const bool smaller = key < best_key;
+        best = smaller ? k : best;
+        best_key = smaller ? key : best_key;
       }
-      if (!Before(v_[best], last)) break;
+      if (!(best_key < last_key)) break;
       v_[i] = v_[best];
       i = best;
     }
@@ -523,9 +530,12 @@ class CompletionHeap {
   }
 
  private:
-  static bool Before(const Entry& a, const Entry& b) {
-    return a.time != b.time ? a.time < b.time : a.seq < b.seq;
+  // (time, seq) as one number; times are not negative (they start at the first arrival).
+  __extension__ using Key = unsigned __int128;
+  static Key KeyOf(const Entry& e) {
+    return (static_cast<Key>(static_cast<uint64_t>(e.time)) << 32) | e.seq;
   }
+  static bool Before(const Entry& a, const Entry& b) { return KeyOf(a) < KeyOf(b); }
   std::vector<Entry> v_;
 };
 
