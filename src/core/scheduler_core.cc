@@ -412,7 +412,12 @@ void SchedulerCore::StartTask(Task& t, NodeState& node, int model, const std::ve
   used_[PrioIndex(t.spec.priority)] += t.spec.gpu_count;
   running_count_[PrioIndex(t.spec.priority)]++;
   stats_.decisions++;
-  decisions_.push_back(Decision{Decision::Kind::kStart, t.id, node.id, std::move(indices)});
+  // Filled in place: one copy of the node id instead of two.
+  Decision& d = decisions_.emplace_back();
+  d.kind = Decision::Kind::kStart;
+  d.task = t.id;
+  d.node_id = node.id;
+  d.gpu_indices = std::move(indices);
   Emit(t);
 }
 
