@@ -20,21 +20,27 @@ uint32_t PlacementIndex::PositionOf(Entry e) {
   rank_of_slot_[e.slot] = e.rank;
   uint32_t& pos = pos_of_slot_[e.slot];
   if (pos != kNone) return pos;
-  // A new node: the next position. If it sorts before the last node, the order is restored by
-  // Renumber() before the next lookup.
-  if (!slot_of_pos_.empty()) {
+  // A new node: the next position, in the ordered part if it sorts after every node there and
+  // there are no extras, an extra otherwise.
+  bool in_order = ordered_ == slot_of_pos_.size();
+  if (in_order && !slot_of_pos_.empty()) {
     uint32_t last = slot_of_pos_.back();
     const uint64_t last_rank = *rank_of_slot_[last];
-    if (*e.rank < last_rank || (*e.rank == last_rank && e.slot < last)) out_of_order_ = true;
+    in_order = *e.rank > last_rank || (*e.rank == last_rank && e.slot > last);
   }
   pos = static_cast<uint32_t>(slot_of_pos_.size());
   slot_of_pos_.push_back(e.slot);
+  if (in_order) {
+    ordered_ = pos + 1;
+  } else if (slot_of_pos_.size() - ordered_ > 64 + slot_of_pos_.size() / 16) {
+    Renumber();
+    return pos_of_slot_[e.slot];
+  }
   return pos;
 }
 
 void PlacementIndex::Renumber() {
-  if (!out_of_order_) return;
-  out_of_order_ = false;
+  ordered_ = static_cast<uint32_t>(slot_of_pos_.size());
   std::vector<uint32_t> order(slot_of_pos_);
   std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
     uint64_t ra = *rank_of_slot_[a];
@@ -89,8 +95,7 @@ void PlacementIndex::Move(int model, Entry e, int old_free, int new_free) {
 }
 
 std::optional<PlacementIndex::Fit> PlacementIndex::FindBestFit(
-    const std::vector<int>& models, int k, const std::vector<uint32_t>& excluded) {
-  Renumber();
+    const std::vector<int>& models, int k, const std::vector<uint32_t>& excluded) const {
   std::optional<Fit> best;
   uint32_t best_pos = 0;
   for (int m : models) {
@@ -99,14 +104,11 @@ std::optional<PlacementIndex::Fit> PlacementIndex::FindBestFit(
     int limit = static_cast<int>(buckets.size());
     if (best) limit = std::min(limit, best->free + 1);
     for (int f = std::max(k, 1); f < limit; ++f) {
-      const Bitset& bucket = buckets[f];
-      uint32_t p = bucket.FindFrom(0);
-      while (p != kNone &&
-             std::find(excluded.begin(), excluded.end(), slot_of_pos_[p]) != excluded.end()) {
-        p = bucket.FindFrom(p + 1);
-      }
+      uint32_t p = First(buckets[f], [&](uint32_t pos) {
+        return std::find(excluded.begin(), excluded.end(), slot_of_pos_[pos]) == excluded.end();
+      });
       if (p == kNone) continue;
-      if (!best || f < best->free || p < best_pos) {
+      if (!best || f < best->free || Before(p, best_pos)) {
         uint32_t slot = slot_of_pos_[p];
         best = Fit{slot, m, f, rank_of_slot_[slot]};
         best_pos = p;

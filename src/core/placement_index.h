@@ -9,9 +9,11 @@
 // id order, so the first set bit is the lowest node id. Node ids are ordered by an integer rank
 // (comparing ranks instead of id strings keeps renumbering cheap). Ranks are referenced by
 // pointer: the caller keeps them alive and may renumber them only in a way that preserves their
-// order. A node that sorts after every known node gets the next position; one that sorts in the
-// middle is appended too, and all positions are renumbered (bits carried over) before the next
-// lookup, so a burst of registrations costs one renumbering, not one each.
+// order. A node that sorts after every known node gets the next position. One that sorts in the
+// middle is appended after them as an "extra": lookups compare the few extras by rank, and once
+// there are too many (more than 64 + positions / 16), all positions are renumbered (bits carried
+// over). Nodes registering in any order thus cost O(log nodes) amortized each, and a lookup scans
+// at most that many extras.
 #pragma once
 
 #include <bit>
@@ -42,14 +44,14 @@ class PlacementIndex {
   // Best fit for k GPUs among `models`: fewest free GPUs that still fit, then lowest node id.
   // Nodes whose slot is in `excluded` (reservations, a handful at most) are skipped.
   std::optional<Fit> FindBestFit(const std::vector<int>& models, int k,
-                                 const std::vector<uint32_t>& excluded);
+                                 const std::vector<uint32_t>& excluded) const;
 
   // The node with the most free GPUs among those of capacity >= k (ties: lowest id), for a
   // reservation. capacity_of(slot, model) tells a node's capacity. O(nodes) in the worst case,
   // but called only when a starving task is first held.
   template <typename CapacityOf>
-  std::optional<Fit> FindMostFree(const std::vector<int>& models, int k, CapacityOf&& capacity_of) {
-    Renumber();
+  std::optional<Fit> FindMostFree(const std::vector<int>& models, int k,
+                                  CapacityOf&& capacity_of) const {
     std::optional<Fit> best;
     uint32_t best_pos = 0;
     for (int m : models) {
@@ -57,15 +59,13 @@ class PlacementIndex {
       const auto& buckets = models_[m].by_free;
       for (int f = static_cast<int>(buckets.size()) - 1; f >= 0; --f) {
         if (best && f < best->free) break;
-        const Bitset& bucket = buckets[f];
-        for (uint32_t p = bucket.FindFrom(0); p != kNone; p = bucket.FindFrom(p + 1)) {
+        uint32_t p =
+            First(buckets[f], [&](uint32_t pos) { return capacity_of(slot_of_pos_[pos], m) >= k; });
+        if (p == kNone) continue;
+        if (!best || f > best->free || Before(p, best_pos)) {
           uint32_t slot = slot_of_pos_[p];
-          if (capacity_of(slot, m) < k) continue;
-          if (!best || f > best->free || (f == best->free && p < best_pos)) {
-            best = Fit{slot, m, f, rank_of_slot_[slot]};
-            best_pos = p;
-          }
-          break;
+          best = Fit{slot, m, f, rank_of_slot_[slot]};
+          best_pos = p;
         }
       }
     }
@@ -132,14 +132,42 @@ class PlacementIndex {
   };
   ModelBuckets& Buckets(int model, int size);
   uint32_t PositionOf(Entry e);
-  // Restores id order of positions after out-of-order insertions (no-op when in order).
+  // Puts all positions in id order (extras included).
   void Renumber();
+
+  // Node id order of two positions.
+  bool Before(uint32_t a, uint32_t b) const {
+    uint32_t sa = slot_of_pos_[a];
+    uint32_t sb = slot_of_pos_[b];
+    uint64_t ra = *rank_of_slot_[sa];
+    uint64_t rb = *rank_of_slot_[sb];
+    return ra != rb ? ra < rb : sa < sb;
+  }
+
+  // The lowest-id position of a bucket that satisfies ok(position), or kNone: the first one in the
+  // ordered part, then the extras (after it, in no order) compared by rank.
+  template <typename Ok>
+  uint32_t First(const Bitset& bucket, Ok&& ok) const {
+    uint32_t best = kNone;
+    for (uint32_t p = bucket.FindFrom(0); p != kNone && p < ordered_; p = bucket.FindFrom(p + 1)) {
+      if (ok(p)) {
+        best = p;
+        break;
+      }
+    }
+    if (ordered_ == slot_of_pos_.size()) return best;
+    for (uint32_t p = bucket.FindFrom(ordered_); p != kNone; p = bucket.FindFrom(p + 1)) {
+      if (ok(p) && (best == kNone || Before(p, best))) best = p;
+    }
+    return best;
+  }
 
   std::vector<ModelBuckets> models_;
   std::vector<uint32_t> pos_of_slot_;  // kNone: never inserted.
   std::vector<uint32_t> slot_of_pos_;
   std::vector<const uint64_t*> rank_of_slot_;
-  bool out_of_order_ = false;  // Some position does not follow id order yet.
+  // Positions [0, ordered_) follow id order; the rest are extras, appended out of order.
+  uint32_t ordered_ = 0;
 };
 
 }  // namespace dgpu::core
