@@ -179,10 +179,10 @@ struct SchedulerCore::NodeState {
   bool indices_are_positions = true;  // gpus[i].index == i for every i.
   uint64_t rank = 0;                  // Follows id order; see AddNodeState.
   std::string id;
-  absl::InlinedVector<ModelSlice, 1> slices;     // Per model present on the node.
-  absl::InlinedVector<TaskNumber, 8> gpu_task;   // Task holding each GPU position; 0 = free.
-  absl::InlinedVector<int, 8> gpu_model;         // Model id per GPU position.
-  absl::InlinedVector<TaskNumber, 8> tasks;      // Tasks holding GPUs here (running or stopping).
+  absl::InlinedVector<ModelSlice, 1> slices;    // Per model present on the node.
+  absl::InlinedVector<TaskNumber, 8> gpu_task;  // Task holding each GPU position; 0 = free.
+  absl::InlinedVector<int, 8> gpu_model;        // Model id per GPU position.
+  absl::InlinedVector<TaskNumber, 8> tasks;     // Tasks holding GPUs here (running or stopping).
   std::string address;
   TimeMicros last_heartbeat = 0;
   std::vector<GpuInfo> gpus;
@@ -910,7 +910,8 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
 
 Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
   if (task.id == 0) return InvalidArgument("task number must not be 0");
-  if (tasks_.Find(task.id) != nullptr) return AlreadyExists(FormatTaskId(task.id) + " already exists");
+  if (tasks_.Find(task.id) != nullptr)
+    return AlreadyExists(FormatTaskId(task.id) + " already exists");
   TaskRecord& t = *NewTask(task.id);
   static_cast<Task&>(t) = task;
   next_number_ = std::max(next_number_, t.id + 1);
@@ -973,9 +974,7 @@ void SchedulerCore::TakeDecisions(std::vector<Decision>& out) {
 }
 std::vector<Change> SchedulerCore::TakeChanges() { return std::exchange(changes_, {}); }
 
-const Task* SchedulerCore::FindTask(TaskNumber id) const {
-  return LookupTask(id);
-}
+const Task* SchedulerCore::FindTask(TaskNumber id) const { return LookupTask(id); }
 
 PendingReason SchedulerCore::ReasonOf(const Task& t) const {
   if (t.status != TaskStatus::kPending) return PendingReason::kNone;

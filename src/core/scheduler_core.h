@@ -32,7 +32,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-
 #include "core/placement_index.h"
 #include "core/status.h"
 #include "core/task_table.h"
@@ -232,9 +231,7 @@ class SchedulerCore {
     std::vector<TaskRecord*> free_;
   };
   TaskRecord* NewTask(TaskNumber id);
-  TaskRecord* LookupTask(TaskNumber id) const {
-    return tasks_.Find(id);
-  }
+  TaskRecord* LookupTask(TaskNumber id) const { return tasks_.Find(id); }
 
   TaskPool task_pool_;
   TaskTable<TaskRecord> tasks_;
