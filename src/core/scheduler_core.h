@@ -143,6 +143,7 @@ class SchedulerCore {
 
   // --- Queries --------------------------------------------------------------------------------
 
+  // The pointer stays valid, and the task at that address, until the task is forgotten.
   const Task* FindTask(TaskNumber task) const;
   // The task's pending reason as of the last pass (kNone if not pending).
   PendingReason ReasonOf(const Task& task) const;
