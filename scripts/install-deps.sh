@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   clang-format clang-tidy
-  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libabsl-dev
   librestinio-dev libasio-dev libhttp-parser-dev libfmt-dev
   libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev libsqlite3-dev sqlite3
   libcli11-dev libcurl4-openssl-dev curl

@@ -1,17 +1,25 @@
 // PlacementIndex: online nodes bucketed by their free-GPU count, per GPU model.
 //
-// by_free[model][f] holds the nodes with exactly f free GPUs of that model, ordered by node id,
-// so best fit for k GPUs is the first node of the first non-empty bucket f >= k: a lookup costs
-// O(max GPUs per node) per model and an update O(log nodes), whatever the cluster size.
-// Nodes are ordered by an integer rank that follows node id order (comparing ranks instead of
-// id strings keeps updates cheap). Ranks are referenced by pointer: the caller keeps them alive
-// and may renumber them only in a way that preserves their order.
+// by_free[model][f] holds the nodes with exactly f free GPUs of that model, so best fit for k
+// GPUs is the lowest-id node of the first non-empty bucket f >= k: a lookup costs
+// O(max GPUs per node) word scans per model and an update two bit flips, whatever the cluster
+// size.
+//
+// A bucket is a two-level bitset over dense node positions: position = index of the node in node
+// id order, so the first set bit is the lowest node id. Node ids are ordered by an integer rank
+// (comparing ranks instead of id strings keeps renumbering cheap). Ranks are referenced by
+// pointer: the caller keeps them alive and may renumber them only in a way that preserves their
+// order. A node that sorts after every known node gets the next position. One that sorts in the
+// middle is appended after them as an "extra": lookups compare the few extras by rank, and once
+// there are too many (more than 64 + positions / 16), all positions are renumbered (bits carried
+// over). Nodes registering in any order thus cost O(log nodes) amortized each, and a lookup scans
+// at most that many extras.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
 #include <vector>
 
 namespace dgpu::core {
@@ -45,17 +53,19 @@ class PlacementIndex {
   std::optional<Fit> FindMostFree(const std::vector<int>& models, int k,
                                   CapacityOf&& capacity_of) const {
     std::optional<Fit> best;
+    uint32_t best_pos = 0;
     for (int m : models) {
       if (m >= static_cast<int>(models_.size())) continue;
       const auto& buckets = models_[m].by_free;
       for (int f = static_cast<int>(buckets.size()) - 1; f >= 0; --f) {
         if (best && f < best->free) break;
-        for (const Entry& e : buckets[f]) {
-          if (capacity_of(e.slot, m) < k) continue;
-          if (!best || f > best->free || (f == best->free && *e.rank < *best->rank)) {
-            best = Fit{e.slot, m, f, e.rank};
-          }
-          break;
+        uint32_t p =
+            First(buckets[f], [&](uint32_t pos) { return capacity_of(slot_of_pos_[pos], m) >= k; });
+        if (p == kNone) continue;
+        if (!best || f > best->free || Before(p, best_pos)) {
+          uint32_t slot = slot_of_pos_[p];
+          best = Fit{slot, m, f, rank_of_slot_[slot]};
+          best_pos = p;
         }
       }
     }
@@ -67,18 +77,97 @@ class PlacementIndex {
   bool HasModel(int model) const { return MaxCapacity(model) > 0; }
 
  private:
-  struct Less {
-    bool operator()(const Entry& a, const Entry& b) const {
-      return *a.rank != *b.rank ? *a.rank < *b.rank : a.slot < b.slot;
+  static constexpr uint32_t kNone = ~uint32_t{0};
+
+  // Set of positions: one bit per position, plus one summary bit per non-zero word, so finding
+  // the next set bit scans at most one word and then the summary (positions / 4096 words).
+  class Bitset {
+   public:
+    bool empty() const { return count_ == 0; }
+    void Set(uint32_t p) {
+      size_t w = p >> 6;
+      if (w >= words_.size()) {
+        words_.resize(w + 1, 0);
+        summary_.resize((words_.size() + 63) >> 6, 0);
+      }
+      words_[w] |= uint64_t{1} << (p & 63);
+      summary_[w >> 6] |= uint64_t{1} << (w & 63);
+      ++count_;
     }
+    void Clear(uint32_t p) {
+      size_t w = p >> 6;
+      words_[w] &= ~(uint64_t{1} << (p & 63));
+      if (words_[w] == 0) summary_[w >> 6] &= ~(uint64_t{1} << (w & 63));
+      --count_;
+    }
+    // The first set position >= p, or kNone.
+    uint32_t FindFrom(uint32_t p) const {
+      if (count_ == 0) return kNone;
+      size_t w = p >> 6;
+      if (w >= words_.size()) return kNone;
+      uint64_t bits = words_[w] & (~uint64_t{0} << (p & 63));
+      if (bits != 0) return static_cast<uint32_t>((w << 6) + std::countr_zero(bits));
+      // The next non-empty word, from the summary.
+      size_t next = w + 1;
+      size_t s = next >> 6;
+      if (s >= summary_.size()) return kNone;
+      uint64_t sbits = summary_[s] & (~uint64_t{0} << (next & 63));
+      while (sbits == 0) {
+        if (++s >= summary_.size()) return kNone;
+        sbits = summary_[s];
+      }
+      size_t word = (s << 6) + std::countr_zero(sbits);
+      return static_cast<uint32_t>((word << 6) + std::countr_zero(words_[word]));
+    }
+
+   private:
+    std::vector<uint64_t> words_;
+    std::vector<uint64_t> summary_;
+    uint32_t count_ = 0;
   };
+
   struct ModelBuckets {
-    std::vector<std::set<Entry, Less>> by_free;
+    std::vector<Bitset> by_free;
     std::map<int, int> capacity_counts;  // capacity -> number of nodes.
   };
   ModelBuckets& Buckets(int model, int size);
+  uint32_t PositionOf(Entry e);
+  // Puts all positions in id order (extras included).
+  void Renumber();
+
+  // Node id order of two positions.
+  bool Before(uint32_t a, uint32_t b) const {
+    uint32_t sa = slot_of_pos_[a];
+    uint32_t sb = slot_of_pos_[b];
+    uint64_t ra = *rank_of_slot_[sa];
+    uint64_t rb = *rank_of_slot_[sb];
+    return ra != rb ? ra < rb : sa < sb;
+  }
+
+  // The lowest-id position of a bucket that satisfies ok(position), or kNone: the first one in the
+  // ordered part, then the extras (after it, in no order) compared by rank.
+  template <typename Ok>
+  uint32_t First(const Bitset& bucket, Ok&& ok) const {
+    uint32_t best = kNone;
+    for (uint32_t p = bucket.FindFrom(0); p != kNone && p < ordered_; p = bucket.FindFrom(p + 1)) {
+      if (ok(p)) {
+        best = p;
+        break;
+      }
+    }
+    if (ordered_ == slot_of_pos_.size()) return best;
+    for (uint32_t p = bucket.FindFrom(ordered_); p != kNone; p = bucket.FindFrom(p + 1)) {
+      if (ok(p) && (best == kNone || Before(p, best))) best = p;
+    }
+    return best;
+  }
 
   std::vector<ModelBuckets> models_;
+  std::vector<uint32_t> pos_of_slot_;  // kNone: never inserted.
+  std::vector<uint32_t> slot_of_pos_;
+  std::vector<const uint64_t*> rank_of_slot_;
+  // Positions [0, ordered_) follow id order; the rest are extras, appended out of order.
+  uint32_t ordered_ = 0;
 };
 
 }  // namespace dgpu::core

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <queue>
+#include <deque>
+#include <string_view>
+
+#include "absl/container/inlined_vector.h"
 
 namespace dgpu::core {
 namespace {
@@ -32,18 +35,117 @@ bool IsTransient(PendingReason r) {
   return r == PendingReason::kNoNodeFits || r == PendingReason::kQuotaExhausted;
 }
 
+// Pending tasks ordered by (queue_seq, task). Submissions arrive at the back and tasks put back
+// arrive at the front, and the head is what leaves, so a sorted deque does nearly all the work
+// at its ends with no allocation per task. A task leaving from the middle (cancelled, adopted)
+// is marked dead in place, found by binary search, and dropped once it reaches an end; an
+// insertion in the middle (restore) moves the shorter side.
+class TaskQueue {
+ public:
+  using Key = std::pair<int64_t, TaskNumber>;  // (queue_seq, task)
+
+  bool empty() const { return live_ == 0; }
+  // The first live entry and its task; the queue must not be empty.
+  Key front() const { return items_.front().key; }
+  Task& front_task() const { return *items_.front().task; }
+
+  void Insert(int64_t seq, Task* task) {
+    const Key key{seq, task->id};
+    if (items_.empty() || items_.back().key < key) {
+      items_.push_back({key, task, true});
+    } else if (key < items_.front().key) {
+      items_.push_front({key, task, true});
+    } else {
+      auto it = LowerBound(key);
+      if (it != items_.end() && it->key == key) {
+        if (it->live) return;
+        it->task = task;
+        it->live = true;
+      } else {
+        items_.insert(it, {key, task, true});
+      }
+    }
+    ++live_;
+  }
+
+  // Returns whether the entry was there.
+  bool Erase(int64_t seq, TaskNumber id) {
+    const Key key{seq, id};
+    if (live_ == 0) return false;
+    if (items_.front().key == key) {
+      items_.pop_front();
+      // The next head is likely started soon (in this pass or the next): fetch its record, and
+      // the entries a few places behind it (written long ago, when they were submitted).
+      if (!items_.empty()) {
+        const auto* p = reinterpret_cast<const char*>(items_.front().task);
+        for (size_t off = 0; off < sizeof(Task); off += 64) __builtin_prefetch(p + off);
+        if (items_.size() > 4) __builtin_prefetch(&items_[4]);
+      }
+    } else {
+      auto it = LowerBound(key);
+      if (it == items_.end() || it->key != key || !it->live) return false;
+      it->live = false;
+    }
+    --live_;
+    // Keep both ends live, so that front() and the back insertion check stay O(1).
+    while (!items_.empty() && !items_.front().live) items_.pop_front();
+    while (!items_.empty() && !items_.back().live) items_.pop_back();
+    return true;
+  }
+
+  // Calls fn(Key) for every entry in queue order.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (const Item& i : items_) {
+      if (i.live) fn(i.key);
+    }
+  }
+
+ private:
+  struct Item {
+    Key key;
+    Task* task;  // Pending tasks stay in the core's pool, so the pointer stays valid.
+    bool live;
+  };
+  std::deque<Item>::iterator LowerBound(const Key& key) {
+    return std::lower_bound(items_.begin(), items_.end(), key,
+                            [](const Item& i, const Key& k) { return i.key < k; });
+  }
+
+  std::deque<Item> items_;  // Sorted by key; the first and last are live.
+  size_t live_ = 0;
+};
+
 }  // namespace
 
 // Pending tasks of one priority with the same (model, GPU count), in queue order.
 struct SchedulerCore::Shape {
   std::string model;
   int gpu_count = 0;
-  std::set<std::pair<int64_t, TaskNumber>> tasks;  // (queue_seq, task)
+  TaskQueue tasks;
   PendingReason reason = PendingReason::kQueued;   // Why its head did not start last pass.
+  // ModelsFor(model), kept while no new model appears (model_generation_ unchanged).
+  const std::vector<int>* models = nullptr;
+  uint64_t models_generation = 0;
+};
+
+// Orders shape keys, and finds them from a task's spec without building a key string.
+struct ShapeKeyLess {
+  using is_transparent = void;
+  using Key = std::pair<std::string, int>;
+  using View = std::pair<std::string_view, int>;
+  static View AsView(const Key& k) { return {k.first, k.second}; }
+  bool operator()(const Key& a, const Key& b) const { return a < b; }
+  bool operator()(const Key& a, const View& b) const { return AsView(a) < b; }
+  bool operator()(const View& a, const Key& b) const { return a < AsView(b); }
 };
 
 struct SchedulerCore::PriorityQueue {
-  std::map<std::pair<std::string, int>, std::unique_ptr<Shape>> shapes;
+  std::map<std::pair<std::string, int>, std::unique_ptr<Shape>, ShapeKeyLess> shapes;
+  // Scratch for a pass (merge of shape heads, reserved nodes to skip), kept to avoid
+  // allocations per pass.
+  std::vector<std::pair<TaskQueue::Key, Shape*>> heads;
+  std::vector<uint32_t> excluded;
   // Starvation guard: how often the oldest pending task was overtaken.
   TaskNumber oldest = 0;
   int bypassed = 0;
@@ -51,16 +153,15 @@ struct SchedulerCore::PriorityQueue {
   int reserved_slot = -1;  // Node kept for the held task; the other priority may not use it.
 
   Shape& ShapeFor(const TaskSpec& spec) {
+    if (Shape* s = FindShape(spec)) return *s;
     auto& s = shapes[{spec.gpu_model, spec.gpu_count}];
-    if (!s) {
-      s = std::make_unique<Shape>();
-      s->model = spec.gpu_model;
-      s->gpu_count = spec.gpu_count;
-    }
+    s = std::make_unique<Shape>();
+    s->model = spec.gpu_model;
+    s->gpu_count = spec.gpu_count;
     return *s;
   }
   Shape* FindShape(const TaskSpec& spec) const {
-    auto it = shapes.find({spec.gpu_model, spec.gpu_count});
+    auto it = shapes.find(ShapeKeyLess::View{spec.gpu_model, spec.gpu_count});
     return it == shapes.end() ? nullptr : it->second.get();
   }
 };
@@ -71,17 +172,20 @@ struct SchedulerCore::NodeState {
     int capacity = 0;
     int free = 0;
   };
+  // What a start or a release reads comes first, with the per-GPU arrays inline for nodes of up
+  // to 8 GPUs: a few adjacent cache lines of the node instead of five separate heap blocks.
   uint32_t slot = 0;
-  std::string id;
-  uint64_t rank = 0;  // Follows id order; see AssignRank.
-  std::string address;
   bool online = false;
+  bool indices_are_positions = true;  // gpus[i].index == i for every i.
+  uint64_t rank = 0;                  // Follows id order; see AddNodeState.
+  std::string id;
+  absl::InlinedVector<ModelSlice, 1> slices;    // Per model present on the node.
+  absl::InlinedVector<TaskNumber, 8> gpu_task;  // Task holding each GPU position; 0 = free.
+  absl::InlinedVector<int, 8> gpu_model;        // Model id per GPU position.
+  absl::InlinedVector<TaskNumber, 8> tasks;     // Tasks holding GPUs here (running or stopping).
+  std::string address;
   TimeMicros last_heartbeat = 0;
   std::vector<GpuInfo> gpus;
-  std::vector<int> gpu_model;          // Model id per GPU position.
-  std::vector<TaskNumber> gpu_task;    // Task holding each GPU position; 0 = free.
-  std::vector<ModelSlice> slices;      // Per model present on the node.
-  std::vector<TaskNumber> tasks;       // Tasks holding GPUs here (running or stopping).
 
   void AddTask(TaskNumber id) { tasks.push_back(id); }
   void RemoveTask(TaskNumber id) {
@@ -95,6 +199,11 @@ struct SchedulerCore::NodeState {
   }
 
   int Position(int gpu_index) const {
+    // Agents report their GPUs as 0..n-1, so the position is usually the index itself: answer
+    // without touching the GPU records.
+    if (indices_are_positions) {
+      return gpu_index >= 0 && gpu_index < static_cast<int>(gpu_task.size()) ? gpu_index : -1;
+    }
     for (size_t i = 0; i < gpus.size(); ++i) {
       if (gpus[i].index == gpu_index) return static_cast<int>(i);
     }
@@ -121,6 +230,42 @@ SchedulerCore::SchedulerCore(CoreConfig config) : config_(config) {
 
 SchedulerCore::~SchedulerCore() = default;
 
+SchedulerCore::TaskRecord* SchedulerCore::TaskPool::New() {
+  if (!free_.empty()) {
+    TaskRecord* t = free_.back();
+    free_.pop_back();
+    return t;
+  }
+  if (used_in_last_ == kChunk) {
+    chunks_.push_back(std::make_unique<TaskRecord[]>(kChunk));
+    used_in_last_ = 0;
+  }
+  return &chunks_.back()[used_in_last_++];
+}
+
+void SchedulerCore::TaskPool::Delete(TaskRecord* t) {
+  // The allocation's two buffers stay with the slot (emptied), so that starting the next task in
+  // it allocates nothing for them; everything else is reset and released now.
+  std::vector<NodeAllocation> allocation = std::move(t->allocation);
+  std::vector<int> indices = std::move(t->spare_indices);
+  if (!allocation.empty() && indices.capacity() == 0) {
+    indices = std::move(allocation[0].gpu_indices);
+  }
+  allocation.clear();
+  indices.clear();
+  *t = TaskRecord{};
+  t->allocation = std::move(allocation);
+  t->spare_indices = std::move(indices);
+  free_.push_back(t);
+}
+
+SchedulerCore::TaskRecord* SchedulerCore::NewTask(TaskNumber id) {
+  TaskRecord* t = task_pool_.New();
+  t->id = id;
+  tasks_.Insert(id, t);
+  return t;
+}
+
 // ------------------------------------------------------------------------------------------
 // Helpers
 
@@ -137,6 +282,7 @@ int SchedulerCore::InternModel(const std::string& model) {
   if (inserted) {
     models_.push_back(model);
     model_match_cache_.clear();
+    model_generation_++;
   }
   return it->second;
 }
@@ -153,6 +299,14 @@ std::vector<int> SchedulerCore::MatchModels(const std::string& wanted) const {
     }
   }
   return out;
+}
+
+const std::vector<int>& SchedulerCore::ShapeModels(Shape& shape) {
+  if (shape.models_generation != model_generation_) {
+    shape.models = &ModelsFor(shape.model);
+    shape.models_generation = model_generation_;
+  }
+  return *shape.models;
 }
 
 const std::vector<int>& SchedulerCore::ModelsFor(const std::string& wanted) {
@@ -207,15 +361,15 @@ void SchedulerCore::RecomputeQuota() {
 
 void SchedulerCore::Enqueue(Task& t) {
   auto& q = *queues_[PrioIndex(t.spec.priority)];
-  q.ShapeFor(t.spec).tasks.emplace(t.queue_seq, t.id);
+  q.ShapeFor(t.spec).tasks.Insert(t.queue_seq, &t);
   pending_count_[PrioIndex(t.spec.priority)]++;
 }
 
 void SchedulerCore::Dequeue(Task& t) {
   auto& q = *queues_[PrioIndex(t.spec.priority)];
-  auto it = q.shapes.find({t.spec.gpu_model, t.spec.gpu_count});
+  auto it = q.shapes.find(ShapeKeyLess::View{t.spec.gpu_model, t.spec.gpu_count});
   if (it == q.shapes.end()) return;
-  if (it->second->tasks.erase({t.queue_seq, t.id}) == 1) {
+  if (it->second->tasks.Erase(t.queue_seq, t.id)) {
     pending_count_[PrioIndex(t.spec.priority)]--;
   }
   if (it->second->tasks.empty()) q.shapes.erase(it);
@@ -236,7 +390,7 @@ void SchedulerCore::StartTask(Task& t, NodeState& node, int model, const std::ve
   indices.reserve(gpus.size());
   for (int pos : gpus) {
     node.gpu_task[pos] = t.id;
-    indices.push_back(node.gpus[pos].index);
+    indices.push_back(node.indices_are_positions ? pos : node.gpus[pos].index);
   }
   std::sort(indices.begin(), indices.end());
   slice->free -= static_cast<int>(gpus.size());
@@ -244,20 +398,35 @@ void SchedulerCore::StartTask(Task& t, NodeState& node, int model, const std::ve
   node.AddTask(t.id);
 
   t.status = TaskStatus::kRunning;
-  t.allocation = {NodeAllocation{node.id, indices}};
+  // Built in place, in buffers the pool slot kept from an earlier task where it has them.
+  auto& record = static_cast<TaskRecord&>(t);
+  t.allocation.resize(1);
+  NodeAllocation& na = t.allocation[0];
+  na.node_id = node.id;
+  if (na.gpu_indices.capacity() == 0) na.gpu_indices = std::move(record.spare_indices);
+  na.gpu_indices.assign(indices.begin(), indices.end());
+  record.node_slot = node.slot;
   t.attempts++;
   t.started_at = now;
   t.error.clear();
   used_[PrioIndex(t.spec.priority)] += t.spec.gpu_count;
   running_count_[PrioIndex(t.spec.priority)]++;
   stats_.decisions++;
-  decisions_.push_back(Decision{Decision::Kind::kStart, t.id, node.id, std::move(indices)});
+  // Filled in place: one copy of the node id instead of two.
+  Decision& d = decisions_.emplace_back();
+  d.kind = Decision::Kind::kStart;
+  d.task = t.id;
+  d.node_id = node.id;
+  d.gpu_indices = std::move(indices);
   Emit(t);
 }
 
 void SchedulerCore::ReleaseGpus(Task& t) {
+  const uint32_t hint = static_cast<TaskRecord&>(t).node_slot;
   for (const auto& na : t.allocation) {
-    NodeState* node = FindNodeState(na.node_id);
+    NodeState* node = hint < nodes_.size() && nodes_[hint]->id == na.node_id
+                          ? nodes_[hint].get()
+                          : FindNodeState(na.node_id);
     if (node == nullptr) continue;
     node->RemoveTask(t.id);
     // A task's GPUs on one node share one model: one index update per node.
@@ -310,23 +479,20 @@ StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now)
   }
   if (spec.timeout_seconds < 0) return InvalidArgument("timeout_seconds must not be negative");
 
-  auto task = std::make_unique<Task>();
-  task->id = next_number_++;
-  task->spec = spec;
-  task->status = TaskStatus::kPending;
-  task->queue_seq = next_back_seq_++;
-  task->created_at = now;
-  Task& t = *task;
-  tasks_.emplace(t.id, std::move(task));
+  Task& t = *NewTask(next_number_++);
+  t.spec = spec;
+  t.status = TaskStatus::kPending;
+  t.queue_seq = next_back_seq_++;
+  t.created_at = now;
   Enqueue(t);
   Emit(t);
   return t.id;
 }
 
 Status SchedulerCore::Cancel(TaskNumber id, TimeMicros now) {
-  auto it = tasks_.find(id);
-  if (it == tasks_.end()) return NotFound(FormatTaskId(id) + " not found");
-  Task& t = *it->second;
+  TaskRecord* found = tasks_.Find(id);
+  if (found == nullptr) return NotFound(FormatTaskId(id) + " not found");
+  Task& t = *found;
   if (IsFinished(t.status)) {
     return FailedPrecondition(FormatTaskId(id) + " already finished with status " +
                               std::string(ToString(t.status)));
@@ -368,13 +534,13 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
 
   // 1. Record finishes first, so that a task that ended while the agent was away is not lost.
   for (const auto& f : finished) {
-    auto it = tasks_.find(f.task);
-    if (it == tasks_.end()) continue;
-    Task& t = *it->second;
+    TaskRecord* found = tasks_.Find(f.task);
+    if (found == nullptr) continue;
+    Task& t = *found;
     bool held_here = (t.status == TaskStatus::kRunning || t.stopping) && !t.allocation.empty() &&
                      t.allocation[0].node_id == node_id;
     if (held_here) {
-      (void)ApplyFinish(node, t, f, now);
+      (void)ApplyFinish(t, f, now);
     } else if (t.status == TaskStatus::kPending) {
       // It ran to its end there although it is queued here: it was put back when this node
       // vanished, or a previous leader started it and failed before that start reached this
@@ -405,7 +571,9 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   node->gpu_task.assign(node->gpus.size(), 0);
   node->slices.clear();
   node->tasks.clear();
+  node->indices_are_positions = true;
   for (size_t i = 0; i < node->gpus.size(); ++i) {
+    if (node->gpus[i].index != static_cast<int>(i)) node->indices_are_positions = false;
     int m = InternModel(node->gpus[i].model);
     node->gpu_model[i] = m;
     auto* s = node->Slice(m);
@@ -439,8 +607,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   std::set<TaskNumber> reported;
   for (const auto& r : running) {
     reported.insert(r.task);
-    auto it = tasks_.find(r.task);
-    Task* t = it == tasks_.end() ? nullptr : it->second.get();
+    Task* t = tasks_.Find(r.task);
     bool held_here = t != nullptr && (t->status == TaskStatus::kRunning || t->stopping) &&
                      !t->allocation.empty() && t->allocation[0].node_id == node_id;
     if (held_here && claim(t->allocation[0].gpu_indices, t->id)) {
@@ -455,6 +622,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
       std::vector<int> idx = r.gpu_indices;
       std::sort(idx.begin(), idx.end());
       t->allocation = {NodeAllocation{node_id, idx}};
+      static_cast<TaskRecord*>(t)->node_slot = node->slot;
       t->error.clear();
       used_[PrioIndex(t->spec.priority)] += t->spec.gpu_count;
       running_count_[PrioIndex(t->spec.priority)]++;
@@ -470,11 +638,11 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
 
   // 4. Tasks believed to run here but not reported are lost.
   std::sort(held.begin(), held.end(), [&](TaskNumber a, TaskNumber b) {
-    return tasks_.at(a)->queue_seq > tasks_.at(b)->queue_seq;
+    return tasks_.Find(a)->queue_seq > tasks_.Find(b)->queue_seq;
   });
   for (TaskNumber id : held) {
     if (reported.count(id) != 0) continue;
-    Task& t = *tasks_.at(id);
+    Task& t = *tasks_.Find(id);
     if (!(t.status == TaskStatus::kRunning || t.stopping)) continue;
     // Its GPU claims were reset above; ReleaseGpus must only fix the quota use.
     if (t.stopping) {
@@ -515,7 +683,7 @@ void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now) {
   }
   // Put back in their original relative order: the task that ran first ends up first.
   std::vector<Task*> held;
-  for (TaskNumber id : node.tasks) held.push_back(tasks_.at(id).get());
+  for (TaskNumber id : node.tasks) held.push_back(tasks_.Find(id));
   std::sort(held.begin(), held.end(),
             [](const Task* a, const Task* b) { return a->queue_seq > b->queue_seq; });
   for (Task* t : held) {
@@ -536,9 +704,9 @@ Status SchedulerCore::NodeLost(const std::string& node_id, TimeMicros now) {
 }
 
 Status SchedulerCore::TaskStarted(TaskNumber id, const std::string& node_id, TimeMicros now) {
-  auto it = tasks_.find(id);
-  if (it == tasks_.end()) return NotFound(FormatTaskId(id) + " not found");
-  Task& t = *it->second;
+  TaskRecord* found = tasks_.Find(id);
+  if (found == nullptr) return NotFound(FormatTaskId(id) + " not found");
+  Task& t = *found;
   if (t.status != TaskStatus::kRunning || t.allocation.empty() ||
       t.allocation[0].node_id != node_id) {
     return FailedPrecondition(FormatTaskId(id) + " is not running on node " + node_id);
@@ -548,8 +716,7 @@ Status SchedulerCore::TaskStarted(TaskNumber id, const std::string& node_id, Tim
   return OkStatus();
 }
 
-Status SchedulerCore::ApplyFinish(NodeState* node, Task& t, const FinishReport& report,
-                                  TimeMicros now) {
+Status SchedulerCore::ApplyFinish(Task& t, const FinishReport& report, TimeMicros now) {
   ReleaseGpus(t);
   if (t.status == TaskStatus::kRunning) {
     running_count_[PrioIndex(t.spec.priority)]--;
@@ -560,22 +727,21 @@ Status SchedulerCore::ApplyFinish(NodeState* node, Task& t, const FinishReport& 
   } else {
     t.exit_code = report.exit_code;  // A cancelled task stays cancelled.
   }
-  (void)node;
   Emit(t);
   return OkStatus();
 }
 
 Status SchedulerCore::TaskFinished(const std::string& node_id, const FinishReport& report,
                                    TimeMicros now) {
-  auto it = tasks_.find(report.task);
-  if (it == tasks_.end()) return NotFound(FormatTaskId(report.task) + " not found");
-  Task& t = *it->second;
+  TaskRecord* found = tasks_.Find(report.task);
+  if (found == nullptr) return NotFound(FormatTaskId(report.task) + " not found");
+  Task& t = *found;
   bool held = t.status == TaskStatus::kRunning || t.stopping;
   if (!held || t.allocation.empty() || t.allocation[0].node_id != node_id) {
     return FailedPrecondition(FormatTaskId(report.task) + " is not running on node " + node_id +
                               " (status " + std::string(ToString(t.status)) + ")");
   }
-  return ApplyFinish(FindNodeState(node_id), t, report, now);
+  return ApplyFinish(t, report, now);
 }
 
 Status SchedulerCore::SetOnlinePercent(double online_percent) {
@@ -624,7 +790,8 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
   PriorityQueue& q = *queues_[prio];
   if (q.shapes.empty()) return;
   const int other = 1 - prio;
-  std::vector<uint32_t> excluded;
+  std::vector<uint32_t>& excluded = q.excluded;
+  excluded.clear();
   if (queues_[other]->reserved_slot >= 0) {
     excluded.push_back(static_cast<uint32_t>(queues_[other]->reserved_slot));
   }
@@ -632,15 +799,15 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
   // Tries to start the head of a shape. Returns kNone when it started.
   auto try_start = [&](Shape& shape) -> PendingReason {
     stats_.shape_checks++;
-    Task& t = *tasks_.at(shape.tasks.begin()->second);
-    const auto& models = ModelsFor(shape.model);
+    Task& t = shape.tasks.front_task();
+    const auto& models = ShapeModels(shape);
     if (used_[prio] + shape.gpu_count > quota_[prio]) return Diagnose(t, models);
     auto fit = index_.FindBestFit(models, shape.gpu_count, excluded);
     if (!fit) return Diagnose(t, models);
     NodeState& node = *nodes_[fit->slot];
     std::vector<int> picked;
-    for (size_t pos = 0; pos < node.gpus.size() && static_cast<int>(picked.size()) < shape.gpu_count;
-         ++pos) {
+    for (size_t pos = 0;
+         pos < node.gpu_task.size() && static_cast<int>(picked.size()) < shape.gpu_count; ++pos) {
       if (node.gpu_task[pos] == 0 && node.gpu_model[pos] == fit->model) {
         picked.push_back(static_cast<int>(pos));
       }
@@ -652,11 +819,11 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
   // The oldest pending task of this priority.
   Shape* oldest_shape = nullptr;
   for (auto& [key, s] : q.shapes) {
-    if (oldest_shape == nullptr || *s->tasks.begin() < *oldest_shape->tasks.begin()) {
+    if (oldest_shape == nullptr || s->tasks.front() < oldest_shape->tasks.front()) {
       oldest_shape = s.get();
     }
   }
-  TaskNumber oldest = oldest_shape->tasks.begin()->second;
+  TaskNumber oldest = oldest_shape->tasks.front().second;
   if (q.oldest != oldest) {
     q.oldest = oldest;
     q.bypassed = 0;
@@ -671,7 +838,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     q.holding = true;
     head_shape.reason = reason;
     if (reason == PendingReason::kNoNodeFits && q.reserved_slot < 0) {
-      Task& t = *tasks_.at(oldest);
+      Task& t = *tasks_.Find(oldest);
       auto fit = index_.FindMostFree(ModelsFor(head_shape.model), t.spec.gpu_count,
                                      [&](uint32_t slot, int model) {
                                        return nodes_[slot]->Slice(model)->capacity;
@@ -703,21 +870,20 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     if (q.shapes.empty()) return;
   }
 
-  // Merge the shape heads by queue position.
-  using Head = std::pair<std::pair<int64_t, TaskNumber>, Shape*>;
-  std::vector<Head> storage;
-  storage.reserve(q.shapes.size());
+  // Merge the shape heads by queue position (a min-heap; keys are unique).
+  auto& heads = q.heads;
+  heads.clear();
   for (auto& [key, s] : q.shapes) {
-    if (s.get() != held_shape) storage.emplace_back(*s->tasks.begin(), s.get());
+    if (s.get() != held_shape) heads.emplace_back(s->tasks.front(), s.get());
   }
-  std::priority_queue<Head, std::vector<Head>, std::greater<>> heads(std::greater<>(),
-                                                                     std::move(storage));
+  std::make_heap(heads.begin(), heads.end(), std::greater<>());
 
   PendingReason oldest_reason = PendingReason::kNone;
   bool oldest_waiting = false;
   while (!heads.empty()) {
-    auto [pos, shape] = heads.top();
-    heads.pop();
+    std::pop_heap(heads.begin(), heads.end(), std::greater<>());
+    auto [pos, shape] = heads.back();
+    heads.pop_back();
     TaskNumber id = pos.second;
     // Starting the head may empty and destroy the shape: keep its key.
     std::pair<std::string, int> key{shape->model, shape->gpu_count};
@@ -732,11 +898,14 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     }
     if (!q.holding && oldest_waiting && IsTransient(oldest_reason) &&
         ++q.bypassed >= config_.max_bypass) {
-      Shape* os = q.FindShape(tasks_.at(q.oldest)->spec);
+      Shape* os = q.FindShape(tasks_.Find(q.oldest)->spec);
       if (os != nullptr && hold(*os, oldest_reason)) return;
     }
     auto it = q.shapes.find(key);
-    if (it != q.shapes.end()) heads.emplace(*it->second->tasks.begin(), it->second.get());
+    if (it != q.shapes.end()) {
+      heads.emplace_back(it->second->tasks.front(), it->second.get());
+      std::push_heap(heads.begin(), heads.end(), std::greater<>());
+    }
   }
 }
 
@@ -745,10 +914,10 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
 
 Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
   if (task.id == 0) return InvalidArgument("task number must not be 0");
-  if (tasks_.count(task.id) != 0) return AlreadyExists(FormatTaskId(task.id) + " already exists");
-  auto owned = std::make_unique<Task>(task);
-  Task& t = *owned;
-  tasks_.emplace(t.id, std::move(owned));
+  if (tasks_.Find(task.id) != nullptr)
+    return AlreadyExists(FormatTaskId(task.id) + " already exists");
+  TaskRecord& t = *NewTask(task.id);
+  static_cast<Task&>(t) = task;
   next_number_ = std::max(next_number_, t.id + 1);
   if (t.status == TaskStatus::kPending) {
     t.allocation.clear();
@@ -775,6 +944,7 @@ Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
   }
   node->last_heartbeat = std::max(node->last_heartbeat, now);
   node->AddTask(t.id);
+  t.node_slot = node->slot;
   used_[PrioIndex(t.spec.priority)] += t.spec.gpu_count;
   if (t.status == TaskStatus::kRunning) running_count_[PrioIndex(t.spec.priority)]++;
   return OkStatus();
@@ -791,9 +961,10 @@ void SchedulerCore::SetNextTaskNumber(TaskNumber next) {
 }
 
 void SchedulerCore::Forget(TaskNumber id) {
-  auto it = tasks_.find(id);
-  if (it != tasks_.end() && IsFinished(it->second->status) && !it->second->stopping) {
-    tasks_.erase(it);
+  TaskRecord* t = tasks_.Find(id);
+  if (t != nullptr && IsFinished(t->status) && !t->stopping) {
+    tasks_.Erase(id);
+    task_pool_.Delete(t);
   }
 }
 
@@ -801,17 +972,18 @@ void SchedulerCore::Forget(TaskNumber id) {
 // Outputs and queries
 
 std::vector<Decision> SchedulerCore::TakeDecisions() { return std::exchange(decisions_, {}); }
+void SchedulerCore::TakeDecisions(std::vector<Decision>& out) {
+  out.clear();
+  out.swap(decisions_);
+}
 std::vector<Change> SchedulerCore::TakeChanges() { return std::exchange(changes_, {}); }
 
-const Task* SchedulerCore::FindTask(TaskNumber id) const {
-  auto it = tasks_.find(id);
-  return it == tasks_.end() ? nullptr : it->second.get();
-}
+const Task* SchedulerCore::FindTask(TaskNumber id) const { return LookupTask(id); }
 
 PendingReason SchedulerCore::ReasonOf(const Task& t) const {
   if (t.status != TaskStatus::kPending) return PendingReason::kNone;
   const Shape* s = queues_[PrioIndex(t.spec.priority)]->FindShape(t.spec);
-  if (s == nullptr || s->tasks.empty() || s->tasks.begin()->second != t.id) {
+  if (s == nullptr || s->tasks.empty() || s->tasks.front().second != t.id) {
     return PendingReason::kQueued;
   }
   return s->reason;
@@ -881,7 +1053,7 @@ std::optional<std::string> SchedulerCore::ReservedNode(Priority p) const {
 std::vector<TaskNumber> SchedulerCore::QueueOrder(Priority p) const {
   std::vector<std::pair<int64_t, TaskNumber>> all;
   for (const auto& [key, s] : queues_[PrioIndex(p)]->shapes) {
-    all.insert(all.end(), s->tasks.begin(), s->tasks.end());
+    s->tasks.ForEach([&](const TaskQueue::Key& key) { all.push_back(key); });
   }
   std::sort(all.begin(), all.end());
   std::vector<TaskNumber> out;
@@ -891,10 +1063,12 @@ std::vector<TaskNumber> SchedulerCore::QueueOrder(Priority p) const {
 }
 
 Status SchedulerCore::CheckInvariants() const {
+  std::vector<std::pair<TaskNumber, const TaskRecord*>> all_tasks;
+  tasks_.ForEach([&](TaskNumber id, const TaskRecord* t) { all_tasks.emplace_back(id, t); });
   int used[kPriorityCount] = {0, 0};
   size_t running[kPriorityCount] = {0, 0};
   size_t pending[kPriorityCount] = {0, 0};
-  for (const auto& [id, tp] : tasks_) {
+  for (const auto& [id, tp] : all_tasks) {
     const Task& t = *tp;
     int p = PrioIndex(t.spec.priority);
     bool held = t.status == TaskStatus::kRunning || t.stopping;
@@ -939,9 +1113,9 @@ Status SchedulerCore::CheckInvariants() const {
         free++;
         continue;
       }
-      auto it = tasks_.find(tid);
-      if (it == tasks_.end()) return Internal("a GPU is held by an unknown task");
-      const Task& t = *it->second;
+      const Task* found = tasks_.Find(tid);
+      if (found == nullptr) return Internal("a GPU is held by an unknown task");
+      const Task& t = *found;
       if (!(t.status == TaskStatus::kRunning || t.stopping)) {
         return Internal("a GPU is held by " + FormatTaskId(tid) + " which does not run");
       }
@@ -951,7 +1125,7 @@ Status SchedulerCore::CheckInvariants() const {
     if (n->online) total += static_cast<int>(n->gpus.size());
   }
   int allocated = 0;
-  for (const auto& [id, tp] : tasks_) {
+  for (const auto& [id, tp] : all_tasks) {
     const Task& t = *tp;
     if (!(t.status == TaskStatus::kRunning || t.stopping)) continue;
     const NodeState* n = FindNodeState(t.allocation[0].node_id);

@@ -31,8 +31,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "core/placement_index.h"
 #include "core/status.h"
+#include "core/task_table.h"
 #include "core/types.h"
 
 namespace dgpu::core {
@@ -133,11 +135,15 @@ class SchedulerCore {
   // --- Outputs --------------------------------------------------------------------------------
 
   std::vector<Decision> TakeDecisions();
+  // The same into `out` (its old contents dropped), swapping buffers so that a caller taking
+  // decisions after every pass reuses their memory.
+  void TakeDecisions(std::vector<Decision>& out);
   std::vector<Change> TakeChanges();
   bool HasDecisions() const { return !decisions_.empty(); }
 
   // --- Queries --------------------------------------------------------------------------------
 
+  // The pointer stays valid, and the task at that address, until the task is forgotten.
   const Task* FindTask(TaskNumber task) const;
   // The task's pending reason as of the last pass (kNone if not pending).
   PendingReason ReasonOf(const Task& task) const;
@@ -154,7 +160,7 @@ class SchedulerCore {
   // Calls fn(const Task&) for every task in memory, in no particular order.
   template <typename Fn>
   void ForEachTask(Fn&& fn) const {
-    for (const auto& [id, t] : tasks_) fn(*t);
+    tasks_.ForEach([&](TaskNumber, const TaskRecord* t) { fn(static_cast<const Task&>(*t)); });
   }
   // The node kept for a starving task of priority p, if any.
   std::optional<std::string> ReservedNode(Priority p) const;
@@ -186,10 +192,11 @@ class SchedulerCore {
   void RequeueOrFail(Task& t, TimeMicros now, std::string_view error);
   void RecomputeQuota();
   void TakeNodeOffline(NodeState& node, TimeMicros now);
-  Status ApplyFinish(NodeState* node, Task& t, const FinishReport& report, TimeMicros now);
+  Status ApplyFinish(Task& t, const FinishReport& report, TimeMicros now);
   void SchedulePriority(int prio, TimeMicros now);
   PendingReason Diagnose(const Task& t, const std::vector<int>& models) const;
   const std::vector<int>& ModelsFor(const std::string& wanted);
+  const std::vector<int>& ShapeModels(Shape& shape);
   std::vector<int> MatchModels(const std::string& wanted) const;
   int InternModel(const std::string& model);
   NodeState& AddNodeState(const std::string& id);
@@ -201,15 +208,44 @@ class SchedulerCore {
   int64_t next_back_seq_ = 1;   // Increasing: normal submissions.
   int64_t next_front_seq_ = 0;  // Decreasing: tasks put back at the head.
 
-  std::unordered_map<TaskNumber, std::unique_ptr<Task>> tasks_;
+  // A task as the core keeps it: the public record plus what only the core needs. Every Task the
+  // core hands out or receives from its own tables is one of these.
+  struct TaskRecord : Task {
+    // Slot of the node in allocation[0], so that releasing GPUs needs no lookup by id string.
+    // A hint: checked against the node id before use.
+    uint32_t node_slot = kNoSlot;
+    std::vector<int> spare_indices;  // Empty; a buffer kept for the next allocation's indices.
+  };
+  static constexpr uint32_t kNoSlot = ~uint32_t{0};
+
+  // Tasks live in a pool (stable addresses, freed ones reused first, while still in cache) and
+  // are found through a TaskTable: no allocation per task, one array access per lookup.
+  class TaskPool {
+   public:
+    TaskRecord* New();
+    void Delete(TaskRecord* t);
+
+   private:
+    static constexpr size_t kChunk = 1024;
+    std::vector<std::unique_ptr<TaskRecord[]>> chunks_;
+    size_t used_in_last_ = kChunk;
+    std::vector<TaskRecord*> free_;
+  };
+  TaskRecord* NewTask(TaskNumber id);
+  TaskRecord* LookupTask(TaskNumber id) const { return tasks_.Find(id); }
+
+  TaskPool task_pool_;
+  TaskTable<TaskRecord> tasks_;
   std::vector<std::unique_ptr<NodeState>> nodes_;  // Slots; never shrinks.
-  std::unordered_map<std::string, uint32_t> node_slots_;
+  absl::flat_hash_map<std::string, uint32_t> node_slots_;
   std::map<std::string, uint32_t> nodes_by_id_;  // For ranks that follow id order.
 
   std::vector<std::string> models_;  // Interned GPU model names.
   std::unordered_map<std::string, int> model_ids_;
   // Cache of wanted-model string -> matching model ids; cleared when a model appears.
+  // References into it stay valid until it is cleared (node-based map).
   std::unordered_map<std::string, std::vector<int>> model_match_cache_;
+  uint64_t model_generation_ = 1;  // Bumped when a model appears (the cache is cleared).
 
   PlacementIndex index_;
   std::unique_ptr<PriorityQueue> queues_[kPriorityCount];
