@@ -345,11 +345,11 @@ void AgentSession::SendReports(const std::vector<TaskExit>& exits) {
     reports_in_flight_.emplace(e.task_id, std::move(report));
     conn_->stub->async()->TaskFinished(&raw->ctx, &raw->req, &raw->resp,
                                        [this, raw](grpc::Status s) {
-                                         {
-                                           std::lock_guard<std::mutex> lock(report_mu_);
-                                           raw->status = std::move(s);
-                                           report_results_.push_back(raw);
-                                         }
+                                         // Everything under the lock: once it is released, the
+                                         // owner may free the report or the session itself.
+                                         std::lock_guard<std::mutex> lock(report_mu_);
+                                         raw->status = std::move(s);
+                                         report_results_.push_back(raw);
                                          report_cv_.notify_all();
                                          waker_.Wake();
                                        });
