@@ -76,20 +76,6 @@ std::optional<ProcStat> ReadProcStat(pid_t pid) {
   return ParseProcStat(*text);
 }
 
-std::vector<ProcStat> ListProcesses() {
-  std::vector<ProcStat> result;
-  DIR* dir = opendir("/proc");
-  if (dir == nullptr) return result;
-  while (dirent* entry = readdir(dir)) {
-    pid_t pid = 0;
-    std::string_view name(entry->d_name);
-    if (!ParseNumber(name, &pid) || pid <= 0) continue;
-    if (auto stat = ReadProcStat(pid)) result.push_back(*stat);
-  }
-  closedir(dir);
-  return result;
-}
-
 std::vector<ProcStat> ListProcessesFrom(pid_t min_pid, const std::vector<pid_t>& also) {
   std::vector<ProcStat> result;
   DIR* dir = opendir("/proc");
@@ -104,6 +90,8 @@ std::vector<ProcStat> ListProcessesFrom(pid_t min_pid, const std::vector<pid_t>&
   closedir(dir);
   return result;
 }
+
+std::vector<ProcStat> ListProcesses() { return ListProcessesFrom(0, {}); }
 
 std::optional<pid_t> LastAllocatedPid() {
   // "0.00 0.01 0.05 1/123 4567": the last field is the most recently allocated pid.

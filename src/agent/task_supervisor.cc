@@ -131,7 +131,7 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
   task.launch = launch;
   task.plan = plan;
   task.leader = *pid;
-  ObservePids();
+  ObservePid(*pid);  // A pid just handed out is itself a reading of the counter.
   task.pid_epoch = pid_epoch_;
   if (auto stat = ReadProcStat(*pid)) task.leader_start_time = stat->start_time;
   if (launch.timeout_seconds > 0) {
@@ -175,8 +175,12 @@ void TaskSupervisor::ObservePids() {
     pid_tracking_ = false;
     return;
   }
-  if (*last < last_pid_seen_) ++pid_epoch_;
-  last_pid_seen_ = *last;
+  ObservePid(*last);
+}
+
+void TaskSupervisor::ObservePid(pid_t allocated) {
+  if (allocated < last_pid_seen_) ++pid_epoch_;
+  last_pid_seen_ = allocated;
 }
 
 std::optional<pid_t> TaskSupervisor::PartialScanFloor() const {

@@ -106,8 +106,10 @@ class TaskSupervisor {
   // Reads /proc and updates every task's members. A partial scan reads only processes created
   // since the oldest leader (see PartialScanFloor); a full one reads them all.
   void Scan(bool partial = false);
-  // Notes the kernel's last allocated pid; a decrease means pids wrapped around.
+  // Notes the kernel's last allocated pid (/proc/loadavg, or a pid just allocated); a decrease
+  // means pids wrapped around.
   void ObservePids();
+  void ObservePid(pid_t allocated);
   // The lowest pid a partial scan must read (the oldest leader's), or nullopt when only a full
   // scan is correct: a task's processes are created after its leader, so within one pid epoch
   // their pids are higher.
