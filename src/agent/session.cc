@@ -131,6 +131,7 @@ AgentSession::AgentSession(common::AgentConfig config, std::string agent_id,
 }
 
 AgentSession::~AgentSession() {
+  conn_.reset();  // Joins the stream's reader, which wakes waker_, before members go.
   // Answers reference this object: wait for every call still in flight.
   for (auto& [id, report] : reports_in_flight_) report->ctx.TryCancel();
   std::unique_lock<std::mutex> lock(report_mu_);
