@@ -10,29 +10,14 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import time
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
-
-def bin_dir():
-    return os.environ.get("DGPU_BIN_DIR") or os.path.join(REPO, "build", "bin")
-
-
-def binary(name):
-    path = os.path.join(bin_dir(), name)
-    if not os.access(path, os.X_OK):
-        raise RuntimeError("%s not found (set DGPU_BIN_DIR or build the project)" % path)
-    return path
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from dgpu_testlib import bin_path, free_port, wait_until  # noqa: E402
 
 
 def to_yaml(value):
@@ -114,7 +99,7 @@ class Daemon:
         out = open(self.log_path, "ab")
         err = open(self.err_path, "wb")
         try:
-            self.proc = subprocess.Popen([binary(self.name), "--config", self.config_path],
+            self.proc = subprocess.Popen([bin_path(self.name), "--config", self.config_path],
                                          stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         finally:
             out.close()
@@ -236,17 +221,6 @@ class Agent(Daemon):
             if m:
                 out.append((m.group(1), line))
         return out
-
-
-def wait_until(predicate, timeout, interval=0.05, what="condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError("timed out after %.1fs waiting for %s (last: %r)" % (timeout, what, last))
 
 
 def task_number(task_id):

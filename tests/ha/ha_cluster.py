@@ -13,63 +13,16 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import unittest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
-
-def bin_path(name):
-    d = os.environ.get("DGPU_BIN_DIR") or os.path.join(REPO, "build", "bin")
-    if name == "dgpu-agent" and os.environ.get("DGPU_AGENT_BIN_DIR"):
-        d = os.environ["DGPU_AGENT_BIN_DIR"]
-    path = os.path.join(d, name)
-    if not os.access(path, os.X_OK):
-        raise RuntimeError("%s not found (set DGPU_BIN_DIR or build the project)" % path)
-    return path
-
-
-_used_ports = set()
-
-
-def free_port():
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _used_ports:
-            _used_ports.add(port)
-            return port
-
-
-def wait_until(predicate, timeout, interval=0.05, what="condition"):
-    """Polls predicate() until it returns a truthy value (returned) or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    last_exc = None
-    while True:
-        try:
-            v = predicate()
-            if v:
-                return v
-        except (OSError, http.client.HTTPException, ValueError) as e:
-            last_exc = e
-        if time.monotonic() >= deadline:
-            raise AssertionError("timed out after %.1fs waiting for %s%s" %
-                                 (timeout, what, " (last error: %r)" % last_exc if last_exc else ""))
-        time.sleep(interval)
-
-
-def pid_alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from dgpu_testlib import bin_path, free_port, pid_alive, wait_until  # noqa: E402
 
 
 _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z")

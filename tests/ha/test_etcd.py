@@ -16,57 +16,21 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import unittest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from dgpu_testlib import bin_path, free_port, wait_until  # noqa: E402
 ETCD_BIN = os.environ.get("DGPU_ETCD_BIN", "/usr/bin/etcd")
 LEASE_TTL = 3.0          # ha.lease_ttl (seconds)
 HB_INTERVAL = 0.5        # replication.heartbeat_interval
 HB_TIMEOUT = 2.0         # replication.heartbeat_timeout
 NET_ERRORS = (OSError, http.client.HTTPException)
-
-
-def scheduler_bin():
-    d = os.environ.get("DGPU_BIN_DIR") or os.path.join(REPO, "build", "bin")
-    path = os.path.join(d, "dgpu-scheduler")
-    if not os.access(path, os.X_OK):
-        raise AssertionError("%s not found (set DGPU_BIN_DIR or build dgpu-scheduler)" % path)
-    return path
-
-
-_ports = set()
-
-
-def free_port():
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _ports:
-            _ports.add(port)
-            return port
-
-
-def wait_until(pred, timeout, what, interval=0.05):
-    """Polls pred() until it returns a truthy value (returned) or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        try:
-            v = pred()
-            if v:
-                return v
-        except NET_ERRORS + (ValueError,) as e:
-            last = e
-        if time.monotonic() >= deadline:
-            raise AssertionError("timed out after %.1fs waiting for %s%s" %
-                                 (timeout, what, " (last error: %r)" % last if last else ""))
-        time.sleep(interval)
 
 
 def http_call(port, method, path, body=None, timeout=3.0):
@@ -209,7 +173,7 @@ class EtcdHaCluster:
         path = os.path.join(self.tmp, "sched-%s.yaml" % name)
         with open(path, "w") as f:
             json.dump(self.config(name), f, indent=1)  # JSON is YAML (flow style).
-        p = Proc("sched-" + name, [scheduler_bin(), "--config", path],
+        p = Proc("sched-" + name, [bin_path("dgpu-scheduler"), "--config", path],
                  os.path.join(self.tmp, "sched-%s.log" % name)).start()
         self.scheds[name] = p
         return p
@@ -362,7 +326,7 @@ class EtcdElectionTest(unittest.TestCase):
         if not os.access(ETCD_BIN, os.X_OK):
             self.fail("%s not found: etcd is a declared dependency of the HA tests; install the "
                       "Debian package etcd-server (scripts/install-deps.sh)" % ETCD_BIN)
-        scheduler_bin()
+        bin_path("dgpu-scheduler")
 
     def new_cluster(self):
         self.cluster = EtcdHaCluster(self.id().rsplit(".", 1)[-1])

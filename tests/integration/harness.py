@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,11 +26,13 @@ import urllib.request
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-BIN_DIR = os.environ.get("DGPU_BIN_DIR") or os.path.join(REPO, "build", "bin")
-SCHEDULER_BIN = os.path.join(BIN_DIR, "dgpu-scheduler")
-AGENT_BIN = os.path.join(os.environ.get("DGPU_AGENT_BIN_DIR") or BIN_DIR, "dgpu-agent")
-CTL_BIN = os.path.join(BIN_DIR, "dgpuctl")
+sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
+from dgpu_testlib import bin_dir, bin_path, free_port, pid_alive, wait_until  # noqa: E402,F401
+
+BIN_DIR = bin_dir()
+SCHEDULER_BIN = bin_path("dgpu-scheduler", must_exist=False)
+AGENT_BIN = bin_path("dgpu-agent", must_exist=False)
+CTL_BIN = bin_path("dgpuctl", must_exist=False)
 
 API = "/api/v1"
 FINISHED = ("success", "failed", "cancelled")
@@ -43,44 +44,6 @@ _LIVE_CLUSTERS = set()
 
 # ----------------------------------------------------------------------------------------------
 # Small helpers
-
-
-def free_port():
-    """A free loopback TCP port (bind to port 0, read it back, release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(predicate, timeout, interval=0.05, what="condition"):
-    """Polls predicate() until it returns a truthy value, which is returned. Raises
-    AssertionError naming `what` (and the last value seen) after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        last = predicate()
-        if last:
-            return last
-        if time.monotonic() >= deadline:
-            raise AssertionError("timed out after %.1fs waiting for %s (last value: %r)"
-                                 % (timeout, what, last))
-        time.sleep(interval)
-
-
-def pid_alive(pid):
-    """True while `pid` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def pids_with_env(marker_key, marker_value):
