@@ -395,7 +395,6 @@ TaskExit TaskSupervisor::MakeExit(const Task& task, int64_t now_micros) const {
 std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadlines) {
   std::vector<TaskExit> exits = std::move(pending_exits_);
   pending_exits_.clear();
-  ObservePids();
   bool changed = force_scan_;
   for (auto& [id, task] : tasks_) {
     if (!task.leader_status.has_value()) {
@@ -410,7 +409,10 @@ std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadli
   if (!tasks_.empty() && (changed || scan_due)) {
     // A leader's exit needs only the processes created since the oldest leader: a partial scan
     // keeps the cost of a task's end independent of how many processes the node runs. The
-    // periodic full scan still catches everything else (e.g. foreign orphans to reap).
+    // periodic full scan still catches everything else (e.g. foreign orphans to reap). The pid
+    // counter is read at every scan, so at least once a second while tasks run: a wrap cannot
+    // go unnoticed (that would take more than pid_max forks between two readings).
+    ObservePids();
     Scan(/*partial=*/!scan_due);
     if (scan_due) last_scan_micros_ = now_micros;
     force_scan_ = false;
