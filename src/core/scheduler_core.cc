@@ -77,8 +77,9 @@ class TaskQueue {
       // The next head is likely started soon (in this pass or the next): fetch its record, and
       // the entries a few places behind it (written long ago, when they were submitted).
       if (!items_.empty()) {
-        const auto* p = reinterpret_cast<const char*>(items_.front().task);
-        for (size_t off = 0; off < sizeof(Task); off += 64) __builtin_prefetch(p + off);
+        // The part a start touches: the end of the spec onwards (see Task).
+        const auto* p = reinterpret_cast<const char*>(&items_.front().task->spec.priority);
+        for (size_t off = 0; off < 192; off += 64) __builtin_prefetch(p + off);
         if (items_.size() > 4) __builtin_prefetch(&items_[4]);
       }
     } else {
@@ -118,7 +119,9 @@ class TaskQueue {
 
 }  // namespace
 
-// Pending tasks of one priority with the same (model, GPU count), in queue order.
+// Pending tasks of one priority with the same (model, GPU count), in queue order. A shape
+// stays (empty) when its last task leaves, since the same shape usually comes back soon; empty
+// shapes are dropped once they outnumber the others.
 struct SchedulerCore::Shape {
   std::string model;
   int gpu_count = 0;
@@ -127,6 +130,31 @@ struct SchedulerCore::Shape {
   // ModelsFor(model), kept while no new model appears (model_generation_ unchanged).
   const std::vector<int>* models = nullptr;
   uint64_t models_generation = 0;
+  int active_at = -1;  // Position in PriorityQueue::active while it has tasks; -1 when empty.
+  // The last time no node had room for this shape: the capacity epoch then, and the nodes that
+  // were excluded. While the epoch is unchanged (GPUs were only taken since) and at least those
+  // nodes are excluded, there is still no room: the pass skips the search.
+  uint64_t no_fit_epoch = 0;  // 0: not known.
+  PendingReason no_fit_reason = PendingReason::kNoNodeFits;
+  uint8_t no_fit_excluded_count = 0;
+  uint32_t no_fit_excluded[2] = {0, 0};
+
+  bool StillNoFit(uint64_t epoch, const std::vector<uint32_t>& excluded) const {
+    if (no_fit_epoch != epoch) return false;
+    for (uint8_t i = 0; i < no_fit_excluded_count; ++i) {
+      if (std::find(excluded.begin(), excluded.end(), no_fit_excluded[i]) == excluded.end()) {
+        return false;
+      }
+    }
+    return true;
+  }
+  void RememberNoFit(uint64_t epoch, const std::vector<uint32_t>& excluded, PendingReason r) {
+    if (excluded.size() > 2) return;
+    no_fit_epoch = epoch;
+    no_fit_reason = r;
+    no_fit_excluded_count = static_cast<uint8_t>(excluded.size());
+    std::copy(excluded.begin(), excluded.end(), no_fit_excluded);
+  }
 };
 
 // Orders shape keys, and finds them from a task's spec without building a key string.
@@ -141,7 +169,11 @@ struct ShapeKeyLess {
 };
 
 struct SchedulerCore::PriorityQueue {
+  // Every shape, by key; a pending task also points at its own (TaskRecord::shape).
   std::map<std::pair<std::string, int>, std::unique_ptr<Shape>, ShapeKeyLess> shapes;
+  // The shapes that have tasks, in no particular order: what a pass iterates over.
+  std::vector<Shape*> active;
+  Shape* last_used = nullptr;  // The shape of the last submission: most are like the one before.
   // Scratch for a pass (merge of shape heads, reserved nodes to skip), kept to avoid
   // allocations per pass.
   std::vector<std::pair<TaskQueue::Key, Shape*>> heads;
@@ -152,17 +184,57 @@ struct SchedulerCore::PriorityQueue {
   bool holding = false;
   int reserved_slot = -1;  // Node kept for the held task; the other priority may not use it.
 
+  bool empty() const { return active.empty(); }
+
   Shape& ShapeFor(const TaskSpec& spec) {
-    if (Shape* s = FindShape(spec)) return *s;
-    auto& s = shapes[{spec.gpu_model, spec.gpu_count}];
-    s = std::make_unique<Shape>();
-    s->model = spec.gpu_model;
-    s->gpu_count = spec.gpu_count;
+    if (last_used != nullptr && last_used->gpu_count == spec.gpu_count &&
+        last_used->model == spec.gpu_model) {
+      return *last_used;
+    }
+    Shape* s = FindShape(spec);
+    if (s == nullptr) {
+      if (shapes.size() >= 2 * active.size() + 64) DropEmptyShapes();
+      auto& slot = shapes[{spec.gpu_model, spec.gpu_count}];
+      slot = std::make_unique<Shape>();
+      slot->model = spec.gpu_model;
+      slot->gpu_count = spec.gpu_count;
+      s = slot.get();
+    }
+    last_used = s;
     return *s;
   }
   Shape* FindShape(const TaskSpec& spec) const {
     auto it = shapes.find(ShapeKeyLess::View{spec.gpu_model, spec.gpu_count});
     return it == shapes.end() ? nullptr : it->second.get();
+  }
+
+  void Insert(Shape& shape, int64_t seq, Task* task) {
+    shape.tasks.Insert(seq, task);
+    if (shape.active_at < 0 && !shape.tasks.empty()) {
+      shape.active_at = static_cast<int>(active.size());
+      active.push_back(&shape);
+    }
+  }
+  // Returns whether the entry was there.
+  bool Erase(Shape& shape, int64_t seq, TaskNumber id) {
+    if (!shape.tasks.Erase(seq, id)) return false;
+    if (shape.tasks.empty() && shape.active_at >= 0) {
+      Shape* last = active.back();
+      last->active_at = shape.active_at;
+      active[static_cast<size_t>(shape.active_at)] = last;
+      active.pop_back();
+      shape.active_at = -1;
+    }
+    return true;
+  }
+
+ private:
+  // No task points at an empty shape, so they can go.
+  void DropEmptyShapes() {
+    for (auto it = shapes.begin(); it != shapes.end();) {
+      it = it->second->tasks.empty() ? shapes.erase(it) : std::next(it);
+    }
+    last_used = nullptr;
   }
 };
 
@@ -245,17 +317,32 @@ SchedulerCore::TaskRecord* SchedulerCore::TaskPool::New() {
 
 void SchedulerCore::TaskPool::Delete(TaskRecord* t) {
   // The allocation's two buffers stay with the slot (emptied), so that starting the next task in
-  // it allocates nothing for them; everything else is reset and released now.
-  std::vector<NodeAllocation> allocation = std::move(t->allocation);
+  // it allocates nothing for them.
   std::vector<int> indices = std::move(t->spare_indices);
-  if (!allocation.empty() && indices.capacity() == 0) {
-    indices = std::move(allocation[0].gpu_indices);
+  if (!t->allocation.empty() && indices.capacity() == 0) {
+    indices = std::move(t->allocation[0].gpu_indices);
   }
-  allocation.clear();
+  t->allocation.clear();
   indices.clear();
-  *t = TaskRecord{};
-  t->allocation = std::move(allocation);
   t->spare_indices = std::move(indices);
+  // Every member but the spec back to its default (keep in step with Task). The spec is left as
+  // it is: Submit and Restore assign all of it. It lies on cache lines that a start and a finish
+  // do not touch, so they are fetched now, for writing, instead of being read and destroyed:
+  // the next submission most likely reuses this record and then finds them in cache.
+  t->error.clear();
+  t->created_at = 0;
+  t->id = 0;
+  t->queue_seq = 0;
+  t->started_at = 0;
+  t->finished_at = 0;
+  t->attempts = 0;
+  t->exit_code = 0;
+  t->status = TaskStatus::kPending;
+  t->stopping = false;
+  t->node_slot = kNoSlot;
+  t->shape = nullptr;
+  const auto* p = reinterpret_cast<const char*>(&t->spec);
+  for (size_t off = 0; off < sizeof(TaskSpec); off += 64) __builtin_prefetch(p + off, 1);
   free_.push_back(t);
 }
 
@@ -283,6 +370,7 @@ int SchedulerCore::InternModel(const std::string& model) {
     models_.push_back(model);
     model_match_cache_.clear();
     model_generation_++;
+    capacity_epoch_++;
   }
   return it->second;
 }
@@ -361,18 +449,20 @@ void SchedulerCore::RecomputeQuota() {
 
 void SchedulerCore::Enqueue(Task& t) {
   auto& q = *queues_[PrioIndex(t.spec.priority)];
-  q.ShapeFor(t.spec).tasks.Insert(t.queue_seq, &t);
+  Shape& shape = q.ShapeFor(t.spec);
+  q.Insert(shape, t.queue_seq, &t);
+  static_cast<TaskRecord&>(t).shape = &shape;
   pending_count_[PrioIndex(t.spec.priority)]++;
 }
 
 void SchedulerCore::Dequeue(Task& t) {
+  auto& record = static_cast<TaskRecord&>(t);
   auto& q = *queues_[PrioIndex(t.spec.priority)];
-  auto it = q.shapes.find(ShapeKeyLess::View{t.spec.gpu_model, t.spec.gpu_count});
-  if (it == q.shapes.end()) return;
-  if (it->second->tasks.Erase(t.queue_seq, t.id)) {
+  if (record.shape == nullptr) return;
+  if (q.Erase(*record.shape, t.queue_seq, t.id)) {
     pending_count_[PrioIndex(t.spec.priority)]--;
   }
-  if (it->second->tasks.empty()) q.shapes.erase(it);
+  record.shape = nullptr;
   if (q.oldest == t.id) {
     q.oldest = 0;
     q.bypassed = 0;
@@ -381,71 +471,86 @@ void SchedulerCore::Dequeue(Task& t) {
   }
 }
 
-void SchedulerCore::StartTask(Task& t, NodeState& node, int model, const std::vector<int>& gpus,
-                              TimeMicros now) {
+void SchedulerCore::StartTask(Task& t, NodeState& node, int model, TimeMicros now) {
   Dequeue(t);
-  auto* slice = node.Slice(model);
-  int old_free = slice->free;
-  std::vector<int> indices;
-  indices.reserve(gpus.size());
-  for (int pos : gpus) {
-    node.gpu_task[pos] = t.id;
-    indices.push_back(node.indices_are_positions ? pos : node.gpus[pos].index);
-  }
-  std::sort(indices.begin(), indices.end());
-  slice->free -= static_cast<int>(gpus.size());
-  if (node.online) index_.Move(model, node.Entry(), old_free, slice->free);
-  node.AddTask(t.id);
-
-  t.status = TaskStatus::kRunning;
-  // Built in place, in buffers the pool slot kept from an earlier task where it has them.
   auto& record = static_cast<TaskRecord&>(t);
+  const int count = t.spec.gpu_count;
+  // The allocation is built in place, in buffers the pool slot kept from an earlier task where it
+  // has them: the lowest free positions of the model, in position order, which is index order
+  // (a node's GPUs are kept sorted by index).
   t.allocation.resize(1);
   NodeAllocation& na = t.allocation[0];
   na.node_id = node.id;
   if (na.gpu_indices.capacity() == 0) na.gpu_indices = std::move(record.spare_indices);
-  na.gpu_indices.assign(indices.begin(), indices.end());
+  na.gpu_indices.clear();
+  // At least a typical node's worth, so that the buffer fits the next task in this slot too.
+  na.gpu_indices.reserve(std::max(count, 8));
+  const size_t positions = node.gpu_task.size();
+  for (size_t pos = 0; pos < positions && std::ssize(na.gpu_indices) < count; ++pos) {
+    if (node.gpu_task[pos] == 0 && node.gpu_model[pos] == model) {
+      node.gpu_task[pos] = t.id;
+      na.gpu_indices.push_back(node.indices_are_positions ? static_cast<int>(pos)
+                                                          : node.gpus[pos].index);
+    }
+  }
+  auto* slice = node.Slice(model);
+  const int old_free = slice->free;
+  slice->free -= count;
+  if (node.online) index_.Move(model, node.Entry(), old_free, slice->free);
+  node.AddTask(t.id);
+
+  t.status = TaskStatus::kRunning;
   record.node_slot = node.slot;
   t.attempts++;
   t.started_at = now;
   t.error.clear();
-  used_[PrioIndex(t.spec.priority)] += t.spec.gpu_count;
+  used_[PrioIndex(t.spec.priority)] += count;
   running_count_[PrioIndex(t.spec.priority)]++;
   stats_.decisions++;
-  // Filled in place: one copy of the node id instead of two.
   Decision& d = decisions_.emplace_back();
   d.kind = Decision::Kind::kStart;
   d.task = t.id;
   d.node_id = node.id;
-  d.gpu_indices = std::move(indices);
+  if (!spare_gpu_lists_.empty()) {
+    d.gpu_indices = std::move(spare_gpu_lists_.back());
+    spare_gpu_lists_.pop_back();
+  }
+  d.gpu_indices.reserve(std::max(count, 8));
+  d.gpu_indices.assign(na.gpu_indices.begin(), na.gpu_indices.end());
   Emit(t);
 }
 
 void SchedulerCore::ReleaseGpus(Task& t) {
-  const uint32_t hint = static_cast<TaskRecord&>(t).node_slot;
-  for (const auto& na : t.allocation) {
-    NodeState* node = hint < nodes_.size() && nodes_[hint]->id == na.node_id
-                          ? nodes_[hint].get()
-                          : FindNodeState(na.node_id);
-    if (node == nullptr) continue;
-    node->RemoveTask(t.id);
-    // A task's GPUs on one node share one model: one index update per node.
-    NodeState::ModelSlice* slice = nullptr;
-    int freed = 0;
-    for (int idx : na.gpu_indices) {
-      int pos = node->Position(idx);
-      if (pos < 0 || node->gpu_task[pos] != t.id) continue;
-      node->gpu_task[pos] = 0;
-      slice = node->Slice(node->gpu_model[pos]);
-      slice->free++;
-      freed++;
-    }
-    if (slice != nullptr && node->online) {
-      index_.Move(slice->model, node->Entry(), slice->free - freed, slice->free);
+  const uint32_t slot = static_cast<TaskRecord&>(t).node_slot;
+  if (t.allocation.size() == 1 && slot < nodes_.size()) {
+    // node_slot is set with the allocation and names its node (CheckInvariants): no need to read
+    // the allocation, the node knows which GPUs the task holds.
+    ReleaseOnNode(*nodes_[slot], t.id);
+  } else {
+    for (const auto& na : t.allocation) {
+      if (NodeState* node = FindNodeState(na.node_id)) ReleaseOnNode(*node, t.id);
     }
   }
   used_[PrioIndex(t.spec.priority)] -= t.spec.gpu_count;
   t.stopping = false;
+}
+
+void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id) {
+  node.RemoveTask(id);
+  // A task's GPUs on one node share one model: one index update per node.
+  NodeState::ModelSlice* slice = nullptr;
+  int freed = 0;
+  for (size_t pos = 0; pos < node.gpu_task.size(); ++pos) {
+    if (node.gpu_task[pos] != id) continue;
+    node.gpu_task[pos] = 0;
+    slice = node.Slice(node.gpu_model[pos]);
+    slice->free++;
+    freed++;
+  }
+  if (slice != nullptr && node.online) {
+    index_.Move(slice->model, node.Entry(), slice->free - freed, slice->free);
+    capacity_epoch_++;
+  }
 }
 
 void SchedulerCore::RequeueOrFail(Task& t, TimeMicros now, std::string_view error) {
@@ -459,6 +564,7 @@ void SchedulerCore::RequeueOrFail(Task& t, TimeMicros now, std::string_view erro
   } else {
     t.status = TaskStatus::kPending;
     t.allocation.clear();
+    static_cast<TaskRecord&>(t).node_slot = kNoSlot;
     t.error = std::string(error);  // Why it was put back; cleared when it starts again.
     t.queue_seq = next_front_seq_--;
     Enqueue(t);
@@ -655,6 +761,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   }
 
   // 5. Back in the pool.
+  capacity_epoch_++;
   node->online = true;
   node->last_heartbeat = now;
   for (const auto& s : node->slices) index_.Insert(s.model, node->Entry(), s.free, s.capacity);
@@ -672,6 +779,7 @@ Status SchedulerCore::Heartbeat(const std::string& node_id, TimeMicros now) {
 }
 
 void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now) {
+  capacity_epoch_++;  // Fewer nodes can change why a task waits.
   if (node.online) {
     for (const auto& s : node.slices) index_.Erase(s.model, node.Entry(), s.free, s.capacity);
     total_online_gpus_ -= static_cast<int>(node.gpus.size());
@@ -737,7 +845,14 @@ Status SchedulerCore::TaskFinished(const std::string& node_id, const FinishRepor
   if (found == nullptr) return NotFound(FormatTaskId(report.task) + " not found");
   Task& t = *found;
   bool held = t.status == TaskStatus::kRunning || t.stopping;
-  if (!held || t.allocation.empty() || t.allocation[0].node_id != node_id) {
+  // The node's own id, when the record knows its slot, saves reading the allocation.
+  const std::string* held_on = nullptr;
+  if (found->node_slot < nodes_.size()) {
+    held_on = &nodes_[found->node_slot]->id;
+  } else if (!t.allocation.empty()) {
+    held_on = &t.allocation[0].node_id;
+  }
+  if (!held || t.allocation.empty() || held_on == nullptr || *held_on != node_id) {
     return FailedPrecondition(FormatTaskId(report.task) + " is not running on node " + node_id +
                               " (status " + std::string(ToString(t.status)) + ")");
   }
@@ -788,7 +903,7 @@ void SchedulerCore::Schedule(TimeMicros now) {
 
 void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
   PriorityQueue& q = *queues_[prio];
-  if (q.shapes.empty()) return;
+  if (q.empty()) return;
   const int other = 1 - prio;
   std::vector<uint32_t>& excluded = q.excluded;
   excluded.clear();
@@ -802,25 +917,23 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     Task& t = shape.tasks.front_task();
     const auto& models = ShapeModels(shape);
     if (used_[prio] + shape.gpu_count > quota_[prio]) return Diagnose(t, models);
+    // Within quota, so Diagnose would answer from the nodes alone, which have not changed.
+    if (shape.StillNoFit(capacity_epoch_, excluded)) return shape.no_fit_reason;
     auto fit = index_.FindBestFit(models, shape.gpu_count, excluded);
-    if (!fit) return Diagnose(t, models);
-    NodeState& node = *nodes_[fit->slot];
-    std::vector<int> picked;
-    for (size_t pos = 0;
-         pos < node.gpu_task.size() && static_cast<int>(picked.size()) < shape.gpu_count; ++pos) {
-      if (node.gpu_task[pos] == 0 && node.gpu_model[pos] == fit->model) {
-        picked.push_back(static_cast<int>(pos));
-      }
+    if (!fit) {
+      PendingReason r = Diagnose(t, models);
+      shape.RememberNoFit(capacity_epoch_, excluded, r);
+      return r;
     }
-    StartTask(t, node, fit->model, picked, now);
+    StartTask(t, *nodes_[fit->slot], fit->model, now);
     return PendingReason::kNone;
   };
 
   // The oldest pending task of this priority.
   Shape* oldest_shape = nullptr;
-  for (auto& [key, s] : q.shapes) {
+  for (Shape* s : q.active) {
     if (oldest_shape == nullptr || s->tasks.front() < oldest_shape->tasks.front()) {
-      oldest_shape = s.get();
+      oldest_shape = s;
     }
   }
   TaskNumber oldest = oldest_shape->tasks.front().second;
@@ -846,8 +959,8 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
       if (fit) q.reserved_slot = static_cast<int>(fit->slot);
     }
     if (reason != PendingReason::kNoNodeFits || q.reserved_slot < 0) {
-      for (auto& [key, s] : q.shapes) {
-        if (s.get() != &head_shape) s->reason = PendingReason::kQueued;
+      for (Shape* s : q.active) {
+        if (s != &head_shape) s->reason = PendingReason::kQueued;
       }
       return true;
     }
@@ -867,14 +980,14 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
       oldest_shape->reason = r;  // Can never start as things are: it must not hold others.
       q.bypassed = 0;
     }
-    if (q.shapes.empty()) return;
+    if (q.empty()) return;
   }
 
   // Merge the shape heads by queue position (a min-heap; keys are unique).
   auto& heads = q.heads;
   heads.clear();
-  for (auto& [key, s] : q.shapes) {
-    if (s.get() != held_shape) heads.emplace_back(s->tasks.front(), s.get());
+  for (Shape* s : q.active) {
+    if (s != held_shape) heads.emplace_back(s->tasks.front(), s);
   }
   std::make_heap(heads.begin(), heads.end(), std::greater<>());
 
@@ -885,8 +998,6 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     auto [pos, shape] = heads.back();
     heads.pop_back();
     TaskNumber id = pos.second;
-    // Starting the head may empty and destroy the shape: keep its key.
-    std::pair<std::string, int> key{shape->model, shape->gpu_count};
     PendingReason r = try_start(*shape);
     if (r != PendingReason::kNone) {
       shape->reason = r;
@@ -898,12 +1009,12 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     }
     if (!q.holding && oldest_waiting && IsTransient(oldest_reason) &&
         ++q.bypassed >= config_.max_bypass) {
-      Shape* os = q.FindShape(tasks_.Find(q.oldest)->spec);
+      Shape* os = tasks_.Find(q.oldest)->shape;
       if (os != nullptr && hold(*os, oldest_reason)) return;
     }
-    auto it = q.shapes.find(key);
-    if (it != q.shapes.end()) {
-      heads.emplace_back(it->second->tasks.front(), it->second.get());
+    // Shapes stay during a pass, even when starting their head empties them.
+    if (!shape->tasks.empty()) {
+      heads.emplace_back(shape->tasks.front(), shape);
       std::push_heap(heads.begin(), heads.end(), std::greater<>());
     }
   }
@@ -913,6 +1024,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
 // Restore
 
 Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
+  capacity_epoch_++;
   if (task.id == 0) return InvalidArgument("task number must not be 0");
   if (tasks_.Find(task.id) != nullptr)
     return AlreadyExists(FormatTaskId(task.id) + " already exists");
@@ -973,6 +1085,12 @@ void SchedulerCore::Forget(TaskNumber id) {
 
 std::vector<Decision> SchedulerCore::TakeDecisions() { return std::exchange(decisions_, {}); }
 void SchedulerCore::TakeDecisions(std::vector<Decision>& out) {
+  // Their GPU lists are kept for the next starts.
+  for (Decision& d : out) {
+    if (d.gpu_indices.capacity() == 0 || spare_gpu_lists_.size() >= kMaxSpareGpuLists) continue;
+    d.gpu_indices.clear();
+    spare_gpu_lists_.push_back(std::move(d.gpu_indices));
+  }
   out.clear();
   out.swap(decisions_);
 }
@@ -980,9 +1098,29 @@ std::vector<Change> SchedulerCore::TakeChanges() { return std::exchange(changes_
 
 const Task* SchedulerCore::FindTask(TaskNumber id) const { return LookupTask(id); }
 
+void SchedulerCore::PrefetchTask(TaskNumber n, const Task* t) const {
+  tasks_.Prefetch(n);
+  // The part a finish touches: the end of the spec onwards (see Task).
+  const auto* p = reinterpret_cast<const char*>(&t->spec.priority);
+  for (size_t off = 0; off < 192; off += 64) __builtin_prefetch(p + off);
+}
+
+void SchedulerCore::PrefetchTaskNode(const Task* t) const {
+  // The allocation's block, which the record's memory is recycled from.
+  if (!t->allocation.empty()) __builtin_prefetch(t->allocation.data());
+  const uint32_t slot = static_cast<const TaskRecord*>(t)->node_slot;
+  if (slot >= nodes_.size()) return;
+  // What a release reads comes first in a node (see NodeState).
+  const auto* p = reinterpret_cast<const char*>(nodes_[slot].get());
+  for (size_t off = 0; off < 256; off += 64) __builtin_prefetch(p + off);
+}
+
 PendingReason SchedulerCore::ReasonOf(const Task& t) const {
   if (t.status != TaskStatus::kPending) return PendingReason::kNone;
-  const Shape* s = queues_[PrioIndex(t.spec.priority)]->FindShape(t.spec);
+  // The core's own record knows its shape; a copy is looked up by its spec.
+  const TaskRecord* record = tasks_.Find(t.id);
+  const Shape* s = record == &t ? record->shape
+                                : queues_[PrioIndex(t.spec.priority)]->FindShape(t.spec);
   if (s == nullptr || s->tasks.empty() || s->tasks.front().second != t.id) {
     return PendingReason::kQueued;
   }
@@ -1052,7 +1190,7 @@ std::optional<std::string> SchedulerCore::ReservedNode(Priority p) const {
 
 std::vector<TaskNumber> SchedulerCore::QueueOrder(Priority p) const {
   std::vector<std::pair<int64_t, TaskNumber>> all;
-  for (const auto& [key, s] : queues_[PrioIndex(p)]->shapes) {
+  for (const Shape* s : queues_[PrioIndex(p)]->active) {
     s->tasks.ForEach([&](const TaskQueue::Key& key) { all.push_back(key); });
   }
   std::sort(all.begin(), all.end());
@@ -1072,6 +1210,16 @@ Status SchedulerCore::CheckInvariants() const {
     const Task& t = *tp;
     int p = PrioIndex(t.spec.priority);
     bool held = t.status == TaskStatus::kRunning || t.stopping;
+    const Shape* shape = tp->shape;
+    if (t.status == TaskStatus::kPending) {
+      if (shape == nullptr || shape->model != t.spec.gpu_model ||
+          shape->gpu_count != t.spec.gpu_count ||
+          queues_[p]->FindShape(t.spec) != shape) {
+        return Internal(FormatTaskId(id) + " does not point at its queue");
+      }
+    } else if (shape != nullptr) {
+      return Internal(FormatTaskId(id) + " is not pending but points at a queue");
+    }
     if (t.status == TaskStatus::kRunning) running[p]++;
     if (t.status == TaskStatus::kPending) pending[p]++;
     if (t.stopping && t.status != TaskStatus::kCancelled) {
@@ -1087,6 +1235,9 @@ Status SchedulerCore::CheckInvariants() const {
     const NodeState* n = FindNodeState(na.node_id);
     if (n == nullptr || !n->HasTask(id)) {
       return Internal(FormatTaskId(id) + " is not listed on node " + na.node_id);
+    }
+    if (tp->node_slot != n->slot) {
+      return Internal(FormatTaskId(id) + " has the wrong node slot for node " + na.node_id);
     }
     if (!n->gpus.empty()) {
       for (int idx : na.gpu_indices) {
@@ -1134,6 +1285,17 @@ Status SchedulerCore::CheckInvariants() const {
   if (allocated != busy_tasks) return Internal("allocated GPUs differ from busy GPUs");
   if (total != total_online_gpus_) return Internal("online GPU total out of step");
   if (quota_[0] + quota_[1] != total_online_gpus_) return Internal("quotas do not add up");
+  for (const auto& q : queues_) {
+    size_t active = 0;
+    for (const auto& [key, shape] : q->shapes) {
+      const bool listed = shape->active_at >= 0 &&
+                          static_cast<size_t>(shape->active_at) < q->active.size() &&
+                          q->active[static_cast<size_t>(shape->active_at)] == shape.get();
+      if (listed != !shape->tasks.empty()) return Internal("active shape list out of step");
+      active += listed ? 1 : 0;
+    }
+    if (active != q->active.size()) return Internal("active shape list out of step");
+  }
   return OkStatus();
 }
 

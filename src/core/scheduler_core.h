@@ -141,6 +141,12 @@ class SchedulerCore {
   std::vector<Change> TakeChanges();
   bool HasDecisions() const { return !decisions_.empty(); }
 
+  // Hints for a caller that knows which tasks it will report finished next (the simulator):
+  // fetch into cache what finishing `t` (number n) reads, in two steps some work apart: the
+  // record, then, once the record has arrived, its node. They change nothing.
+  void PrefetchTask(TaskNumber n, const Task* t) const;
+  void PrefetchTaskNode(const Task* t) const;
+
   // --- Queries --------------------------------------------------------------------------------
 
   // The pointer stays valid, and the task at that address, until the task is forgotten.
@@ -167,6 +173,10 @@ class SchedulerCore {
   // Pending task numbers of one priority in queue order (O(pending); for tests and snapshots).
   std::vector<TaskNumber> QueueOrder(Priority p) const;
 
+  // Drops what passes remember to skip work (shapes found to have no room); for tests: a core
+  // that does so before every pass must decide exactly as one that does not.
+  void ForgetNoRoom() { capacity_epoch_++; }
+
   // Checks every invariant (O(everything)); for tests. Returns Internal naming the first broken.
   Status CheckInvariants() const;
 
@@ -184,9 +194,10 @@ class SchedulerCore {
   struct PriorityQueue;
 
   void Emit(const Task& t);
-  void StartTask(Task& t, NodeState& node, int model, const std::vector<int>& gpus,
-                 TimeMicros now);
+  // Starts t on the lowest free GPU positions of `model` on the node (it has enough).
+  void StartTask(Task& t, NodeState& node, int model, TimeMicros now);
   void ReleaseGpus(Task& t);
+  void ReleaseOnNode(NodeState& node, TaskNumber id);
   void Enqueue(Task& t);
   void Dequeue(Task& t);
   void RequeueOrFail(Task& t, TimeMicros now, std::string_view error);
@@ -210,10 +221,13 @@ class SchedulerCore {
 
   // A task as the core keeps it: the public record plus what only the core needs. Every Task the
   // core hands out or receives from its own tables is one of these.
-  struct TaskRecord : Task {
+  // Cache-line aligned, so that the hot end of a Task and these fields span as few lines as they
+  // can (see Task).
+  struct alignas(64) TaskRecord : Task {
     // Slot of the node in allocation[0], so that releasing GPUs needs no lookup by id string.
     // A hint: checked against the node id before use.
     uint32_t node_slot = kNoSlot;
+    Shape* shape = nullptr;  // The queue it waits in while pending; nullptr otherwise.
     std::vector<int> spare_indices;  // Empty; a buffer kept for the next allocation's indices.
   };
   static constexpr uint32_t kNoSlot = ~uint32_t{0};
@@ -246,6 +260,10 @@ class SchedulerCore {
   // References into it stay valid until it is cleared (node-based map).
   std::unordered_map<std::string, std::vector<int>> model_match_cache_;
   uint64_t model_generation_ = 1;  // Bumped when a model appears (the cache is cleared).
+  // Bumped by everything that can give a waiting task room it did not have: GPUs released,
+  // nodes registered or lost (that also changes why tasks wait), models, restores. Not by
+  // starts, which only take room.
+  uint64_t capacity_epoch_ = 1;
 
   PlacementIndex index_;
   std::unique_ptr<PriorityQueue> queues_[kPriorityCount];
@@ -257,6 +275,9 @@ class SchedulerCore {
   int used_[kPriorityCount] = {0, 0};
 
   std::vector<Decision> decisions_;
+  // GPU lists of decisions handed out through TakeDecisions(out), reused by the next starts.
+  static constexpr size_t kMaxSpareGpuLists = 4096;
+  std::vector<std::vector<int>> spare_gpu_lists_;
   std::vector<Change> changes_;
   Stats stats_;
 };

@@ -35,6 +35,11 @@ class TaskTable {
     return it == others_.end() ? nullptr : it->second;
   }
 
+  // A hint: fetches the window entry of n into cache.
+  void Prefetch(Number n) const {
+    if (n - base_ < Width()) __builtin_prefetch(&window_[head_ + (n - base_)]);
+  }
+
   // n must not be present.
   void Insert(Number n, T* value) {
     ++size_;
@@ -47,12 +52,19 @@ class TaskTable {
       in_window_ = 1;
       return;
     }
+    const Number end = base_ + Width();
+    if (n == end) {
+      // The usual case: the next number.
+      window_.push_back(value);
+      ++in_window_;
+      if (Width() > 2 * in_window_ + kSlack) Compact();
+      return;
+    }
     if (n - base_ < Width()) {
       window_[head_ + (n - base_)] = value;
       ++in_window_;
       return;
     }
-    const Number end = base_ + Width();
     if (n >= end && n - end <= kMaxGap) {
       window_.insert(window_.end(), n - end, nullptr);
       window_.push_back(value);

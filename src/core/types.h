@@ -62,31 +62,36 @@ struct NodeAllocation {
 using Allocation = std::vector<NodeAllocation>;
 
 // What a user asks for. Validated by the REST layer (field by field) and again by the core.
+// The fields a scheduling decision reads come last, next to Task's own (see Task).
 struct TaskSpec {
   std::string name;
-  Priority priority = Priority::kLow;
-  int gpu_count = 1;
   std::string gpu_model;  // Empty: any model.
   std::string command;
   std::vector<std::pair<std::string, std::string>> env;  // Sorted by key, keys unique.
-  int64_t timeout_seconds = 0;                             // 0: no limit.
   std::string image;                                       // Docker executor only.
+  int64_t timeout_seconds = 0;                             // 0: no limit.
+  Priority priority = Priority::kLow;
+  int gpu_count = 1;
 };
 
+// Member order is for the scheduling core's cache use: a start and a finish read and write only
+// the last ~150 bytes (the end of the spec and everything from `error` on), next to the core's
+// own per-task fields, which follow a Task in memory. Names are what other code uses. A new
+// member must also be reset where the core recycles task records (TaskPool::Delete).
 struct Task {
-  TaskNumber id = 0;
   TaskSpec spec;
-  TaskStatus status = TaskStatus::kPending;
+  std::string error;  // Empty, or a machine word such as "agent_lost" / "timeout".
+  TimeMicros created_at = 0;
+  Allocation allocation;  // Set while running (and while a cancelled task is being stopped).
+  TaskNumber id = 0;
   // Position in its priority's FIFO: lower runs first. Submissions get increasing values;
   // a task put back after losing its node gets a value below every other.
   int64_t queue_seq = 0;
-  Allocation allocation;  // Set while running (and while a cancelled task is being stopped).
-  int attempts = 0;       // Times it was started.
-  int exit_code = 0;
-  std::string error;  // Empty, or a machine word such as "agent_lost" / "timeout".
-  TimeMicros created_at = 0;
   TimeMicros started_at = 0;  // 0: never started.
   TimeMicros finished_at = 0;
+  int attempts = 0;  // Times it was started.
+  int exit_code = 0;
+  TaskStatus status = TaskStatus::kPending;
   // True once a cancelled running task's stop has been ordered but the agent has not yet
   // confirmed it: its GPUs stay held so that nothing else is started on them.
   bool stopping = false;

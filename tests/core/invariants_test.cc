@@ -1,5 +1,9 @@
 // Randomized invariant test: thousands of seeded random command sequences, with every invariant
 // checked after every step. A failure prints the seed and step to replay it.
+//
+// Each sequence also drives a shadow core that forgets, before every pass, what the core keeps
+// between passes to skip work (a shape found to have no room stays so until GPUs are released):
+// both must decide exactly the same.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -17,6 +21,14 @@ void RunSequence(uint32_t seed, int steps) {
   cfg.max_bypass = 1 + pick(5);
   cfg.max_attempts = 1 + pick(3);
   SchedulerCore core(cfg);
+  SchedulerCore shadow(cfg);
+  // Every command goes to both cores, and both must answer alike.
+  auto both = [&](auto&& command) {
+    Status a = command(core);
+    Status b = command(shadow);
+    EXPECT_EQ(a.ToString(), b.ToString());
+    return a;
+  };
   const char* models[] = {"A100", "H100"};
   TimeMicros now = 0;
   std::vector<TaskNumber> ids;
@@ -25,33 +37,54 @@ void RunSequence(uint32_t seed, int steps) {
     int op = pick(100);
     std::string node = "n" + std::to_string(pick(6));
     if (op < 35) {
-      auto r = core.Submit(testing::Spec(pick(2) ? Priority::kHigh : Priority::kLow, 1 << pick(4),
-                                         pick(3) == 0 ? models[pick(2)] : ""),
-                           now);
+      TaskSpec spec = testing::Spec(pick(2) ? Priority::kHigh : Priority::kLow, 1 << pick(4),
+                                    pick(3) == 0 ? models[pick(2)] : "");
+      auto r = core.Submit(spec, now);
       ASSERT_TRUE(r.ok());
+      ASSERT_EQ(shadow.Submit(spec, now).value(), *r);
       ids.push_back(*r);
+      // The record may be a recycled one: nothing of its previous task shows.
+      const Task* t = core.FindTask(*r);
+      ASSERT_TRUE(t->allocation.empty() && t->error.empty() && t->attempts == 0 &&
+                  t->exit_code == 0 && t->started_at == 0 && t->finished_at == 0 &&
+                  !t->stopping && t->status == TaskStatus::kPending && t->created_at == now)
+          << "seed " << seed << " step " << step;
     } else if (op < 45) {
       std::vector<RunningReport> running;
       // Sometimes report a task the core may or may not know on this node.
       if (!ids.empty() && pick(3) == 0) running.push_back({ids[pick(ids.size())], {0}});
-      (void)core.RegisterNode(node, "", testing::MakeGpus(1 + pick(8), models[pick(2)]), running,
-                              {}, now);
+      auto gpus = testing::MakeGpus(1 + pick(8), models[pick(2)]);
+      both([&](SchedulerCore& c) { return c.RegisterNode(node, "", gpus, running, {}, now); });
     } else if (op < 50) {
-      (void)core.NodeLost(node, now);
-    } else if (op < 70 && !ids.empty()) {
+      both([&](SchedulerCore& c) { return c.NodeLost(node, now); });
+    } else if (op < 66 && !ids.empty()) {
       TaskNumber id = ids[pick(ids.size())];
       const Task* t = core.FindTask(id);
+      if (t == nullptr) continue;
       std::string where = t->allocation.empty() || pick(10) == 0 ? node : t->allocation[0].node_id;
-      (void)core.TaskFinished(where, {id, pick(2) == 0, pick(3), "", now}, now);
+      FinishReport report{id, pick(2) == 0, pick(3), "", now};
+      both([&](SchedulerCore& c) { return c.TaskFinished(where, report, now); });
+    } else if (op < 70 && !ids.empty()) {
+      // Finished tasks leave memory (their records are reused).
+      TaskNumber id = ids[pick(ids.size())];
+      core.Forget(id);
+      shadow.Forget(id);
+      ASSERT_EQ(core.FindTask(id) == nullptr, shadow.FindTask(id) == nullptr);
     } else if (op < 78 && !ids.empty()) {
-      (void)core.Cancel(ids[pick(ids.size())], now);
+      TaskNumber id = ids[pick(ids.size())];
+      both([&](SchedulerCore& c) { return c.Cancel(id, now); });
     } else if (op < 82) {
-      ASSERT_TRUE(core.SetOnlinePercent(pick(11) / 10.0).ok());
+      double percent = pick(11) / 10.0;
+      ASSERT_TRUE(both([&](SchedulerCore& c) { return c.SetOnlinePercent(percent); }).ok());
     } else if (op < 85) {
-      core.Tick(now + pick(20) * testing::kSec);
+      TimeMicros at = now + pick(20) * testing::kSec;
+      core.Tick(at);
+      shadow.Tick(at);
     } else {
       QuotaView before = core.Quota();
       core.Schedule(now);
+      shadow.ForgetNoRoom();
+      shadow.Schedule(now);
       QuotaView after = core.Quota();
       for (int p = 0; p < kPriorityCount; ++p) {
         // A pass that started something of a class never takes it over its quota.
@@ -59,7 +92,9 @@ void RunSequence(uint32_t seed, int steps) {
           ASSERT_LE(after.used[p], after.quota[p]) << "seed " << seed << " step " << step;
         }
       }
-      for (const auto& d : core.TakeDecisions()) {
+      std::vector<Decision> decisions = core.TakeDecisions();
+      ASSERT_EQ(decisions, shadow.TakeDecisions()) << "seed " << seed << " step " << step;
+      for (const auto& d : decisions) {
         if (d.kind != Decision::Kind::kStart) continue;
         const Task* t = core.FindTask(d.task);
         ASSERT_EQ(static_cast<int>(d.gpu_indices.size()), t->spec.gpu_count);
