@@ -1,6 +1,7 @@
 #include "sim/simulator.h"
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <charconv>
 #include <chrono>
@@ -215,15 +216,14 @@ class CoreEngine {
     free_.Add(layout_.node_model[s.node], s.gpus);
   }
 
-  // Completions come in time order, known in advance: the loop announces the next ones so that
-  // their memory is on its way while the current timestamp is processed. Stage 1 fetches the
-  // job's state; stage 2 (a step later, the state now cached) fetches the core's task record.
-  // Hints only: nothing is read that the finish would not read anyway.
+  // Hints from the loop, which knows the next completions: nothing is read that the finish would
+  // not read anyway. Each step reads what the step before fetched.
   void PrefetchFinish(uint32_t job) const { __builtin_prefetch(&jobs_[job]); }
   void PrefetchFinishTask(uint32_t job) const {
-    const auto* p = reinterpret_cast<const char*>(jobs_[job].record);
-    for (size_t off = 0; off < sizeof(core::Task); off += 64) __builtin_prefetch(p + off);
+    const JobState& s = jobs_[job];
+    core_.PrefetchTask(s.task, s.record);
   }
+  void PrefetchFinishNode(uint32_t job) const { core_.PrefetchTaskNode(jobs_[job].record); }
 
   // Some queue head waits for no_node_fits although the free GPUs of its model would suffice.
   bool Fragmented() const {
@@ -373,6 +373,7 @@ class OriginalEngine {
 
   void PrefetchFinish(uint32_t) const {}
   void PrefetchFinishTask(uint32_t) const {}
+  void PrefetchFinishNode(uint32_t) const {}
 
   int TotalFree() const { return free_.total(); }
   uint64_t decisions() const { return decisions_; }
@@ -472,71 +473,123 @@ class OriginalEngine {
   uint64_t multi_node_task_nodes_ = 0;
 };
 
-// Completion events: a min-heap on (time, start order) with four children per node. The children
-// of a node are adjacent (four 16-byte entries, about one cache line), so a pop walks half as
-// many levels of a heap that is too large for the cache as a binary heap would.
-class CompletionHeap {
+// A radix heap on time (Ahuja, Mehlhorn, Orlin, Tarjan 1990), for completion events. Times
+// pushed never go below floor(), the last time taken out, which is all a radix heap needs. An
+// entry sits in bucket b = the highest bit in which its time differs from floor() (bucket 0:
+// equal). Taking out a new smallest time moves the entries of the lowest non-empty bucket to
+// lower buckets; an entry moves at most 64 times in all, and every move is a sequential read and
+// append, where a comparison heap of 100,000-200,000 running tasks walks about 9 levels of
+// mostly uncached memory per completion.
+class RadixHeap {
  public:
   struct Entry {
     TimeMicros time;
-    uint32_t seq;  // Start order; there are fewer starts than jobs, and jobs are uint32.
     uint32_t job;
   };
 
-  bool empty() const { return v_.empty(); }
-  size_t size() const { return v_.size(); }
-  const Entry& operator[](size_t i) const { return v_[i]; }
-  const Entry& top() const { return v_.front(); }
-  // Index of the first child of node i.
-  static size_t FirstChild(size_t i) { return 4 * i + 1; }
+  bool empty() const { return occupied_ == 0; }
+  TimeMicros floor() const { return last_; }
 
-  void push(Entry e) {
-    size_t i = v_.size();
-    v_.push_back(e);
-    while (i > 0) {
-      size_t parent = (i - 1) / 4;
-      if (!Before(e, v_[parent])) break;
-      v_[i] = v_[parent];
-      i = parent;
-    }
-    v_[i] = e;
-  }
+  // time >= floor().
+  void push(Entry e) { Put(e.time == last_ ? 0 : Bucket(e.time), e); }
 
-  void pop() {
-    Entry last = v_.back();
-    v_.pop_back();
-    const size_t n = v_.size();
-    if (n == 0) return;
-    const Key last_key = KeyOf(last);
-    size_t i = 0;
-    while (true) {
-      size_t c = FirstChild(i);
-      if (c >= n) break;
-      // The smallest child, without branches: which one wins is unpredictable.
-      size_t best = c;
-      Key best_key = KeyOf(v_[c]);
-      const size_t end = std::min(c + 4, n);
-      for (size_t k = c + 1; k < end; ++k) {
-        const Key key = KeyOf(v_[k]);
-        const bool smaller = key < best_key;
-        best = smaller ? k : best;
-        best_key = smaller ? key : best_key;
-      }
-      if (!(best_key < last_key)) break;
-      v_[i] = v_[best];
-      i = best;
-    }
-    v_[i] = last;
+  // Takes out every entry of the smallest time, calling fn(entry) for each; must not be empty.
+  template <typename Fn>
+  void PopMin(Fn&& fn) {
+    if ((occupied_ & 1) == 0) Redistribute(std::countr_zero(occupied_));
+    Level& zero = buckets_[0];
+    for (const Entry& e : zero.entries) fn(e);
+    zero.entries.clear();
+    occupied_ &= ~uint64_t{1};
   }
 
  private:
-  // (time, seq) as one number; times are not negative (they start at the first arrival).
-  __extension__ using Key = unsigned __int128;
-  static Key KeyOf(const Entry& e) {
-    return (static_cast<Key>(static_cast<uint64_t>(e.time)) << 32) | e.seq;
+  struct Level {
+    std::vector<Entry> entries;
+    TimeMicros min = 0;  // Smallest time in entries.
+  };
+
+  int Bucket(TimeMicros time) const {
+    return 64 - std::countl_zero(static_cast<uint64_t>(time) ^ static_cast<uint64_t>(last_));
   }
-  static bool Before(const Entry& a, const Entry& b) { return KeyOf(a) < KeyOf(b); }
-  std::vector<Entry> v_;
+
+  void Put(int b, Entry e) {
+    Level& level = buckets_[b];
+    if (level.entries.empty() || e.time < level.min) level.min = e.time;
+    level.entries.push_back(e);
+    occupied_ |= uint64_t{1} << b;
+  }
+
+  // Makes the smallest time of bucket b the floor and spreads b over the lower buckets (all
+  // empty): every entry of b now differs from it only in bits below b - 1.
+  void Redistribute(int b) {
+    last_ = buckets_[b].min;
+    scratch_.swap(buckets_[b].entries);
+    occupied_ &= ~(uint64_t{1} << b);
+    for (const Entry& e : scratch_) Put(e.time == last_ ? 0 : Bucket(e.time), e);
+    scratch_.clear();
+  }
+
+  Level buckets_[64];
+  uint64_t occupied_ = 0;  // Bit b: bucket b is not empty.
+  TimeMicros last_ = 0;    // Times are not negative (they start at the first arrival).
+  std::vector<Entry> scratch_;
+};
+
+// Completion events in time order, with the next few of them known in order (ahead()), so that
+// the loop can fetch what their finishes will read well before it needs it. The next
+// completions are kept out of the heap in a short sorted list; every entry of the list comes no
+// later than every entry of the heap. Entries with equal times come out in an order fixed by the
+// sequence of operations, so the replay stays deterministic; which of them is applied first does
+// not change the result (all of a timestamp's completions are applied before its pass).
+class CompletionQueue {
+ public:
+  using Entry = RadixHeap::Entry;
+  static constexpr size_t kAhead = 8;
+
+  bool empty() const { return ahead_.empty(); }  // ahead_ is refilled after every change.
+  TimeMicros min_time() const { return ahead_.front().time; }
+  // The next completions, in order (a few more while many share a time).
+  const std::vector<Entry>& ahead() const { return ahead_; }
+
+  void push(TimeMicros time, uint32_t job) {
+    const Entry e{time, job};
+    if (time < heap_.floor() || (!ahead_.empty() && time < ahead_.back().time) ||
+        (ahead_.size() < kAhead && heap_.empty())) {
+      // After the entries of equal time already listed.
+      auto at = std::upper_bound(ahead_.begin(), ahead_.end(), time,
+                                 [](TimeMicros t, const Entry& x) { return t < x.time; });
+      ahead_.insert(at, e);
+      // Overflow goes back to the heap, where allowed (not below its floor).
+      while (ahead_.size() > kAhead && ahead_.back().time >= heap_.floor()) {
+        heap_.push(ahead_.back());
+        ahead_.pop_back();
+      }
+    } else {
+      heap_.push(e);
+    }
+    Refill();
+  }
+
+  // Takes out every entry of time min_time() and calls fn(job) for each; must not be empty.
+  template <typename Fn>
+  void PopMin(Fn&& fn) {
+    const TimeMicros t = ahead_.front().time;
+    size_t n = 0;
+    while (n < ahead_.size() && ahead_[n].time == t) fn(ahead_[n++].job);
+    ahead_.erase(ahead_.begin(), ahead_.begin() + static_cast<std::ptrdiff_t>(n));
+    Refill();
+  }
+
+ private:
+  void Refill() {
+    while (ahead_.size() < kAhead && !heap_.empty()) {
+      heap_.PopMin([&](const Entry& e) { ahead_.push_back(e); });
+    }
+  }
+
+  std::vector<Entry> ahead_;  // Sorted by time.
+  RadixHeap heap_;
 };
 
 Distribution Summarize(std::vector<TimeMicros>& values) {
@@ -563,11 +616,9 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
   const auto& jobs = w.jobs;
   const size_t n = jobs.size();
   std::vector<TimeMicros> start(n, -1);
-  std::vector<TimeMicros> finish(n, -1);
   std::vector<uint8_t> submitted(n, 0);
 
-  CompletionHeap heap;
-  uint32_t seq = 0;
+  CompletionQueue completions;
   size_t next = 0;
   uint64_t pending = 0;
   const TimeMicros cap = options.max_time.value_or(std::numeric_limits<TimeMicros>::max());
@@ -578,10 +629,10 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
 
   const auto wall_begin = std::chrono::steady_clock::now();
   const std::clock_t cpu_begin = std::clock();
-  while (next < n || !heap.empty()) {
+  while (next < n || !completions.empty()) {
     TimeMicros now = std::numeric_limits<TimeMicros>::max();
     if (next < n) now = jobs[next].submit;
-    if (!heap.empty()) now = std::min(now, heap.top().time);
+    if (!completions.empty()) now = std::min(now, completions.min_time());
     if (now > cap) {
       capped = true;
       break;
@@ -590,12 +641,11 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
       r.fragmented_time += now - last;
       fragmented_free += static_cast<long double>(engine.TotalFree()) * (now - last);
     }
-    while (!heap.empty() && heap.top().time == now) {
-      uint32_t job = heap.top().job;
-      heap.pop();
-      engine.Finish(job, now);
-      finish[job] = now;
-      ++r.completed;
+    if (!completions.empty() && completions.min_time() == now) {
+      completions.PopMin([&](uint32_t job) {
+        engine.Finish(job, now);
+        ++r.completed;
+      });
     }
     for (; next < n && jobs[next].submit == now; ++next) {
       const SimJob& j = jobs[next];
@@ -613,18 +663,19 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
     }
     engine.Schedule(now, [&](uint32_t job) {
       start[job] = now;
-      heap.push({now + jobs[job].duration, seq++, job});
+      completions.push(now + jobs[job].duration, job);
       ++r.started;
       --pending;
     });
     fragmented = pending > 0 && engine.Fragmented();
     last = now;
-    // The next completion is heap[0]; the one after it is one of heap[0]'s children.
-    if (!heap.empty()) {
-      engine.PrefetchFinishTask(heap[0].job);
-      const size_t c = CompletionHeap::FirstChild(0);
-      for (size_t k = c; k < c + 4 && k < heap.size(); ++k) engine.PrefetchFinish(heap[k].job);
-    }
+    // What the next finishes will read is fetched in three steps, each needing the previous one
+    // to have arrived: the job's state, the core's task record, the task's node. A few
+    // timestamps apart, the fetches overlap with other work instead of stalling the finish.
+    const auto& ahead = completions.ahead();
+    if (ahead.size() > 6) engine.PrefetchFinish(ahead[6].job);
+    if (ahead.size() > 4) engine.PrefetchFinishTask(ahead[4].job);
+    if (ahead.size() > 2) engine.PrefetchFinishNode(ahead[2].job);
   }
   r.replay_wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_begin).count();
@@ -654,9 +705,12 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
     }
     delays[prio].push_back(start[i] - jobs[i].submit);
     delays[core::kPriorityCount].push_back(start[i] - jobs[i].submit);
-    TimeMicros stop = finish[i] >= 0 ? finish[i] : end;
-    busy += static_cast<long double>(jobs[i].gpus) * (stop - start[i]);
-    if (finish[i] >= 0) completion.push_back(finish[i] - jobs[i].submit);
+    // A completion at or before the cap has been applied (the loop stops at the first event
+    // after it); the others are still running at the end.
+    const TimeMicros finish = start[i] + jobs[i].duration;
+    const bool completed = finish <= cap;
+    busy += static_cast<long double>(jobs[i].gpus) * ((completed ? finish : end) - start[i]);
+    if (completed) completion.push_back(finish - jobs[i].submit);
   }
   for (int p = 0; p <= core::kPriorityCount; ++p) r.queueing_delay[p] = Summarize(delays[p]);
   r.completion_time = Summarize(completion);
