@@ -140,17 +140,20 @@ class FreeGpus {
   int total_ = 0;
 };
 
+// A started task, as its completion event carries it.
+struct Completion {
+  uint32_t job = 0;
+  uint32_t node = 0;                   // Policy dgpu: the node it runs on,
+  core::TaskNumber task = 0;           // its task,
+  const core::Task* record = nullptr;  // and the core's record of it.
+};
+
 // Policy dgpu: the real scheduling core.
 class CoreEngine {
  public:
   CoreEngine(const Layout& layout, const Workload& w, const std::vector<Demand>& demand,
              const SimOptions& options)
-      : core_(MakeConfig(options)),
-        layout_(layout),
-        workload_(w),
-        demand_(demand),
-        free_(layout),
-        jobs_(w.jobs.size()) {
+      : core_(MakeConfig(options)), layout_(layout), workload_(w), demand_(demand), free_(layout) {
     for (size_t i = 0; i < layout.node_ids.size(); ++i) {
       std::vector<core::GpuInfo> gpus(layout.node_gpus[i]);
       for (int g = 0; g < layout.node_gpus[i]; ++g) {
@@ -161,6 +164,9 @@ class CoreEngine {
     }
     spec_.command = "sim";
     task_job_.reserve(w.jobs.size());
+    for (size_t m = 0; m < w.models.size(); ++m) {
+      model_index_.emplace(w.models[m], static_cast<uint32_t>(m));
+    }
   }
 
   void Submit(uint32_t job, TimeMicros now) {
@@ -172,14 +178,6 @@ class CoreEngine {
     if (!task.ok()) Check(task.status(), "Submit");
     if (*task != task_job_.size() + 1) Fatal("task numbers are not sequential");
     task_job_.push_back(job);
-    JobState& s = jobs_[job];
-    s.task = *task;
-    // The task stays at this address in the core until it is forgotten, long after it leaves
-    // the queue: Fragmented() reads it without a lookup.
-    s.record = core_.FindTask(*task);
-    s.gpus = j.gpus;
-    s.shape = ShapeOf(j);
-    shapes_[s.shape].tasks.push_back(s.record);
   }
 
   template <typename Started>
@@ -189,47 +187,42 @@ class CoreEngine {
     core_.TakeDecisions(decisions_);
     for (const core::Decision& d : decisions_) {
       if (d.kind != core::Decision::Kind::kStart) Fatal("unexpected stop decision");
-      uint32_t job = task_job_[d.task - 1];
-      JobState& s = jobs_[job];
-      s.node = Layout::NodeIndex(d.node_id);
-      free_.Add(layout_.node_model[s.node], -s.gpus);
-      // The core starts shape heads only, so the task is the front of its shape queue.
-      auto& tasks = shapes_[s.shape].tasks;
-      if (!tasks.empty() && tasks.front()->id == d.task) {
-        tasks.pop_front();
-      } else {
-        tasks.erase(std::find_if(tasks.begin(), tasks.end(),
-                                 [&](const core::Task* t) { return t->id == d.task; }));
-      }
-      started(job);
+      Completion c;
+      c.job = task_job_[d.task - 1];
+      c.node = Layout::NodeIndex(d.node_id);
+      c.task = d.task;
+      // The task stays at this address in the core until it is forgotten.
+      c.record = core_.FindTask(d.task);
+      free_.Add(layout_.node_model[c.node], -workload_.jobs[c.job].gpus);
+      started(c);
     }
   }
 
-  void Finish(uint32_t job, TimeMicros now) {
-    const JobState& s = jobs_[job];
+  // Everything a finish needs comes with the completion: no per-job state to look up.
+  void Finish(const Completion& c, TimeMicros now) {
     core::FinishReport report;
-    report.task = s.task;
+    report.task = c.task;
     report.success = true;
     report.finished_at = now;
-    Check(core_.TaskFinished(layout_.node_ids[s.node], report, now), "TaskFinished");
+    const int gpus = c.record->spec.gpu_count;
+    Check(core_.TaskFinished(layout_.node_ids[c.node], report, now), "TaskFinished");
     core_.Forget(report.task);
-    free_.Add(layout_.node_model[s.node], s.gpus);
+    free_.Add(layout_.node_model[c.node], gpus);
   }
 
   // Hints from the loop, which knows the next completions: nothing is read that the finish would
-  // not read anyway. Each step reads what the step before fetched.
-  void PrefetchFinish(uint32_t job) const { __builtin_prefetch(&jobs_[job]); }
-  void PrefetchFinishTask(uint32_t job) const {
-    const JobState& s = jobs_[job];
-    core_.PrefetchTask(s.task, s.record);
-  }
-  void PrefetchFinishNode(uint32_t job) const { core_.PrefetchTaskNode(jobs_[job].record); }
+  // not read anyway. The second reads the task record that the first fetched.
+  void PrefetchFinish(const Completion& c) const { core_.PrefetchTask(c.task, c.record); }
+  void PrefetchFinishNode(const Completion& c) const { core_.PrefetchTaskNode(c.record); }
 
   // Some queue head waits for no_node_fits although the free GPUs of its model would suffice.
-  bool Fragmented() const {
-    for (const auto& shape : shapes_) {
-      if (shape.tasks.empty() || free_.For(demand_[shape.model]) < shape.gpus) continue;
-      if (core_.ReasonOf(*shape.tasks.front()) == core::PendingReason::kNoNodeFits) return true;
+  bool Fragmented() {
+    core_.QueueHeads(heads_);
+    for (const auto& head : heads_) {
+      if (head.reason != core::PendingReason::kNoNodeFits) continue;
+      auto it = model_index_.find(*head.gpu_model);
+      if (it == model_index_.end()) Fatal("unknown model " + *head.gpu_model);
+      if (free_.For(demand_[it->second]) >= head.gpu_count) return true;
     }
     return false;
   }
@@ -241,12 +234,6 @@ class CoreEngine {
   uint64_t multi_node_task_nodes() const { return 0; }
 
  private:
-  struct ShapeQueue {
-    uint32_t model = 0;
-    int gpus = 0;
-    std::deque<const core::Task*> tasks;  // Pending, in queue order.
-  };
-
   static core::CoreConfig MakeConfig(const SimOptions& options) {
     core::CoreConfig config;
     config.online_percent = options.online_percent;
@@ -255,33 +242,16 @@ class CoreEngine {
     return config;
   }
 
-  uint32_t ShapeOf(const SimJob& j) {
-    uint64_t key = (static_cast<uint64_t>(j.model) << 32) | (static_cast<uint64_t>(j.gpus) << 1) |
-                   static_cast<uint64_t>(j.priority);
-    auto [it, inserted] = shape_ids_.try_emplace(key, static_cast<uint32_t>(shapes_.size()));
-    if (inserted) shapes_.push_back(ShapeQueue{j.model, j.gpus, {}});
-    return it->second;
-  }
-
   core::SchedulerCore core_;
   const Layout& layout_;
   const Workload& workload_;
   const std::vector<Demand>& demand_;
   FreeGpus free_;
   core::TaskSpec spec_;
-  // What a start and a finish need of a job, together: one cache line instead of one per array.
-  struct JobState {
-    core::TaskNumber task = 0;
-    const core::Task* record = nullptr;  // Valid from submission until the finish.
-    int node = -1;
-    int gpus = 0;
-    uint32_t shape = 0;
-  };
-  std::vector<uint32_t> task_job_;  // Task number - 1 -> job.
-  std::vector<JobState> jobs_;
-  std::unordered_map<uint64_t, uint32_t> shape_ids_;
-  std::vector<ShapeQueue> shapes_;
-  std::vector<core::Decision> decisions_;  // Reused by every pass.
+  std::vector<uint32_t> task_job_;                         // Task number - 1 -> job.
+  std::unordered_map<std::string, uint32_t> model_index_;  // Workload model -> its index.
+  std::vector<core::Decision> decisions_;                  // Reused by every pass.
+  std::vector<core::SchedulerCore::QueueHead> heads_;      // Reused by every pass.
 };
 
 // Policy original: the same queues (FIFO per priority, high first, a task may overtake a head
@@ -348,7 +318,9 @@ class OriginalEngine {
         Place(job, demand_[shape.model], shape.gpus);
         used_[prio] += shape.gpus;
         ++decisions_;
-        started(job);
+        Completion c;
+        c.job = job;
+        started(c);
         if (!shape.jobs.empty()) {
           heads_.emplace_back(shape.jobs.front().first, s);
           std::push_heap(heads_.begin(), heads_.end(), std::greater<Head>());
@@ -357,7 +329,8 @@ class OriginalEngine {
     }
   }
 
-  void Finish(uint32_t job, TimeMicros) {
+  void Finish(const Completion& c, TimeMicros) {
+    const uint32_t job = c.job;
     uint32_t slot = job_slot_[job];
     for (uint32_t gpu : slots_[slot]) {
       PutIdle(gpu);
@@ -371,9 +344,8 @@ class OriginalEngine {
   // Without node boundaries a head waits only for GPUs in total or for quota: never stranded.
   bool Fragmented() const { return false; }
 
-  void PrefetchFinish(uint32_t) const {}
-  void PrefetchFinishTask(uint32_t) const {}
-  void PrefetchFinishNode(uint32_t) const {}
+  void PrefetchFinish(const Completion&) const {}
+  void PrefetchFinishNode(const Completion&) const {}
 
   int TotalFree() const { return free_.total(); }
   uint64_t decisions() const { return decisions_; }
@@ -484,7 +456,8 @@ class RadixHeap {
  public:
   struct Entry {
     TimeMicros time;
-    uint32_t job;
+    uint64_t seq;  // Push order: breaks ties between equal times.
+    Completion what;
   };
 
   bool empty() const { return occupied_ == 0; }
@@ -539,9 +512,9 @@ class RadixHeap {
 // Completion events in time order, with the next few of them known in order (ahead()), so that
 // the loop can fetch what their finishes will read well before it needs it. The next
 // completions are kept out of the heap in a short sorted list; every entry of the list comes no
-// later than every entry of the heap. Entries with equal times come out in an order fixed by the
-// sequence of operations, so the replay stays deterministic; which of them is applied first does
-// not change the result (all of a timestamp's completions are applied before its pass).
+// later than every entry of the heap. Completions of equal time come out in the order they were
+// pushed (start order), as from a heap ordered on (time, start order): policy original's random
+// GPU picks depend on the order in which GPUs went idle.
 class CompletionQueue {
  public:
   using Entry = RadixHeap::Entry;
@@ -552,8 +525,8 @@ class CompletionQueue {
   // The next completions, in order (a few more while many share a time).
   const std::vector<Entry>& ahead() const { return ahead_; }
 
-  void push(TimeMicros time, uint32_t job) {
-    const Entry e{time, job};
+  void push(TimeMicros time, const Completion& what) {
+    const Entry e{time, next_seq_++, what};
     if (time < heap_.floor() || (!ahead_.empty() && time < ahead_.back().time) ||
         (ahead_.size() < kAhead && heap_.empty())) {
       // After the entries of equal time already listed.
@@ -571,14 +544,24 @@ class CompletionQueue {
     Refill();
   }
 
-  // Takes out every entry of time min_time() and calls fn(job) for each; must not be empty.
+  // Takes out every entry of time min_time() and calls fn(completion) for each; must not be
+  // empty.
   template <typename Fn>
   void PopMin(Fn&& fn) {
     const TimeMicros t = ahead_.front().time;
-    size_t n = 0;
-    while (n < ahead_.size() && ahead_[n].time == t) fn(ahead_[n++].job);
-    ahead_.erase(ahead_.begin(), ahead_.begin() + static_cast<std::ptrdiff_t>(n));
-    Refill();
+    // Entries of time t may also wait in the heap behind a full list: take them all.
+    group_.clear();
+    while (!ahead_.empty() && ahead_.front().time == t) {
+      size_t n = 0;
+      while (n < ahead_.size() && ahead_[n].time == t) group_.push_back(ahead_[n++]);
+      ahead_.erase(ahead_.begin(), ahead_.begin() + static_cast<std::ptrdiff_t>(n));
+      Refill();
+    }
+    if (group_.size() > 1) {
+      std::sort(group_.begin(), group_.end(),
+                [](const Entry& a, const Entry& b) { return a.seq < b.seq; });
+    }
+    for (const Entry& e : group_) fn(e.what);
   }
 
  private:
@@ -590,6 +573,8 @@ class CompletionQueue {
 
   std::vector<Entry> ahead_;  // Sorted by time.
   RadixHeap heap_;
+  uint64_t next_seq_ = 0;
+  std::vector<Entry> group_;  // Scratch for PopMin.
 };
 
 Distribution Summarize(std::vector<TimeMicros>& values) {
@@ -642,8 +627,8 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
       fragmented_free += static_cast<long double>(engine.TotalFree()) * (now - last);
     }
     if (!completions.empty() && completions.min_time() == now) {
-      completions.PopMin([&](uint32_t job) {
-        engine.Finish(job, now);
+      completions.PopMin([&](const Completion& c) {
+        engine.Finish(c, now);
         ++r.completed;
       });
     }
@@ -661,21 +646,20 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
         ++pending;
       }
     }
-    engine.Schedule(now, [&](uint32_t job) {
-      start[job] = now;
-      completions.push(now + jobs[job].duration, job);
+    engine.Schedule(now, [&](const Completion& c) {
+      start[c.job] = now;
+      completions.push(now + jobs[c.job].duration, c);
       ++r.started;
       --pending;
     });
     fragmented = pending > 0 && engine.Fragmented();
     last = now;
-    // What the next finishes will read is fetched in three steps, each needing the previous one
-    // to have arrived: the job's state, the core's task record, the task's node. A few
-    // timestamps apart, the fetches overlap with other work instead of stalling the finish.
+    // What the next finishes will read is fetched in two steps, the second needing the first to
+    // have arrived: the core's task record, then the task's node. A few timestamps apart, the
+    // fetches overlap with other work instead of stalling the finish.
     const auto& ahead = completions.ahead();
-    if (ahead.size() > 6) engine.PrefetchFinish(ahead[6].job);
-    if (ahead.size() > 4) engine.PrefetchFinishTask(ahead[4].job);
-    if (ahead.size() > 2) engine.PrefetchFinishNode(ahead[2].job);
+    if (ahead.size() > 6) engine.PrefetchFinish(ahead[6].what);
+    if (ahead.size() > 3) engine.PrefetchFinishNode(ahead[3].what);
   }
   r.replay_wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_begin).count();

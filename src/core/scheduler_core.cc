@@ -1188,6 +1188,16 @@ std::optional<std::string> SchedulerCore::ReservedNode(Priority p) const {
   return nodes_[slot]->id;
 }
 
+void SchedulerCore::QueueHeads(std::vector<QueueHead>& out) const {
+  out.clear();
+  for (int p = 0; p < kPriorityCount; ++p) {
+    for (const Shape* s : queues_[p]->active) {
+      out.push_back({static_cast<Priority>(p), &s->model, s->gpu_count, s->tasks.front().second,
+                     s->reason});
+    }
+  }
+}
+
 std::vector<TaskNumber> SchedulerCore::QueueOrder(Priority p) const {
   std::vector<std::pair<int64_t, TaskNumber>> all;
   for (const Shape* s : queues_[PrioIndex(p)]->active) {

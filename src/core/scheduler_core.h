@@ -170,6 +170,17 @@ class SchedulerCore {
   }
   // The node kept for a starving task of priority p, if any.
   std::optional<std::string> ReservedNode(Priority p) const;
+  // The head of every non-empty queue (one per priority, GPU model and count) with the reason it
+  // waited after the last pass, in no particular order, into `out` (its old contents dropped).
+  // O(queues): the simulator asks after every pass.
+  struct QueueHead {
+    Priority priority = Priority::kLow;
+    const std::string* gpu_model = nullptr;  // Valid until the next command.
+    int gpu_count = 0;
+    TaskNumber task = 0;
+    PendingReason reason = PendingReason::kQueued;
+  };
+  void QueueHeads(std::vector<QueueHead>& out) const;
   // Pending task numbers of one priority in queue order (O(pending); for tests and snapshots).
   std::vector<TaskNumber> QueueOrder(Priority p) const;
 

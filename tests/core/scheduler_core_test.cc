@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "test_util.h"
 
 namespace dgpu::core {
@@ -84,8 +86,8 @@ struct QuotaCase {
 
 TEST(QuotaTableTest, RoundsOnlineAndGivesBatchTheRest) {
   const QuotaCase cases[] = {
-      {0.7, 8, 6, 2},  {0.7, 10, 7, 3}, {0.7, 5, 4, 1},   {0.3, 8, 2, 6},
-      {0.0, 8, 0, 8},  {1.0, 8, 8, 0},  {0.65, 20, 13, 7}, {0.7, 0, 0, 0},
+      {0.7, 8, 6, 2}, {0.7, 10, 7, 3}, {0.7, 5, 4, 1},    {0.3, 8, 2, 6},
+      {0.0, 8, 0, 8}, {1.0, 8, 8, 0},  {0.65, 20, 13, 7}, {0.7, 0, 0, 0},
   };
   for (const auto& c : cases) {
     SchedulerCore core;
@@ -174,6 +176,30 @@ TEST_F(CoreTest, PendingReasons) {
   EXPECT_EQ(Reason(no_fit), PendingReason::kNoNodeFits);
   EXPECT_EQ(Reason(behind), PendingReason::kQueued);
   EXPECT_EQ(core_.ReasonOf(*core_.FindTask(fits)), PendingReason::kNone);
+
+  // The same, per queue head.
+  std::vector<SchedulerCore::QueueHead> heads;
+  core_.QueueHeads(heads);
+  std::sort(heads.begin(), heads.end(),
+            [](const auto& a, const auto& b) { return a.task < b.task; });
+  ASSERT_EQ(heads.size(), 3u);
+  EXPECT_EQ(heads[0].task, no_model);
+  EXPECT_EQ(*heads[0].gpu_model, "H100");
+  EXPECT_EQ(heads[0].gpu_count, 1);
+  EXPECT_EQ(heads[0].reason, PendingReason::kNoGpuModel);
+  EXPECT_EQ(heads[1].task, too_big);
+  EXPECT_EQ(*heads[1].gpu_model, "");
+  EXPECT_EQ(heads[1].gpu_count, 5);
+  EXPECT_EQ(heads[1].reason, PendingReason::kExceedsCluster);
+  EXPECT_EQ(heads[2].task, no_fit);  // `behind` has the same shape.
+  EXPECT_EQ(heads[2].gpu_count, 2);
+  EXPECT_EQ(heads[2].priority, Priority::kHigh);
+  EXPECT_EQ(heads[2].reason, PendingReason::kNoNodeFits);
+
+  // A shape whose last task left has no head.
+  ASSERT_TRUE(core_.Cancel(no_model, now_).ok());
+  core_.QueueHeads(heads);
+  EXPECT_EQ(heads.size(), 2u);
 }
 
 TEST_F(CoreTest, ModelMatchingExactThenSubstring) {
@@ -189,8 +215,8 @@ TEST_F(CoreTest, ModelMatchingExactThenSubstring) {
 }
 
 TEST_F(CoreTest, MixedModelNodeKeepsOneModelPerTask) {
-  std::vector<GpuInfo> gpus = {{0, "A100", 1, ""}, {1, "T4", 1, ""}, {2, "A100", 1, ""},
-                               {3, "T4", 1, ""}};
+  std::vector<GpuInfo> gpus = {
+      {0, "A100", 1, ""}, {1, "T4", 1, ""}, {2, "A100", 1, ""}, {3, "T4", 1, ""}};
   ASSERT_TRUE(core_.RegisterNode("mix", "", gpus, {}, {}, now_).ok());
   ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
   auto t = Submit(Priority::kHigh, 2, "T4");
