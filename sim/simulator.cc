@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/scheduler_core.h"
+#include "sim/completion_queue.h"
 #include "sim/random.h"
 
 namespace dgpu::sim {
@@ -445,138 +446,6 @@ class OriginalEngine {
   uint64_t multi_node_task_nodes_ = 0;
 };
 
-// A radix heap on time (Ahuja, Mehlhorn, Orlin, Tarjan 1990), for completion events. Times
-// pushed never go below floor(), the last time taken out, which is all a radix heap needs. An
-// entry sits in bucket b = the highest bit in which its time differs from floor() (bucket 0:
-// equal). Taking out a new smallest time moves the entries of the lowest non-empty bucket to
-// lower buckets; an entry moves at most 64 times in all, and every move is a sequential read and
-// append, where a comparison heap of 100,000-200,000 running tasks walks about 9 levels of
-// mostly uncached memory per completion.
-class RadixHeap {
- public:
-  struct Entry {
-    TimeMicros time;
-    uint64_t seq;  // Push order: breaks ties between equal times.
-    Completion what;
-  };
-
-  bool empty() const { return occupied_ == 0; }
-  TimeMicros floor() const { return last_; }
-
-  // time >= floor().
-  void push(Entry e) { Put(e.time == last_ ? 0 : Bucket(e.time), e); }
-
-  // Takes out every entry of the smallest time, calling fn(entry) for each; must not be empty.
-  template <typename Fn>
-  void PopMin(Fn&& fn) {
-    if ((occupied_ & 1) == 0) Redistribute(std::countr_zero(occupied_));
-    Level& zero = buckets_[0];
-    for (const Entry& e : zero.entries) fn(e);
-    zero.entries.clear();
-    occupied_ &= ~uint64_t{1};
-  }
-
- private:
-  struct Level {
-    std::vector<Entry> entries;
-    TimeMicros min = 0;  // Smallest time in entries.
-  };
-
-  int Bucket(TimeMicros time) const {
-    return 64 - std::countl_zero(static_cast<uint64_t>(time) ^ static_cast<uint64_t>(last_));
-  }
-
-  void Put(int b, Entry e) {
-    Level& level = buckets_[b];
-    if (level.entries.empty() || e.time < level.min) level.min = e.time;
-    level.entries.push_back(e);
-    occupied_ |= uint64_t{1} << b;
-  }
-
-  // Makes the smallest time of bucket b the floor and spreads b over the lower buckets (all
-  // empty): every entry of b now differs from it only in bits below b - 1.
-  void Redistribute(int b) {
-    last_ = buckets_[b].min;
-    scratch_.swap(buckets_[b].entries);
-    occupied_ &= ~(uint64_t{1} << b);
-    for (const Entry& e : scratch_) Put(e.time == last_ ? 0 : Bucket(e.time), e);
-    scratch_.clear();
-  }
-
-  Level buckets_[64];
-  uint64_t occupied_ = 0;  // Bit b: bucket b is not empty.
-  TimeMicros last_ = 0;    // Times are not negative (they start at the first arrival).
-  std::vector<Entry> scratch_;
-};
-
-// Completion events in time order, with the next few of them known in order (ahead()), so that
-// the loop can fetch what their finishes will read well before it needs it. The next
-// completions are kept out of the heap in a short sorted list; every entry of the list comes no
-// later than every entry of the heap. Completions of equal time come out in the order they were
-// pushed (start order), as from a heap ordered on (time, start order): policy original's random
-// GPU picks depend on the order in which GPUs went idle.
-class CompletionQueue {
- public:
-  using Entry = RadixHeap::Entry;
-  static constexpr size_t kAhead = 8;
-
-  bool empty() const { return ahead_.empty(); }  // ahead_ is refilled after every change.
-  TimeMicros min_time() const { return ahead_.front().time; }
-  // The next completions, in order (a few more while many share a time).
-  const std::vector<Entry>& ahead() const { return ahead_; }
-
-  void push(TimeMicros time, const Completion& what) {
-    const Entry e{time, next_seq_++, what};
-    if (time < heap_.floor() || (!ahead_.empty() && time < ahead_.back().time) ||
-        (ahead_.size() < kAhead && heap_.empty())) {
-      // After the entries of equal time already listed.
-      auto at = std::upper_bound(ahead_.begin(), ahead_.end(), time,
-                                 [](TimeMicros t, const Entry& x) { return t < x.time; });
-      ahead_.insert(at, e);
-      // Overflow goes back to the heap, where allowed (not below its floor).
-      while (ahead_.size() > kAhead && ahead_.back().time >= heap_.floor()) {
-        heap_.push(ahead_.back());
-        ahead_.pop_back();
-      }
-    } else {
-      heap_.push(e);
-    }
-    Refill();
-  }
-
-  // Takes out every entry of time min_time() and calls fn(completion) for each; must not be
-  // empty.
-  template <typename Fn>
-  void PopMin(Fn&& fn) {
-    const TimeMicros t = ahead_.front().time;
-    // Entries of time t may also wait in the heap behind a full list: take them all.
-    group_.clear();
-    while (!ahead_.empty() && ahead_.front().time == t) {
-      size_t n = 0;
-      while (n < ahead_.size() && ahead_[n].time == t) group_.push_back(ahead_[n++]);
-      ahead_.erase(ahead_.begin(), ahead_.begin() + static_cast<std::ptrdiff_t>(n));
-      Refill();
-    }
-    if (group_.size() > 1) {
-      std::sort(group_.begin(), group_.end(),
-                [](const Entry& a, const Entry& b) { return a.seq < b.seq; });
-    }
-    for (const Entry& e : group_) fn(e.what);
-  }
-
- private:
-  void Refill() {
-    while (ahead_.size() < kAhead && !heap_.empty()) {
-      heap_.PopMin([&](const Entry& e) { ahead_.push_back(e); });
-    }
-  }
-
-  std::vector<Entry> ahead_;  // Sorted by time.
-  RadixHeap heap_;
-  uint64_t next_seq_ = 0;
-  std::vector<Entry> group_;  // Scratch for PopMin.
-};
-
 Distribution Summarize(std::vector<TimeMicros>& values) {
   Distribution d;
   d.count = values.size();
@@ -603,7 +472,7 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
   std::vector<TimeMicros> start(n, -1);
   std::vector<uint8_t> submitted(n, 0);
 
-  CompletionQueue completions;
+  CompletionQueue<Completion> completions;
   size_t next = 0;
   uint64_t pending = 0;
   const TimeMicros cap = options.max_time.value_or(std::numeric_limits<TimeMicros>::max());
