@@ -131,29 +131,19 @@ struct SchedulerCore::Shape {
   const std::vector<int>* models = nullptr;
   uint64_t models_generation = 0;
   int active_at = -1;  // Position in PriorityQueue::active while it has tasks; -1 when empty.
-  // The last time no node had room for this shape: the capacity epoch then, and the nodes that
-  // were excluded. While the epoch is unchanged (GPUs were only taken since) and at least those
-  // nodes are excluded, there is still no room: the pass skips the search.
-  uint64_t no_fit_epoch = 0;  // 0: not known.
-  PendingReason no_fit_reason = PendingReason::kNoNodeFits;
-  uint8_t no_fit_excluded_count = 0;
-  uint32_t no_fit_excluded[2] = {0, 0};
+  // The last time no node had room for this shape: the core's change counter then, the reason
+  // Diagnose gave and the nodes that were excluded. See SchedulerCore::StillNoRoom.
+  uint64_t no_room_seq = 0;  // 0: not known.
+  PendingReason no_room_reason = PendingReason::kNoNodeFits;
+  uint8_t no_room_excluded_count = 0;
+  uint32_t no_room_excluded[2] = {0, 0};
 
-  bool StillNoFit(uint64_t epoch, const std::vector<uint32_t>& excluded) const {
-    if (no_fit_epoch != epoch) return false;
-    for (uint8_t i = 0; i < no_fit_excluded_count; ++i) {
-      if (std::find(excluded.begin(), excluded.end(), no_fit_excluded[i]) == excluded.end()) {
-        return false;
-      }
-    }
-    return true;
-  }
-  void RememberNoFit(uint64_t epoch, const std::vector<uint32_t>& excluded, PendingReason r) {
+  void RememberNoRoom(uint64_t seq, const std::vector<uint32_t>& excluded, PendingReason r) {
     if (excluded.size() > 2) return;
-    no_fit_epoch = epoch;
-    no_fit_reason = r;
-    no_fit_excluded_count = static_cast<uint8_t>(excluded.size());
-    std::copy(excluded.begin(), excluded.end(), no_fit_excluded);
+    no_room_seq = seq;
+    no_room_reason = r;
+    no_room_excluded_count = static_cast<uint8_t>(excluded.size());
+    std::copy(excluded.begin(), excluded.end(), no_room_excluded);
   }
 };
 
@@ -238,14 +228,15 @@ struct SchedulerCore::PriorityQueue {
   }
 };
 
-struct SchedulerCore::NodeState {
+struct alignas(64) SchedulerCore::NodeState {
   struct ModelSlice {
     int model = 0;
     int capacity = 0;
     int free = 0;
   };
   // What a start or a release reads comes first, with the per-GPU arrays inline for nodes of up
-  // to 8 GPUs: a few adjacent cache lines of the node instead of five separate heap blocks.
+  // to 8 GPUs: four adjacent cache lines of the node (it is line-aligned) instead of five
+  // separate heap blocks.
   uint32_t slot = 0;
   bool online = false;
   bool indices_are_positions = true;  // gpus[i].index == i for every i.
@@ -370,7 +361,8 @@ int SchedulerCore::InternModel(const std::string& model) {
     models_.push_back(model);
     model_match_cache_.clear();
     model_generation_++;
-    capacity_epoch_++;
+    room_seq_.resize(models_.size());
+    structure_seq_ = ++change_seq_;
   }
   return it->second;
 }
@@ -549,8 +541,31 @@ void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id) {
   }
   if (slice != nullptr && node.online) {
     index_.Move(slice->model, node.Entry(), slice->free - freed, slice->free);
-    capacity_epoch_++;
+    // Shapes of this model asking for more than the node had free, and at most what it has now,
+    // may have room again.
+    auto& seqs = room_seq_[static_cast<size_t>(slice->model)];
+    if (seqs.size() <= static_cast<size_t>(slice->free)) seqs.resize(slice->free + 1, 0);
+    const uint64_t seq = ++change_seq_;
+    for (int k = slice->free - freed + 1; k <= slice->free; ++k) seqs[k] = seq;
   }
+}
+
+bool SchedulerCore::StillNoRoom(const Shape& shape, const std::vector<int>& models,
+                                const std::vector<uint32_t>& excluded) const {
+  const uint64_t seen = shape.no_room_seq;
+  if (seen == 0 || structure_seq_ > seen) return false;
+  // Nodes excluded then may not be now: only a superset of them is as restrictive.
+  for (uint8_t i = 0; i < shape.no_room_excluded_count; ++i) {
+    if (std::find(excluded.begin(), excluded.end(), shape.no_room_excluded[i]) == excluded.end()) {
+      return false;
+    }
+  }
+  const auto k = static_cast<size_t>(shape.gpu_count);
+  for (int m : models) {
+    const auto& seqs = room_seq_[static_cast<size_t>(m)];
+    if (k < seqs.size() && seqs[k] > seen) return false;
+  }
+  return true;
 }
 
 void SchedulerCore::RequeueOrFail(Task& t, TimeMicros now, std::string_view error) {
@@ -761,7 +776,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   }
 
   // 5. Back in the pool.
-  capacity_epoch_++;
+  structure_seq_ = ++change_seq_;
   node->online = true;
   node->last_heartbeat = now;
   for (const auto& s : node->slices) index_.Insert(s.model, node->Entry(), s.free, s.capacity);
@@ -779,7 +794,7 @@ Status SchedulerCore::Heartbeat(const std::string& node_id, TimeMicros now) {
 }
 
 void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now) {
-  capacity_epoch_++;  // Fewer nodes can change why a task waits.
+  structure_seq_ = ++change_seq_;  // Fewer nodes can change why a task waits.
   if (node.online) {
     for (const auto& s : node.slices) index_.Erase(s.model, node.Entry(), s.free, s.capacity);
     total_online_gpus_ -= static_cast<int>(node.gpus.size());
@@ -918,11 +933,11 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     const auto& models = ShapeModels(shape);
     if (used_[prio] + shape.gpu_count > quota_[prio]) return Diagnose(t, models);
     // Within quota, so Diagnose would answer from the nodes alone, which have not changed.
-    if (shape.StillNoFit(capacity_epoch_, excluded)) return shape.no_fit_reason;
+    if (StillNoRoom(shape, models, excluded)) return shape.no_room_reason;
     auto fit = index_.FindBestFit(models, shape.gpu_count, excluded);
     if (!fit) {
       PendingReason r = Diagnose(t, models);
-      shape.RememberNoFit(capacity_epoch_, excluded, r);
+      shape.RememberNoRoom(change_seq_, excluded, r);
       return r;
     }
     StartTask(t, *nodes_[fit->slot], fit->model, now);
@@ -1024,7 +1039,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
 // Restore
 
 Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
-  capacity_epoch_++;
+  structure_seq_ = ++change_seq_;
   if (task.id == 0) return InvalidArgument("task number must not be 0");
   if (tasks_.Find(task.id) != nullptr)
     return AlreadyExists(FormatTaskId(task.id) + " already exists");

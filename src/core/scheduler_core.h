@@ -186,7 +186,7 @@ class SchedulerCore {
 
   // Drops what passes remember to skip work (shapes found to have no room); for tests: a core
   // that does so before every pass must decide exactly as one that does not.
-  void ForgetNoRoom() { capacity_epoch_++; }
+  void ForgetNoRoom() { structure_seq_ = ++change_seq_; }
 
   // Checks every invariant (O(everything)); for tests. Returns Internal naming the first broken.
   Status CheckInvariants() const;
@@ -271,10 +271,17 @@ class SchedulerCore {
   // References into it stay valid until it is cleared (node-based map).
   std::unordered_map<std::string, std::vector<int>> model_match_cache_;
   uint64_t model_generation_ = 1;  // Bumped when a model appears (the cache is cleared).
-  // Bumped by everything that can give a waiting task room it did not have: GPUs released,
-  // nodes registered or lost (that also changes why tasks wait), models, restores. Not by
-  // starts, which only take room.
-  uint64_t capacity_epoch_ = 1;
+  // What can give a waiting shape room it did not have, so that a pass need not search again
+  // for a shape that found none (Shape::no_room_*), as long as nothing of this happened since:
+  // GPUs released on a node, raising its free count of a model past the shape's GPU count
+  // (room_seq_[model][k]: when a node last went from fewer than k to at least k free), or a
+  // change of the node set, models or restored tasks (structure_seq_, which can also change why
+  // tasks wait). Starts only take room. All are values of one increasing counter.
+  uint64_t change_seq_ = 1;
+  uint64_t structure_seq_ = 1;
+  std::vector<std::vector<uint64_t>> room_seq_;
+  bool StillNoRoom(const Shape& shape, const std::vector<int>& models,
+                   const std::vector<uint32_t>& excluded) const;
 
   PlacementIndex index_;
   std::unique_ptr<PriorityQueue> queues_[kPriorityCount];
