@@ -183,7 +183,11 @@ class CoreEngine {
 
   template <typename Started>
   void Schedule(TimeMicros now, Started&& started) {
+    const uint64_t skipped = core_.stats().passes_skipped;
     core_.Schedule(now);
+    // A skipped pass changed nothing, and nothing finished since the last one (that would have
+    // called for a pass): the queue heads, their reasons and the free GPUs are as they were.
+    heads_unchanged_ = core_.stats().passes_skipped != skipped;
     if (!core_.HasDecisions()) return;
     core_.TakeDecisions(decisions_);
     for (const core::Decision& d : decisions_) {
@@ -218,14 +222,20 @@ class CoreEngine {
 
   // Some queue head waits for no_node_fits although the free GPUs of its model would suffice.
   bool Fragmented() {
+    if (heads_unchanged_ && fragmented_known_) return fragmented_;
+    fragmented_known_ = true;
+    fragmented_ = false;
     core_.QueueHeads(heads_);
     for (const auto& head : heads_) {
       if (head.reason != core::PendingReason::kNoNodeFits) continue;
       auto it = model_index_.find(*head.gpu_model);
       if (it == model_index_.end()) Fatal("unknown model " + *head.gpu_model);
-      if (free_.For(demand_[it->second]) >= head.gpu_count) return true;
+      if (free_.For(demand_[it->second]) >= head.gpu_count) {
+        fragmented_ = true;
+        break;
+      }
     }
-    return false;
+    return fragmented_;
   }
 
   int TotalFree() const { return free_.total(); }
@@ -253,6 +263,9 @@ class CoreEngine {
   std::unordered_map<std::string, uint32_t> model_index_;  // Workload model -> its index.
   std::vector<core::Decision> decisions_;                  // Reused by every pass.
   std::vector<core::SchedulerCore::QueueHead> heads_;      // Reused by every pass.
+  bool heads_unchanged_ = false;  // The last pass was skipped.
+  bool fragmented_known_ = false;
+  bool fragmented_ = false;  // Fragmented() after the last pass that ran.
 };
 
 // Policy original: the same queues (FIFO per priority, high first, a task may overtake a head

@@ -74,14 +74,6 @@ class TaskQueue {
     if (live_ == 0) return false;
     if (items_.front().key == key) {
       items_.pop_front();
-      // The next head is likely started soon (in this pass or the next): fetch its record, and
-      // the entries a few places behind it (written long ago, when they were submitted).
-      if (!items_.empty()) {
-        // The part a start touches: the end of the spec onwards (see Task).
-        const auto* p = reinterpret_cast<const char*>(&items_.front().task->spec.priority);
-        for (size_t off = 0; off < 192; off += 64) __builtin_prefetch(p + off);
-        if (items_.size() > 4) __builtin_prefetch(&items_[4]);
-      }
     } else {
       auto it = LowerBound(key);
       if (it == items_.end() || it->key != key || !it->live) return false;
@@ -93,6 +85,9 @@ class TaskQueue {
     while (!items_.empty() && !items_.back().live) items_.pop_back();
     return true;
   }
+
+  // The task k places behind the head (dead entries count), or nullptr.
+  const Task* Peek(size_t k) const { return k < items_.size() ? items_[k].task : nullptr; }
 
   // Calls fn(Key) for every entry in queue order.
   template <typename Fn>
@@ -445,6 +440,8 @@ void SchedulerCore::Enqueue(Task& t) {
   q.Insert(shape, t.queue_seq, &t);
   static_cast<TaskRecord&>(t).shape = &shape;
   pending_count_[PrioIndex(t.spec.priority)]++;
+  // Behind the head of its shape it cannot start before the head does: no new pass needed.
+  if (shape.tasks.front().second == t.id) pass_needed_ = true;
 }
 
 void SchedulerCore::Dequeue(Task& t) {
@@ -453,14 +450,24 @@ void SchedulerCore::Dequeue(Task& t) {
   if (record.shape == nullptr) return;
   if (q.Erase(*record.shape, t.queue_seq, t.id)) {
     pending_count_[PrioIndex(t.spec.priority)]--;
+    PrefetchQueued(*record.shape);
   }
   record.shape = nullptr;
+  // Outside a pass, a task leaving its queue (cancelled, adopted, finished elsewhere) can give
+  // the next one its turn. Within one, it is a start, which only takes room.
+  if (!in_pass_) pass_needed_ = true;
   if (q.oldest == t.id) {
     q.oldest = 0;
     q.bypassed = 0;
     q.holding = false;
-    q.reserved_slot = -1;
+    SetReservation(q, -1);
   }
+}
+
+void SchedulerCore::SetReservation(PriorityQueue& q, int slot) {
+  // The other priority sees a different set of nodes: another pass may find more.
+  if (q.reserved_slot != slot) pass_needed_ = true;
+  q.reserved_slot = slot;
 }
 
 void SchedulerCore::StartTask(Task& t, NodeState& node, int model, TimeMicros now) {
@@ -499,6 +506,8 @@ void SchedulerCore::StartTask(Task& t, NodeState& node, int model, TimeMicros no
   used_[PrioIndex(t.spec.priority)] += count;
   running_count_[PrioIndex(t.spec.priority)]++;
   stats_.decisions++;
+  // Heads tried earlier in this pass may now wait for another reason (their class's quota).
+  pass_needed_ = true;
   Decision& d = decisions_.emplace_back();
   d.kind = Decision::Kind::kStart;
   d.task = t.id;
@@ -513,6 +522,7 @@ void SchedulerCore::StartTask(Task& t, NodeState& node, int model, TimeMicros no
 }
 
 void SchedulerCore::ReleaseGpus(Task& t) {
+  pass_needed_ = true;
   const uint32_t slot = static_cast<TaskRecord&>(t).node_slot;
   if (t.allocation.size() == 1 && slot < nodes_.size()) {
     // node_slot is set with the allocation and names its node (CheckInvariants): no need to read
@@ -611,6 +621,7 @@ StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now)
 }
 
 Status SchedulerCore::Cancel(TaskNumber id, TimeMicros now) {
+  pass_needed_ = true;
   TaskRecord* found = tasks_.Find(id);
   if (found == nullptr) return NotFound(FormatTaskId(id) + " not found");
   Task& t = *found;
@@ -650,6 +661,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     }
   }
 
+  pass_needed_ = true;
   NodeState* node = FindNodeState(node_id);
   if (node == nullptr) node = &AddNodeState(node_id);
 
@@ -794,6 +806,7 @@ Status SchedulerCore::Heartbeat(const std::string& node_id, TimeMicros now) {
 }
 
 void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now) {
+  pass_needed_ = true;
   structure_seq_ = ++change_seq_;  // Fewer nodes can change why a task waits.
   if (node.online) {
     for (const auto& s : node.slices) index_.Erase(s.model, node.Entry(), s.free, s.capacity);
@@ -801,7 +814,7 @@ void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now) {
     node.online = false;
     RecomputeQuota();
     for (auto& q : queues_) {
-      if (q->reserved_slot == static_cast<int>(node.slot)) q->reserved_slot = -1;
+      if (q->reserved_slot == static_cast<int>(node.slot)) SetReservation(*q, -1);
     }
   }
   // Put back in their original relative order: the task that ran first ends up first.
@@ -880,6 +893,7 @@ Status SchedulerCore::SetOnlinePercent(double online_percent) {
   }
   config_.online_percent = online_percent;
   RecomputeQuota();
+  pass_needed_ = true;
   if (config_.record_changes) {
     Change c;
     c.kind = Change::Kind::kQuotaPercent;
@@ -913,7 +927,16 @@ PendingReason SchedulerCore::Diagnose(const Task& t, const std::vector<int>& mod
 
 void SchedulerCore::Schedule(TimeMicros now) {
   stats_.passes++;
+  // A pass leaves every queue head unable to start (or held back), and only the commands that
+  // flag pass_needed_ can change that: another pass would decide nothing.
+  if (!pass_needed_) {
+    stats_.passes_skipped++;
+    return;
+  }
+  pass_needed_ = false;
+  in_pass_ = true;
   for (int p = 0; p < kPriorityCount; ++p) SchedulePriority(p, now);
+  in_pass_ = false;
 }
 
 void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
@@ -956,7 +979,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     q.oldest = oldest;
     q.bypassed = 0;
     q.holding = false;
-    q.reserved_slot = -1;
+    SetReservation(q, -1);
   }
 
   // The oldest task has been overtaken too often. Blocked by quota: nothing younger of this
@@ -971,7 +994,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
                                      [&](uint32_t slot, int model) {
                                        return nodes_[slot]->Slice(model)->capacity;
                                      });
-      if (fit) q.reserved_slot = static_cast<int>(fit->slot);
+      if (fit) SetReservation(q, static_cast<int>(fit->slot));
     }
     if (reason != PendingReason::kNoNodeFits || q.reserved_slot < 0) {
       for (Shape* s : q.active) {
@@ -1039,6 +1062,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
 // Restore
 
 Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
+  pass_needed_ = true;
   structure_seq_ = ++change_seq_;
   if (task.id == 0) return InvalidArgument("task number must not be 0");
   if (tasks_.Find(task.id) != nullptr)
@@ -1112,6 +1136,23 @@ void SchedulerCore::TakeDecisions(std::vector<Decision>& out) {
 std::vector<Change> SchedulerCore::TakeChanges() { return std::exchange(changes_, {}); }
 
 const Task* SchedulerCore::FindTask(TaskNumber id) const { return LookupTask(id); }
+
+// The tasks behind a queue head are started soon after it, several in a pass when a large task
+// ends, and their records were written long ago, at submission: fetch what a start touches a
+// few places ahead, in two steps (the record, then, once it has arrived, the allocation buffers
+// it points to).
+void SchedulerCore::PrefetchQueued(const Shape& shape) const {
+  const TaskQueue& queue = shape.tasks;
+  if (const Task* later = queue.Peek(kStartPrefetchDistance)) {
+    const auto* p = reinterpret_cast<const char*>(&later->spec.priority);
+    for (size_t off = 0; off < 192; off += 64) __builtin_prefetch(p + off);
+  }
+  if (const Task* soon = queue.Peek(kStartPrefetchDistance / 2)) {
+    const auto* record = static_cast<const TaskRecord*>(soon);
+    if (record->allocation.capacity() != 0) __builtin_prefetch(record->allocation.data(), 1);
+    if (record->spare_indices.capacity() != 0) __builtin_prefetch(record->spare_indices.data(), 1);
+  }
+}
 
 void SchedulerCore::PrefetchTask(TaskNumber n, const Task* t) const {
   tasks_.Prefetch(n);

@@ -118,7 +118,9 @@ class SchedulerCore {
   // Marks nodes silent for longer than heartbeat_timeout as lost.
   void Tick(TimeMicros now);
 
-  // A scheduling pass: starts every task that can start now, in queue order.
+  // A scheduling pass: starts every task that can start now, in queue order. Returns at once
+  // when nothing that could let a task start happened since the last pass (a submission behind
+  // the head of its queue, a heartbeat, a start confirmation do not).
   void Schedule(TimeMicros now);
 
   // --- Restoring state (start-up, or a standby applying the primary's log) -------------------
@@ -186,7 +188,10 @@ class SchedulerCore {
 
   // Drops what passes remember to skip work (shapes found to have no room); for tests: a core
   // that does so before every pass must decide exactly as one that does not.
-  void ForgetNoRoom() { structure_seq_ = ++change_seq_; }
+  void ForgetNoRoom() {
+    structure_seq_ = ++change_seq_;
+    pass_needed_ = true;
+  }
 
   // Checks every invariant (O(everything)); for tests. Returns Internal naming the first broken.
   Status CheckInvariants() const;
@@ -196,6 +201,7 @@ class SchedulerCore {
     uint64_t decisions = 0;        // Start decisions made.
     uint64_t passes = 0;
     uint64_t shape_checks = 0;     // Shape heads examined by passes.
+    uint64_t passes_skipped = 0;   // Passes with nothing to do since the last one (see Schedule).
   };
   const Stats& stats() const { return stats_; }
 
@@ -205,11 +211,14 @@ class SchedulerCore {
   struct PriorityQueue;
 
   void Emit(const Task& t);
+  static constexpr size_t kStartPrefetchDistance = 16;
+  void PrefetchQueued(const Shape& shape) const;
   // Starts t on the lowest free GPU positions of `model` on the node (it has enough).
   void StartTask(Task& t, NodeState& node, int model, TimeMicros now);
   void ReleaseGpus(Task& t);
   void ReleaseOnNode(NodeState& node, TaskNumber id);
   void Enqueue(Task& t);
+  void SetReservation(PriorityQueue& q, int slot);
   void Dequeue(Task& t);
   void RequeueOrFail(Task& t, TimeMicros now, std::string_view error);
   void RecomputeQuota();
@@ -278,6 +287,10 @@ class SchedulerCore {
   // change of the node set, models or restored tasks (structure_seq_, which can also change why
   // tasks wait). Starts only take room. All are values of one increasing counter.
   uint64_t change_seq_ = 1;
+  // Whether something happened since the last pass that can let a task start (a new queue head,
+  // GPUs released, nodes, quotas or reservations changed...). Without it a pass is skipped.
+  bool pass_needed_ = true;
+  bool in_pass_ = false;
   uint64_t structure_seq_ = 1;
   std::vector<std::vector<uint64_t>> room_seq_;
   bool StillNoRoom(const Shape& shape, const std::vector<int>& models,

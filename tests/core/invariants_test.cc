@@ -2,10 +2,12 @@
 // checked after every step. A failure prints the seed and step to replay it.
 //
 // Each sequence also drives a shadow core that forgets, before every pass, what the core keeps
-// between passes to skip work (a shape found to have no room stays so until GPUs are released):
-// both must decide exactly the same.
+// between passes to skip work (a shape found to have no room stays so until GPUs are released; a
+// pass after which nothing relevant happened is not run again): both must decide exactly the
+// same and give the same reasons.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "core/scheduler_core.h"
@@ -94,6 +96,20 @@ void RunSequence(uint32_t seed, int steps) {
       }
       std::vector<Decision> decisions = core.TakeDecisions();
       ASSERT_EQ(decisions, shadow.TakeDecisions()) << "seed " << seed << " step " << step;
+      // And both tell the same reasons for the tasks that wait.
+      std::vector<SchedulerCore::QueueHead> heads;
+      std::vector<SchedulerCore::QueueHead> shadow_heads;
+      core.QueueHeads(heads);
+      shadow.QueueHeads(shadow_heads);
+      auto by_task = [](const auto& a, const auto& b) { return a.task < b.task; };
+      std::sort(heads.begin(), heads.end(), by_task);
+      std::sort(shadow_heads.begin(), shadow_heads.end(), by_task);
+      ASSERT_EQ(heads.size(), shadow_heads.size()) << "seed " << seed << " step " << step;
+      for (size_t i = 0; i < heads.size(); ++i) {
+        ASSERT_EQ(heads[i].task, shadow_heads[i].task) << "seed " << seed << " step " << step;
+        ASSERT_EQ(heads[i].reason, shadow_heads[i].reason)
+            << "seed " << seed << " step " << step << " task " << heads[i].task;
+      }
       for (const auto& d : decisions) {
         if (d.kind != Decision::Kind::kStart) continue;
         const Task* t = core.FindTask(d.task);
