@@ -230,30 +230,53 @@ struct alignas(64) SchedulerCore::NodeState {
     int free = 0;
   };
   // What a start or a release reads comes first, with the per-GPU arrays inline for nodes of up
-  // to 8 GPUs: four adjacent cache lines of the node (it is line-aligned) instead of five
+  // to 8 GPUs: three adjacent cache lines of the node (it is line-aligned) instead of several
   // separate heap blocks.
   uint32_t slot = 0;
   bool online = false;
   bool indices_are_positions = true;  // gpus[i].index == i for every i.
+  bool any_unclaimed = false;         // !unclaimed.empty(), without reading it.
   uint64_t rank = 0;                  // Follows id order; see AddNodeState.
   std::string id;
   absl::InlinedVector<ModelSlice, 1> slices;    // Per model present on the node.
   absl::InlinedVector<TaskNumber, 8> gpu_task;  // Task holding each GPU position; 0 = free.
   absl::InlinedVector<int, 8> gpu_model;        // Model id per GPU position.
-  absl::InlinedVector<TaskNumber, 8> tasks;     // Tasks holding GPUs here (running or stopping).
   std::string address;
   TimeMicros last_heartbeat = 0;
   std::vector<GpuInfo> gpus;
+  // Restored running tasks waiting for this node to register again: they hold no GPU position
+  // yet. Every other task held here (running or stopping) holds positions in gpu_task.
+  std::vector<TaskNumber> unclaimed;
 
-  void AddTask(TaskNumber id) { tasks.push_back(id); }
-  void RemoveTask(TaskNumber id) {
-    auto it = std::find(tasks.begin(), tasks.end(), id);
-    if (it == tasks.end()) return;
-    *it = tasks.back();
-    tasks.pop_back();
+  void AddUnclaimed(TaskNumber id) {
+    unclaimed.push_back(id);
+    any_unclaimed = true;
+  }
+  void DropUnclaimed(TaskNumber id) {
+    if (!any_unclaimed) return;
+    auto it = std::find(unclaimed.begin(), unclaimed.end(), id);
+    if (it != unclaimed.end()) unclaimed.erase(it);
+    any_unclaimed = !unclaimed.empty();
+  }
+  void ClearUnclaimed() {
+    unclaimed.clear();
+    any_unclaimed = false;
+  }
+  // Tasks held here, each once, in no particular order.
+  std::vector<TaskNumber> HeldTasks() const {
+    std::vector<TaskNumber> held(unclaimed.begin(), unclaimed.end());
+    for (TaskNumber t : gpu_task) {
+      if (t != 0 && std::find(held.begin(), held.end(), t) == held.end()) held.push_back(t);
+    }
+    return held;
+  }
+  bool HoldsAny() const {
+    return any_unclaimed ||
+           std::any_of(gpu_task.begin(), gpu_task.end(), [](TaskNumber t) { return t != 0; });
   }
   bool HasTask(TaskNumber id) const {
-    return std::find(tasks.begin(), tasks.end(), id) != tasks.end();
+    return std::find(gpu_task.begin(), gpu_task.end(), id) != gpu_task.end() ||
+           std::find(unclaimed.begin(), unclaimed.end(), id) != unclaimed.end();
   }
 
   int Position(int gpu_index) const {
@@ -496,7 +519,6 @@ void SchedulerCore::StartTask(Task& t, NodeState& node, int model, TimeMicros no
   const int old_free = slice->free;
   slice->free -= count;
   if (node.online) index_.Move(model, node.Entry(), old_free, slice->free);
-  node.AddTask(t.id);
 
   t.status = TaskStatus::kRunning;
   record.node_slot = node.slot;
@@ -538,7 +560,7 @@ void SchedulerCore::ReleaseGpus(Task& t) {
 }
 
 void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id) {
-  node.RemoveTask(id);
+  node.DropUnclaimed(id);
   // A task's GPUs on one node share one model: one index update per node.
   NodeState::ModelSlice* slice = nullptr;
   int freed = 0;
@@ -695,7 +717,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     total_online_gpus_ -= static_cast<int>(node->gpus.size());
     node->online = false;
   }
-  std::vector<TaskNumber> held(node->tasks.begin(), node->tasks.end());
+  std::vector<TaskNumber> held = node->HeldTasks();
   node->address = address;
   node->gpus = gpus;
   std::sort(node->gpus.begin(), node->gpus.end(),
@@ -703,7 +725,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   node->gpu_model.assign(node->gpus.size(), 0);
   node->gpu_task.assign(node->gpus.size(), 0);
   node->slices.clear();
-  node->tasks.clear();
+  node->ClearUnclaimed();
   node->indices_are_positions = true;
   for (size_t i = 0; i < node->gpus.size(); ++i) {
     if (node->gpus[i].index != static_cast<int>(i)) node->indices_are_positions = false;
@@ -732,7 +754,6 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
       node->gpu_task[p] = task;
       node->Slice(node->gpu_model[p])->free--;
     }
-    node->AddTask(task);
     return true;
   };
 
@@ -819,7 +840,7 @@ void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now) {
   }
   // Put back in their original relative order: the task that ran first ends up first.
   std::vector<Task*> held;
-  for (TaskNumber id : node.tasks) held.push_back(tasks_.Find(id));
+  for (TaskNumber id : node.HeldTasks()) held.push_back(tasks_.Find(id));
   std::sort(held.begin(), held.end(),
             [](const Task* a, const Task* b) { return a->queue_seq > b->queue_seq; });
   for (Task* t : held) {
@@ -908,7 +929,7 @@ void SchedulerCore::Tick(TimeMicros now) {
     bool expired = now - node->last_heartbeat > config_.heartbeat_timeout;
     if (!expired) continue;
     // Online nodes that went silent, and restored tasks whose node never came back.
-    if (node->online || !node->tasks.empty()) TakeNodeOffline(*node, now);
+    if (node->online || node->HoldsAny()) TakeNodeOffline(*node, now);
   }
 }
 
@@ -1094,7 +1115,7 @@ Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
     return FailedPrecondition("restore running tasks before their nodes register");
   }
   node->last_heartbeat = std::max(node->last_heartbeat, now);
-  node->AddTask(t.id);
+  node->AddUnclaimed(t.id);
   t.node_slot = node->slot;
   used_[PrioIndex(t.spec.priority)] += t.spec.gpu_count;
   if (t.status == TaskStatus::kRunning) running_count_[PrioIndex(t.spec.priority)]++;
@@ -1168,7 +1189,7 @@ void SchedulerCore::PrefetchTaskNode(const Task* t) const {
   if (slot >= nodes_.size()) return;
   // What a release reads comes first in a node (see NodeState).
   const auto* p = reinterpret_cast<const char*>(nodes_[slot].get());
-  for (size_t off = 0; off < 256; off += 64) __builtin_prefetch(p + off);
+  for (size_t off = 0; off < 192; off += 64) __builtin_prefetch(p + off);
 }
 
 PendingReason SchedulerCore::ReasonOf(const Task& t) const {
