@@ -105,12 +105,12 @@ std::optional<PlacementIndex::Fit> PlacementIndex::FindBestFit(
     if (best) limit = std::min(limit, best->free + 1);
     for (int f = std::max(k, 1); f < limit; ++f) {
       uint32_t p = First(buckets[f], [&](uint32_t pos) {
-        return std::find(excluded.begin(), excluded.end(), slot_of_pos_[pos]) == excluded.end();
+        return excluded.empty() ||
+               std::find(excluded.begin(), excluded.end(), slot_of_pos_[pos]) == excluded.end();
       });
       if (p == kNone) continue;
       if (!best || f < best->free || Before(p, best_pos)) {
-        uint32_t slot = slot_of_pos_[p];
-        best = Fit{slot, m, f, rank_of_slot_[slot]};
+        best = Fit{slot_of_pos_[p], m, f};
         best_pos = p;
       }
       break;

@@ -34,7 +34,6 @@ class PlacementIndex {
     uint32_t slot = 0;
     int model = 0;
     int free = 0;
-    const uint64_t* rank = nullptr;
   };
 
   void Insert(int model, Entry e, int free, int capacity);
@@ -63,8 +62,7 @@ class PlacementIndex {
             First(buckets[f], [&](uint32_t pos) { return capacity_of(slot_of_pos_[pos], m) >= k; });
         if (p == kNone) continue;
         if (!best || f > best->free || Before(p, best_pos)) {
-          uint32_t slot = slot_of_pos_[p];
-          best = Fit{slot, m, f, rank_of_slot_[slot]};
+          best = Fit{slot_of_pos_[p], m, f};
           best_pos = p;
         }
       }
