@@ -88,11 +88,12 @@ class RadixHeap {
     const int byte = word * 64 + std::countr_zero(words[word]);
     Bucket& b = buckets_[level][byte];
     last_ = b.min;
-    scratch_.swap(b.entries);
     words[word] &= words[word] - 1;  // Clears the lowest set bit: this bucket's.
     if ((words[0] | words[1] | words[2] | words[3]) == 0) levels_ &= ~(1u << level);
-    for (const Entry& e : scratch_) Put(KeyOf(e.time), e);
-    scratch_.clear();
+    // Every entry goes to a lower level (or exact_), never back here; the bucket keeps its
+    // buffer for the next time it fills.
+    for (const Entry& e : b.entries) Put(KeyOf(e.time), e);
+    b.entries.clear();
   }
 
   Bucket buckets_[kLevels][256];
@@ -101,7 +102,6 @@ class RadixHeap {
   std::vector<Entry> exact_;            // Entries whose key is the floor.
   size_t size_ = 0;
   uint64_t last_ = 0;  // Times are not negative (they start at the first arrival).
-  std::vector<Entry> scratch_;
 };
 
 // Completion events in time order, with the next few of them known in order (ahead()), so that

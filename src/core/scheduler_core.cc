@@ -1,9 +1,14 @@
 #include "core/scheduler_core.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
+#include <memory>
+#include <new>
 #include <string_view>
 
 #include "absl/container/inlined_vector.h"
@@ -318,10 +323,24 @@ SchedulerCore::TaskRecord* SchedulerCore::TaskPool::New() {
     return t;
   }
   if (used_in_last_ == kChunk) {
-    chunks_.push_back(std::make_unique<TaskRecord[]>(kChunk));
+    void* memory = std::aligned_alloc(kChunkBytes, kChunkBytes);
+    if (memory == nullptr) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    (void)madvise(memory, kChunkBytes, MADV_HUGEPAGE);  // A hint; without huge pages, 4 KiB ones.
+#endif
+    auto* records = static_cast<TaskRecord*>(memory);
+    std::uninitialized_default_construct_n(records, kChunk);
+    chunks_.push_back(records);
     used_in_last_ = 0;
   }
   return &chunks_.back()[used_in_last_++];
+}
+
+SchedulerCore::TaskPool::~TaskPool() {
+  for (TaskRecord* chunk : chunks_) {
+    std::destroy_n(chunk, kChunk);
+    std::free(chunk);
+  }
 }
 
 void SchedulerCore::TaskPool::Delete(TaskRecord* t) {

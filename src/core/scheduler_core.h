@@ -256,12 +256,20 @@ class SchedulerCore {
   // are found through a TaskTable: no allocation per task, one array access per lookup.
   class TaskPool {
    public:
+    TaskPool() = default;
+    ~TaskPool();
+    TaskPool(const TaskPool&) = delete;
+    TaskPool& operator=(const TaskPool&) = delete;
     TaskRecord* New();
     void Delete(TaskRecord* t);
 
    private:
-    static constexpr size_t kChunk = 1024;
-    std::vector<std::unique_ptr<TaskRecord[]>> chunks_;
+    // Records come in 2 MiB chunks aligned to 2 MiB, which the kernel is asked to back with one
+    // huge page each: a large queue then costs one page fault and one TLB entry per ~6,500
+    // tasks instead of one per 12.
+    static constexpr size_t kChunkBytes = size_t{2} << 20;
+    static constexpr size_t kChunk = kChunkBytes / sizeof(TaskRecord);
+    std::vector<TaskRecord*> chunks_;  // kChunk constructed records each.
     size_t used_in_last_ = kChunk;
     std::vector<TaskRecord*> free_;
   };
