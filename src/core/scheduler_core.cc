@@ -93,6 +93,10 @@ class TaskQueue {
 
   // The task k places behind the head (dead entries count), or nullptr.
   const Task* Peek(size_t k) const { return k < items_.size() ? items_[k].task : nullptr; }
+  // A hint: fetches the entry k places behind the head (written long ago, at submission).
+  void PrefetchEntry(size_t k) const {
+    if (k < items_.size()) __builtin_prefetch(&items_[k]);
+  }
 
   // Calls fn(Key) for every entry in queue order.
   template <typename Fn>
@@ -1178,11 +1182,12 @@ std::vector<Change> SchedulerCore::TakeChanges() { return std::exchange(changes_
 const Task* SchedulerCore::FindTask(TaskNumber id) const { return LookupTask(id); }
 
 // The tasks behind a queue head are started soon after it, several in a pass when a large task
-// ends, and their records were written long ago, at submission: fetch what a start touches a
-// few places ahead, in two steps (the record, then, once it has arrived, the allocation buffers
-// it points to).
+// ends, and their queue entries and records were written long ago, at submission: fetch what a
+// start touches some places ahead, in three steps, each reading what the previous one fetched
+// (the queue entry, the record, then the allocation buffers it points to).
 void SchedulerCore::PrefetchQueued(const Shape& shape) const {
   const TaskQueue& queue = shape.tasks;
+  queue.PrefetchEntry(2 * kStartPrefetchDistance);  // Read by the steps below, later.
   if (const Task* later = queue.Peek(kStartPrefetchDistance)) {
     const auto* p = reinterpret_cast<const char*>(&later->spec.priority);
     for (size_t off = 0; off < 192; off += 64) __builtin_prefetch(p + off);
