@@ -186,8 +186,9 @@ class SchedulerCore {
   // Pending task numbers of one priority in queue order (O(pending); for tests and snapshots).
   std::vector<TaskNumber> QueueOrder(Priority p) const;
 
-  // Drops what passes remember to skip work (shapes found to have no room); for tests: a core
-  // that does so before every pass must decide exactly as one that does not.
+  // Drops what passes remember to skip work (shapes found to have no room, and that nothing
+  // happened since the last pass); for tests and benchmarks: a core that does so before every
+  // pass must decide exactly as one that does not.
   void ForgetNoRoom() {
     structure_seq_ = ++change_seq_;
     pass_needed_ = true;
@@ -244,8 +245,8 @@ class SchedulerCore {
   // Cache-line aligned, so that the hot end of a Task and these fields span as few lines as they
   // can (see Task).
   struct alignas(64) TaskRecord : Task {
-    // Slot of the node in allocation[0], so that releasing GPUs needs no lookup by id string.
-    // A hint: checked against the node id before use.
+    // Slot of the node in allocation[0], so that releasing GPUs needs no lookup by id string
+    // (nor a read of the allocation). Set with the allocation; CheckInvariants verifies it.
     uint32_t node_slot = kNoSlot;
     Shape* shape = nullptr;  // The queue it waits in while pending; nullptr otherwise.
     std::vector<int> spare_indices;  // Empty; a buffer kept for the next allocation's indices.
@@ -295,14 +296,15 @@ class SchedulerCore {
   // change of the node set, models or restored tasks (structure_seq_, which can also change why
   // tasks wait). Starts only take room. All are values of one increasing counter.
   uint64_t change_seq_ = 1;
-  // Whether something happened since the last pass that can let a task start (a new queue head,
-  // GPUs released, nodes, quotas or reservations changed...). Without it a pass is skipped.
-  bool pass_needed_ = true;
-  bool in_pass_ = false;
   uint64_t structure_seq_ = 1;
   std::vector<std::vector<uint64_t>> room_seq_;
   bool StillNoRoom(const Shape& shape, const std::vector<int>& models,
                    const std::vector<uint32_t>& excluded) const;
+  // Whether something happened since the last pass that can let a task start (a new queue head,
+  // GPUs released, a start, nodes, quotas or reservations changed...). Without it a pass is
+  // skipped.
+  bool pass_needed_ = true;
+  bool in_pass_ = false;
 
   PlacementIndex index_;
   std::unique_ptr<PriorityQueue> queues_[kPriorityCount];
