@@ -348,15 +348,10 @@ SchedulerCore::TaskPool::~TaskPool() {
 }
 
 void SchedulerCore::TaskPool::Delete(TaskRecord* t) {
-  // The allocation's two buffers stay with the slot (emptied), so that starting the next task in
-  // it allocates nothing for them.
-  std::vector<int> indices = std::move(t->spare_indices);
-  if (!t->allocation.empty() && indices.capacity() == 0) {
-    indices = std::move(t->allocation[0].gpu_indices);
-  }
+  // The allocation's block (and the GPU list inside it) stays with the slot for its next start,
+  // moved aside without reading it: it was last touched when the task started.
+  if (!t->allocation.empty()) t->spare_allocation = std::move(t->allocation);
   t->allocation.clear();
-  indices.clear();
-  t->spare_indices = std::move(indices);
   // Every member but the spec back to its default (keep in step with Task). The spec is left as
   // it is: Submit and Restore assign all of it. It lies on cache lines that a start and a finish
   // do not touch, so they are fetched now, for writing, instead of being read and destroyed:
@@ -520,13 +515,16 @@ void SchedulerCore::StartTask(Task& t, NodeState& node, int model, TimeMicros no
   Dequeue(t);
   auto& record = static_cast<TaskRecord&>(t);
   const int count = t.spec.gpu_count;
-  // The allocation is built in place, in buffers the pool slot kept from an earlier task where it
-  // has them: the lowest free positions of the model, in position order, which is index order
-  // (a node's GPUs are kept sorted by index).
+  // The allocation is built in place, in the buffers the pool slot kept from an earlier task
+  // where it has them: the lowest free positions of the model, in position order, which is index
+  // order (a node's GPUs are kept sorted by index).
+  if (t.allocation.empty() && !record.spare_allocation.empty()) {
+    t.allocation = std::move(record.spare_allocation);
+    record.spare_allocation.clear();
+  }
   t.allocation.resize(1);
   NodeAllocation& na = t.allocation[0];
   na.node_id = node.id;
-  if (na.gpu_indices.capacity() == 0) na.gpu_indices = std::move(record.spare_indices);
   na.gpu_indices.clear();
   // At least a typical node's worth, so that the buffer fits the next task in this slot too.
   na.gpu_indices.reserve(std::max(count, 8));
@@ -1194,8 +1192,7 @@ void SchedulerCore::PrefetchQueued(const Shape& shape) const {
   }
   if (const Task* soon = queue.Peek(kStartPrefetchDistance / 2)) {
     const auto* record = static_cast<const TaskRecord*>(soon);
-    if (record->allocation.capacity() != 0) __builtin_prefetch(record->allocation.data(), 1);
-    if (record->spare_indices.capacity() != 0) __builtin_prefetch(record->spare_indices.data(), 1);
+    if (!record->spare_allocation.empty()) __builtin_prefetch(record->spare_allocation.data(), 1);
   }
 }
 
@@ -1207,8 +1204,6 @@ void SchedulerCore::PrefetchTask(TaskNumber n, const Task* t) const {
 }
 
 void SchedulerCore::PrefetchTaskNode(const Task* t) const {
-  // The allocation's block, which the record's memory is recycled from.
-  if (!t->allocation.empty()) __builtin_prefetch(t->allocation.data());
   const uint32_t slot = static_cast<const TaskRecord*>(t)->node_slot;
   if (slot >= nodes_.size()) return;
   // What a release reads comes first in a node (see NodeState).

@@ -249,7 +249,9 @@ class SchedulerCore {
     // (nor a read of the allocation). Set with the allocation; CheckInvariants verifies it.
     uint32_t node_slot = kNoSlot;
     Shape* shape = nullptr;  // The queue it waits in while pending; nullptr otherwise.
-    std::vector<int> spare_indices;  // Empty; a buffer kept for the next allocation's indices.
+    // The allocation of an earlier task in this slot, kept (stale) for the next start to build its
+    // own in; empty while the task holds one.
+    Allocation spare_allocation;
   };
   static constexpr uint32_t kNoSlot = ~uint32_t{0};
 
