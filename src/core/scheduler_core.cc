@@ -511,10 +511,25 @@ void SchedulerCore::SetReservation(PriorityQueue& q, int slot) {
   q.reserved_slot = slot;
 }
 
-void SchedulerCore::StartTask(Task& t, NodeState& node, int model, TimeMicros now) {
+void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now) {
+  // The node was chosen just now and is likely not in cache: fetch it first and do what does not
+  // need it (the task's record, the allocation's buffers, the decision) while it comes.
+  NodeState& node = *nodes_[slot];
+  const auto* hot = reinterpret_cast<const char*>(&node);
+  for (size_t off = 0; off < kNodeHotBytes; off += 64) __builtin_prefetch(hot + off, 1);
   Dequeue(t);
   auto& record = static_cast<TaskRecord&>(t);
   const int count = t.spec.gpu_count;
+  t.status = TaskStatus::kRunning;
+  record.node_slot = slot;
+  t.attempts++;
+  t.started_at = now;
+  t.error.clear();
+  used_[PrioIndex(t.spec.priority)] += count;
+  running_count_[PrioIndex(t.spec.priority)]++;
+  stats_.decisions++;
+  // Heads tried earlier in this pass may now wait for another reason (their class's quota).
+  pass_needed_ = true;
   // The allocation is built in place, in the buffers the pool slot kept from an earlier task
   // where it has them: the lowest free positions of the model, in position order, which is index
   // order (a node's GPUs are kept sorted by index).
@@ -524,10 +539,20 @@ void SchedulerCore::StartTask(Task& t, NodeState& node, int model, TimeMicros no
   }
   t.allocation.resize(1);
   NodeAllocation& na = t.allocation[0];
-  na.node_id = node.id;
   na.gpu_indices.clear();
   // At least a typical node's worth, so that the buffer fits the next task in this slot too.
   na.gpu_indices.reserve(std::max(count, 8));
+  Decision& d = decisions_.emplace_back();
+  d.kind = Decision::Kind::kStart;
+  d.task = t.id;
+  if (!spare_gpu_lists_.empty()) {
+    d.gpu_indices = std::move(spare_gpu_lists_.back());
+    spare_gpu_lists_.pop_back();
+  }
+  d.gpu_indices.reserve(std::max(count, 8));
+
+  // Now the node.
+  na.node_id = node.id;
   const size_t positions = node.gpu_task.size();
   for (size_t pos = 0; pos < positions && std::ssize(na.gpu_indices) < count; ++pos) {
     if (node.gpu_task[pos] == 0 && node.gpu_model[pos] == model) {
@@ -540,26 +565,7 @@ void SchedulerCore::StartTask(Task& t, NodeState& node, int model, TimeMicros no
   const int old_free = slice->free;
   slice->free -= count;
   if (node.online) index_.Move(model, node.Entry(), old_free, slice->free);
-
-  t.status = TaskStatus::kRunning;
-  record.node_slot = node.slot;
-  t.attempts++;
-  t.started_at = now;
-  t.error.clear();
-  used_[PrioIndex(t.spec.priority)] += count;
-  running_count_[PrioIndex(t.spec.priority)]++;
-  stats_.decisions++;
-  // Heads tried earlier in this pass may now wait for another reason (their class's quota).
-  pass_needed_ = true;
-  Decision& d = decisions_.emplace_back();
-  d.kind = Decision::Kind::kStart;
-  d.task = t.id;
   d.node_id = node.id;
-  if (!spare_gpu_lists_.empty()) {
-    d.gpu_indices = std::move(spare_gpu_lists_.back());
-    spare_gpu_lists_.pop_back();
-  }
-  d.gpu_indices.reserve(std::max(count, 8));
   d.gpu_indices.assign(na.gpu_indices.begin(), na.gpu_indices.end());
   Emit(t);
 }
@@ -1005,7 +1011,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
       shape.RememberNoRoom(change_seq_, excluded, r);
       return r;
     }
-    StartTask(t, *nodes_[fit->slot], fit->model, now);
+    StartTask(t, fit->slot, fit->model, now);
     return PendingReason::kNone;
   };
 
@@ -1208,7 +1214,7 @@ void SchedulerCore::PrefetchTaskNode(const Task* t) const {
   if (slot >= nodes_.size()) return;
   // What a release reads comes first in a node (see NodeState).
   const auto* p = reinterpret_cast<const char*>(nodes_[slot].get());
-  for (size_t off = 0; off < 192; off += 64) __builtin_prefetch(p + off);
+  for (size_t off = 0; off < kNodeHotBytes; off += 64) __builtin_prefetch(p + off);
 }
 
 PendingReason SchedulerCore::ReasonOf(const Task& t) const {

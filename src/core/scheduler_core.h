@@ -214,8 +214,10 @@ class SchedulerCore {
   void Emit(const Task& t);
   static constexpr size_t kStartPrefetchDistance = 16;
   void PrefetchQueued(const Shape& shape) const;
-  // Starts t on the lowest free GPU positions of `model` on the node (it has enough).
-  void StartTask(Task& t, NodeState& node, int model, TimeMicros now);
+  // Starts t on the lowest free GPU positions of `model` on the node in `slot` (it has enough).
+  void StartTask(Task& t, uint32_t slot, int model, TimeMicros now);
+  // The part of a node a start or a release reads (see NodeState).
+  static constexpr size_t kNodeHotBytes = 192;
   void ReleaseGpus(Task& t);
   void ReleaseOnNode(NodeState& node, TaskNumber id);
   void Enqueue(Task& t);
