@@ -56,16 +56,16 @@ void RunSequence(uint32_t seed, int steps) {
       // Sometimes report a task the core may or may not know on this node.
       if (!ids.empty() && pick(3) == 0) running.push_back({ids[pick(ids.size())], {0}});
       auto gpus = testing::MakeGpus(1 + pick(8), models[pick(2)]);
-      both([&](SchedulerCore& c) { return c.RegisterNode(node, "", gpus, running, {}, now); });
+      (void)both([&](SchedulerCore& c) { return c.RegisterNode(node, "", gpus, running, {}, now); });
     } else if (op < 50) {
-      both([&](SchedulerCore& c) { return c.NodeLost(node, now); });
+      (void)both([&](SchedulerCore& c) { return c.NodeLost(node, now); });
     } else if (op < 66 && !ids.empty()) {
       TaskNumber id = ids[pick(ids.size())];
       const Task* t = core.FindTask(id);
       if (t == nullptr) continue;
       std::string where = t->allocation.empty() || pick(10) == 0 ? node : t->allocation[0].node_id;
       FinishReport report{id, pick(2) == 0, pick(3), "", now};
-      both([&](SchedulerCore& c) { return c.TaskFinished(where, report, now); });
+      (void)both([&](SchedulerCore& c) { return c.TaskFinished(where, report, now); });
     } else if (op < 70 && !ids.empty()) {
       // Finished tasks leave memory (their records are reused).
       TaskNumber id = ids[pick(ids.size())];
@@ -74,7 +74,7 @@ void RunSequence(uint32_t seed, int steps) {
       ASSERT_EQ(core.FindTask(id) == nullptr, shadow.FindTask(id) == nullptr);
     } else if (op < 78 && !ids.empty()) {
       TaskNumber id = ids[pick(ids.size())];
-      both([&](SchedulerCore& c) { return c.Cancel(id, now); });
+      (void)both([&](SchedulerCore& c) { return c.Cancel(id, now); });
     } else if (op < 82) {
       double percent = pick(11) / 10.0;
       ASSERT_TRUE(both([&](SchedulerCore& c) { return c.SetOnlinePercent(percent); }).ok());
