@@ -9,6 +9,8 @@ echo "== dgpu-sim: full Philly replay, 100 nodes x 8 GPUs =="
 TRACE=${DGPU_TRACE:-../shared/traces/philly.csv}
 if [ -f "$TRACE" ]; then
   "$BIN/dgpu-sim" --trace "$TRACE" --nodes 100 --gpus-per-node 8
+  echo "== dgpu-sim: scale run, 10,000 nodes x 8 GPUs, Philly x10 (decisions/s) =="
+  python3 bench/run_sim_bench.py --sim "$BIN/dgpu-sim" --trace "$TRACE" --scale 400 1000 --runs 3
 else
   echo "trace $TRACE not found: skipped"
 fi
