@@ -18,6 +18,18 @@ namespace {
 
 constexpr int kMaxGpuCount = 1024;
 
+// Hints: fetch the cache lines of [p, p + bytes) (for writing when `write`).
+template <bool write = false>
+void PrefetchLines(const void* p, size_t bytes) {
+  const auto* c = static_cast<const char*>(p);
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, write ? 1 : 0);
+}
+
+// The part of a task a start or a finish touches: the end of its spec onwards, up to the end of
+// the core's record (see Task).
+const void* HotPart(const Task* t) { return &t->spec.priority; }
+constexpr size_t kTaskHotBytes = 192;
+
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return a.size() == b.size() &&
          std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -368,8 +380,7 @@ void SchedulerCore::TaskPool::Delete(TaskRecord* t) {
   t->stopping = false;
   t->node_slot = kNoSlot;
   t->shape = nullptr;
-  const auto* p = reinterpret_cast<const char*>(&t->spec);
-  for (size_t off = 0; off < sizeof(TaskSpec); off += 64) __builtin_prefetch(p + off, 1);
+  PrefetchLines<true>(&t->spec, sizeof(TaskSpec));
   free_.push_back(t);
 }
 
@@ -515,8 +526,7 @@ void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now)
   // The node was chosen just now and is likely not in cache: fetch it first and do what does not
   // need it (the task's record, the allocation's buffers, the decision) while it comes.
   NodeState& node = *nodes_[slot];
-  const auto* hot = reinterpret_cast<const char*>(&node);
-  for (size_t off = 0; off < kNodeHotBytes; off += 64) __builtin_prefetch(hot + off, 1);
+  PrefetchLines<true>(&node, kNodeHotBytes);
   Dequeue(t);
   auto& record = static_cast<TaskRecord&>(t);
   const int count = t.spec.gpu_count;
@@ -1197,8 +1207,7 @@ void SchedulerCore::PrefetchQueued(const Shape& shape) const {
   const TaskQueue& queue = shape.tasks;
   queue.PrefetchEntry(2 * kStartPrefetchDistance);  // Read by the steps below, later.
   if (const Task* later = queue.Peek(kStartPrefetchDistance)) {
-    const auto* p = reinterpret_cast<const char*>(&later->spec.priority);
-    for (size_t off = 0; off < 192; off += 64) __builtin_prefetch(p + off);
+    PrefetchLines(HotPart(later), kTaskHotBytes);
   }
   if (const Task* soon = queue.Peek(kStartPrefetchDistance / 2)) {
     const auto* record = static_cast<const TaskRecord*>(soon);
@@ -1208,17 +1217,13 @@ void SchedulerCore::PrefetchQueued(const Shape& shape) const {
 
 void SchedulerCore::PrefetchTask(TaskNumber n, const Task* t) const {
   tasks_.Prefetch(n);
-  // The part a finish touches: the end of the spec onwards (see Task).
-  const auto* p = reinterpret_cast<const char*>(&t->spec.priority);
-  for (size_t off = 0; off < 192; off += 64) __builtin_prefetch(p + off);
+  PrefetchLines(HotPart(t), kTaskHotBytes);
 }
 
 void SchedulerCore::PrefetchTaskNode(const Task* t) const {
   const uint32_t slot = static_cast<const TaskRecord*>(t)->node_slot;
   if (slot >= nodes_.size()) return;
-  // What a release reads comes first in a node (see NodeState).
-  const auto* p = reinterpret_cast<const char*>(nodes_[slot].get());
-  for (size_t off = 0; off < kNodeHotBytes; off += 64) __builtin_prefetch(p + off);
+  PrefetchLines(nodes_[slot].get(), kNodeHotBytes);
 }
 
 PendingReason SchedulerCore::ReasonOf(const Task& t) const {
