@@ -21,6 +21,16 @@ TaskExit Exit(std::string id, bool success, int code, int sig, std::string error
   return {std::move(id), success, code, sig, std::move(error), at};
 }
 
+std::string JournalOf(const TempDir& dir) { return dir.path() + "/.finish-outbox/journal"; }
+
+// The journal's text after `exit` was added to a fresh outbox in `dir` (closed again).
+std::string JournalWith(const TempDir& dir, const TaskExit& exit) {
+  auto outbox = FinishOutbox::Open(dir.path());
+  EXPECT_TRUE(outbox.ok()) << outbox.status().ToString();
+  EXPECT_TRUE(outbox.ok() && outbox->Add(exit).ok());
+  return testing::ReadFile(JournalOf(dir));
+}
+
 TEST(FinishOutboxTest, SurvivesReopenUntilAcknowledged) {
   TempDir dir;
   const TaskExit a = Exit("task-a", true, 0, 0, "", 2000);
@@ -55,7 +65,7 @@ TEST(FinishOutboxTest, OneJournalTruncatedOnceEverythingIsAcknowledged) {
   const TaskExit a = Exit("task-1", true, 0, 0, "", 10);
   const TaskExit b = Exit("task-2", false, 3, 0, "", 11);
   const TaskExit c = Exit("task-3", false, 143, 15, "cancelled", 12);
-  const std::string journal = dir.path() + "/.finish-outbox/journal";
+  const std::string journal = JournalOf(dir);
   {
     auto outbox = FinishOutbox::Open(dir.path());
     ASSERT_TRUE(outbox.ok());
@@ -120,13 +130,8 @@ TEST(FinishOutboxTest, AddReplacesSameTask) {
 TEST(FinishOutboxTest, CorruptLinesAreReportedAndSetAside) {
   TempDir dir;
   const TaskExit good = Exit("good", true, 0, 0, "", 1);
-  const std::string journal = dir.path() + "/.finish-outbox/journal";
-  {
-    auto outbox = FinishOutbox::Open(dir.path());
-    ASSERT_TRUE(outbox.ok());
-    ASSERT_TRUE(outbox->Add(good).ok());
-  }
-  const std::string original = testing::ReadFile(journal);
+  const std::string journal = JournalOf(dir);
+  const std::string original = JournalWith(dir, good);
   WriteFile(journal, original + "{\"task_id\": \"broken\", \"succ\n" +
                          "{\"task_id\":\"typed\",\"success\":\"yes\",\"exit_code\":0,"
                          "\"signal\":0,\"error\":\"\",\"finished_at_unix_micros\":1}\n" +
@@ -151,13 +156,8 @@ TEST(FinishOutboxTest, CorruptLinesAreReportedAndSetAside) {
 TEST(FinishOutboxTest, WriteCutShortByACrashIsDropped) {
   TempDir dir;
   const TaskExit a = Exit("task-a", true, 0, 0, "", 1);
-  const std::string journal = dir.path() + "/.finish-outbox/journal";
-  {
-    auto outbox = FinishOutbox::Open(dir.path());
-    ASSERT_TRUE(outbox.ok());
-    ASSERT_TRUE(outbox->Add(a).ok());
-  }
-  const std::string whole = testing::ReadFile(journal);
+  const std::string journal = JournalOf(dir);
+  const std::string whole = JournalWith(dir, a);
   WriteFile(journal, whole + "{\"task_id\":\"task-b\",\"succ");  // No newline: torn.
   const TaskExit c = Exit("task-c", false, 1, 0, "", 3);
   {
