@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "core/types.h"
 
 namespace dgpu::sim {

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace dgpu::agent {
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "agent/executor.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace dgpu::agent {
 

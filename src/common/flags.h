@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace dgpu::common {
 

@@ -27,7 +27,7 @@
 #include <type_traits>
 
 #include "common/config.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace dgpu::common {
 

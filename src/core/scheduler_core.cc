@@ -31,8 +31,7 @@ const void* HotPart(const Task* t) { return &t->spec.priority; }
 constexpr size_t kTaskHotBytes = 192;
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
            return std::tolower(static_cast<unsigned char>(x)) ==
                   std::tolower(static_cast<unsigned char>(y));
          });
@@ -40,7 +39,8 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
 
 bool ContainsIgnoreCase(std::string_view hay, std::string_view needle) {
   auto it = std::search(hay.begin(), hay.end(), needle.begin(), needle.end(), [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
   });
   return it != hay.end();
 }
@@ -142,7 +142,7 @@ struct SchedulerCore::Shape {
   std::string model;
   int gpu_count = 0;
   TaskQueue tasks;
-  PendingReason reason = PendingReason::kQueued;   // Why its head did not start last pass.
+  PendingReason reason = PendingReason::kQueued;  // Why its head did not start last pass.
   // ModelsFor(model), kept while no new model appears (model_generation_ unchanged).
   const std::vector<int>* models = nullptr;
   uint64_t models_generation = 0;
@@ -378,6 +378,7 @@ void SchedulerCore::TaskPool::Delete(TaskRecord* t) {
   t->exit_code = 0;
   t->status = TaskStatus::kPending;
   t->stopping = false;
+  t->stop_reason = StopReason::kNone;
   t->node_slot = kNoSlot;
   t->shape = nullptr;
   PrefetchLines<true>(&t->spec, sizeof(TaskSpec));
@@ -594,6 +595,7 @@ void SchedulerCore::ReleaseGpus(Task& t) {
   }
   used_[PrioIndex(t.spec.priority)] -= t.spec.gpu_count;
   t.stopping = false;
+  t.stop_reason = StopReason::kNone;
 }
 
 void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id) {
@@ -698,8 +700,10 @@ Status SchedulerCore::Cancel(TaskNumber id, TimeMicros now) {
     // Running: keep its GPUs until the agent confirms the stop.
     running_count_[PrioIndex(t.spec.priority)]--;
     t.stopping = true;
+    t.stop_reason = StopReason::kCancel;
     for (const auto& na : t.allocation) {
-      decisions_.push_back(Decision{Decision::Kind::kStop, t.id, na.node_id, {}});
+      decisions_.push_back(
+          Decision{Decision::Kind::kStop, t.id, na.node_id, {}, StopReason::kCancel});
     }
   }
   t.status = TaskStatus::kCancelled;
@@ -806,7 +810,9 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     bool held_here = t != nullptr && (t->status == TaskStatus::kRunning || t->stopping) &&
                      !t->allocation.empty() && t->allocation[0].node_id == node_id;
     if (held_here && claim(t->allocation[0].gpu_indices, t->id)) {
-      if (t->stopping) decisions_.push_back({Decision::Kind::kStop, t->id, node_id, {}});
+      if (t->stopping) {
+        decisions_.push_back({Decision::Kind::kStop, t->id, node_id, {}, t->stop_reason});
+      }
       continue;
     }
     if (t != nullptr && t->status == TaskStatus::kPending &&
@@ -828,7 +834,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
       // Known here but its GPUs are unusable (gone, or clash): treat as lost below.
       reported.erase(r.task);
     }
-    decisions_.push_back({Decision::Kind::kStop, r.task, node_id, {}});
+    decisions_.push_back({Decision::Kind::kStop, r.task, node_id, {}, StopReason::kReconcile});
   }
 
   // 4. Tasks believed to run here but not reported are lost.
@@ -843,6 +849,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     if (t.stopping) {
       used_[PrioIndex(t.spec.priority)] -= t.spec.gpu_count;
       t.stopping = false;
+      t.stop_reason = StopReason::kNone;
       Emit(t);
     } else {
       RequeueOrFail(t, now, "agent_lost");
@@ -1052,10 +1059,9 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     head_shape.reason = reason;
     if (reason == PendingReason::kNoNodeFits && q.reserved_slot < 0) {
       Task& t = *tasks_.Find(oldest);
-      auto fit = index_.FindMostFree(ModelsFor(head_shape.model), t.spec.gpu_count,
-                                     [&](uint32_t slot, int model) {
-                                       return nodes_[slot]->Slice(model)->capacity;
-                                     });
+      auto fit = index_.FindMostFree(
+          ModelsFor(head_shape.model), t.spec.gpu_count,
+          [&](uint32_t slot, int model) { return nodes_[slot]->Slice(model)->capacity; });
       if (fit) SetReservation(q, static_cast<int>(fit->slot));
     }
     if (reason != PendingReason::kNoNodeFits || q.reserved_slot < 0) {
@@ -1139,6 +1145,8 @@ Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
     Enqueue(t);
     return OkStatus();
   }
+  // A stop recorded before stop orders carried a reason was a cancellation.
+  if (t.stopping && t.stop_reason == StopReason::kNone) t.stop_reason = StopReason::kCancel;
   bool held = t.status == TaskStatus::kRunning || t.stopping;
   if (!held) return OkStatus();
   if (t.allocation.empty()) {
@@ -1230,8 +1238,8 @@ PendingReason SchedulerCore::ReasonOf(const Task& t) const {
   if (t.status != TaskStatus::kPending) return PendingReason::kNone;
   // The core's own record knows its shape; a copy is looked up by its spec.
   const TaskRecord* record = tasks_.Find(t.id);
-  const Shape* s = record == &t ? record->shape
-                                : queues_[PrioIndex(t.spec.priority)]->FindShape(t.spec);
+  const Shape* s =
+      record == &t ? record->shape : queues_[PrioIndex(t.spec.priority)]->FindShape(t.spec);
   if (s == nullptr || s->tasks.empty() || s->tasks.front().second != t.id) {
     return PendingReason::kQueued;
   }
@@ -1276,7 +1284,8 @@ std::vector<NodeView> SchedulerCore::Nodes() const {
     if (n->gpus.empty() && !n->online && n->address.empty()) continue;  // Placeholder.
     out.push_back(*FindNode(n->id));
   }
-  std::sort(out.begin(), out.end(), [](const NodeView& a, const NodeView& b) { return a.id < b.id; });
+  std::sort(out.begin(), out.end(),
+            [](const NodeView& a, const NodeView& b) { return a.id < b.id; });
   return out;
 }
 
@@ -1303,8 +1312,8 @@ void SchedulerCore::QueueHeads(std::vector<QueueHead>& out) const {
   out.clear();
   for (int p = 0; p < kPriorityCount; ++p) {
     for (const Shape* s : queues_[p]->active) {
-      out.push_back({static_cast<Priority>(p), &s->model, s->gpu_count, s->tasks.front().second,
-                     s->reason});
+      out.push_back(
+          {static_cast<Priority>(p), &s->model, s->gpu_count, s->tasks.front().second, s->reason});
     }
   }
 }
@@ -1334,8 +1343,7 @@ Status SchedulerCore::CheckInvariants() const {
     const Shape* shape = tp->shape;
     if (t.status == TaskStatus::kPending) {
       if (shape == nullptr || shape->model != t.spec.gpu_model ||
-          shape->gpu_count != t.spec.gpu_count ||
-          queues_[p]->FindShape(t.spec) != shape) {
+          shape->gpu_count != t.spec.gpu_count || queues_[p]->FindShape(t.spec) != shape) {
         return Internal(FormatTaskId(id) + " does not point at its queue");
       }
     } else if (shape != nullptr) {

@@ -33,7 +33,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/placement_index.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "core/task_table.h"
 #include "core/types.h"
 

@@ -8,32 +8,68 @@ std::string_view ToString(Priority p) { return p == Priority::kHigh ? "high" : "
 
 std::string_view ToString(TaskStatus s) {
   switch (s) {
-    case TaskStatus::kPending: return "pending";
-    case TaskStatus::kRunning: return "running";
-    case TaskStatus::kSuccess: return "success";
-    case TaskStatus::kFailed: return "failed";
-    case TaskStatus::kCancelled: return "cancelled";
+    case TaskStatus::kPending:
+      return "pending";
+    case TaskStatus::kRunning:
+      return "running";
+    case TaskStatus::kSuccess:
+      return "success";
+    case TaskStatus::kFailed:
+      return "failed";
+    case TaskStatus::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }
 
 std::string_view ToString(PendingReason r) {
   switch (r) {
-    case PendingReason::kNone: return "";
-    case PendingReason::kQueued: return "queued";
-    case PendingReason::kQuotaExhausted: return "quota_exhausted";
-    case PendingReason::kNoNodeFits: return "no_node_fits";
-    case PendingReason::kNoGpuModel: return "no_gpu_model";
-    case PendingReason::kExceedsCluster: return "exceeds_cluster";
+    case PendingReason::kNone:
+      return "";
+    case PendingReason::kQueued:
+      return "queued";
+    case PendingReason::kQuotaExhausted:
+      return "quota_exhausted";
+    case PendingReason::kNoNodeFits:
+      return "no_node_fits";
+    case PendingReason::kNoGpuModel:
+      return "no_gpu_model";
+    case PendingReason::kExceedsCluster:
+      return "exceeds_cluster";
   }
   return "";
 }
 
 std::string_view ToString(GpuStatus s) {
   switch (s) {
-    case GpuStatus::kIdle: return "idle";
-    case GpuStatus::kBusy: return "busy";
-    case GpuStatus::kOffline: return "offline";
+    case GpuStatus::kIdle:
+      return "idle";
+    case GpuStatus::kBusy:
+      return "busy";
+    case GpuStatus::kOffline:
+      return "offline";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(StopReason r) {
+  switch (r) {
+    case StopReason::kNone:
+      return "";
+    case StopReason::kCancel:
+      return "cancel";
+    case StopReason::kPreempt:
+      return "preempt";
+    case StopReason::kDrain:
+      return "drain";
+    case StopReason::kMemberFailure:
+      return "member_failure";
+    case StopReason::kTimeout:
+      return "timeout";
+    case StopReason::kGpuFailure:
+      return "gpu_failure";
+    case StopReason::kReconcile:
+      return "reconcile";
   }
   return "unknown";
 }
@@ -53,9 +89,18 @@ std::optional<TaskStatus> ParseTaskStatus(std::string_view s) {
 }
 
 std::optional<PendingReason> ParsePendingReason(std::string_view s) {
-  for (auto r : {PendingReason::kNone, PendingReason::kQueued, PendingReason::kQuotaExhausted,
-                 PendingReason::kNoNodeFits, PendingReason::kNoGpuModel,
-                 PendingReason::kExceedsCluster}) {
+  for (auto r :
+       {PendingReason::kNone, PendingReason::kQueued, PendingReason::kQuotaExhausted,
+        PendingReason::kNoNodeFits, PendingReason::kNoGpuModel, PendingReason::kExceedsCluster}) {
+    if (ToString(r) == s) return r;
+  }
+  return std::nullopt;
+}
+
+std::optional<StopReason> ParseStopReason(std::string_view s) {
+  for (auto r : {StopReason::kNone, StopReason::kCancel, StopReason::kPreempt, StopReason::kDrain,
+                 StopReason::kMemberFailure, StopReason::kTimeout, StopReason::kGpuFailure,
+                 StopReason::kReconcile}) {
     if (ToString(r) == s) return r;
   }
   return std::nullopt;

@@ -36,13 +36,28 @@ enum class PendingReason : uint8_t {
 
 enum class GpuStatus : uint8_t { kIdle, kBusy, kOffline };
 
+// Why a task that holds GPUs is being stopped (Task::stop_reason while Task::stopping, and the
+// reason carried by a stop order).
+enum class StopReason : uint8_t {
+  kNone,           // Not being stopped.
+  kCancel,         // A user cancelled it.
+  kPreempt,        // Its GPUs are taken back for a task with a better claim to them.
+  kDrain,          // Its node is being drained.
+  kMemberFailure,  // Another member of its gang failed.
+  kTimeout,        // It ran longer than its timeout_seconds.
+  kGpuFailure,     // One of its GPUs became unhealthy.
+  kReconcile,      // Its agent runs it, but the scheduler did not assign it (or no longer) there.
+};
+
 std::string_view ToString(Priority p);
 std::string_view ToString(TaskStatus s);
 std::string_view ToString(PendingReason r);
 std::string_view ToString(GpuStatus s);
+std::string_view ToString(StopReason r);  // "" for kNone, else "cancel", "preempt", ...
 std::optional<Priority> ParsePriority(std::string_view s);
 std::optional<TaskStatus> ParseTaskStatus(std::string_view s);
 std::optional<PendingReason> ParsePendingReason(std::string_view s);
+std::optional<StopReason> ParseStopReason(std::string_view s);
 
 inline bool IsFinished(TaskStatus s) {
   return s == TaskStatus::kSuccess || s == TaskStatus::kFailed || s == TaskStatus::kCancelled;
@@ -68,8 +83,8 @@ struct TaskSpec {
   std::string gpu_model;  // Empty: any model.
   std::string command;
   std::vector<std::pair<std::string, std::string>> env;  // Sorted by key, keys unique.
-  std::string image;                                       // Docker executor only.
-  int64_t timeout_seconds = 0;                             // 0: no limit.
+  std::string image;                                     // Docker executor only.
+  int64_t timeout_seconds = 0;                           // 0: no limit.
   Priority priority = Priority::kLow;
   int gpu_count = 1;
 };
@@ -95,6 +110,7 @@ struct Task {
   // True once a cancelled running task's stop has been ordered but the agent has not yet
   // confirmed it: its GPUs stay held so that nothing else is started on them.
   bool stopping = false;
+  StopReason stop_reason = StopReason::kNone;  // Set while stopping.
 
   int TotalGpus() const { return spec.gpu_count; }
 };
@@ -121,13 +137,16 @@ struct FinishReport {
   TimeMicros finished_at = 0;
 };
 
-// An order for an agent. kStart carries the allocation on that node.
+// An order for an agent. kStart carries the allocation on that node; kStop why the task is
+// stopped and how long it may take to exit after SIGTERM before it is killed.
 struct Decision {
   enum class Kind : uint8_t { kStart, kStop };
   Kind kind = Kind::kStart;
   TaskNumber task = 0;
   std::string node_id;
-  std::vector<int> gpu_indices;  // kStart only.
+  std::vector<int> gpu_indices;           // kStart only.
+  StopReason reason = StopReason::kNone;  // kStop only.
+  int32_t grace_seconds = -1;             // kStop only; -1: the agent's own grace period.
   bool operator==(const Decision&) const = default;
 };
 

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "core/scheduler_core.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "core/types.h"
 
 namespace dgpu::scheduler {

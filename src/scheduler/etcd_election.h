@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace dgpu::scheduler {
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "scheduler/core_loop.h"
 #include "scheduler/leader_state.h"
 #include "scheduler/metrics.h"

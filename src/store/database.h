@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "core/types.h"
 
 namespace dgpu::store {

@@ -36,7 +36,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "core/types.h"
 #include "store/database.h"
 

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "core/types.h"
 
 namespace dgpu::store {

@@ -285,7 +285,7 @@ TEST_F(CoreTest, CancelPendingAndRunning) {
   EXPECT_EQ(StatusOf(wait), TaskStatus::kCancelled);
   EXPECT_TRUE(core_.QueueOrder(Priority::kHigh).empty());
   ASSERT_TRUE(core_.Cancel(run, now_).ok());
-  EXPECT_EQ(core_.TakeDecisions(), (std::vector<Decision>{{Kind::kStop, run, "n1", {}}}));
+  EXPECT_EQ(core_.TakeDecisions(), (std::vector<Decision>{{Kind::kStop, run, "n1", {}, StopReason::kCancel}}));
   // The GPU stays held until the agent confirms.
   auto next = Submit(Priority::kHigh, 1);
   EXPECT_TRUE(Pass().empty());
@@ -341,7 +341,7 @@ TEST_F(CoreTest, ReconcileOnReRegister) {
   EXPECT_EQ(core_.FindTask(vanished)->error, "agent_lost");
   auto d = core_.TakeDecisions();
   ASSERT_EQ(d.size(), 1u);
-  EXPECT_EQ(d[0], (Decision{Kind::kStop, 424242, "n1", {}}));
+  EXPECT_EQ(d[0], (Decision{Kind::kStop, 424242, "n1", {}, StopReason::kReconcile}));
   EXPECT_EQ(core_.FindTask(kept)->attempts, 1);  // Adopted, not restarted.
 }
 

@@ -29,6 +29,14 @@ TEST(EnumTest, RoundTrips) {
   EXPECT_EQ(ParseTaskStatus("done"), std::nullopt);
   EXPECT_EQ(ToString(PendingReason::kExceedsCluster), "exceeds_cluster");
   EXPECT_EQ(ParsePendingReason("no_node_fits"), PendingReason::kNoNodeFits);
+  for (auto r : {StopReason::kNone, StopReason::kCancel, StopReason::kPreempt, StopReason::kDrain,
+                 StopReason::kMemberFailure, StopReason::kTimeout, StopReason::kGpuFailure,
+                 StopReason::kReconcile}) {
+    EXPECT_EQ(ParseStopReason(ToString(r)), r);
+  }
+  EXPECT_EQ(ToString(StopReason::kMemberFailure), "member_failure");
+  EXPECT_EQ(ToString(StopReason::kNone), "");
+  EXPECT_EQ(ParseStopReason("cancelled"), std::nullopt);
 }
 
 }  // namespace

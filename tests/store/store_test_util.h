@@ -18,7 +18,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "core/types.h"
 
 namespace dgpu::store::testing {
