@@ -48,6 +48,7 @@ void BM_Decision(benchmark::State& state) {
   CoreConfig cfg;
   cfg.online_percent = 0.5;
   cfg.record_changes = record;
+  cfg.record_events = record;
   SchedulerCore core(cfg);
   for (int i = 0; i < nodes; ++i) (void)core.RegisterNode(NodeName(i), "", Gpus8(), {}, {}, 0);
   std::mt19937 rng(42);
@@ -108,6 +109,7 @@ void BM_PlaceRelease(benchmark::State& state) {
   CoreConfig cfg;
   cfg.online_percent = 0.5;
   cfg.record_changes = false;
+  cfg.record_events = false;
   SchedulerCore core(cfg);
   for (int i = 0; i < nodes; ++i) (void)core.RegisterNode(NodeName(i), "", Gpus8(), {}, {}, 0);
   std::mt19937 rng(7);
@@ -161,6 +163,7 @@ void BM_NoFitPass(benchmark::State& state) {
   CoreConfig cfg;
   cfg.online_percent = 0.5;
   cfg.record_changes = false;
+  cfg.record_events = false;
   SchedulerCore core(cfg);
   for (int i = 0; i < nodes; ++i) (void)core.RegisterNode(NodeName(i), "", Gpus8(), {}, {}, 0);
   // Fill every GPU, then queue 100,000 tasks of mixed sizes and both priorities.

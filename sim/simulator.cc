@@ -249,6 +249,7 @@ class CoreEngine {
     config.online_percent = options.online_percent;
     config.max_bypass = options.max_bypass;
     config.record_changes = false;
+    config.record_events = false;
     return config;
   }
 

@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "core/placement_index.h"
 #include "base/status.h"
+#include "core/placement_index.h"
 #include "core/task_table.h"
 #include "core/types.h"
 
@@ -41,10 +41,11 @@ namespace dgpu::core {
 
 struct CoreConfig {
   double online_percent = 0.7;
-  int max_attempts = 3;         // Starts before a task that keeps losing its node fails.
-  int max_bypass = 16;          // Times the oldest task may be overtaken before its queue holds.
+  int max_attempts = 3;  // Starts before a task that keeps losing its node fails.
+  int max_bypass = 16;   // Times the oldest task may be overtaken before its queue holds.
   TimeMicros heartbeat_timeout = 15 * kMicrosPerSecond;  // Node silent this long is lost.
-  bool record_changes = true;   // Off in the simulator, which persists nothing.
+  bool record_changes = true;  // Off in the simulator, which persists nothing.
+  bool record_events = true;   // Off in the simulator, which keeps its own statistics.
 };
 
 struct QuotaView {
@@ -113,7 +114,7 @@ class SchedulerCore {
   Status TaskFinished(const std::string& node_id, const FinishReport& report, TimeMicros now);
 
   // Sets the online share in [0,1]; batch gets the rest. Running tasks are never stopped.
-  Status SetOnlinePercent(double online_percent);
+  Status SetOnlinePercent(double online_percent, TimeMicros now);
 
   // Marks nodes silent for longer than heartbeat_timeout as lost.
   void Tick(TimeMicros now);
@@ -141,6 +142,8 @@ class SchedulerCore {
   // decisions after every pass reuses their memory.
   void TakeDecisions(std::vector<Decision>& out);
   std::vector<Change> TakeChanges();
+  // What happened since the last call, in order (see Event); empty when record_events is off.
+  std::vector<Event> TakeEvents();
   bool HasDecisions() const { return !decisions_.empty(); }
 
   // Hints for a caller that knows which tasks it will report finished next (the simulator):
@@ -199,10 +202,10 @@ class SchedulerCore {
 
   // Counters for the simulator and metrics.
   struct Stats {
-    uint64_t decisions = 0;        // Start decisions made.
+    uint64_t decisions = 0;  // Start decisions made.
     uint64_t passes = 0;
-    uint64_t shape_checks = 0;     // Shape heads examined by passes.
-    uint64_t passes_skipped = 0;   // Passes with nothing to do since the last one (see Schedule).
+    uint64_t shape_checks = 0;    // Shape heads examined by passes.
+    uint64_t passes_skipped = 0;  // Passes with nothing to do since the last one (see Schedule).
   };
   const Stats& stats() const { return stats_; }
 
@@ -212,6 +215,10 @@ class SchedulerCore {
   struct PriorityQueue;
 
   void Emit(const Task& t);
+  // Records an event about task t (node: where it happened, if anywhere).
+  void EmitEvent(Event::Kind kind, const Task& t, TimeMicros now, std::string_view node = {},
+                 std::string_view detail = {});
+  Event& EmitNodeEvent(Event::Kind kind, const std::string& node_id, TimeMicros now);
   static constexpr size_t kStartPrefetchDistance = 16;
   void PrefetchQueued(const Shape& shape) const;
   // Starts t on the lowest free GPU positions of `model` on the node in `slot` (it has enough).
@@ -324,6 +331,7 @@ class SchedulerCore {
   static constexpr size_t kMaxSpareGpuLists = 4096;
   std::vector<std::vector<int>> spare_gpu_lists_;
   std::vector<Change> changes_;
+  std::vector<Event> events_;
   Stats stats_;
 };
 

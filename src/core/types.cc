@@ -74,6 +74,32 @@ std::string_view ToString(StopReason r) {
   return "unknown";
 }
 
+std::string_view ToString(Event::Kind k) {
+  switch (k) {
+    case Event::Kind::kTaskSubmitted:
+      return "task_submitted";
+    case Event::Kind::kTaskScheduled:
+      return "task_scheduled";
+    case Event::Kind::kTaskStarted:
+      return "task_started";
+    case Event::Kind::kTaskStopping:
+      return "task_stopping";
+    case Event::Kind::kTaskStopped:
+      return "task_stopped";
+    case Event::Kind::kTaskRequeued:
+      return "task_requeued";
+    case Event::Kind::kTaskFinished:
+      return "task_finished";
+    case Event::Kind::kNodeJoined:
+      return "node_joined";
+    case Event::Kind::kNodeLost:
+      return "node_lost";
+    case Event::Kind::kQuotaChanged:
+      return "quota_changed";
+  }
+  return "unknown";
+}
+
 std::optional<Priority> ParsePriority(std::string_view s) {
   if (s == "high") return Priority::kHigh;
   if (s == "low") return Priority::kLow;

@@ -159,4 +159,36 @@ struct Change {
   TaskNumber next_number = 0;  // kNextTaskNumber.
 };
 
+// Something that happened in the core, for metrics, logs and (later) audit, watchers and task
+// history. Events come out in the order they happened, beside the durable changes of the same
+// commands (SchedulerCore::TakeEvents).
+struct Event {
+  enum class Kind : uint8_t {
+    kTaskSubmitted,  // Queued.
+    kTaskScheduled,  // A start was ordered (node_id, gpus), or a running task was adopted.
+    kTaskStarted,    // Its agent confirmed the start.
+    kTaskStopping,   // A stop was ordered on node_id (reason); its GPUs stay held until it ends.
+    kTaskStopped,    // A stopping task ended (or its node was lost); its GPUs are free.
+    kTaskRequeued,   // Put back at the head of its queue (detail: why, e.g. "agent_lost").
+    kTaskFinished,   // Reached a final status (status, exit_code, detail: the error word).
+    kNodeJoined,     // A node registered (again) with `gpus` GPUs.
+    kNodeLost,       // A node went offline (silent, or reported lost).
+    kQuotaChanged,   // The online share changed (online_percent).
+  };
+  Kind kind = Kind::kTaskSubmitted;
+  TimeMicros time = 0;
+  TaskNumber task = 0;  // Task events.
+  Priority priority = Priority::kLow;
+  TaskStatus status = TaskStatus::kPending;  // The task's status after the event.
+  StopReason reason = StopReason::kNone;     // kTaskStopping.
+  int gpus = 0;                              // The task's GPU count; a joining node's GPUs.
+  int exit_code = 0;                         // kTaskFinished.
+  TimeMicros created_at = 0;                 // Task events: when the task was submitted.
+  double online_percent = 0;                 // kQuotaChanged.
+  std::string node_id;  // Where it happened (task events with a node, node events).
+  std::string detail;   // kTaskRequeued / kTaskFinished: the error word; kNodeJoined: address.
+};
+
+std::string_view ToString(Event::Kind k);  // "task_submitted", "node_lost", ...
+
 }  // namespace dgpu::core

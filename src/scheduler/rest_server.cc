@@ -345,7 +345,7 @@ struct RestServer::Impl {
     }
     if (RefuseWrite(req, route)) return restinio::request_accepted();
     d.loop->Post([this, req, route, online](CoreLoop::Context& c) {
-      Status s = c.core.SetOnlinePercent(online);
+      Status s = c.core.SetOnlinePercent(online, c.now);
       if (!s.ok()) {
         SendError(req, route, FromStatus(s));
         return;

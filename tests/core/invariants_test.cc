@@ -77,7 +77,7 @@ void RunSequence(uint32_t seed, int steps) {
       (void)both([&](SchedulerCore& c) { return c.Cancel(id, now); });
     } else if (op < 82) {
       double percent = pick(11) / 10.0;
-      ASSERT_TRUE(both([&](SchedulerCore& c) { return c.SetOnlinePercent(percent); }).ok());
+      ASSERT_TRUE(both([&](SchedulerCore& c) { return c.SetOnlinePercent(percent, 0); }).ok());
     } else if (op < 85) {
       TimeMicros at = now + pick(20) * testing::kSec;
       core.Tick(at);

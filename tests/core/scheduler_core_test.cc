@@ -46,7 +46,7 @@ class CoreTest : public ::testing::Test {
 TEST_F(CoreTest, SingleNodeTaskNeverSpansNodes) {
   AddNode("n1", 4);
   AddNode("n2", 4);
-  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0, 0).ok());
   auto a = Submit(Priority::kHigh, 3);
   auto b = Submit(Priority::kHigh, 3);
   auto c = Submit(Priority::kHigh, 2);  // 1 + 1 free GPUs left on two nodes: must wait.
@@ -66,7 +66,7 @@ TEST_F(CoreTest, BestFitPrefersFullestNodeThenNodeId) {
   AddNode("n2", 8);
   AddNode("n1", 8);
   AddNode("n3", 4);
-  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0, 0).ok());
   auto a = Submit(Priority::kHigh, 4);  // Exact fit on n3.
   auto b = Submit(Priority::kHigh, 6);  // n1 (tie with n2 on free count, lower id).
   auto c = Submit(Priority::kHigh, 2);  // n1 has 2 left: fullest that fits.
@@ -94,7 +94,7 @@ TEST(QuotaTableTest, RoundsOnlineAndGivesBatchTheRest) {
     if (c.total > 0) {
       ASSERT_TRUE(core.RegisterNode("n", "", testing::MakeGpus(c.total), {}, {}, 0).ok());
     }
-    ASSERT_TRUE(core.SetOnlinePercent(c.online_percent).ok());
+    ASSERT_TRUE(core.SetOnlinePercent(c.online_percent, 0).ok());
     auto q = core.Quota();
     EXPECT_EQ(q.total_gpus, c.total);
     EXPECT_EQ(q.quota[0], c.want_online) << c.online_percent << " of " << c.total;
@@ -126,7 +126,7 @@ TEST_F(CoreTest, QuotaChangeNeverStopsRunningTasks) {
   std::vector<TaskNumber> high;
   for (int i = 0; i < 5; ++i) high.push_back(Submit(Priority::kHigh, 1));
   EXPECT_EQ(Pass().size(), 5u);
-  ASSERT_TRUE(core_.SetOnlinePercent(0.25).ok());  // Online quota 2 < 5 running.
+  ASSERT_TRUE(core_.SetOnlinePercent(0.25, 0).ok());  // Online quota 2 < 5 running.
   auto q = core_.Quota();
   EXPECT_EQ(q.quota[0], 2);
   EXPECT_EQ(q.used[0], 5);
@@ -139,14 +139,14 @@ TEST_F(CoreTest, QuotaChangeNeverStopsRunningTasks) {
   auto d = Pass();
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].task, batch);
-  EXPECT_EQ(core_.SetOnlinePercent(1.5).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(core_.SetOnlinePercent(-0.1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.SetOnlinePercent(1.5, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.SetOnlinePercent(-0.1, 0).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(core_.online_percent(), 0.25);
 }
 
 TEST_F(CoreTest, HighBeforeLowAndFifoWithinPriority) {
   AddNode("n1", 1);
-  ASSERT_TRUE(core_.SetOnlinePercent(0.5).ok());  // 1 GPU: online round(0.5)=1, batch 0.
+  ASSERT_TRUE(core_.SetOnlinePercent(0.5, 0).ok());  // 1 GPU: online round(0.5)=1, batch 0.
   auto l1 = Submit(Priority::kLow, 1);
   auto h1 = Submit(Priority::kHigh, 1);
   auto h2 = Submit(Priority::kHigh, 1);
@@ -161,7 +161,7 @@ TEST_F(CoreTest, HighBeforeLowAndFifoWithinPriority) {
 TEST_F(CoreTest, PendingReasons) {
   AddNode("n1", 4, "A100");
   AddNode("n2", 1, "A100");
-  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0, 0).ok());
   auto no_model = Submit(Priority::kHigh, 1, "H100");
   auto too_big = Submit(Priority::kHigh, 5);
   auto fits = Submit(Priority::kHigh, 3);
@@ -205,7 +205,7 @@ TEST_F(CoreTest, PendingReasons) {
 TEST_F(CoreTest, ModelMatchingExactThenSubstring) {
   AddNode("v", 2, "Tesla V100-SXM2-32GB");
   AddNode("a", 2, "A100");
-  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0, 0).ok());
   auto t1 = Submit(Priority::kHigh, 1, "V100");
   auto t2 = Submit(Priority::kHigh, 1, "a100");
   auto d = Pass();
@@ -218,7 +218,7 @@ TEST_F(CoreTest, MixedModelNodeKeepsOneModelPerTask) {
   std::vector<GpuInfo> gpus = {
       {0, "A100", 1, ""}, {1, "T4", 1, ""}, {2, "A100", 1, ""}, {3, "T4", 1, ""}};
   ASSERT_TRUE(core_.RegisterNode("mix", "", gpus, {}, {}, now_).ok());
-  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0, 0).ok());
   auto t = Submit(Priority::kHigh, 2, "T4");
   auto u = Submit(Priority::kHigh, 2);
   auto d = Pass();
@@ -229,7 +229,7 @@ TEST_F(CoreTest, MixedModelNodeKeepsOneModelPerTask) {
 
 TEST_F(CoreTest, NodeLossRequeuesAtHeadThenFailsAfterMaxAttempts) {
   AddNode("n1", 2);
-  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0, 0).ok());
   auto a = Submit(Priority::kHigh, 1);
   auto b = Submit(Priority::kHigh, 1);
   EXPECT_EQ(Pass().size(), 2u);
@@ -258,7 +258,7 @@ TEST_F(CoreTest, NodeLossRequeuesAtHeadThenFailsAfterMaxAttempts) {
 TEST_F(CoreTest, HeartbeatTimeoutMakesNodeLost) {
   AddNode("n1", 1);
   AddNode("n2", 1);
-  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0, 0).ok());
   auto a = Submit(Priority::kHigh, 1);
   ASSERT_EQ(Pass().size(), 1u);
   now_ += 10 * kSec;
@@ -277,7 +277,7 @@ TEST_F(CoreTest, HeartbeatTimeoutMakesNodeLost) {
 
 TEST_F(CoreTest, CancelPendingAndRunning) {
   AddNode("n1", 1);
-  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0, 0).ok());
   auto run = Submit(Priority::kHigh, 1);
   auto wait = Submit(Priority::kHigh, 1);
   ASSERT_EQ(Pass().size(), 1u);
@@ -303,7 +303,7 @@ TEST_F(CoreTest, CancelPendingAndRunning) {
 TEST_F(CoreTest, FinishValidation) {
   AddNode("n1", 1);
   AddNode("n2", 1);
-  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0, 0).ok());
   auto a = Submit(Priority::kHigh, 1);
   auto d = Pass();
   ASSERT_EQ(d.size(), 1u);
@@ -324,7 +324,7 @@ TEST_F(CoreTest, FinishValidation) {
 
 TEST_F(CoreTest, ReconcileOnReRegister) {
   AddNode("n1", 4);
-  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0, 0).ok());
   auto kept = Submit(Priority::kHigh, 1);
   auto vanished = Submit(Priority::kHigh, 1);
   auto done = Submit(Priority::kHigh, 1);
@@ -347,7 +347,7 @@ TEST_F(CoreTest, ReconcileOnReRegister) {
 
 TEST_F(CoreTest, NodeReturnsWithTaskThatWasPutBack) {
   AddNode("n1", 2);
-  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0, 0).ok());
   auto a = Submit(Priority::kHigh, 2);
   ASSERT_EQ(Pass().size(), 1u);
   ASSERT_TRUE(core_.NodeLost("n1", now_).ok());
@@ -518,7 +518,7 @@ TEST_F(CoreTest, SubmitValidation) {
 
 TEST_F(CoreTest, ChangesComeInOrder) {
   AddNode("n1", 1);
-  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0, 0).ok());
   core_.TakeChanges();
   auto a = Submit(Priority::kHigh, 1);
   Pass();

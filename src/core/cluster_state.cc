@@ -1,0 +1,216 @@
+// Cluster state: nodes and their GPUs, GPU models, quotas, GPUs given back, and the views of
+// them the daemon serves.
+#include "core/core_internal.h"
+
+namespace dgpu::core {
+
+int SchedulerCore::InternModel(const std::string& model) {
+  auto [it, inserted] = model_ids_.try_emplace(model, static_cast<int>(models_.size()));
+  if (inserted) {
+    models_.push_back(model);
+    model_match_cache_.clear();
+    model_generation_++;
+    room_seq_.resize(models_.size());
+    structure_seq_ = ++change_seq_;
+  }
+  return it->second;
+}
+
+std::vector<int> SchedulerCore::MatchModels(const std::string& wanted) const {
+  std::vector<int> out;
+  for (size_t m = 0; m < models_.size(); ++m) {
+    if (wanted.empty() || EqualsIgnoreCase(models_[m], wanted)) out.push_back(static_cast<int>(m));
+  }
+  if (out.empty() && !wanted.empty()) {
+    // "V100" matches "Tesla V100-SXM2-32GB" when no model is named exactly so.
+    for (size_t m = 0; m < models_.size(); ++m) {
+      if (ContainsIgnoreCase(models_[m], wanted)) out.push_back(static_cast<int>(m));
+    }
+  }
+  return out;
+}
+
+const std::vector<int>& SchedulerCore::ShapeModels(Shape& shape) {
+  if (shape.models_generation != model_generation_) {
+    shape.models = &ModelsFor(shape.model);
+    shape.models_generation = model_generation_;
+  }
+  return *shape.models;
+}
+
+const std::vector<int>& SchedulerCore::ModelsFor(const std::string& wanted) {
+  auto it = model_match_cache_.find(wanted);
+  if (it == model_match_cache_.end()) {
+    it = model_match_cache_.emplace(wanted, MatchModels(wanted)).first;
+  }
+  return it->second;
+}
+
+SchedulerCore::NodeState& SchedulerCore::AddNodeState(const std::string& id) {
+  auto ns = std::make_unique<NodeState>();
+  ns->slot = static_cast<uint32_t>(nodes_.size());
+  ns->id = id;
+  NodeState& node = *ns;
+  node_slots_.emplace(id, ns->slot);
+  nodes_.push_back(std::move(ns));
+  // Rank: midway between its neighbours in id order; renumber all (order kept) when no gap.
+  constexpr uint64_t kGap = uint64_t{1} << 32;
+  auto it = nodes_by_id_.emplace(id, node.slot).first;
+  uint64_t lo = it == nodes_by_id_.begin() ? 0 : nodes_[std::prev(it)->second]->rank;
+  auto next = std::next(it);
+  uint64_t hi = next == nodes_by_id_.end() ? lo + 2 * kGap : nodes_[next->second]->rank;
+  if (hi - lo >= 2) {
+    node.rank = lo + (hi - lo) / 2;
+  } else {
+    uint64_t r = kGap;
+    for (const auto& [name, slot] : nodes_by_id_) {
+      nodes_[slot]->rank = r;
+      r += kGap;
+    }
+  }
+  return node;
+}
+
+SchedulerCore::NodeState* SchedulerCore::FindNodeState(const std::string& id) {
+  auto it = node_slots_.find(id);
+  return it == node_slots_.end() ? nullptr : nodes_[it->second].get();
+}
+
+const SchedulerCore::NodeState* SchedulerCore::FindNodeState(const std::string& id) const {
+  auto it = node_slots_.find(id);
+  return it == node_slots_.end() ? nullptr : nodes_[it->second].get();
+}
+
+void SchedulerCore::RecomputeQuota() {
+  int online = static_cast<int>(std::lround(total_online_gpus_ * config_.online_percent));
+  online = std::clamp(online, 0, total_online_gpus_);
+  quota_[PrioIndex(Priority::kHigh)] = online;
+  quota_[PrioIndex(Priority::kLow)] = total_online_gpus_ - online;
+}
+
+void SchedulerCore::ReleaseGpus(Task& t) {
+  pass_needed_ = true;
+  const uint32_t slot = static_cast<TaskRecord&>(t).node_slot;
+  if (t.allocation.size() == 1 && slot < nodes_.size()) {
+    // node_slot is set with the allocation and names its node (CheckInvariants): no need to read
+    // the allocation, the node knows which GPUs the task holds.
+    ReleaseOnNode(*nodes_[slot], t.id);
+  } else {
+    for (const auto& na : t.allocation) {
+      if (NodeState* node = FindNodeState(na.node_id)) ReleaseOnNode(*node, t.id);
+    }
+  }
+  used_[PrioIndex(t.spec.priority)] -= t.spec.gpu_count;
+  t.stopping = false;
+  t.stop_reason = StopReason::kNone;
+}
+
+void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id) {
+  node.DropUnclaimed(id);
+  // A task's GPUs on one node share one model: one index update per node.
+  NodeState::ModelSlice* slice = nullptr;
+  int freed = 0;
+  for (size_t pos = 0; pos < node.gpu_task.size(); ++pos) {
+    if (node.gpu_task[pos] != id) continue;
+    node.gpu_task[pos] = 0;
+    slice = node.Slice(node.gpu_model[pos]);
+    slice->free++;
+    freed++;
+  }
+  if (slice != nullptr && node.online) {
+    index_.Move(slice->model, node.Entry(), slice->free - freed, slice->free);
+    // Shapes of this model asking for more than the node had free, and at most what it has now,
+    // may have room again.
+    auto& seqs = room_seq_[static_cast<size_t>(slice->model)];
+    if (seqs.size() <= static_cast<size_t>(slice->free)) seqs.resize(slice->free + 1, 0);
+    const uint64_t seq = ++change_seq_;
+    for (int k = slice->free - freed + 1; k <= slice->free; ++k) seqs[k] = seq;
+  }
+}
+
+void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now) {
+  pass_needed_ = true;
+  structure_seq_ = ++change_seq_;  // Fewer nodes can change why a task waits.
+  if (node.online) {
+    for (const auto& s : node.slices) index_.Erase(s.model, node.Entry(), s.free, s.capacity);
+    total_online_gpus_ -= static_cast<int>(node.gpus.size());
+    node.online = false;
+    RecomputeQuota();
+    for (auto& q : queues_) {
+      if (q->reserved_slot == static_cast<int>(node.slot)) SetReservation(*q, -1);
+    }
+    if (config_.record_events) EmitNodeEvent(Event::Kind::kNodeLost, node.id, now);
+  }
+  // Put back in their original relative order: the task that ran first ends up first.
+  std::vector<Task*> held;
+  for (TaskNumber id : node.HeldTasks()) held.push_back(tasks_.Find(id));
+  std::sort(held.begin(), held.end(),
+            [](const Task* a, const Task* b) { return a->queue_seq > b->queue_seq; });
+  for (Task* t : held) {
+    if (t->stopping) {
+      EmitEvent(Event::Kind::kTaskStopped, *t, now, node.id, "agent_lost");
+      ReleaseGpus(*t);
+      Emit(*t);
+    } else {
+      RequeueOrFail(*t, now, "agent_lost");
+    }
+  }
+}
+
+QuotaView SchedulerCore::Quota() const {
+  QuotaView v;
+  v.total_gpus = total_online_gpus_;
+  for (int p = 0; p < kPriorityCount; ++p) {
+    v.quota[p] = quota_[p];
+    v.used[p] = used_[p];
+  }
+  return v;
+}
+
+std::vector<GpuView> SchedulerCore::Gpus() const {
+  std::vector<const NodeState*> sorted;
+  for (const auto& n : nodes_) sorted.push_back(n.get());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const NodeState* a, const NodeState* b) { return a->id < b->id; });
+  std::vector<GpuView> out;
+  for (const NodeState* n : sorted) {
+    for (size_t i = 0; i < n->gpus.size(); ++i) {
+      GpuView g;
+      g.node_id = n->id;
+      g.index = n->gpus[i].index;
+      g.model = n->gpus[i].model;
+      g.memory_mb = n->gpus[i].memory_mb;
+      g.current_task = n->gpu_task[i];
+      g.status = !n->online ? GpuStatus::kOffline
+                            : (n->gpu_task[i] != 0 ? GpuStatus::kBusy : GpuStatus::kIdle);
+      out.push_back(std::move(g));
+    }
+  }
+  return out;
+}
+
+std::vector<NodeView> SchedulerCore::Nodes() const {
+  std::vector<NodeView> out;
+  for (const auto& n : nodes_) {
+    if (n->gpus.empty() && !n->online && n->address.empty()) continue;  // Placeholder.
+    out.push_back(*FindNode(n->id));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const NodeView& a, const NodeView& b) { return a.id < b.id; });
+  return out;
+}
+
+std::optional<NodeView> SchedulerCore::FindNode(const std::string& node_id) const {
+  const NodeState* n = FindNodeState(node_id);
+  if (n == nullptr) return std::nullopt;
+  NodeView v;
+  v.id = n->id;
+  v.address = n->address;
+  v.online = n->online;
+  v.gpu_count = static_cast<int>(n->gpus.size());
+  v.free_gpus = n->FreeGpus();
+  v.last_heartbeat = n->last_heartbeat;
+  return v;
+}
+
+}  // namespace dgpu::core

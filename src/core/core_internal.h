@@ -1,0 +1,337 @@
+// The scheduling core's private data structures, shared by the files that implement
+// SchedulerCore (see scheduler_core.h for the design). Not part of the core's interface: only
+// src/core/*.cc include it.
+//
+//   scheduler_core.cc  commands and the task life cycle (submit, cancel, finish, node loss)
+//   task_pool.cc       task records: the pool, recycling and the cache tuning (prefetching)
+//   queues.cc          shape queues, the bypass bound's reservations, queue queries
+//   cluster_state.cc   nodes, GPU models, quotas, releasing GPUs, cluster queries
+//   pass.cc            the scheduling pass: admission, filtering, best fit, starts
+//   reconcile.cc       node registration with reconciliation, restoring saved state
+//   invariants.cc      CheckInvariants
+#pragma once
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "core/scheduler_core.h"
+
+namespace dgpu::core {
+
+inline constexpr int kMaxGpuCount = 1024;
+
+// Hints: fetch the cache lines of [p, p + bytes) (for writing when `write`).
+template <bool write = false>
+void PrefetchLines(const void* p, size_t bytes) {
+  const auto* c = static_cast<const char*>(p);
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, write ? 1 : 0);
+}
+
+// The part of a task a start or a finish touches: the end of its spec onwards, up to the end of
+// the core's record (see Task).
+inline const void* HotPart(const Task* t) { return &t->spec.priority; }
+inline constexpr size_t kTaskHotBytes = 192;
+
+inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+inline bool ContainsIgnoreCase(std::string_view hay, std::string_view needle) {
+  auto it = std::search(hay.begin(), hay.end(), needle.begin(), needle.end(), [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
+  });
+  return it != hay.end();
+}
+
+inline int PrioIndex(Priority p) { return static_cast<int>(p); }
+
+// A reason that a bypass may be counted against: the task could start once GPUs free up.
+inline bool IsTransient(PendingReason r) {
+  return r == PendingReason::kNoNodeFits || r == PendingReason::kQuotaExhausted;
+}
+
+// Pending tasks ordered by (queue_seq, task). Submissions arrive at the back and tasks put back
+// arrive at the front, and the head is what leaves, so a sorted deque does nearly all the work
+// at its ends with no allocation per task. A task leaving from the middle (cancelled, adopted)
+// is marked dead in place, found by binary search, and dropped once it reaches an end; an
+// insertion in the middle (restore) moves the shorter side.
+class TaskQueue {
+ public:
+  using Key = std::pair<int64_t, TaskNumber>;  // (queue_seq, task)
+
+  bool empty() const { return live_ == 0; }
+  // The first live entry and its task; the queue must not be empty.
+  Key front() const { return items_.front().key; }
+  Task& front_task() const { return *items_.front().task; }
+
+  void Insert(int64_t seq, Task* task) {
+    const Key key{seq, task->id};
+    if (items_.empty() || items_.back().key < key) {
+      items_.push_back({key, task, true});
+    } else if (key < items_.front().key) {
+      items_.push_front({key, task, true});
+    } else {
+      auto it = LowerBound(key);
+      if (it != items_.end() && it->key == key) {
+        if (it->live) return;
+        it->task = task;
+        it->live = true;
+      } else {
+        items_.insert(it, {key, task, true});
+      }
+    }
+    ++live_;
+  }
+
+  // Returns whether the entry was there.
+  bool Erase(int64_t seq, TaskNumber id) {
+    const Key key{seq, id};
+    if (live_ == 0) return false;
+    if (items_.front().key == key) {
+      items_.pop_front();
+    } else {
+      auto it = LowerBound(key);
+      if (it == items_.end() || it->key != key || !it->live) return false;
+      it->live = false;
+    }
+    --live_;
+    // Keep both ends live, so that front() and the back insertion check stay O(1).
+    while (!items_.empty() && !items_.front().live) items_.pop_front();
+    while (!items_.empty() && !items_.back().live) items_.pop_back();
+    return true;
+  }
+
+  // The task k places behind the head (dead entries count), or nullptr.
+  const Task* Peek(size_t k) const { return k < items_.size() ? items_[k].task : nullptr; }
+  // A hint: fetches the entry k places behind the head (written long ago, at submission).
+  void PrefetchEntry(size_t k) const {
+    if (k < items_.size()) __builtin_prefetch(&items_[k]);
+  }
+
+  // Calls fn(Key) for every entry in queue order.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (const Item& i : items_) {
+      if (i.live) fn(i.key);
+    }
+  }
+
+ private:
+  struct Item {
+    Key key;
+    Task* task;  // Pending tasks stay in the core's pool, so the pointer stays valid.
+    bool live;
+  };
+  std::deque<Item>::iterator LowerBound(const Key& key) {
+    return std::lower_bound(items_.begin(), items_.end(), key,
+                            [](const Item& i, const Key& k) { return i.key < k; });
+  }
+
+  std::deque<Item> items_;  // Sorted by key; the first and last are live.
+  size_t live_ = 0;
+};
+
+// Pending tasks of one priority with the same (model, GPU count), in queue order. A shape
+// stays (empty) when its last task leaves, since the same shape usually comes back soon; empty
+// shapes are dropped once they outnumber the others.
+struct SchedulerCore::Shape {
+  std::string model;
+  int gpu_count = 0;
+  TaskQueue tasks;
+  PendingReason reason = PendingReason::kQueued;  // Why its head did not start last pass.
+  // ModelsFor(model), kept while no new model appears (model_generation_ unchanged).
+  const std::vector<int>* models = nullptr;
+  uint64_t models_generation = 0;
+  int active_at = -1;  // Position in PriorityQueue::active while it has tasks; -1 when empty.
+  // The last time no node had room for this shape: the core's change counter then, the reason
+  // Diagnose gave and the nodes that were excluded. See SchedulerCore::StillNoRoom.
+  uint64_t no_room_seq = 0;  // 0: not known.
+  PendingReason no_room_reason = PendingReason::kNoNodeFits;
+  uint8_t no_room_excluded_count = 0;
+  uint32_t no_room_excluded[2] = {0, 0};
+
+  void RememberNoRoom(uint64_t seq, const std::vector<uint32_t>& excluded, PendingReason r) {
+    if (excluded.size() > 2) return;
+    no_room_seq = seq;
+    no_room_reason = r;
+    no_room_excluded_count = static_cast<uint8_t>(excluded.size());
+    std::copy(excluded.begin(), excluded.end(), no_room_excluded);
+  }
+};
+
+// Orders shape keys, and finds them from a task's spec without building a key string.
+struct ShapeKeyLess {
+  using is_transparent = void;
+  using Key = std::pair<std::string, int>;
+  using View = std::pair<std::string_view, int>;
+  static View AsView(const Key& k) { return {k.first, k.second}; }
+  bool operator()(const Key& a, const Key& b) const { return a < b; }
+  bool operator()(const Key& a, const View& b) const { return AsView(a) < b; }
+  bool operator()(const View& a, const Key& b) const { return a < AsView(b); }
+};
+
+struct SchedulerCore::PriorityQueue {
+  // Every shape, by key; a pending task also points at its own (TaskRecord::shape).
+  std::map<std::pair<std::string, int>, std::unique_ptr<Shape>, ShapeKeyLess> shapes;
+  // The shapes that have tasks, in no particular order: what a pass iterates over.
+  std::vector<Shape*> active;
+  Shape* last_used = nullptr;  // The shape of the last submission: most are like the one before.
+  // Scratch for a pass (merge of shape heads, reserved nodes to skip), kept to avoid
+  // allocations per pass.
+  std::vector<std::pair<TaskQueue::Key, Shape*>> heads;
+  std::vector<uint32_t> excluded;
+  // Starvation guard: how often the oldest pending task was overtaken.
+  TaskNumber oldest = 0;
+  int bypassed = 0;
+  bool holding = false;
+  int reserved_slot = -1;  // Node kept for the held task; the other priority may not use it.
+
+  bool empty() const { return active.empty(); }
+
+  Shape& ShapeFor(const TaskSpec& spec) {
+    if (last_used != nullptr && last_used->gpu_count == spec.gpu_count &&
+        last_used->model == spec.gpu_model) {
+      return *last_used;
+    }
+    Shape* s = FindShape(spec);
+    if (s == nullptr) {
+      if (shapes.size() >= 2 * active.size() + 64) DropEmptyShapes();
+      auto& slot = shapes[{spec.gpu_model, spec.gpu_count}];
+      slot = std::make_unique<Shape>();
+      slot->model = spec.gpu_model;
+      slot->gpu_count = spec.gpu_count;
+      s = slot.get();
+    }
+    last_used = s;
+    return *s;
+  }
+  Shape* FindShape(const TaskSpec& spec) const {
+    auto it = shapes.find(ShapeKeyLess::View{spec.gpu_model, spec.gpu_count});
+    return it == shapes.end() ? nullptr : it->second.get();
+  }
+
+  void Insert(Shape& shape, int64_t seq, Task* task) {
+    shape.tasks.Insert(seq, task);
+    if (shape.active_at < 0 && !shape.tasks.empty()) {
+      shape.active_at = static_cast<int>(active.size());
+      active.push_back(&shape);
+    }
+  }
+  // Returns whether the entry was there.
+  bool Erase(Shape& shape, int64_t seq, TaskNumber id) {
+    if (!shape.tasks.Erase(seq, id)) return false;
+    if (shape.tasks.empty() && shape.active_at >= 0) {
+      Shape* last = active.back();
+      last->active_at = shape.active_at;
+      active[static_cast<size_t>(shape.active_at)] = last;
+      active.pop_back();
+      shape.active_at = -1;
+    }
+    return true;
+  }
+
+ private:
+  // No task points at an empty shape, so they can go.
+  void DropEmptyShapes() {
+    for (auto it = shapes.begin(); it != shapes.end();) {
+      it = it->second->tasks.empty() ? shapes.erase(it) : std::next(it);
+    }
+    last_used = nullptr;
+  }
+};
+
+struct alignas(64) SchedulerCore::NodeState {
+  struct ModelSlice {
+    int model = 0;
+    int capacity = 0;
+    int free = 0;
+  };
+  // What a start or a release reads comes first, with the per-GPU arrays inline for nodes of up
+  // to 8 GPUs: three adjacent cache lines of the node (it is line-aligned) instead of several
+  // separate heap blocks.
+  uint32_t slot = 0;
+  bool online = false;
+  bool indices_are_positions = true;  // gpus[i].index == i for every i.
+  bool any_unclaimed = false;         // !unclaimed.empty(), without reading it.
+  uint64_t rank = 0;                  // Follows id order; see AddNodeState.
+  std::string id;
+  absl::InlinedVector<ModelSlice, 1> slices;    // Per model present on the node.
+  absl::InlinedVector<TaskNumber, 8> gpu_task;  // Task holding each GPU position; 0 = free.
+  absl::InlinedVector<int, 8> gpu_model;        // Model id per GPU position.
+  std::string address;
+  TimeMicros last_heartbeat = 0;
+  std::vector<GpuInfo> gpus;
+  // Restored running tasks waiting for this node to register again: they hold no GPU position
+  // yet. Every other task held here (running or stopping) holds positions in gpu_task.
+  std::vector<TaskNumber> unclaimed;
+
+  void AddUnclaimed(TaskNumber id) {
+    unclaimed.push_back(id);
+    any_unclaimed = true;
+  }
+  void DropUnclaimed(TaskNumber id) {
+    if (!any_unclaimed) return;
+    auto it = std::find(unclaimed.begin(), unclaimed.end(), id);
+    if (it != unclaimed.end()) unclaimed.erase(it);
+    any_unclaimed = !unclaimed.empty();
+  }
+  void ClearUnclaimed() {
+    unclaimed.clear();
+    any_unclaimed = false;
+  }
+  // Tasks held here, each once, in no particular order.
+  std::vector<TaskNumber> HeldTasks() const {
+    std::vector<TaskNumber> held(unclaimed.begin(), unclaimed.end());
+    for (TaskNumber t : gpu_task) {
+      if (t != 0 && std::find(held.begin(), held.end(), t) == held.end()) held.push_back(t);
+    }
+    return held;
+  }
+  bool HoldsAny() const {
+    return any_unclaimed ||
+           std::any_of(gpu_task.begin(), gpu_task.end(), [](TaskNumber t) { return t != 0; });
+  }
+  bool HasTask(TaskNumber id) const {
+    return std::find(gpu_task.begin(), gpu_task.end(), id) != gpu_task.end() ||
+           std::find(unclaimed.begin(), unclaimed.end(), id) != unclaimed.end();
+  }
+
+  int Position(int gpu_index) const {
+    // Agents report their GPUs as 0..n-1, so the position is usually the index itself: answer
+    // without touching the GPU records.
+    if (indices_are_positions) {
+      return gpu_index >= 0 && gpu_index < static_cast<int>(gpu_task.size()) ? gpu_index : -1;
+    }
+    for (size_t i = 0; i < gpus.size(); ++i) {
+      if (gpus[i].index == gpu_index) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  ModelSlice* Slice(int model) {
+    for (auto& s : slices) {
+      if (s.model == model) return &s;
+    }
+    return nullptr;
+  }
+  int FreeGpus() const {
+    int n = 0;
+    for (const auto& s : slices) n += s.free;
+    return n;
+  }
+  PlacementIndex::Entry Entry() const { return {&rank, slot}; }
+};
+
+}  // namespace dgpu::core

@@ -1,0 +1,104 @@
+// CheckInvariants: every rule the core keeps, checked the slow way (for tests).
+#include "core/core_internal.h"
+
+namespace dgpu::core {
+
+Status SchedulerCore::CheckInvariants() const {
+  std::vector<std::pair<TaskNumber, const TaskRecord*>> all_tasks;
+  tasks_.ForEach([&](TaskNumber id, const TaskRecord* t) { all_tasks.emplace_back(id, t); });
+  int used[kPriorityCount] = {0, 0};
+  size_t running[kPriorityCount] = {0, 0};
+  size_t pending[kPriorityCount] = {0, 0};
+  for (const auto& [id, tp] : all_tasks) {
+    const Task& t = *tp;
+    int p = PrioIndex(t.spec.priority);
+    bool held = t.status == TaskStatus::kRunning || t.stopping;
+    const Shape* shape = tp->shape;
+    if (t.status == TaskStatus::kPending) {
+      if (shape == nullptr || shape->model != t.spec.gpu_model ||
+          shape->gpu_count != t.spec.gpu_count || queues_[p]->FindShape(t.spec) != shape) {
+        return Internal(FormatTaskId(id) + " does not point at its queue");
+      }
+    } else if (shape != nullptr) {
+      return Internal(FormatTaskId(id) + " is not pending but points at a queue");
+    }
+    if (t.status == TaskStatus::kRunning) running[p]++;
+    if (t.status == TaskStatus::kPending) pending[p]++;
+    if (t.stopping && t.status != TaskStatus::kCancelled) {
+      return Internal(FormatTaskId(id) + " is stopping but not cancelled");
+    }
+    if (!held) continue;
+    used[p] += t.spec.gpu_count;
+    if (t.allocation.size() != 1) return Internal(FormatTaskId(id) + " has no single allocation");
+    const auto& na = t.allocation[0];
+    if (static_cast<int>(na.gpu_indices.size()) != t.spec.gpu_count) {
+      return Internal(FormatTaskId(id) + " holds the wrong number of GPUs");
+    }
+    const NodeState* n = FindNodeState(na.node_id);
+    if (n == nullptr || !n->HasTask(id)) {
+      return Internal(FormatTaskId(id) + " is not listed on node " + na.node_id);
+    }
+    if (tp->node_slot != n->slot) {
+      return Internal(FormatTaskId(id) + " has the wrong node slot for node " + na.node_id);
+    }
+    if (!n->gpus.empty()) {
+      for (int idx : na.gpu_indices) {
+        int pos = n->Position(idx);
+        if (pos < 0 || n->gpu_task[pos] != id) {
+          return Internal(FormatTaskId(id) + " does not hold GPU " + std::to_string(idx) +
+                          " of node " + na.node_id);
+        }
+      }
+    }
+  }
+  for (int p = 0; p < kPriorityCount; ++p) {
+    if (used[p] != used_[p]) return Internal("quota use out of step with running tasks");
+    if (running[p] != running_count_[p]) return Internal("running count out of step");
+    if (pending[p] != pending_count_[p]) return Internal("pending count out of step");
+  }
+  int total = 0;
+  int busy_tasks = 0;
+  for (const auto& n : nodes_) {
+    int free = 0;
+    for (size_t i = 0; i < n->gpus.size(); ++i) {
+      TaskNumber tid = n->gpu_task[i];
+      if (tid == 0) {
+        free++;
+        continue;
+      }
+      const Task* found = tasks_.Find(tid);
+      if (found == nullptr) return Internal("a GPU is held by an unknown task");
+      const Task& t = *found;
+      if (!(t.status == TaskStatus::kRunning || t.stopping)) {
+        return Internal("a GPU is held by " + FormatTaskId(tid) + " which does not run");
+      }
+      busy_tasks++;
+    }
+    if (free != n->FreeGpus()) return Internal("free count out of step on node " + n->id);
+    if (n->online) total += static_cast<int>(n->gpus.size());
+  }
+  int allocated = 0;
+  for (const auto& [id, tp] : all_tasks) {
+    const Task& t = *tp;
+    if (!(t.status == TaskStatus::kRunning || t.stopping)) continue;
+    const NodeState* n = FindNodeState(t.allocation[0].node_id);
+    if (!n->gpus.empty()) allocated += t.spec.gpu_count;
+  }
+  if (allocated != busy_tasks) return Internal("allocated GPUs differ from busy GPUs");
+  if (total != total_online_gpus_) return Internal("online GPU total out of step");
+  if (quota_[0] + quota_[1] != total_online_gpus_) return Internal("quotas do not add up");
+  for (const auto& q : queues_) {
+    size_t active = 0;
+    for (const auto& [key, shape] : q->shapes) {
+      const bool listed = shape->active_at >= 0 &&
+                          static_cast<size_t>(shape->active_at) < q->active.size() &&
+                          q->active[static_cast<size_t>(shape->active_at)] == shape.get();
+      if (listed != !shape->tasks.empty()) return Internal("active shape list out of step");
+      active += listed ? 1 : 0;
+    }
+    if (active != q->active.size()) return Internal("active shape list out of step");
+  }
+  return OkStatus();
+}
+
+}  // namespace dgpu::core

@@ -1,0 +1,223 @@
+// Reconciliation with what agents report when they (re)register, and restoring saved state.
+#include "core/core_internal.h"
+
+namespace dgpu::core {
+
+Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string& address,
+                                   const std::vector<GpuInfo>& gpus,
+                                   const std::vector<RunningReport>& running,
+                                   const std::vector<FinishReport>& finished, TimeMicros now) {
+  if (node_id.empty()) return InvalidArgument("node id must not be empty");
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    if (gpus[i].index < 0) return InvalidArgument("gpu index must not be negative");
+    if (gpus[i].model.empty()) return InvalidArgument("gpu model must not be empty");
+    for (size_t j = 0; j < i; ++j) {
+      if (gpus[j].index == gpus[i].index) {
+        return InvalidArgument("gpu index " + std::to_string(gpus[i].index) + " is listed twice");
+      }
+    }
+  }
+
+  pass_needed_ = true;
+  NodeState* node = FindNodeState(node_id);
+  if (node == nullptr) node = &AddNodeState(node_id);
+  if (config_.record_events) {
+    Event& e = EmitNodeEvent(Event::Kind::kNodeJoined, node_id, now);
+    e.gpus = static_cast<int>(gpus.size());
+    e.detail = address;
+  }
+
+  // 1. Record finishes first, so that a task that ended while the agent was away is not lost.
+  for (const auto& f : finished) {
+    TaskRecord* found = tasks_.Find(f.task);
+    if (found == nullptr) continue;
+    Task& t = *found;
+    bool held_here = (t.status == TaskStatus::kRunning || t.stopping) && !t.allocation.empty() &&
+                     t.allocation[0].node_id == node_id;
+    if (held_here) {
+      (void)ApplyFinish(t, f, now);
+    } else if (t.status == TaskStatus::kPending) {
+      // It ran to its end there although it is queued here: it was put back when this node
+      // vanished, or a previous leader started it and failed before that start reached this
+      // scheduler. Agents run only what a leader ordered, so this was a real run: starting it
+      // again would run it twice.
+      Dequeue(t);
+      t.attempts = std::max(t.attempts, 1);
+      t.status = f.success ? TaskStatus::kSuccess : TaskStatus::kFailed;
+      t.exit_code = f.exit_code;
+      t.error = f.error;
+      t.finished_at = f.finished_at != 0 ? f.finished_at : now;
+      Emit(t);
+      EmitEvent(Event::Kind::kTaskFinished, t, now, node_id, t.error);
+    }
+  }
+
+  // 2. Take the node out of the pool while its GPUs are rebuilt.
+  if (node->online) {
+    for (const auto& s : node->slices) index_.Erase(s.model, node->Entry(), s.free, s.capacity);
+    total_online_gpus_ -= static_cast<int>(node->gpus.size());
+    node->online = false;
+  }
+  std::vector<TaskNumber> held = node->HeldTasks();
+  node->address = address;
+  node->gpus = gpus;
+  std::sort(node->gpus.begin(), node->gpus.end(),
+            [](const GpuInfo& a, const GpuInfo& b) { return a.index < b.index; });
+  node->gpu_model.assign(node->gpus.size(), 0);
+  node->gpu_task.assign(node->gpus.size(), 0);
+  node->slices.clear();
+  node->ClearUnclaimed();
+  node->indices_are_positions = true;
+  for (size_t i = 0; i < node->gpus.size(); ++i) {
+    if (node->gpus[i].index != static_cast<int>(i)) node->indices_are_positions = false;
+    int m = InternModel(node->gpus[i].model);
+    node->gpu_model[i] = m;
+    auto* s = node->Slice(m);
+    if (s == nullptr) {
+      node->slices.push_back({m, 0, 0});
+      s = &node->slices.back();
+    }
+    s->capacity++;
+    s->free++;
+  }
+
+  // Claims GPU positions for a task if they all exist, share one model and are free.
+  auto claim = [&](const std::vector<int>& indices, TaskNumber task) -> bool {
+    std::vector<int> pos;
+    for (int idx : indices) {
+      int p = node->Position(idx);
+      if (p < 0 || node->gpu_task[p] != 0) return false;
+      if (!pos.empty() && node->gpu_model[p] != node->gpu_model[pos[0]]) return false;
+      if (std::find(pos.begin(), pos.end(), p) != pos.end()) return false;
+      pos.push_back(p);
+    }
+    for (int p : pos) {
+      node->gpu_task[p] = task;
+      node->Slice(node->gpu_model[p])->free--;
+    }
+    return true;
+  };
+
+  // 3. Adopt what runs there, take back what had been put back in the queue, stop the rest.
+  std::set<TaskNumber> reported;
+  for (const auto& r : running) {
+    reported.insert(r.task);
+    Task* t = tasks_.Find(r.task);
+    bool held_here = t != nullptr && (t->status == TaskStatus::kRunning || t->stopping) &&
+                     !t->allocation.empty() && t->allocation[0].node_id == node_id;
+    if (held_here && claim(t->allocation[0].gpu_indices, t->id)) {
+      if (t->stopping) {
+        decisions_.push_back({Decision::Kind::kStop, t->id, node_id, {}, t->stop_reason});
+      }
+      continue;
+    }
+    if (t != nullptr && t->status == TaskStatus::kPending &&
+        static_cast<int>(r.gpu_indices.size()) == t->spec.gpu_count &&
+        claim(r.gpu_indices, t->id)) {
+      Dequeue(*t);
+      t->status = TaskStatus::kRunning;
+      std::vector<int> idx = r.gpu_indices;
+      std::sort(idx.begin(), idx.end());
+      t->allocation = {NodeAllocation{node_id, idx}};
+      static_cast<TaskRecord*>(t)->node_slot = node->slot;
+      t->error.clear();
+      used_[PrioIndex(t->spec.priority)] += t->spec.gpu_count;
+      running_count_[PrioIndex(t->spec.priority)]++;
+      Emit(*t);
+      EmitEvent(Event::Kind::kTaskScheduled, *t, now, node_id, "adopted");
+      continue;
+    }
+    if (held_here) {
+      // Known here but its GPUs are unusable (gone, or clash): treat as lost below.
+      reported.erase(r.task);
+    }
+    decisions_.push_back({Decision::Kind::kStop, r.task, node_id, {}, StopReason::kReconcile});
+    if (config_.record_events) {
+      EmitNodeEvent(Event::Kind::kTaskStopping, node_id, now).task = r.task;
+      events_.back().reason = StopReason::kReconcile;
+    }
+  }
+
+  // 4. Tasks believed to run here but not reported are lost.
+  std::sort(held.begin(), held.end(), [&](TaskNumber a, TaskNumber b) {
+    return tasks_.Find(a)->queue_seq > tasks_.Find(b)->queue_seq;
+  });
+  for (TaskNumber id : held) {
+    if (reported.count(id) != 0) continue;
+    Task& t = *tasks_.Find(id);
+    if (!(t.status == TaskStatus::kRunning || t.stopping)) continue;
+    // Its GPU claims were reset above; ReleaseGpus must only fix the quota use.
+    if (t.stopping) {
+      EmitEvent(Event::Kind::kTaskStopped, t, now, node_id, "agent_lost");
+      used_[PrioIndex(t.spec.priority)] -= t.spec.gpu_count;
+      t.stopping = false;
+      t.stop_reason = StopReason::kNone;
+      Emit(t);
+    } else {
+      RequeueOrFail(t, now, "agent_lost");
+    }
+  }
+
+  // 5. Back in the pool.
+  structure_seq_ = ++change_seq_;
+  node->online = true;
+  node->last_heartbeat = now;
+  for (const auto& s : node->slices) index_.Insert(s.model, node->Entry(), s.free, s.capacity);
+  total_online_gpus_ += static_cast<int>(node->gpus.size());
+  RecomputeQuota();
+  return OkStatus();
+}
+
+Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
+  pass_needed_ = true;
+  structure_seq_ = ++change_seq_;
+  if (task.id == 0) return InvalidArgument("task number must not be 0");
+  if (tasks_.Find(task.id) != nullptr)
+    return AlreadyExists(FormatTaskId(task.id) + " already exists");
+  TaskRecord& t = *NewTask(task.id);
+  static_cast<Task&>(t) = task;
+  next_number_ = std::max(next_number_, t.id + 1);
+  if (t.status == TaskStatus::kPending) {
+    t.allocation.clear();
+    next_back_seq_ = std::max(next_back_seq_, t.queue_seq + 1);
+    next_front_seq_ = std::min(next_front_seq_, t.queue_seq - 1);
+    Enqueue(t);
+    return OkStatus();
+  }
+  // A stop recorded before stop orders carried a reason was a cancellation.
+  if (t.stopping && t.stop_reason == StopReason::kNone) t.stop_reason = StopReason::kCancel;
+  bool held = t.status == TaskStatus::kRunning || t.stopping;
+  if (!held) return OkStatus();
+  if (t.allocation.empty()) {
+    return InvalidArgument(FormatTaskId(t.id) + " is running but has no allocation");
+  }
+  // Its node is not known yet: hold the task on a placeholder until the node registers again or
+  // heartbeat_timeout passes.
+  const std::string& node_id = t.allocation[0].node_id;
+  NodeState* node = FindNodeState(node_id);
+  if (node == nullptr) {
+    node = &AddNodeState(node_id);
+    node->last_heartbeat = now;
+  }
+  if (node->online) {
+    return FailedPrecondition("restore running tasks before their nodes register");
+  }
+  node->last_heartbeat = std::max(node->last_heartbeat, now);
+  node->AddUnclaimed(t.id);
+  t.node_slot = node->slot;
+  used_[PrioIndex(t.spec.priority)] += t.spec.gpu_count;
+  if (t.status == TaskStatus::kRunning) running_count_[PrioIndex(t.spec.priority)]++;
+  return OkStatus();
+}
+
+void SchedulerCore::SetNextTaskNumber(TaskNumber next) {
+  next_number_ = std::max(next_number_, next);
+  if (config_.record_changes) {
+    Change c;
+    c.kind = Change::Kind::kNextTaskNumber;
+    c.next_number = next_number_;
+    changes_.push_back(std::move(c));
+  }
+}
+
+}  // namespace dgpu::core
