@@ -84,8 +84,11 @@ const SchedulerCore::NodeState* SchedulerCore::FindNodeState(const std::string& 
 void SchedulerCore::RecomputeQuota() {
   int online = static_cast<int>(std::lround(total_online_gpus_ * config_.online_percent));
   online = std::clamp(online, 0, total_online_gpus_);
-  quota_[PrioIndex(Priority::kHigh)] = online;
-  quota_[PrioIndex(Priority::kLow)] = total_online_gpus_ - online;
+  // Strict class quotas: each class may hold exactly its guarantee.
+  quota_tree_.SetLimits(QuotaTree::kRoot, {total_online_gpus_, 0, QuotaTree::kNoCap});
+  quota_tree_.SetLimits(class_node_[PrioIndex(Priority::kHigh)], {online, 0, QuotaTree::kNoCap});
+  quota_tree_.SetLimits(class_node_[PrioIndex(Priority::kLow)],
+                        {total_online_gpus_ - online, 0, QuotaTree::kNoCap});
 }
 
 void SchedulerCore::ReleaseGpus(Task& t) {
@@ -100,7 +103,7 @@ void SchedulerCore::ReleaseGpus(Task& t) {
       if (NodeState* node = FindNodeState(na.node_id)) ReleaseOnNode(*node, t.id);
     }
   }
-  used_[PrioIndex(t.spec.priority)] -= t.spec.gpu_count;
+  quota_tree_.Charge(QuotaLeaf(t), -t.spec.gpu_count);
   t.stopping = false;
   t.stop_reason = StopReason::kNone;
 }
@@ -161,8 +164,8 @@ QuotaView SchedulerCore::Quota() const {
   QuotaView v;
   v.total_gpus = total_online_gpus_;
   for (int p = 0; p < kPriorityCount; ++p) {
-    v.quota[p] = quota_[p];
-    v.used[p] = used_[p];
+    v.quota[p] = quota_tree_.Allowed(class_node_[p]);
+    v.used[p] = quota_tree_.node(class_node_[p]).used;
   }
   return v;
 }

@@ -52,7 +52,9 @@ Status SchedulerCore::CheckInvariants() const {
     }
   }
   for (int p = 0; p < kPriorityCount; ++p) {
-    if (used[p] != used_[p]) return Internal("quota use out of step with running tasks");
+    if (used[p] != quota_tree_.node(class_node_[p]).used) {
+      return Internal("quota use out of step with running tasks");
+    }
     if (running[p] != running_count_[p]) return Internal("running count out of step");
     if (pending[p] != pending_count_[p]) return Internal("pending count out of step");
   }
@@ -86,7 +88,19 @@ Status SchedulerCore::CheckInvariants() const {
   }
   if (allocated != busy_tasks) return Internal("allocated GPUs differ from busy GPUs");
   if (total != total_online_gpus_) return Internal("online GPU total out of step");
-  if (quota_[0] + quota_[1] != total_online_gpus_) return Internal("quotas do not add up");
+  int guaranteed = 0;
+  int held = 0;
+  for (QuotaTree::NodeId n : quota_tree_.Children(QuotaTree::kRoot)) {
+    guaranteed += quota_tree_.node(n).limits.guarantee;
+    held += quota_tree_.node(n).used;
+  }
+  if (guaranteed != total_online_gpus_ ||
+      quota_tree_.node(QuotaTree::kRoot).limits.guarantee != total_online_gpus_) {
+    return Internal("quotas do not add up");
+  }
+  if (held != quota_tree_.node(QuotaTree::kRoot).used) {
+    return Internal("cluster quota use out of step with its classes");
+  }
   for (const auto& q : queues_) {
     size_t active = 0;
     for (const auto& [key, shape] : q->shapes) {

@@ -16,7 +16,7 @@ void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now)
   t.attempts++;
   t.started_at = now;
   t.error.clear();
-  used_[PrioIndex(t.spec.priority)] += count;
+  quota_tree_.Charge(QuotaLeaf(t), count);
   running_count_[PrioIndex(t.spec.priority)]++;
   stats_.decisions++;
   // Heads tried earlier in this pass may now wait for another reason (their class's quota).
@@ -85,8 +85,7 @@ PendingReason SchedulerCore::Diagnose(const Task& t, const std::vector<int>& mod
   for (int m : models) max_capacity = std::max(max_capacity, index_.MaxCapacity(m));
   if (max_capacity == 0) return PendingReason::kNoGpuModel;
   if (t.spec.gpu_count > max_capacity) return PendingReason::kExceedsCluster;
-  int p = PrioIndex(t.spec.priority);
-  if (used_[p] + t.spec.gpu_count > quota_[p]) return PendingReason::kQuotaExhausted;
+  if (!quota_tree_.Admits(QuotaLeaf(t), t.spec.gpu_count)) return PendingReason::kQuotaExhausted;
   return PendingReason::kNoNodeFits;
 }
 
@@ -119,7 +118,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     stats_.shape_checks++;
     Task& t = shape.tasks.front_task();
     const auto& models = ShapeModels(shape);
-    if (used_[prio] + shape.gpu_count > quota_[prio]) return Diagnose(t, models);
+    if (!quota_tree_.Admits(class_node_[prio], shape.gpu_count)) return Diagnose(t, models);
     // Within quota, so Diagnose would answer from the nodes alone, which have not changed.
     if (StillNoRoom(shape, models, excluded)) return shape.no_room_reason;
     auto fit = index_.FindBestFit(models, shape.gpu_count, excluded);

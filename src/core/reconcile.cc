@@ -121,7 +121,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
       t->allocation = {NodeAllocation{node_id, idx}};
       static_cast<TaskRecord*>(t)->node_slot = node->slot;
       t->error.clear();
-      used_[PrioIndex(t->spec.priority)] += t->spec.gpu_count;
+      quota_tree_.Charge(QuotaLeaf(*t), t->spec.gpu_count);
       running_count_[PrioIndex(t->spec.priority)]++;
       Emit(*t);
       EmitEvent(Event::Kind::kTaskScheduled, *t, now, node_id, "adopted");
@@ -149,7 +149,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     // Its GPU claims were reset above; ReleaseGpus must only fix the quota use.
     if (t.stopping) {
       EmitEvent(Event::Kind::kTaskStopped, t, now, node_id, "agent_lost");
-      used_[PrioIndex(t.spec.priority)] -= t.spec.gpu_count;
+      quota_tree_.Charge(QuotaLeaf(t), -t.spec.gpu_count);
       t.stopping = false;
       t.stop_reason = StopReason::kNone;
       Emit(t);
@@ -205,7 +205,7 @@ Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
   node->last_heartbeat = std::max(node->last_heartbeat, now);
   node->AddUnclaimed(t.id);
   t.node_slot = node->slot;
-  used_[PrioIndex(t.spec.priority)] += t.spec.gpu_count;
+  quota_tree_.Charge(QuotaLeaf(t), t.spec.gpu_count);
   if (t.status == TaskStatus::kRunning) running_count_[PrioIndex(t.spec.priority)]++;
   return OkStatus();
 }

@@ -10,6 +10,8 @@ namespace dgpu::core {
 
 SchedulerCore::SchedulerCore(CoreConfig config) : config_(config) {
   for (auto& q : queues_) q = std::make_unique<PriorityQueue>();
+  class_node_[PrioIndex(Priority::kHigh)] = quota_tree_.Add("online", QuotaTree::kRoot);
+  class_node_[PrioIndex(Priority::kLow)] = quota_tree_.Add("batch", QuotaTree::kRoot);
   RecomputeQuota();
 }
 

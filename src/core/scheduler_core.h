@@ -34,6 +34,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "base/status.h"
 #include "core/placement_index.h"
+#include "core/quota_tree.h"
 #include "core/task_table.h"
 #include "core/types.h"
 
@@ -323,8 +324,13 @@ class SchedulerCore {
   size_t running_count_[kPriorityCount] = {0, 0};
 
   int total_online_gpus_ = 0;
-  int quota_[kPriorityCount] = {0, 0};
-  int used_[kPriorityCount] = {0, 0};
+  // Admission: the cluster, its classes (one per priority) and, later, teams. Guarantees follow
+  // the online GPUs (RecomputeQuota); running and stopping tasks are charged to their leaf.
+  QuotaTree quota_tree_;
+  QuotaTree::NodeId class_node_[kPriorityCount] = {0, 0};
+  QuotaTree::NodeId QuotaLeaf(const Task& t) const {
+    return class_node_[static_cast<int>(t.spec.priority)];
+  }
 
   std::vector<Decision> decisions_;
   // GPU lists of decisions handed out through TakeDecisions(out), reused by the next starts.
