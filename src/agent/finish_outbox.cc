@@ -9,6 +9,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "common/atomic_file.h"
+
 namespace dgpu::agent {
 namespace {
 
@@ -200,19 +202,6 @@ FinishOutbox::~FinishOutbox() {
   if (fd_ >= 0) close(fd_);
 }
 
-Status FinishOutbox::SyncDirectory() const {
-  int fd = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Internal(Errno("open '" + dir_ + "'"));
-  int rc = fsync(fd);
-  int saved = errno;
-  close(fd);
-  if (rc != 0) {
-    errno = saved;
-    return Internal(Errno("fsync '" + dir_ + "'"));
-  }
-  return OkStatus();
-}
-
 Status FinishOutbox::Append(const std::string& data, bool sync) {
   const std::string path = journal_path();
   Status status = WriteAll(fd_, data, path);
@@ -230,25 +219,12 @@ Status FinishOutbox::Append(const std::string& data, bool sync) {
 }
 
 Status FinishOutbox::Rewrite() {
-  const std::string path = journal_path();
-  const std::string temp = path + ".tmp";
   std::string data;
   for (const auto& [id, exit] : pending_) data += TaskExitToJson(exit) + "\n";
-  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return Internal(Errno("open '" + temp + "'"));
-  Status status = WriteAll(fd, data, temp);
-  if (status.ok() && fsync(fd) != 0) status = Internal(Errno("fsync '" + temp + "'"));
-  if (status.ok() && rename(temp.c_str(), path.c_str()) != 0) {
-    status = Internal(Errno("rename '" + temp + "'"));
-  }
-  if (status.ok()) status = SyncDirectory();
-  if (!status.ok()) {
-    close(fd);
-    unlink(temp.c_str());
-    return status;
-  }
+  StatusOr<int> fd = common::WriteFileAtomicallyKeepOpen(journal_path(), data);
+  if (!fd.ok()) return fd.status();
   if (fd_ >= 0) close(fd_);
-  fd_ = fd;
+  fd_ = *fd;
   size_ = data.size();
   lines_ = pending_.size();
   return OkStatus();

@@ -30,7 +30,8 @@ namespace dgpu::agent {
 class FinishOutbox {
  public:
   // Creates <work_dir>/.finish-outbox if needed and loads its journal. Internal error when the
-  // directory or the journal cannot be created, read or opened.
+  // directory or the journal cannot be created, read or opened; a corrupt journal is rewritten
+  // (common/atomic_file.h), whose errors are Unavailable or ResourceExhausted.
   static StatusOr<FinishOutbox> Open(const std::string& work_dir);
 
   FinishOutbox(FinishOutbox&& other) noexcept;
@@ -66,7 +67,6 @@ class FinishOutbox {
   Status Append(const std::string& lines, bool sync);
   // Writes the pending exits to a new journal and puts it in place durably.
   Status Rewrite();
-  Status SyncDirectory() const;
 
   std::string dir_;
   int fd_ = -1;               // The journal, open for appending.

@@ -1,15 +1,15 @@
 #include "scheduler/replication.h"
 
-#include "scheduler/queued_bidi_reactor.h"
-
 #include <spdlog/spdlog.h>
 
 #include <deque>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/time_util.h"
+#include "scheduler/queued_bidi_reactor.h"
 #include "store/snapshot.h"
 
 namespace dgpu::scheduler {
@@ -469,7 +469,7 @@ bool HaController::RenewLease(int64_t now_wall) {
                           {"epoch", leader_->epoch()},
                           {"renewed_at", now_wall},
                           {"http_address", opt_.http_address}};
-  Status s = store::WriteFileAtomically(path, lease.dump());
+  Status s = common::WriteFileAtomically(path, lease.dump());
   if (!s.ok()) {
     spdlog::warn("cannot renew the leader lease: {}", s.message());
     return false;

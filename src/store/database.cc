@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/atomic_file.h"
 #include "store/task_codec.h"
 
 namespace dgpu::store {
@@ -166,19 +167,6 @@ Status CheckHeader(const std::string& path, off_t size) {
                   "expected 0x%08x); refusing to use or modify it",
                   app_id, static_cast<uint32_t>(kApplicationId));
     return FailedPrecondition(path + buf);
-  }
-  return OkStatus();
-}
-
-Status FsyncPath(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return Unavailable("cannot open " + path + " to sync it: " + ErrnoText(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) {
-    if (err == ENOSPC) return ResourceExhausted("disk full: syncing " + path);
-    return Unavailable("cannot sync " + path + ": " + ErrnoText(err));
   }
   return OkStatus();
 }
@@ -454,7 +442,7 @@ Status UpsertTask(SqliteConnection& conn, const core::Task& task) {
 
 // Builds a new, empty database at `path` under a temporary name and renames it into place, so
 // that a crash never leaves a half-initialised dgpu.db behind.
-Status CreateDatabase(const std::string& dir, const std::string& path) {
+Status CreateDatabase(const std::string& path) {
   const std::string tmp = path + kCreatingSuffix;
   ::unlink(tmp.c_str());
   ::unlink((tmp + "-journal").c_str());
@@ -476,15 +464,7 @@ Status CreateDatabase(const std::string& dir, const std::string& path) {
       return s;
     }
   }
-  Status s = FsyncPath(tmp, /*directory=*/false);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = Unavailable("cannot rename " + tmp + " to " + path + ": " + ErrnoText(errno));
-  }
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  return FsyncPath(dir, /*directory=*/true);
+  return common::ReplaceFileAtomically(tmp, path);
 }
 
 // Checks an existing dgpu database through a read-only connection, which neither writes the
@@ -585,7 +565,7 @@ StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& dir, bool 
   }
 
   if (!exists) {
-    if (Status s = CreateDatabase(dir, path); !s.ok()) return s;
+    if (Status s = CreateDatabase(path); !s.ok()) return s;
   }
   if (Status s = ValidateDatabase(path); !s.ok()) return s;
 

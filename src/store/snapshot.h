@@ -1,7 +1,5 @@
-// Snapshot: the human-readable JSON state file, written atomically.
-//
-// WriteFileAtomically writes `<path>.tmp`, fsyncs it, renames it over `path` and fsyncs the
-// directory, so that a reader (or a crash) sees either the old file or the new one, whole.
+// Snapshot: the human-readable JSON state file, written atomically (common/atomic_file.h), so
+// that a reader (or a crash) sees either the old file or the new one, whole.
 // The JSON a daemon writes is built by its caller (the REST layer owns that format); this module
 // only adds the writer and the store's own dump of its database.
 //
@@ -11,10 +9,8 @@
 // caller.
 #pragma once
 
-#include <string>
-#include <string_view>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "base/status.h"
 #include "store/database.h"
@@ -22,9 +18,6 @@
 namespace dgpu::store {
 
 inline constexpr char kStateFileName[] = "state.json";
-
-// Replaces `path` with `contents` atomically and durably (see above).
-Status WriteFileAtomically(const std::string& path, std::string_view contents);
 
 // Writes `state` (pretty-printed, 2-space indent) to `<dir>/state.json` atomically, creating
 // `dir` if missing.

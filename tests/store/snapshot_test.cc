@@ -33,14 +33,6 @@ TEST(SnapshotTest, WriteStateFileReplacesTheFileWhole) {
   EXPECT_FALSE(std::filesystem::exists(state_dir + "/state.json.tmp"));
 }
 
-TEST(SnapshotTest, WriteIntoMissingDirectoryFailsNamingThePath) {
-  TempDir dir;
-  const std::string path = dir.Sub("missing/state.json");
-  EXPECT_THAT(WriteFileAtomically(path, "{}"),
-              StatusIs(StatusCode::kUnavailable, "creating " + path + ".tmp"));
-  EXPECT_FALSE(std::filesystem::exists(path));
-}
-
 TEST(SnapshotTest, DumpStoreHoldsMetaAndEveryTask) {
   TempDir dir;
   StatusOr<std::unique_ptr<Database>> db = Database::Open(dir.path());
