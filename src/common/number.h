@@ -1,0 +1,20 @@
+// Numbers that come from outside the process (etcd, files, the database, HTTP, the command
+// line): parsed without exceptions, with an error that names where the text came from.
+//
+// The whole text must be the number: no surrounding blanks, no sign on unsigned values, no
+// trailing characters. Errors are kInvalidArgument with a message such as
+//   etcd key /dgpu/epoch: "12x" is not a whole number
+//   etcd key /dgpu/epoch: "99999999999999999999" is out of range
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "base/status.h"
+
+namespace dgpu::common {
+
+StatusOr<int64_t> ParseInt64(std::string_view text, std::string_view source);
+StatusOr<uint64_t> ParseUint64(std::string_view text, std::string_view source);
+
+}  // namespace dgpu::common
