@@ -1,14 +1,15 @@
 // dgpu-agent: discovers the node's GPUs, runs the tasks the scheduler gives it with exactly
 // those GPUs visible, and reports back.
 #include <signal.h>
-#include <unistd.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <iostream>
 #include <thread>
 
 #include "agent/docker_executor.h"
+#include "agent/epoch_file.h"
 #include "agent/finish_outbox.h"
 #include "agent/gpu_discovery.h"
 #include "agent/proc_table.h"
@@ -130,8 +131,11 @@ int Run(int argc, char** argv) {
   if (!outbox.ok()) return Fail(outbox.status().message());
   for (const auto& e : outbox->load_errors()) spdlog::warn("finish outbox: {}", e);
 
-  AgentSession session(cfg, agent_id, std::move(discovery), std::move(executor),
-                       std::move(*outbox));
+  auto epoch = LoadEpoch(cfg.executor.work_dir);
+  if (!epoch.ok()) return Fail(epoch.status().message());
+
+  AgentSession session(cfg, agent_id, std::move(discovery), std::move(executor), std::move(*outbox),
+                       *epoch);
   std::thread waiter([&] {
     int sig = 0;
     while (sigwait(&signals, &sig) == 0 && sig == SIGCHLD) session.Wake();

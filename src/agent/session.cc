@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
-#include <fstream>
 #include <thread>
 
+#include "agent/epoch_file.h"
 #include "common/logging.h"
 #include "common/time_util.h"
 #include "dgpu/v1/scheduler.grpc.pb.h"
@@ -115,19 +115,18 @@ void AgentSession::Waker::Wait(std::chrono::milliseconds timeout) {
 
 AgentSession::AgentSession(common::AgentConfig config, std::string agent_id,
                            std::unique_ptr<GpuDiscovery> gpus, std::unique_ptr<Executor> executor,
-                           FinishOutbox outbox)
+                           FinishOutbox outbox, uint64_t highest_epoch)
     : config_(std::move(config)),
       agent_id_(std::move(agent_id)),
       gpus_(std::move(gpus)),
       executor_(std::move(executor)),
       outbox_(std::move(outbox)),
+      highest_epoch_(highest_epoch),
       rng_(std::random_device{}()) {
   addresses_.push_back(common::ToConnectAddress(config_.scheduler.master_address));
   if (!config_.scheduler.standby_address.empty()) {
     addresses_.push_back(common::ToConnectAddress(config_.scheduler.standby_address));
   }
-  std::ifstream in(config_.executor.work_dir + "/.dgpu-epoch");
-  in >> highest_epoch_;
 }
 
 AgentSession::~AgentSession() {
@@ -138,22 +137,20 @@ AgentSession::~AgentSession() {
   report_cv_.wait(lock, [this] { return report_results_.size() == reports_in_flight_.size(); });
 }
 
-bool AgentSession::AcceptEpoch(uint64_t epoch) {
-  if (epoch < highest_epoch_) return false;
+Status AgentSession::AcceptEpoch(uint64_t epoch) {
+  if (epoch < highest_epoch_) {
+    return FailedPrecondition("epoch " + std::to_string(epoch) + " is older than " +
+                              std::to_string(highest_epoch_));
+  }
   if (epoch > highest_epoch_) {
+    // Following an epoch that a restart would forget could obey a deposed leader later on.
+    if (Status s = StoreEpoch(config_.executor.work_dir, epoch); !s.ok()) {
+      return Unavailable("cannot follow epoch " + std::to_string(epoch) +
+                         " until it is stored: " + s.message());
+    }
     highest_epoch_ = epoch;
-    PersistEpoch();
   }
-  return true;
-}
-
-void AgentSession::PersistEpoch() {
-  std::string path = config_.executor.work_dir + "/.dgpu-epoch";
-  {
-    std::ofstream out(path + ".tmp", std::ios::trunc);
-    out << highest_epoch_ << "\n";
-  }
-  std::rename((path + ".tmp").c_str(), path.c_str());
+  return OkStatus();
 }
 
 bool AgentSession::Connect() {
@@ -209,9 +206,8 @@ bool AgentSession::Connect() {
   ctx.set_wait_for_ready(false);
   grpc::Status s = conn->stub->RegisterAgent(&ctx, req, &resp);
   if (!s.ok()) return fail(s.error_message());
-  if (!AcceptEpoch(resp.epoch())) {
-    return fail("its epoch " + std::to_string(resp.epoch()) + " is older than " +
-                std::to_string(highest_epoch_));
+  if (Status accepted = AcceptEpoch(resp.epoch()); !accepted.ok()) {
+    return fail(accepted.message());
   }
   for (const auto& id : resp.acknowledged_finishes()) (void)outbox_.Ack(id);
 
@@ -280,8 +276,9 @@ void AgentSession::HandleInbound() {
     broken = conn_->broken;
   }
   for (const auto& m : msgs) {
-    if (!AcceptEpoch(m.epoch())) {
-      spdlog::warn("ignored orders from epoch {} (following epoch {})", m.epoch(), highest_epoch_);
+    if (Status accepted = AcceptEpoch(m.epoch()); !accepted.ok()) {
+      spdlog::warn("ignored orders from epoch {} (following epoch {}): {}", m.epoch(),
+                   highest_epoch_, accepted.message());
       continue;
     }
     if (m.reregister()) {

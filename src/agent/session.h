@@ -42,8 +42,9 @@ namespace dgpu::agent {
 
 class AgentSession {
  public:
+  // `highest_epoch` is the one stored in the work directory (agent/epoch_file.h).
   AgentSession(common::AgentConfig config, std::string agent_id, std::unique_ptr<GpuDiscovery> gpus,
-               std::unique_ptr<Executor> executor, FinishOutbox outbox);
+               std::unique_ptr<Executor> executor, FinishOutbox outbox, uint64_t highest_epoch);
   ~AgentSession();
 
   // Runs until Stop(). Returns the process exit code.
@@ -86,8 +87,8 @@ class AgentSession {
   void DrainReports(std::chrono::milliseconds timeout);
   void StartTask(const std::string& task_id, const TaskLaunch& launch, uint64_t epoch);
   void ReportRefusal(const std::string& task_id, const std::string& why);
-  bool AcceptEpoch(uint64_t epoch);     // False if lower than the highest seen.
-  void PersistEpoch();
+  // Fails for an epoch lower than the highest seen, and for a higher one that cannot be stored.
+  Status AcceptEpoch(uint64_t epoch);
   void Shutdown();
 
   common::AgentConfig config_;
