@@ -4,9 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
+#include "common/number.h"
 #include "common/time_util.h"
 
 namespace dgpu::scheduler {
@@ -26,13 +26,13 @@ int Progress(void* cancel, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   return flag != nullptr && flag->load() ? 1 : 0;
 }
 
-int64_t ToInt(const json& v) {
-  if (v.is_string()) return std::stoll(v.get<std::string>());
-  if (v.is_number_integer()) return v.get<int64_t>();
-  return 0;
-}
-
 }  // namespace
+
+StatusOr<int64_t> EtcdInt(const json& v, const std::string& source) {
+  if (v.is_string()) return common::ParseInt64(v.get<std::string>(), source);
+  if (v.is_number_integer()) return v.get<int64_t>();
+  return InvalidArgument(source + ": " + v.dump() + " is not a whole number");
+}
 
 std::string Base64Encode(const std::string& in) {
   static const char* kTable = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -131,7 +131,7 @@ StatusOr<int64_t> EtcdClient::GrantLease(int64_t ttl_seconds) {
   if (!r.ok()) return r.status();
   auto j = json::parse(*r, nullptr, false);
   if (!j.is_object() || !j.contains("ID")) return Unavailable("etcd: bad lease grant reply");
-  return ToInt(j["ID"]);
+  return EtcdInt(j["ID"], "etcd lease grant reply: ID");
 }
 
 Status EtcdClient::KeepAlive(int64_t lease_id, long timeout_ms) {
@@ -140,9 +140,12 @@ Status EtcdClient::KeepAlive(int64_t lease_id, long timeout_ms) {
   auto j = json::parse(*r, nullptr, false);
   // The gateway streams {"result": {...}}; an expired lease comes back with no TTL (or 0).
   const json& res = j.is_object() && j.contains("result") ? j["result"] : j;
-  if (!res.is_object() || !res.contains("TTL") || ToInt(res["TTL"]) <= 0) {
+  if (!res.is_object() || !res.contains("TTL")) {
     return NotFound("etcd lease " + std::to_string(lease_id) + " expired");
   }
+  StatusOr<int64_t> ttl = EtcdInt(res["TTL"], "etcd lease keepalive reply: TTL");
+  if (!ttl.ok()) return ttl.status();
+  if (*ttl <= 0) return NotFound("etcd lease " + std::to_string(lease_id) + " expired");
   return OkStatus();
 }
 

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +42,10 @@ class EtcdClient {
   std::vector<std::string> endpoints_;
   size_t preferred_ = 0;
 };
+
+// An integer of an etcd reply: the gateway writes 64-bit integers as JSON strings ("12"); plain
+// JSON integers are accepted too. Anything else is InvalidArgument naming `source`.
+StatusOr<int64_t> EtcdInt(const nlohmann::json& value, const std::string& source);
 
 std::string Base64Encode(const std::string& in);
 std::string Base64Decode(const std::string& in);

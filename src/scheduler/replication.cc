@@ -4,10 +4,12 @@
 
 #include <deque>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "common/number.h"
 #include "common/time_util.h"
 #include "scheduler/queued_bidi_reactor.h"
 #include "store/snapshot.h"
@@ -522,14 +524,25 @@ bool HaController::Promote(const std::string& why) {
   uint64_t epoch = leader_->epoch() + 1;
   if (election_) {
     // Epochs are kept in etcd too, so they keep growing whichever scheduler wins.
-    auto stored = election_->client().Get(opt_.etcd_prefix + "/epoch");
+    const std::string epoch_key = opt_.etcd_prefix + "/epoch";
+    auto stored = election_->client().Get(epoch_key);
     if (!stored.ok()) {
       spdlog::error("cannot promote: {}", stored.status().message());
       return false;
     }
-    if (!stored->empty()) epoch = std::max<uint64_t>(epoch, std::stoull(*stored) + 1);
-    if (Status s = election_->client().Put(opt_.etcd_prefix + "/epoch", std::to_string(epoch));
-        !s.ok()) {
+    if (!stored->empty()) {
+      StatusOr<uint64_t> highest = common::ParseUint64(*stored, "etcd key " + epoch_key);
+      if (highest.ok() && *highest == std::numeric_limits<uint64_t>::max()) {
+        highest = InvalidArgument("etcd key " + epoch_key + ": epoch " + *stored +
+                                  " leaves no higher epoch");
+      }
+      if (!highest.ok()) {
+        spdlog::error("cannot promote: {}", highest.status().message());
+        return false;
+      }
+      epoch = std::max<uint64_t>(epoch, *highest + 1);
+    }
+    if (Status s = election_->client().Put(epoch_key, std::to_string(epoch)); !s.ok()) {
       spdlog::error("cannot promote: {}", s.message());
       return false;
     }

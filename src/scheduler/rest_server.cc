@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/logging.h"
+#include "common/number.h"
 #include "scheduler/api_json.h"
 
 namespace dgpu::scheduler {
@@ -186,15 +187,10 @@ struct RestServer::Impl {
         std::string k(key.data(), key.size());
         std::string v(value.data(), value.size());
         auto parse_int = [&](int64_t lo, int64_t hi, int64_t* out) -> bool {
-          try {
-            size_t pos = 0;
-            long long x = std::stoll(v, &pos);
-            if (pos != v.size() || x < lo || x > hi) return false;
-            *out = x;
-            return true;
-          } catch (...) {
-            return false;
-          }
+          StatusOr<int64_t> x = common::ParseInt64(v, k);
+          if (!x.ok() || *x < lo || *x > hi) return false;
+          *out = *x;
+          return true;
         };
         if (k == "status") {
           if (v.empty()) continue;

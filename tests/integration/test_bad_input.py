@@ -134,6 +134,15 @@ class BadInputTest(ClusterTestCase):
                 self.assertEqual(page["tasks"], [])
                 self.assertGreaterEqual(page["total"], 1)
 
+    def test_malformed_listing_numbers(self):
+        for query, field in [("limit=12x", "limit"), ("limit=", "limit"),
+                             ("limit=99999999999999999999", "limit"), ("limit=1.5", "limit"),
+                             ("offset=-1", "offset"), ("offset=7x", "offset"),
+                             ("offset=99999999999999999999", "offset")]:
+            with self.subTest(query=query):
+                self.expect_rejected("GET", API + "/tasks?" + query, 400, "invalid_field",
+                                     mentions=field)
+
     # -- fields -------------------------------------------------------------------------------
 
     def test_gpu_count(self):
