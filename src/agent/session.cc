@@ -198,7 +198,7 @@ bool AgentSession::Connect() {
     r->set_task_id(id);
     for (int g : gpus) r->add_gpu_indices(g);
   }
-  for (const auto& e : outbox_.Pending()) FillResult(e, req.add_finished());
+  for (const auto& e : UndeliveredFinishes()) FillResult(e, req.add_finished());
 
   dgpu::v1::RegisterAgentResponse resp;
   grpc::ClientContext ctx;
@@ -209,7 +209,7 @@ bool AgentSession::Connect() {
   if (Status accepted = AcceptEpoch(resp.epoch()); !accepted.ok()) {
     return fail(accepted.message());
   }
-  for (const auto& id : resp.acknowledged_finishes()) (void)outbox_.Ack(id);
+  for (const auto& id : resp.acknowledged_finishes()) ForgetFinish(id);
 
   conn->stream = conn->stub->Heartbeat(&conn->stream_ctx);
   conn->StartReader(&waker_);
@@ -356,8 +356,15 @@ void AgentSession::SendReports(const std::vector<TaskExit>& exits) {
 
 void AgentSession::RetryReports(int64_t now, bool force) {
   if (!conn_ || (!force && now < next_finish_retry_)) return;
-  if (outbox_.size() <= reports_in_flight_.size()) return;  // Everything pending is in flight.
-  SendReports(outbox_.Pending());
+  // Everything pending is in flight.
+  if (outbox_.size() + unpersisted_.size() <= reports_in_flight_.size()) return;
+  SendReports(UndeliveredFinishes());
+}
+
+std::vector<TaskExit> AgentSession::UndeliveredFinishes() const {
+  std::vector<TaskExit> exits = outbox_.Pending();
+  for (const auto& [id, exit] : unpersisted_) exits.push_back(exit);
+  return exits;
 }
 
 void AgentSession::HandleReportResults(int64_t now) {
@@ -382,7 +389,7 @@ void AgentSession::HandleReportResults(int64_t now) {
       if (undeliverable) {
         spdlog::warn("scheduler refused the finish of {}: {}", e.task_id, s.error_message());
       }
-      (void)outbox_.Ack(e.task_id);
+      ForgetFinish(e.task_id);
     } else {
       // Kept in the outbox: retried, or delivered with the next registration.
       if (!failed) spdlog::warn("cannot report the finish of {}: {}", e.task_id, s.error_message());
@@ -402,6 +409,41 @@ void AgentSession::HandleReportResults(int64_t now) {
   }
 }
 
+void AgentSession::PersistFinishes(const std::vector<TaskExit>& exits) {
+  Status s = outbox_.AddAll(exits);
+  if (s.ok()) return;
+  spdlog::error("cannot persist {} finishes together: {}", exits.size(), s.message());
+  for (const auto& e : exits) PersistFinish(e);
+}
+
+void AgentSession::PersistFinish(const TaskExit& exit) {
+  Status s = outbox_.Add(exit);
+  if (s.ok() || s.code() == StatusCode::kInvalidArgument) {
+    if (!s.ok()) spdlog::error("dropping the finish of {}: {}", exit.task_id, s.message());
+    unpersisted_.erase(exit.task_id);
+    return;
+  }
+  spdlog::error("cannot persist the finish of {} (retried every second): {}", exit.task_id,
+                s.message());
+  unpersisted_[exit.task_id] = exit;
+}
+
+void AgentSession::RetryPersist(int64_t now) {
+  if (unpersisted_.empty() || now < next_persist_retry_) return;
+  next_persist_retry_ = now + 1'000'000;
+  std::vector<TaskExit> exits;
+  for (const auto& [id, exit] : unpersisted_) exits.push_back(exit);
+  for (const auto& exit : exits) PersistFinish(exit);
+}
+
+void AgentSession::ForgetFinish(const std::string& task_id) {
+  if (unpersisted_.erase(task_id) > 0) return;  // Delivered before it could be persisted.
+  if (Status s = outbox_.Ack(task_id); !s.ok()) {
+    // Reported again after a restart; the scheduler answers ALREADY_EXISTS then.
+    spdlog::warn("cannot record that the finish of {} was delivered: {}", task_id, s.message());
+  }
+}
+
 void AgentSession::DrainReports(std::chrono::milliseconds timeout) {
   {
     std::unique_lock<std::mutex> lock(report_mu_);
@@ -417,8 +459,8 @@ void AgentSession::Shutdown() {
     executor_->Detach();
   } else {
     auto exits = executor_->StopAll(config_.executor.kill_grace_period);
+    PersistFinishes(exits);
     for (const auto& e : exits) {
-      (void)outbox_.Add(e);
       common::LogEvent(common::events::kTaskFinished,
                        {{"task_id", e.task_id}, {"node", agent_id_}, {"error", e.error}});
     }
@@ -444,11 +486,9 @@ int AgentSession::Run() {
     if (!exits.empty()) {
       // Reported first, persisted while the reports travel (see the class comment).
       SendReports(exits);
-      if (Status s = outbox_.AddAll(exits); !s.ok()) {
-        spdlog::error("cannot persist {} finishes: {}", exits.size(), s.message());
-        for (const auto& e : exits) (void)outbox_.Add(e);
-      }
+      PersistFinishes(exits);
     }
+    RetryPersist(now);
     for (const auto& e : exits) {
       task_gpus_.erase(e.task_id);
       common::LogEvent(common::events::kTaskFinished, {{"task_id", e.task_id},

@@ -83,6 +83,15 @@ class AgentSession {
   void RetryReports(int64_t now, bool force);
   // Applies the answers that arrived: acknowledged exits leave the outbox.
   void HandleReportResults(int64_t now);
+  // The outbox's pending exits, then those not persisted yet.
+  std::vector<TaskExit> UndeliveredFinishes() const;
+  // Persists exits in the outbox; those that cannot be persisted now wait in unpersisted_.
+  void PersistFinishes(const std::vector<TaskExit>& exits);
+  void PersistFinish(const TaskExit& exit);
+  // Tries the exits in unpersisted_ again, at most once a second.
+  void RetryPersist(int64_t now);
+  // A scheduler has the finish of `task_id`: it leaves the outbox (or unpersisted_).
+  void ForgetFinish(const std::string& task_id);
   // Waits (bounded) until no report is in flight, then applies the answers.
   void DrainReports(std::chrono::milliseconds timeout);
   void StartTask(const std::string& task_id, const TaskLaunch& launch, uint64_t epoch);
@@ -105,6 +114,8 @@ class AgentSession {
   int64_t next_attempt_ = 0;
   int64_t next_heartbeat_ = 0;
   int64_t next_finish_retry_ = 0;
+  int64_t next_persist_retry_ = 0;
+  std::map<std::string, TaskExit> unpersisted_;  // Finishes the outbox could not take yet.
   uint64_t highest_epoch_ = 0;
   uint64_t connection_generation_ = 0;  // Counts connections; reports remember theirs.
   std::mt19937_64 rng_;

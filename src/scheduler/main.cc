@@ -146,7 +146,10 @@ int Run(int argc, char** argv) {
     // database was reset) means this scheduler must move its epoch up, not step down.
     leader.set_on_higher_epoch([&leader, db = db.get()](uint64_t e) {
       spdlog::warn("an agent follows epoch {}: moving this scheduler's epoch up to it", e);
-      (void)db->SetEpoch(e);
+      if (Status s = db->SetEpoch(e); !s.ok()) {
+        // Safe without a rival: after a restart the agents raise it again.
+        spdlog::error("cannot store epoch {}: {}; following it in memory", e, s.message());
+      }
       leader.Set(true, e);
     });
   }

@@ -500,7 +500,10 @@ void HaController::BecomeStandby(uint64_t epoch, const std::string& why) {
   uint64_t e = std::max(epoch, leader_->epoch());
   leader_->Set(false, e);
   leader_->set_detail("");
-  (void)db_->SetEpoch(e);
+  if (Status s = db_->SetEpoch(e); !s.ok()) {
+    // The snapshot this standby resyncs from stores the epoch with the tasks.
+    spdlog::error("cannot store epoch {} on stepping down: {}", e, s.message());
+  }
   common::LogEvent(common::events::kLeaderLost, {{"epoch", e}, {"reason", why}});
   hub_->CloseAll();
   core::CoreConfig empty_cfg;
@@ -569,11 +572,18 @@ bool HaController::Promote(const std::string& why) {
   // On the owner thread: nothing in flight, numbering continues after the replicated log, and
   // the rebuilt core takes over at the end of this batch (before any later request runs).
   std::unique_ptr<core::SchedulerCore> fresh = std::move(*core);
+  Status flushed;
   loop_->RunAndWait([&](CoreLoop::Context&) {
-    (void)journal_->Flush();
+    // Numbering restarts after the replicated log only once nothing of ours is waiting.
+    flushed = journal_->Flush();
+    if (!flushed.ok()) return;
     journal_->RestartSequence(seq);
     loop_->ReplaceCore(std::move(fresh));
   });
+  if (!flushed.ok()) {
+    spdlog::error("cannot promote: earlier changes are not durable yet: {}", flushed.message());
+    return false;
+  }
   leader_->Set(true, epoch);
   leader_->set_leader_http(opt_.http_address);
   common::LogEvent(common::events::kLeaderElected,
@@ -714,7 +724,12 @@ void HaController::FollowLoop() {
         }
         if (resp.epoch() > leader_->epoch()) {
           leader_->Set(false, resp.epoch());
-          (void)db_->SetEpoch(resp.epoch());
+          if (Status s = db_->SetEpoch(resp.epoch()); !s.ok()) {
+            // Acknowledging under an epoch a restart would forget could let this standby
+            // promote with an epoch the leader already has: resync, which stores it.
+            spdlog::error("cannot store epoch {}: {}; resynchronizing", resp.epoch(), s.message());
+            break;
+          }
         }
         {
           std::lock_guard<std::mutex> lock(mu_);
@@ -765,7 +780,10 @@ void HaController::FollowLoop() {
       }
     }
     ctx.TryCancel();
-    (void)stream->Finish();
+    if (grpc::Status finished = stream->Finish();
+        !finished.ok() && finished.error_code() != grpc::StatusCode::CANCELLED) {
+      spdlog::info("replication stream ended: {}", finished.error_message());
+    }
     {
       std::unique_lock<std::mutex> lock(mu_);
       follow_ctx_ = nullptr;

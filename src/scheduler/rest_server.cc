@@ -145,7 +145,12 @@ struct RestServer::Impl {
         SendError(req, route,
                   {503, "storage_unavailable",
                    "the task could not be stored (" + s.message() + "); it was not accepted"});
-        d.loop->Post([n](CoreLoop::Context& cc) { (void)cc.core.Cancel(n, cc.now); });
+        d.loop->Post([n](CoreLoop::Context& cc) {
+          if (Status cancelled = cc.core.Cancel(n, cc.now); !cancelled.ok()) {
+            spdlog::warn("cannot withdraw {}, which could not be stored: {}", core::FormatTaskId(n),
+                         cancelled.message());
+          }
+        });
       });
     });
     return restinio::request_accepted();
