@@ -388,8 +388,7 @@ void HaController::WhenReplicated(uint64_t seq, std::function<void(Status)> cb) 
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (standby_ != nullptr && !degraded_ && seq > acked_seq_) {
-      waiting_.emplace(seq, Waiter{Mono() + Micros(opt_.replication.heartbeat_timeout),
-                                   std::move(cb)});
+      waiting_.emplace(seq, Waiter{Mono() + Micros(opt_.replication.sync_timeout), std::move(cb)});
       return;
     }
   }
@@ -631,7 +630,7 @@ void HaController::MonitorLoop() {
       }
       if (!expired.empty()) {
         spdlog::warn("standby did not acknowledge within {} ms: continuing alone",
-                     opt_.replication.heartbeat_timeout.count());
+                     opt_.replication.sync_timeout.count());
         leader_->set_detail("standby not acknowledging: replication degraded, leading alone");
       }
       for (auto& cb : expired) cb(OkStatus());

@@ -4,8 +4,8 @@
 // Leader side: the ReplicationService accepts one standby's SyncState stream; it sends a full
 // snapshot read from the database (at a sequence number S, taken on the owner thread so no
 // batch is missed), then every batch the owner thread appends after S. In sync mode a write is
-// acknowledged once the standby has acknowledged its batch; if the standby stays silent for
-// replication.heartbeat_timeout the leader continues alone and says so (/readyz detail, logs).
+// acknowledged once the standby has acknowledged its batch; a write waits at most
+// replication.sync_timeout, then the leader continues alone and says so (/readyz detail, logs).
 //
 // Standby side: a follower thread keeps a SyncState stream to the peer and applies what it
 // receives to the local database; a monitor thread pings the peer every heartbeat_interval. After
