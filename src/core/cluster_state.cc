@@ -131,7 +131,7 @@ void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id) {
   }
 }
 
-void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now) {
+void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now, std::string_view why) {
   pass_needed_ = true;
   structure_seq_ = ++change_seq_;  // Fewer nodes can change why a task waits.
   if (node.online) {
@@ -142,7 +142,7 @@ void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now) {
     for (auto& q : queues_) {
       if (q->reserved_slot == static_cast<int>(node.slot)) SetReservation(*q, -1);
     }
-    if (config_.record_events) EmitNodeEvent(Event::Kind::kNodeLost, node.id, now);
+    if (config_.record_events) EmitNodeEvent(Event::Kind::kNodeLost, node.id, now).detail = why;
   }
   // Put back in their original relative order: the task that ran first ends up first.
   std::vector<Task*> held;
@@ -150,7 +150,11 @@ void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now) {
   std::sort(held.begin(), held.end(),
             [](const Task* a, const Task* b) { return a->queue_seq > b->queue_seq; });
   for (Task* t : held) {
-    if (t->stopping) {
+    if (t->stopping && t->status == TaskStatus::kRunning) {
+      const StopReason reason = t->stop_reason;
+      ReleaseGpus(*t);
+      EndStop(*t, reason, now, node.id);
+    } else if (t->stopping) {
       EmitEvent(Event::Kind::kTaskStopped, *t, now, node.id, "agent_lost");
       ReleaseGpus(*t);
       Emit(*t);

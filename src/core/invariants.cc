@@ -24,8 +24,20 @@ Status SchedulerCore::CheckInvariants() const {
     }
     if (t.status == TaskStatus::kRunning) running[p]++;
     if (t.status == TaskStatus::kPending) pending[p]++;
-    if (t.stopping && t.status != TaskStatus::kCancelled) {
-      return Internal(FormatTaskId(id) + " is stopping but not cancelled");
+    // Stopping: cancelled (reason cancel), or still running for a reason that requeues or
+    // fails it when it ends.
+    const bool cancelled_stop =
+        t.status == TaskStatus::kCancelled && t.stop_reason == StopReason::kCancel;
+    const bool running_stop =
+        t.status == TaskStatus::kRunning && t.stop_reason != StopReason::kNone &&
+        t.stop_reason != StopReason::kCancel && t.stop_reason != StopReason::kReconcile;
+    if (t.stopping && !cancelled_stop && !running_stop) {
+      return Internal(FormatTaskId(id) + " is stopping with status " +
+                      std::string(ToString(t.status)) + " and reason '" +
+                      std::string(ToString(t.stop_reason)) + "'");
+    }
+    if (!t.stopping && t.stop_reason != StopReason::kNone) {
+      return Internal(FormatTaskId(id) + " has a stop reason but is not stopping");
     }
     if (!held) continue;
     used[p] += t.spec.gpu_count;

@@ -147,7 +147,14 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     Task& t = *tasks_.Find(id);
     if (!(t.status == TaskStatus::kRunning || t.stopping)) continue;
     // Its GPU claims were reset above; ReleaseGpus must only fix the quota use.
-    if (t.stopping) {
+    if (t.stopping && t.status == TaskStatus::kRunning) {
+      // Stopped for a reason that requeues or fails it: its end is as if confirmed.
+      const StopReason reason = t.stop_reason;
+      quota_tree_.Charge(QuotaLeaf(t), -t.spec.gpu_count);
+      t.stopping = false;
+      t.stop_reason = StopReason::kNone;
+      EndStop(t, reason, now, node_id);
+    } else if (t.stopping) {
       EmitEvent(Event::Kind::kTaskStopped, t, now, node_id, "agent_lost");
       quota_tree_.Charge(QuotaLeaf(t), -t.spec.gpu_count);
       t.stopping = false;
@@ -174,8 +181,16 @@ Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
   if (task.id == 0) return InvalidArgument("task number must not be 0");
   if (tasks_.Find(task.id) != nullptr)
     return AlreadyExists(FormatTaskId(task.id) + " already exists");
+  if (task.stopping && task.status != TaskStatus::kCancelled &&
+      (task.status != TaskStatus::kRunning || task.stop_reason == StopReason::kNone ||
+       task.stop_reason == StopReason::kCancel || task.stop_reason == StopReason::kReconcile)) {
+    return InvalidArgument(FormatTaskId(task.id) + " is stopping with status " +
+                           std::string(ToString(task.status)) + " and stop reason '" +
+                           std::string(ToString(task.stop_reason)) + "'");
+  }
   TaskRecord& t = *NewTask(task.id);
   static_cast<Task&>(t) = task;
+  if (!t.stopping) t.stop_reason = StopReason::kNone;
   next_number_ = std::max(next_number_, t.id + 1);
   if (t.status == TaskStatus::kPending) {
     t.allocation.clear();
@@ -185,7 +200,9 @@ Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
     return OkStatus();
   }
   // A stop recorded before stop orders carried a reason was a cancellation.
-  if (t.stopping && t.stop_reason == StopReason::kNone) t.stop_reason = StopReason::kCancel;
+  if (t.stopping && t.stop_reason == StopReason::kNone && t.status == TaskStatus::kCancelled) {
+    t.stop_reason = StopReason::kCancel;
+  }
   bool held = t.status == TaskStatus::kRunning || t.stopping;
   if (!held) return OkStatus();
   if (t.allocation.empty()) {

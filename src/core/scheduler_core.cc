@@ -128,6 +128,56 @@ Status SchedulerCore::Cancel(TaskNumber id, TimeMicros now) {
   return OkStatus();
 }
 
+Status SchedulerCore::StopTask(TaskNumber id, StopReason reason, int32_t grace_seconds,
+                               TimeMicros now) {
+  if (reason == StopReason::kNone || reason == StopReason::kReconcile) {
+    return InvalidArgument(
+        "stop reason must be one of cancel, preempt, drain, member_failure, timeout, "
+        "gpu_failure");
+  }
+  if (reason == StopReason::kCancel) return Cancel(id, now);
+  TaskRecord* found = tasks_.Find(id);
+  if (found == nullptr) return NotFound(FormatTaskId(id) + " not found");
+  Task& t = *found;
+  if (t.status != TaskStatus::kRunning) {
+    return FailedPrecondition(FormatTaskId(id) + " is not running (status " +
+                              std::string(ToString(t.status)) + ")");
+  }
+  if (!t.stopping) {
+    t.stopping = true;
+    t.stop_reason = reason;
+    Emit(t);
+  }
+  for (const auto& na : t.allocation) {
+    decisions_.push_back(
+        Decision{Decision::Kind::kStop, t.id, na.node_id, {}, t.stop_reason, grace_seconds});
+    EmitEvent(Event::Kind::kTaskStopping, t, now, na.node_id);
+  }
+  return OkStatus();
+}
+
+void SchedulerCore::EndStop(Task& t, StopReason reason, TimeMicros now, std::string_view node) {
+  running_count_[PrioIndex(t.spec.priority)]--;
+  t.error = std::string(StopError(reason));
+  if (RequeuesWhenStopped(reason)) {
+    // Back at its old place in its queue: being stopped was not its fault.
+    t.status = TaskStatus::kPending;
+    t.allocation.clear();
+    static_cast<TaskRecord&>(t).node_slot = kNoSlot;
+    Enqueue(t);
+  } else {
+    t.status = TaskStatus::kFailed;
+    t.finished_at = now;
+  }
+  Emit(t);
+  if (config_.record_events) {
+    EmitEvent(Event::Kind::kTaskStopped, t, now, node, t.error);
+    events_.back().reason = reason;
+    EmitEvent(RequeuesWhenStopped(reason) ? Event::Kind::kTaskRequeued : Event::Kind::kTaskFinished,
+              t, now, node, t.error);
+  }
+}
+
 Status SchedulerCore::Heartbeat(const std::string& node_id, TimeMicros now) {
   NodeState* node = FindNodeState(node_id);
   if (node == nullptr) return NotFound("node " + node_id + " is not registered");
@@ -139,7 +189,7 @@ Status SchedulerCore::Heartbeat(const std::string& node_id, TimeMicros now) {
 Status SchedulerCore::NodeLost(const std::string& node_id, TimeMicros now) {
   NodeState* node = FindNodeState(node_id);
   if (node == nullptr) return NotFound("node " + node_id + " is not registered");
-  TakeNodeOffline(*node, now);
+  TakeNodeOffline(*node, now, "lost");
   return OkStatus();
 }
 
@@ -161,8 +211,14 @@ Status SchedulerCore::ApplyFinish(Task& t, const FinishReport& report, TimeMicro
   const bool events = config_.record_events;
   std::string node = events && !t.allocation.empty() ? t.allocation[0].node_id : std::string();
   const bool was_running = t.status == TaskStatus::kRunning;
+  const bool was_stopping = t.stopping;
   const StopReason stop_reason = t.stop_reason;
   ReleaseGpus(t);
+  if (was_running && was_stopping) {
+    t.exit_code = report.exit_code;
+    EndStop(t, stop_reason, now, node);
+    return OkStatus();
+  }
   if (was_running) {
     running_count_[PrioIndex(t.spec.priority)]--;
     t.status = report.success ? TaskStatus::kSuccess : TaskStatus::kFailed;
@@ -228,7 +284,7 @@ void SchedulerCore::Tick(TimeMicros now) {
     bool expired = now - node->last_heartbeat > config_.heartbeat_timeout;
     if (!expired) continue;
     // Online nodes that went silent, and restored tasks whose node never came back.
-    if (node->online || node->HoldsAny()) TakeNodeOffline(*node, now);
+    if (node->online || node->HoldsAny()) TakeNodeOffline(*node, now, "heartbeat_timeout");
   }
 }
 

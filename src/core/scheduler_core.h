@@ -90,6 +90,15 @@ class SchedulerCore {
   // (already finished).
   Status Cancel(TaskNumber task, TimeMicros now);
 
+  // Stops a running task for `reason` (not kNone or kReconcile; kCancel is Cancel): stop orders
+  // go to its nodes with the grace (-1: the agent's own), and it keeps its GPUs and its status
+  // `running` until its agent confirms the end or its node is lost. Then it goes back to its
+  // queue at its old position (preempt, drain, gpu_failure) or fails (member_failure, timeout),
+  // with StopError(reason) as its error. A task already stopping keeps its first reason; the
+  // orders are sent again (an agent only ever shortens a grace). InvalidArgument (reason),
+  // NotFound, FailedPrecondition (not running).
+  Status StopTask(TaskNumber task, StopReason reason, int32_t grace_seconds, TimeMicros now);
+
   // A node (re)joins with its GPUs. `running` is what its agent runs now, `finished` what
   // finished since it last reported. Finishes are recorded first; then running tasks the core
   // knows on this node are adopted, tasks it had put back in the queue are taken back, tasks it
@@ -232,8 +241,12 @@ class SchedulerCore {
   void SetReservation(PriorityQueue& q, int slot);
   void Dequeue(Task& t);
   void RequeueOrFail(Task& t, TimeMicros now, std::string_view error);
+  // A running task stopped for `reason` has ended (its GPUs already released): back to its queue
+  // or failed, as the reason says (see StopTask).
+  void EndStop(Task& t, StopReason reason, TimeMicros now, std::string_view node);
   void RecomputeQuota();
-  void TakeNodeOffline(NodeState& node, TimeMicros now);
+  // `why` goes into the node_lost event ("heartbeat_timeout", "lost").
+  void TakeNodeOffline(NodeState& node, TimeMicros now, std::string_view why);
   Status ApplyFinish(Task& t, const FinishReport& report, TimeMicros now);
   void SchedulePriority(int prio, TimeMicros now);
   PendingReason Diagnose(const Task& t, const std::vector<int>& models) const;

@@ -100,6 +100,31 @@ std::string_view ToString(Event::Kind k) {
   return "unknown";
 }
 
+bool RequeuesWhenStopped(StopReason r) {
+  return r == StopReason::kPreempt || r == StopReason::kDrain || r == StopReason::kGpuFailure;
+}
+
+std::string_view StopError(StopReason r) {
+  switch (r) {
+    case StopReason::kCancel:
+      return "cancelled";
+    case StopReason::kPreempt:
+      return "preempted";
+    case StopReason::kDrain:
+      return "drained";
+    case StopReason::kMemberFailure:
+      return "member_failed";
+    case StopReason::kTimeout:
+      return "timeout";
+    case StopReason::kGpuFailure:
+      return "gpu_unhealthy";
+    case StopReason::kNone:
+    case StopReason::kReconcile:
+      return "stopped";
+  }
+  return "stopped";
+}
+
 std::optional<Priority> ParsePriority(std::string_view s) {
   if (s == "high") return Priority::kHigh;
   if (s == "low") return Priority::kLow;

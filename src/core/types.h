@@ -54,6 +54,12 @@ std::string_view ToString(TaskStatus s);
 std::string_view ToString(PendingReason r);
 std::string_view ToString(GpuStatus s);
 std::string_view ToString(StopReason r);  // "" for kNone, else "cancel", "preempt", ...
+// The life cycle of a stopped task: a task stopped for preempt, drain or gpu_failure goes back to
+// its queue at its old position once its agent confirms; one stopped for member_failure or
+// timeout fails; a cancelled one stays cancelled. StopError is the error word it gets:
+// "cancelled", "preempted", "drained", "member_failed", "timeout", "gpu_unhealthy".
+bool RequeuesWhenStopped(StopReason r);
+std::string_view StopError(StopReason r);
 std::optional<Priority> ParsePriority(std::string_view s);
 std::optional<TaskStatus> ParseTaskStatus(std::string_view s);
 std::optional<PendingReason> ParsePendingReason(std::string_view s);
@@ -186,7 +192,10 @@ struct Event {
   TimeMicros created_at = 0;                 // Task events: when the task was submitted.
   double online_percent = 0;                 // kQuotaChanged.
   std::string node_id;  // Where it happened (task events with a node, node events).
-  std::string detail;   // kTaskRequeued / kTaskFinished: the error word; kNodeJoined: address.
+  // kTaskRequeued / kTaskFinished / kTaskStopped: the error word; kTaskScheduled: "adopted" for
+  // a queued task found running at registration; kNodeJoined: its address; kNodeLost: why
+  // ("heartbeat_timeout", "lost").
+  std::string detail;
 };
 
 std::string_view ToString(Event::Kind k);  // "task_submitted", "node_lost", ...

@@ -113,7 +113,7 @@ TEST_F(EventsTest, ALostNodeRequeuesItsTasksThenFailsThemAfterMaxAttempts) {
     const std::string end = attempt < config_.max_attempts
                                 ? "task_requeued task-1 @n1 (agent_lost)"
                                 : "task_finished task-1 @n1 (agent_lost)";
-    std::vector<std::string> want = {"task_scheduled task-1 @n1", "node_lost @n1", end};
+    std::vector<std::string> want = {"task_scheduled task-1 @n1", "node_lost @n1 (lost)", end};
     if (attempt == 1) want.insert(want.begin(), "task_submitted task-1");
     EXPECT_EQ(got, want) << "attempt " << attempt;
     AddNode("n1", 1);
@@ -133,7 +133,7 @@ TEST_F(EventsTest, ReconciliationAdoptsStopsAndRecordsFinishes) {
                                 {{finished, true, 0, "", now_}}, now_)
                   .ok());
   EXPECT_EQ(Take(), (std::vector<std::string>{
-                        "node_lost @n1",
+                        "node_lost @n1 (lost)",
                         "node_joined @n1 (n1:7000)",
                         "task_finished task-2 @n1",
                         "task_scheduled task-1 @n1 (adopted)",

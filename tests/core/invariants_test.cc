@@ -75,6 +75,15 @@ void RunSequence(uint32_t seed, int steps) {
     } else if (op < 78 && !ids.empty()) {
       TaskNumber id = ids[pick(ids.size())];
       (void)both([&](SchedulerCore& c) { return c.Cancel(id, now); });
+    } else if (op < 80 && !ids.empty()) {
+      // Stops for the reasons that requeue or fail a task when it ends.
+      TaskNumber id = ids[pick(ids.size())];
+      const StopReason reasons[] = {StopReason::kPreempt, StopReason::kDrain,
+                                    StopReason::kMemberFailure, StopReason::kTimeout,
+                                    StopReason::kGpuFailure};
+      StopReason reason = reasons[pick(5)];
+      int32_t grace = pick(3) - 1;
+      (void)both([&](SchedulerCore& c) { return c.StopTask(id, reason, grace, now); });
     } else if (op < 82) {
       double percent = pick(11) / 10.0;
       ASSERT_TRUE(both([&](SchedulerCore& c) { return c.SetOnlinePercent(percent, 0); }).ok());

@@ -1,0 +1,177 @@
+// The task life cycle's stops: why a task is stopped decides where it goes once it has ended.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/scheduler_core.h"
+#include "test_util.h"
+
+namespace dgpu::core {
+namespace {
+
+using testing::kSec;
+using testing::MakeGpus;
+using testing::Spec;
+using Kind = Decision::Kind;
+
+class LifecycleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(core_.SetOnlinePercent(1.0, now_).ok());
+    ASSERT_TRUE(core_.RegisterNode("n1", "", MakeGpus(2, "A100"), {}, {}, now_).ok());
+  }
+  TaskNumber Submit(int gpus = 1) {
+    auto r = core_.Submit(Spec(Priority::kHigh, gpus, ""), now_);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : 0;
+  }
+  std::vector<Decision> Pass() {
+    core_.Schedule(now_);
+    EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+    return core_.TakeDecisions();
+  }
+  void Confirm(TaskNumber t) {
+    ASSERT_TRUE(core_.TaskFinished("n1", {t, false, 143, "", now_}, now_).ok());
+    ASSERT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+  }
+  const Task& T(TaskNumber t) { return *core_.FindTask(t); }
+
+  SchedulerCore core_;
+  TimeMicros now_ = 100 * kSec;
+};
+
+TEST_F(LifecycleTest, APreemptedTaskKeepsItsGpusUntilItEndsThenGoesBackToItsPlace) {
+  TaskNumber victim = Submit(2);
+  ASSERT_EQ(Pass().size(), 1u);
+  TaskNumber later = Submit(2);  // Queued behind nothing but submitted after the victim.
+  EXPECT_TRUE(Pass().empty());
+  ASSERT_TRUE(core_.StopTask(victim, StopReason::kPreempt, 5, now_).ok());
+  EXPECT_EQ(core_.TakeDecisions(),
+            (std::vector<Decision>{{Kind::kStop, victim, "n1", {}, StopReason::kPreempt, 5}}));
+  EXPECT_EQ(T(victim).status, TaskStatus::kRunning);
+  EXPECT_TRUE(T(victim).stopping);
+  EXPECT_TRUE(Pass().empty()) << "its GPUs are still held";
+  Confirm(victim);
+  EXPECT_EQ(T(victim).status, TaskStatus::kPending);
+  EXPECT_EQ(T(victim).error, "preempted");
+  EXPECT_FALSE(T(victim).stopping);
+  EXPECT_EQ(T(victim).stop_reason, StopReason::kNone);
+  EXPECT_EQ(core_.QueueOrder(Priority::kHigh), (std::vector<TaskNumber>{victim, later}));
+  auto d = Pass();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].task, victim);
+  EXPECT_EQ(T(victim).attempts, 2);
+}
+
+TEST_F(LifecycleTest, ATimedOutOrMemberFailedTaskFails) {
+  TaskNumber a = Submit();
+  TaskNumber b = Submit();
+  ASSERT_EQ(Pass().size(), 2u);
+  ASSERT_TRUE(core_.StopTask(a, StopReason::kTimeout, -1, now_).ok());
+  ASSERT_TRUE(core_.StopTask(b, StopReason::kMemberFailure, 0, now_).ok());
+  Confirm(a);
+  Confirm(b);
+  EXPECT_EQ(T(a).status, TaskStatus::kFailed);
+  EXPECT_EQ(T(a).error, "timeout");
+  EXPECT_EQ(T(a).exit_code, 143);
+  EXPECT_EQ(T(a).finished_at, now_);
+  EXPECT_EQ(T(b).status, TaskStatus::kFailed);
+  EXPECT_EQ(T(b).error, "member_failed");
+  EXPECT_EQ(core_.RunningCount(Priority::kHigh), 0u);
+  EXPECT_EQ(core_.Quota().used[0], 0);
+}
+
+TEST_F(LifecycleTest, ALostNodeEndsAStopAsIfConfirmed) {
+  TaskNumber drained = Submit();
+  TaskNumber unhealthy = Submit();
+  ASSERT_EQ(Pass().size(), 2u);
+  ASSERT_TRUE(core_.StopTask(drained, StopReason::kDrain, 30, now_).ok());
+  ASSERT_TRUE(core_.StopTask(unhealthy, StopReason::kGpuFailure, 30, now_).ok());
+  ASSERT_TRUE(core_.NodeLost("n1", now_).ok());
+  ASSERT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+  EXPECT_EQ(T(drained).status, TaskStatus::kPending);
+  EXPECT_EQ(T(drained).error, "drained");
+  EXPECT_EQ(T(unhealthy).status, TaskStatus::kPending);
+  EXPECT_EQ(T(unhealthy).error, "gpu_unhealthy");
+  EXPECT_EQ(T(drained).attempts, 1) << "a stop is not a lost attempt";
+}
+
+TEST_F(LifecycleTest, ANodeThatComesBackWithoutTheStoppedTaskEndsItsStop) {
+  TaskNumber t = Submit();
+  ASSERT_EQ(Pass().size(), 1u);
+  ASSERT_TRUE(core_.StopTask(t, StopReason::kTimeout, 10, now_).ok());
+  (void)core_.TakeDecisions();
+  ASSERT_TRUE(core_.RegisterNode("n1", "", MakeGpus(2, "A100"), {}, {}, now_).ok());
+  ASSERT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+  EXPECT_EQ(T(t).status, TaskStatus::kFailed);
+  EXPECT_EQ(T(t).error, "timeout");
+}
+
+TEST_F(LifecycleTest, ANodeThatComesBackStillRunningTheStoppedTaskIsToldAgain) {
+  TaskNumber t = Submit();
+  ASSERT_EQ(Pass().size(), 1u);
+  ASSERT_TRUE(core_.StopTask(t, StopReason::kPreempt, 10, now_).ok());
+  (void)core_.TakeDecisions();
+  ASSERT_TRUE(core_.RegisterNode("n1", "", MakeGpus(2, "A100"), {{t, {0}}}, {}, now_).ok());
+  EXPECT_EQ(core_.TakeDecisions(),
+            (std::vector<Decision>{{Kind::kStop, t, "n1", {}, StopReason::kPreempt}}));
+  EXPECT_TRUE(T(t).stopping);
+}
+
+TEST_F(LifecycleTest, CancellingAStoppingTaskMakesItCancelled) {
+  TaskNumber t = Submit();
+  ASSERT_EQ(Pass().size(), 1u);
+  ASSERT_TRUE(core_.StopTask(t, StopReason::kPreempt, 10, now_).ok());
+  ASSERT_TRUE(core_.Cancel(t, now_).ok());
+  EXPECT_EQ(T(t).status, TaskStatus::kCancelled);
+  EXPECT_EQ(T(t).stop_reason, StopReason::kCancel);
+  Confirm(t);
+  EXPECT_EQ(T(t).status, TaskStatus::kCancelled);
+  EXPECT_EQ(core_.RunningCount(Priority::kHigh), 0u);
+}
+
+TEST_F(LifecycleTest, ASecondStopKeepsTheFirstReasonAndResendsTheOrder) {
+  TaskNumber t = Submit();
+  ASSERT_EQ(Pass().size(), 1u);
+  ASSERT_TRUE(core_.StopTask(t, StopReason::kDrain, 60, now_).ok());
+  ASSERT_TRUE(core_.StopTask(t, StopReason::kPreempt, 5, now_).ok());
+  EXPECT_EQ(core_.TakeDecisions(),
+            (std::vector<Decision>{{Kind::kStop, t, "n1", {}, StopReason::kDrain, 60},
+                                   {Kind::kStop, t, "n1", {}, StopReason::kDrain, 5}}));
+  EXPECT_EQ(T(t).stop_reason, StopReason::kDrain);
+}
+
+TEST_F(LifecycleTest, BadStopsChangeNothing) {
+  TaskNumber pending = Submit();
+  EXPECT_EQ(core_.StopTask(pending, StopReason::kPreempt, 1, now_).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_.StopTask(999, StopReason::kPreempt, 1, now_).code(), StatusCode::kNotFound);
+  EXPECT_EQ(core_.StopTask(pending, StopReason::kNone, 1, now_).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.StopTask(pending, StopReason::kReconcile, 1, now_).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(core_.TakeDecisions().empty());
+  EXPECT_EQ(T(pending).status, TaskStatus::kPending);
+  EXPECT_TRUE(core_.CheckInvariants().ok());
+}
+
+TEST_F(LifecycleTest, RestoreRefusesAStopThatCannotBe) {
+  Task t;
+  t.id = 50;
+  t.spec = Spec(Priority::kHigh, 1, "");
+  t.status = TaskStatus::kPending;
+  t.stopping = true;
+  t.stop_reason = StopReason::kPreempt;
+  EXPECT_EQ(core_.Restore(t, now_).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.FindTask(50), nullptr);
+  t.status = TaskStatus::kRunning;
+  t.allocation = {{"n9", {0}}};
+  t.stop_reason = StopReason::kCancel;
+  EXPECT_EQ(core_.Restore(t, now_).code(), StatusCode::kInvalidArgument);
+  t.stop_reason = StopReason::kPreempt;
+  EXPECT_TRUE(core_.Restore(t, now_).ok());
+  EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+}
+
+}  // namespace
+}  // namespace dgpu::core
