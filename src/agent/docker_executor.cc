@@ -49,9 +49,9 @@ StatusOr<std::vector<std::string>> BuildDockerRunArgv(const TaskLaunch& launch,
   return argv;
 }
 
-std::vector<std::string> BuildDockerStopArgv(const std::string& task_id,
+std::vector<std::string> BuildDockerStopArgv(const std::string& task_id, int64_t grace_seconds,
                                              const std::string& docker_binary) {
-  return {docker_binary, "stop", DockerContainerName(task_id)};
+  return {docker_binary, "stop", "-t", std::to_string(grace_seconds), DockerContainerName(task_id)};
 }
 
 DockerExecutor::DockerExecutor(DockerExecutorOptions options)
@@ -70,7 +70,9 @@ Status DockerExecutor::Start(const TaskLaunch& launch) {
   if (!options_.socket.empty()) client_env.emplace_back("DOCKER_HOST", "unix://" + options_.socket);
   plan.env = MergeEnvironment(CurrentEnvironment(), client_env);
   plan.helper_env = plan.env;
-  plan.stop_argv = BuildDockerStopArgv(launch.task_id, options_.docker_binary);
+  plan.stop_argv = [task_id = launch.task_id, docker = options_.docker_binary](int64_t grace) {
+    return BuildDockerStopArgv(task_id, grace, docker);
+  };
   plan.kill_argv = {options_.docker_binary, "kill", DockerContainerName(launch.task_id)};
   return supervisor_.Start(launch, plan);
 }

@@ -2,10 +2,10 @@
 //
 // Start() runs `docker run --rm --name dgpu-<task_id> --gpus "device=<indices>" -e K=V ...
 // <image> sh -c <command>` as a child process (same machinery, log file and working directory as
-// ProcessExecutor); the container's output reaches the log through the attached client. Cancel
-// and timeout run `docker stop dgpu-<task_id>`; when the grace period is over the client gets
-// SIGKILL and `docker kill dgpu-<task_id>` runs. The exit code is the container's, as docker run
-// reports it.
+// ProcessExecutor); the container's output reaches the log through the attached client. A stop
+// order or a timeout runs `docker stop -t <grace seconds> dgpu-<task_id>`; when the grace period
+// is over the client gets SIGKILL and `docker kill dgpu-<task_id>` runs. The exit code is the
+// container's, as docker run reports it.
 //
 // Container environment: the task's env, then CUDA_VISIBLE_DEVICES=0,...,n-1,
 // CUDA_DEVICE_ORDER=PCI_BUS_ID, DGPU_TASK_ID and DGPU_GPU_IDS=<host indices>. Inside the
@@ -48,8 +48,8 @@ StatusOr<std::vector<std::string>> BuildDockerRunArgv(const TaskLaunch& launch,
                                                       const std::string& default_image,
                                                       const std::string& docker_binary = "docker");
 
-// {docker_binary, "stop", "dgpu-<task_id>"}.
-std::vector<std::string> BuildDockerStopArgv(const std::string& task_id,
+// {docker_binary, "stop", "-t", "<grace_seconds>", "dgpu-<task_id>"}.
+std::vector<std::string> BuildDockerStopArgv(const std::string& task_id, int64_t grace_seconds,
                                              const std::string& docker_binary = "docker");
 
 class DockerExecutor final : public SupervisedExecutor {

@@ -1,6 +1,7 @@
 #include "agent/executor.h"
 
 #include <set>
+#include <string>
 
 namespace dgpu::agent {
 namespace {
@@ -78,6 +79,24 @@ std::vector<std::pair<std::string, std::string>> ReservedTaskEnv(const TaskLaunc
 bool IsReservedEnvKey(std::string_view key) {
   return key == "CUDA_VISIBLE_DEVICES" || key == "CUDA_DEVICE_ORDER" ||
          key == "NVIDIA_VISIBLE_DEVICES" || key == "DGPU_TASK_ID" || key == "DGPU_GPU_IDS";
+}
+
+std::string StopError(core::StopReason reason) {
+  if (reason == core::StopReason::kCancel || reason == core::StopReason::kNone) return "cancelled";
+  return std::string(core::ToString(reason));
+}
+
+std::string StopLogLine(core::StopReason reason, std::chrono::milliseconds grace) {
+  const core::StopReason shown =
+      reason == core::StopReason::kNone ? core::StopReason::kCancel : reason;
+  std::string seconds = std::to_string(grace.count() / 1000);
+  if (int64_t millis = grace.count() % 1000; millis != 0) {
+    std::string fraction = std::to_string(1000 + millis).substr(1);
+    fraction.erase(fraction.find_last_not_of('0') + 1);
+    seconds += "." + fraction;
+  }
+  return "dgpu: stopping task (reason: " + std::string(core::ToString(shown)) + ", grace " +
+         seconds + " s)";
 }
 
 }  // namespace dgpu::agent

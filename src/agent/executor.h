@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "core/types.h"
 
 namespace dgpu::agent {
 
@@ -37,12 +38,27 @@ struct TaskExit {
   bool success = false;  // True only when the task exited 0 on its own.
   int exit_code = -1;    // Exit status; 128+N when killed by signal N; -1 when it never ran.
   int signal = 0;        // Signal that killed the task's main process, 0 if none.
-  // "" (exited by itself), "timeout", "cancelled", "signal:N", or "start_failed: <reason>".
+  // "" (exited by itself), "signal:N", "start_failed: <reason>", or the word of the order that
+  // stopped it (StopError): "cancelled", "timeout", "preempt", "drain", ...
   std::string error;
   int64_t finished_at_unix_micros = 0;
 
   bool operator==(const TaskExit&) const = default;
 };
+
+// Why a task is stopped and how long it may take to exit after SIGTERM before it is killed.
+struct StopOrder {
+  core::StopReason reason = core::StopReason::kCancel;
+  std::chrono::milliseconds grace{-1};  // Negative: the executor's configured kill grace period.
+};
+
+// The error a task stopped for `reason` finishes with: "cancelled" for a cancel (and kNone),
+// otherwise the reason's own word ("timeout", "preempt", "reconcile", ...).
+std::string StopError(core::StopReason reason);
+
+// The line a task's log gets when a stop order takes effect, without the newline:
+// "dgpu: stopping task (reason: cancel, grace 5 s)"; fractions of a second as "grace 0.25 s".
+std::string StopLogLine(core::StopReason reason, std::chrono::milliseconds grace);
 
 class Executor {
  public:
@@ -51,10 +67,12 @@ class Executor {
   // Starts a task; see the file comment for errors. Never blocks on the task itself.
   virtual Status Start(const TaskLaunch& launch) = 0;
 
-  // Asks a task to stop: SIGTERM (or `docker stop`) now, SIGKILL after the kill grace period.
-  // The TaskExit (error "cancelled") comes later from Poll(). NotFound for an unknown task id;
-  // cancelling a task that is already stopping is a no-op.
-  virtual Status Cancel(const std::string& task_id) = 0;
+  // Asks a task to stop: SIGTERM (or `docker stop`) now, SIGKILL once the order's grace period
+  // is over; the task's log gets a StopLogLine. The TaskExit (error StopError(order.reason))
+  // comes later from Poll(). NotFound for an unknown task id. An order for a task that is
+  // already stopping keeps the first reason; it brings the SIGKILL forward when its grace ends
+  // sooner (with another log line), and otherwise changes nothing.
+  virtual Status Stop(const std::string& task_id, const StopOrder& order) = 0;
 
   // Advances the executor to `now_micros` (unix time, microseconds): reaps processes, applies
   // timeouts and kill deadlines, and returns the tasks that finished, each exactly once. A task

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <set>
 #include <thread>
 
 #include "agent/epoch_file.h"
@@ -38,6 +39,25 @@ void FillGpu(const GpuDevice& d, dgpu::v1::GpuStatus* g) {
   g->set_utilization_pct(d.utilization_pct.value_or(-1));
   g->set_temperature_c(d.temperature_c.value_or(-1));
   g->set_pci_bus_id(d.pci_bus_id);
+}
+
+// A StopOrder from the scheduler: no reason (or one this agent does not know) is a cancel, no
+// grace period (or a negative one) is the agent's own.
+StopOrder ToStopOrder(const dgpu::v1::StopOrder& order) {
+  StopOrder out;
+  if (!order.reason().empty()) {
+    std::optional<core::StopReason> reason = core::ParseStopReason(order.reason());
+    if (reason.has_value() && *reason != core::StopReason::kNone) {
+      out.reason = *reason;
+    } else {
+      spdlog::warn("stop order for {} has unknown reason \"{}\"; stopping it as a cancel",
+                   order.task_id(), order.reason());
+    }
+  }
+  if (order.has_grace_period_seconds() && order.grace_period_seconds() >= 0) {
+    out.grace = std::chrono::seconds(order.grace_period_seconds());
+  }
+  return out;
 }
 
 void FillResult(const TaskExit& e, dgpu::v1::TaskResult* r) {
@@ -297,15 +317,33 @@ void AgentSession::HandleInbound() {
       launch.image = a.image();
       StartTask(a.task_id(), launch, m.epoch());
     }
-    for (const auto& id : m.cancel_task_ids()) {
-      Status s = executor_->Cancel(id);
-      common::LogEvent("task_cancel", {{"task_id", id},
-                                       {"node", agent_id_},
-                                       {"epoch", m.epoch()},
-                                       {"result", s.ok() ? "stopping" : s.message()}});
-    }
+    ApplyStops(m);
   }
   if (broken) Disconnect("heartbeat stream closed");
+}
+
+void AgentSession::ApplyStops(const HeartbeatResponse& m) {
+  std::set<std::string> ordered;
+  for (const auto& order : m.stop()) {
+    ordered.insert(order.task_id());
+    StopTask(order.task_id(), ToStopOrder(order), m.epoch());
+  }
+  // A scheduler that predates StopOrder sends ids only; a newer one sends both.
+  for (const auto& id : m.cancel_task_ids()) {
+    if (ordered.count(id) == 0) StopTask(id, StopOrder{}, m.epoch());
+  }
+}
+
+void AgentSession::StopTask(const std::string& task_id, const StopOrder& order, uint64_t epoch) {
+  Status s = executor_->Stop(task_id, order);
+  const std::chrono::milliseconds grace =
+      order.grace.count() < 0 ? config_.executor.kill_grace_period : order.grace;
+  common::LogEvent("task_stopping", {{"task_id", task_id},
+                                     {"node", agent_id_},
+                                     {"epoch", epoch},
+                                     {"reason", core::ToString(order.reason)},
+                                     {"grace_seconds", static_cast<double>(grace.count()) / 1000.0},
+                                     {"result", s.ok() ? "stopping" : s.message()}});
 }
 
 void AgentSession::SendHeartbeat(int64_t now) {

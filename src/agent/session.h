@@ -4,8 +4,8 @@
 // scheduler is reachable), keeps finishes in the on-disk outbox until a scheduler acknowledges
 // them, and talks to the leader:
 //   - register (GPUs, running tasks with their GPUs, unacknowledged finishes, highest epoch);
-//   - keep one Heartbeat stream open, heartbeating every heartbeat_interval; tasks and
-//     cancellations pushed on it are applied at once (a reader thread hands them over);
+//   - keep one Heartbeat stream open, heartbeating every heartbeat_interval; tasks and stop
+//     orders pushed on it are applied at once (a reader thread hands them over);
 //   - report each finish with TaskFinished until acknowledged (ALREADY_EXISTS counts as
 //     acknowledged: the scheduler recorded it before). A finish is reported the moment the
 //     executor sees it, while it is being written to the outbox: the reports are asynchronous,
@@ -37,6 +37,10 @@
 #include "agent/finish_outbox.h"
 #include "agent/gpu_discovery.h"
 #include "common/config.h"
+
+namespace dgpu::v1 {
+class HeartbeatResponse;
+}
 
 namespace dgpu::agent {
 
@@ -95,6 +99,10 @@ class AgentSession {
   // Waits (bounded) until no report is in flight, then applies the answers.
   void DrainReports(std::chrono::milliseconds timeout);
   void StartTask(const std::string& task_id, const TaskLaunch& launch, uint64_t epoch);
+  // Applies a message's StopOrders, then its cancel_task_ids that have none (as cancels with
+  // the configured grace period).
+  void ApplyStops(const dgpu::v1::HeartbeatResponse& m);
+  void StopTask(const std::string& task_id, const StopOrder& order, uint64_t epoch);
   void ReportRefusal(const std::string& task_id, const std::string& why);
   // Fails for an epoch lower than the highest seen, and for a higher one that cannot be stored.
   Status AcceptEpoch(uint64_t epoch);

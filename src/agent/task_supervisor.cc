@@ -52,6 +52,11 @@ Status MakeDirs(const std::string& path) {
   return OkStatus();
 }
 
+// Whole seconds, rounded up: a stop command's timeout never ends before the grace period.
+int64_t CeilSeconds(std::chrono::milliseconds d) {
+  return (std::max<int64_t>(d.count(), 0) + 999) / 1000;
+}
+
 void AppendLine(int fd, const std::string& line) {
   std::string text = line + "\n";
   ssize_t ignored = write(fd, text.data(), text.size());
@@ -141,7 +146,7 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
   return OkStatus();
 }
 
-Status TaskSupervisor::Cancel(const std::string& task_id) {
+Status TaskSupervisor::Stop(const std::string& task_id, const StopOrder& order) {
   auto it = tasks_.find(task_id);
   if (it == tasks_.end()) {
     bool failed_to_start = std::any_of(pending_exits_.begin(), pending_exits_.end(),
@@ -149,7 +154,7 @@ Status TaskSupervisor::Cancel(const std::string& task_id) {
     if (failed_to_start) return OkStatus();  // Its start_failed exit is reported anyway.
     return NotFound("task '" + task_id + "' is not running here");
   }
-  BeginStop(it->second, "cancelled", options_.clock());
+  BeginStop(it->second, order, options_.clock());
   return OkStatus();
 }
 
@@ -329,10 +334,11 @@ bool TaskSupervisor::RunHelper(const Task& task, const std::vector<std::string>&
   return true;
 }
 
-void TaskSupervisor::SendTerm(Task& task, int64_t now_micros, bool use_plan) {
+void TaskSupervisor::SendTerm(Task& task, int64_t now_micros, bool use_plan,
+                              std::chrono::milliseconds grace) {
   task.term_sent = true;
-  if (use_plan && !task.plan.stop_argv.empty() &&
-      RunHelper(task, task.plan.stop_argv, now_micros)) {
+  if (use_plan && task.plan.stop_argv &&
+      RunHelper(task, task.plan.stop_argv(CeilSeconds(grace)), now_micros)) {
     return;
   }
   task.member_signal = SIGTERM;
@@ -349,13 +355,33 @@ void TaskSupervisor::SendKill(Task& task, int64_t now_micros) {
   }
 }
 
-void TaskSupervisor::BeginStop(Task& task, const std::string& reason, int64_t now_micros) {
-  if (task.phase != Phase::kRunning) return;
-  task.phase = Phase::kStopping;
-  task.stop_reason = reason;
-  Scan();
-  SendTerm(task, now_micros, /*use_plan=*/true);
-  task.kill_at_micros = now_micros + options_.kill_grace.count() * kMicrosPerMilli;
+void TaskSupervisor::BeginStop(Task& task, const StopOrder& order, int64_t now_micros) {
+  const std::chrono::milliseconds grace =
+      order.grace.count() < 0 ? options_.kill_grace : order.grace;
+  const int64_t kill_at = now_micros + grace.count() * kMicrosPerMilli;
+  if (task.phase == Phase::kRunning) {
+    task.phase = Phase::kStopping;
+    task.stop_reason = order.reason;
+    AppendToLog(task, StopLogLine(order.reason, grace));
+    Scan();
+    SendTerm(task, now_micros, /*use_plan=*/true, grace);
+    task.kill_at_micros = kill_at;
+    return;
+  }
+  // Already stopping: an order that ends sooner brings the SIGKILL forward, none postpones it.
+  if (task.kill_sent || !task.kill_at_micros.has_value() || kill_at >= *task.kill_at_micros) {
+    return;
+  }
+  task.kill_at_micros = kill_at;
+  AppendToLog(task, StopLogLine(order.reason, grace));
+}
+
+void TaskSupervisor::AppendToLog(const Task& task, const std::string& line) const {
+  int log_fd =
+      open(LogPath(task.launch.task_id).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) return;
+  AppendLine(log_fd, line);
+  close(log_fd);
 }
 
 void TaskSupervisor::ReapHelpers(int64_t now_micros, bool force) {
@@ -382,8 +408,8 @@ TaskExit TaskSupervisor::MakeExit(const Task& task, int64_t now_micros) const {
       exit.exit_code = 128 + exit.signal;
     }
   }
-  if (!task.stop_reason.empty()) {
-    exit.error = task.stop_reason;
+  if (task.stop_reason.has_value()) {
+    exit.error = StopError(*task.stop_reason);
   } else if (exit.signal != 0) {
     exit.error = "signal:" + std::to_string(exit.signal);
   } else {
@@ -422,7 +448,8 @@ std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadli
     Task& task = it->second;
     if (apply_deadlines && task.phase == Phase::kRunning && !task.leader_status.has_value() &&
         task.deadline_micros > 0 && now_micros >= task.deadline_micros) {
-      BeginStop(task, "timeout", now_micros);
+      BeginStop(task, StopOrder{core::StopReason::kTimeout, std::chrono::milliseconds(-1)},
+                now_micros);
     }
     if (task.leader_status.has_value() && task.phase != Phase::kDraining) {
       task.phase = Phase::kDraining;
@@ -456,7 +483,9 @@ std::vector<TaskExit> TaskSupervisor::Poll(int64_t now_micros) {
 
 std::vector<TaskExit> TaskSupervisor::StopAll(std::chrono::milliseconds grace) {
   if (detached_) return {};
-  for (auto& [id, task] : tasks_) BeginStop(task, "cancelled", options_.clock());
+  for (auto& [id, task] : tasks_) {
+    BeginStop(task, StopOrder{core::StopReason::kCancel, grace}, options_.clock());
+  }
   std::vector<TaskExit> exits;
   const auto term_deadline = std::chrono::steady_clock::now() + grace;
   std::optional<std::chrono::steady_clock::time_point> give_up;

@@ -7,10 +7,10 @@
 // DGPU_TASK_ID=<id> entry they inherited. Processes are identified by (pid, start time), so a
 // recycled pid is never signalled.
 //
-// Stopping (cancel, timeout, or leftovers after the leader exited): SIGTERM to the process group
-// and every tracked process (or the plan's stop command, e.g. `docker stop`), then SIGKILL to all
-// of them after the grace period. A task finishes when its leader is reaped and no tracked
-// process remains.
+// Stopping (a stop order, a timeout, or leftovers after the leader exited): SIGTERM to the
+// process group and every tracked process (or the plan's stop command, e.g. `docker stop -t N`),
+// then SIGKILL to all of them after the grace period: the order's, else the configured one. A
+// task finishes when its leader is reaped and no tracked process remains.
 //
 // Not thread-safe: one owner thread. Children are spawned through SpawnChild (child_process.h).
 #pragma once
@@ -47,8 +47,9 @@ struct SupervisorOptions {
 struct LaunchPlan {
   std::vector<std::string> argv;  // argv[0]: path or name on PATH.
   std::vector<std::string> env;   // Complete environment, "KEY=VALUE".
-  // Run instead of SIGTERM when the task must stop (e.g. docker stop); empty = SIGTERM.
-  std::vector<std::string> stop_argv;
+  // The command run instead of SIGTERM when the task must stop, given the grace period in whole
+  // seconds (rounded up), e.g. docker stop -t N; unset = SIGTERM.
+  std::function<std::vector<std::string>(int64_t grace_seconds)> stop_argv;
   // Also run when the grace period is over, besides SIGKILL (e.g. docker kill); may be empty.
   std::vector<std::string> kill_argv;
   // Environment for stop/kill commands; empty = the agent's environment.
@@ -64,7 +65,7 @@ class TaskSupervisor {
 
   // Refusals (duplicate id, busy GPU, detached) are checked here; `launch` is assumed valid.
   Status Start(const TaskLaunch& launch, const LaunchPlan& plan);
-  Status Cancel(const std::string& task_id);
+  Status Stop(const std::string& task_id, const StopOrder& order);
   std::vector<TaskExit> Poll(int64_t now_micros);
   std::vector<std::string> Running() const;
   bool IsGpuBusy(int index) const;
@@ -86,10 +87,10 @@ class TaskSupervisor {
     uint64_t pid_epoch = 0;  // pid_epoch_ when the leader was spawned.
     uint64_t leader_start_time = 0;
     Phase phase = Phase::kRunning;
-    std::string stop_reason;                // "", "cancelled", "timeout".
-    std::optional<int> leader_status;       // Wait status once reaped.
-    int64_t deadline_micros = 0;            // 0 = no timeout.
-    std::optional<int64_t> kill_at_micros;  // When SIGKILL follows SIGTERM.
+    std::optional<core::StopReason> stop_reason;  // Set by the first stop order or timeout.
+    std::optional<int> leader_status;             // Wait status once reaped.
+    int64_t deadline_micros = 0;                  // 0 = no timeout.
+    std::optional<int64_t> kill_at_micros;        // When SIGKILL follows SIGTERM.
     bool term_sent = false;
     bool kill_sent = false;
     // Signal for processes found after the task was signalled (0 while none was sent: a stop
@@ -114,11 +115,15 @@ class TaskSupervisor {
   // scan is correct: a task's processes are created after its leader, so within one pid epoch
   // their pids are higher.
   std::optional<pid_t> PartialScanFloor() const;
-  void BeginStop(Task& task, const std::string& reason, int64_t now_micros);
-  // SIGTERM (or, with use_plan, the plan's stop command) to the task's processes.
-  void SendTerm(Task& task, int64_t now_micros, bool use_plan);
+  // Starts stopping a running task, or brings a stopping one's SIGKILL forward.
+  void BeginStop(Task& task, const StopOrder& order, int64_t now_micros);
+  // SIGTERM (or, with use_plan, the plan's stop command for `grace`) to the task's processes.
+  void SendTerm(Task& task, int64_t now_micros, bool use_plan,
+                std::chrono::milliseconds grace = {});
   void SendKill(Task& task, int64_t now_micros);
   void Signal(Task& task, int sig);
+  // Appends one line to the task's log (best effort: a log that cannot be opened is skipped).
+  void AppendToLog(const Task& task, const std::string& line) const;
   // Spawns a stop/kill command with output appended to the task log. False if it cannot start.
   bool RunHelper(const Task& task, const std::vector<std::string>& argv, int64_t now_micros);
   void ReapHelpers(int64_t now_micros, bool force);
@@ -144,7 +149,9 @@ class TaskSupervisor {
 // (and the name) is the supervisor's, whatever the launch method.
 class SupervisedExecutor : public Executor {
  public:
-  Status Cancel(const std::string& task_id) override { return supervisor_.Cancel(task_id); }
+  Status Stop(const std::string& task_id, const StopOrder& order) override {
+    return supervisor_.Stop(task_id, order);
+  }
   std::vector<TaskExit> Poll(int64_t now_micros) override { return supervisor_.Poll(now_micros); }
   std::vector<std::string> Running() const override { return supervisor_.Running(); }
   bool IsGpuBusy(int index) const override { return supervisor_.IsGpuBusy(index); }

@@ -97,7 +97,8 @@ StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now)
   return t.id;
 }
 
-Status SchedulerCore::Cancel(TaskNumber id, TimeMicros now) {
+Status SchedulerCore::Cancel(TaskNumber id, TimeMicros now, int32_t grace_seconds) {
+  if (grace_seconds < -1) return InvalidArgument("grace_seconds must be -1 or more");
   pass_needed_ = true;
   TaskRecord* found = tasks_.Find(id);
   if (found == nullptr) return NotFound(FormatTaskId(id) + " not found");
@@ -114,8 +115,8 @@ Status SchedulerCore::Cancel(TaskNumber id, TimeMicros now) {
     t.stopping = true;
     t.stop_reason = StopReason::kCancel;
     for (const auto& na : t.allocation) {
-      decisions_.push_back(
-          Decision{Decision::Kind::kStop, t.id, na.node_id, {}, StopReason::kCancel});
+      decisions_.push_back(Decision{
+          Decision::Kind::kStop, t.id, na.node_id, {}, StopReason::kCancel, grace_seconds});
     }
   }
   t.status = TaskStatus::kCancelled;

@@ -85,10 +85,11 @@ class SchedulerCore {
   // Queues a new task; returns its number. InvalidArgument names the bad field.
   StatusOr<TaskNumber> Submit(const TaskSpec& spec, TimeMicros now);
 
-  // Pending: leaves the queue. Running: marked cancelled and a stop is ordered; its GPUs stay
+  // Pending: leaves the queue. Running: marked cancelled and a stop is ordered, with
+  // `grace_seconds` between SIGTERM and SIGKILL (-1: the agent's own grace period); its GPUs stay
   // held until the agent reports the finish or the node is lost. NotFound / FailedPrecondition
-  // (already finished).
-  Status Cancel(TaskNumber task, TimeMicros now);
+  // (already finished); InvalidArgument for a grace below -1.
+  Status Cancel(TaskNumber task, TimeMicros now, int32_t grace_seconds = -1);
 
   // Stops a running task for `reason` (not kNone or kReconcile; kCancel is Cancel): stop orders
   // go to its nodes with the grace (-1: the agent's own), and it keeps its GPUs and its status

@@ -109,8 +109,14 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
 
   // cancel
   std::vector<std::string> cancel_ids;
+  std::optional<int> cancel_grace;
   CLI::App* cancel_cmd = app.add_subcommand("cancel", "Cancel tasks");
   cancel_cmd->add_option("ids", cancel_ids, "Task ids")->required();
+  cancel_cmd
+      ->add_option("--grace", cancel_grace,
+                   "Seconds a running task gets between SIGTERM and SIGKILL (default: the "
+                   "agent's kill_grace_period)")
+      ->check(CLI::Range(0, 86400));
 
   // wait
   std::string wait_id;
@@ -194,7 +200,7 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
     if (get_agents->parsed()) return GetAgents(ctx);
   }
   if (quota_cmd->parsed()) return quota_set->parsed() ? SetQuota(ctx, online) : ShowQuota(ctx);
-  if (cancel_cmd->parsed()) return Cancel(ctx, cancel_ids);
+  if (cancel_cmd->parsed()) return Cancel(ctx, cancel_ids, cancel_grace);
   if (wait_cmd->parsed()) {
     WaitOptions options;
     if (!wait_timeout.empty()) {

@@ -491,11 +491,14 @@ int SetQuota(const CtlContext& ctx, double online_percent) {
   return kExitOk;
 }
 
-int Cancel(const CtlContext& ctx, const std::vector<std::string>& ids) {
+int Cancel(const CtlContext& ctx, const std::vector<std::string>& ids,
+           std::optional<int> grace_seconds) {
+  const std::string query =
+      grace_seconds.has_value() ? "?grace_seconds=" + std::to_string(*grace_seconds) : "";
   int exit_code = kExitOk;
   for (const std::string& id : ids) {
     ApiFailure failure;
-    auto reply = CallApi(ctx, HttpMethod::kDelete, TaskPath(id), nullptr, &failure);
+    auto reply = CallApi(ctx, HttpMethod::kDelete, TaskPath(id) + query, nullptr, &failure);
     if (!reply) {
       *ctx.err << "error: " << id << ": " << DescribeFailure(failure, ctx.server) << "\n";
       exit_code = kExitApiError;

@@ -100,7 +100,10 @@ int GetGpus(const CtlContext& ctx);
 int GetAgents(const CtlContext& ctx);
 int ShowQuota(const CtlContext& ctx);
 int SetQuota(const CtlContext& ctx, double online_percent);
-int Cancel(const CtlContext& ctx, const std::vector<std::string>& ids);
+// grace_seconds: sent as ?grace_seconds=N (the stop's SIGTERM-to-SIGKILL time); nullopt: the
+// agent's own.
+int Cancel(const CtlContext& ctx, const std::vector<std::string>& ids,
+           std::optional<int> grace_seconds = std::nullopt);
 int Wait(const CtlContext& ctx, const std::string& id, const WaitOptions& options);
 int Logs(const CtlContext& ctx, const std::string& id, const LogsOptions& options);
 

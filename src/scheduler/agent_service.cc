@@ -27,6 +27,17 @@ std::string JoinIndices(const std::vector<int>& v) {
   return out;
 }
 
+// Orders a stop in both forms (see HeartbeatResponse in scheduler.proto): the id for agents that
+// predate StopOrder, and the StopOrder with its reason and grace period (-1: the agent's own).
+void AddStop(HeartbeatResponse* msg, const std::string& task_id, core::StopReason reason,
+             int32_t grace_seconds) {
+  msg->add_cancel_task_ids(task_id);
+  auto* order = msg->add_stop();
+  order->set_task_id(task_id);
+  order->set_reason(std::string(core::ToString(reason)));
+  if (grace_seconds >= 0) order->set_grace_period_seconds(grace_seconds);
+}
+
 }  // namespace
 
 // One agent's Heartbeat stream. Owns itself until OnDone; the hub holds a shared reference so
@@ -88,7 +99,7 @@ class HeartbeatReactor : public QueuedBidiReactor<HeartbeatRequest, HeartbeatRes
         const core::Task* t = n ? ctx.core.FindTask(*n) : nullptr;
         bool ours = t != nullptr && (t->status == core::TaskStatus::kRunning || t->stopping) &&
                     !t->allocation.empty() && t->allocation[0].node_id == id;
-        if (!ours) resp.add_cancel_task_ids(tid);
+        if (!ours) AddStop(&resp, tid, core::StopReason::kReconcile, -1);
       }
       hub->Send(id, std::move(resp));
     });
@@ -165,7 +176,7 @@ void AgentHub::Dispatch(const core::SchedulerCore& core,
     auto& msg = by_node[d.node_id];
     msg.set_epoch(leader_->epoch());
     if (d.kind == core::Decision::Kind::kStop) {
-      msg.add_cancel_task_ids(core::FormatTaskId(d.task));
+      AddStop(&msg, core::FormatTaskId(d.task), d.reason, d.grace_seconds);
       continue;
     }
     const core::Task* t = core.FindTask(d.task);
@@ -255,7 +266,7 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
     if (!unparsable.empty()) {
       HeartbeatResponse stop;
       stop.set_epoch(leader_->epoch());
-      for (const auto& t : unparsable) stop.add_cancel_task_ids(t);
+      for (const auto& t : unparsable) AddStop(&stop, t, core::StopReason::kReconcile, -1);
       hub_->Send(id, std::move(stop));
     }
     common::LogEvent(common::events::kAgentRegistered,

@@ -3,6 +3,8 @@
 #include <restinio/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include <charconv>
+
 #include "common/logging.h"
 #include "common/number.h"
 #include "scheduler/api_json.h"
@@ -252,6 +254,30 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
+  // The query of a cancellation: only grace_seconds, an integer from 0 to 86400 (seconds between
+  // SIGTERM and SIGKILL); without it the agent's own grace period (-1).
+  static std::optional<ApiError> ParseCancelQuery(std::string_view query, int32_t* grace) {
+    constexpr int32_t kMaxGraceSeconds = 86400;
+    try {
+      for (const auto& [key, value] : restinio::parse_query(query)) {
+        std::string k(key.data(), key.size());
+        if (k != "grace_seconds") {
+          return ApiError{400, "unknown_field", "unknown query parameter \"" + k + "\""};
+        }
+        int32_t x = -1;
+        const char* end = value.data() + value.size();
+        auto [ptr, ec] = std::from_chars(value.data(), end, x);
+        if (ec != std::errc() || ptr != end || x < 0 || x > kMaxGraceSeconds) {
+          return InvalidField("grace_seconds must be an integer from 0 to 86400");
+        }
+        *grace = x;
+      }
+    } catch (const std::exception& e) {
+      return InvalidField(std::string("malformed query string: ") + e.what());
+    }
+    return std::nullopt;
+  }
+
   restinio::request_handling_status_t Cancel(req_t req, const params_t& params) {
     const std::string route = "DELETE /api/v1/tasks/{id}";
     std::string id_text(params["id"]);
@@ -260,9 +286,14 @@ struct RestServer::Impl {
       SendError(req, route, {404, "not_found", "task " + id_text + " not found"});
       return restinio::request_accepted();
     }
+    int32_t grace = -1;
+    if (auto error = ParseCancelQuery(req->header().query(), &grace)) {
+      SendError(req, route, *error);
+      return restinio::request_accepted();
+    }
     if (RefuseWrite(req, route)) return restinio::request_accepted();
-    d.loop->Post([this, req, route, n = *n, id_text](CoreLoop::Context& c) {
-      Status s = c.core.Cancel(n, c.now);
+    d.loop->Post([this, req, route, n = *n, id_text, grace](CoreLoop::Context& c) {
+      Status s = c.core.Cancel(n, c.now, grace);
       if (s.code() == StatusCode::kNotFound) {
         auto stored = d.db->GetTask(n);
         if (stored.ok() && stored->has_value()) {

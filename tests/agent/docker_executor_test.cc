@@ -73,8 +73,10 @@ TEST(BuildDockerRunArgvTest, Errors) {
 }
 
 TEST(BuildDockerStopArgvTest, ExactArgv) {
-  EXPECT_EQ(BuildDockerStopArgv("task-42"),
-            (std::vector<std::string>{"docker", "stop", "dgpu-task-42"}));
+  EXPECT_EQ(BuildDockerStopArgv("task-42", 30),
+            (std::vector<std::string>{"docker", "stop", "-t", "30", "dgpu-task-42"}));
+  EXPECT_EQ(BuildDockerStopArgv("t1", 0, "/opt/bin/docker"),
+            (std::vector<std::string>{"/opt/bin/docker", "stop", "-t", "0", "dgpu-t1"}));
 }
 
 // A `docker` stub first on PATH: it writes its arguments (one per line) to <stub dir>/<cmd>.argv.
@@ -98,7 +100,8 @@ class DockerExecutorTest : public ::testing::Test {
               "      exit 143\n"
               "    fi\n"
               "    exit 0 ;;\n"
-              "  stop) touch \"$DGPU_DOCKER_STUB_DIR/stopped\"; echo \"$2\" ;;\n"
+              "  stop) touch \"$DGPU_DOCKER_STUB_DIR/stopped\"; for last; do :; done; "
+              "echo \"$last\" ;;\n"
               "esac\n",
               true);
     setenv("PATH", (stub_dir_ + ":" + saved_path_).c_str(), 1);
@@ -143,18 +146,32 @@ TEST_F(DockerExecutorTest, CancelRunsDockerStop) {
   DockerExecutor executor(Options());
   ASSERT_TRUE(executor.Start(Launch("task-8", "sleep 100", {2})).ok());
   ASSERT_TRUE(WaitUntil([&] { return !ReadFile(stub_dir_ + "/run.argv").empty(); }));
-  ASSERT_TRUE(executor.Cancel("task-8").ok());
+  ASSERT_TRUE(executor.Stop("task-8", StopOrder{}).ok());
   auto exit = PollUntilExit(executor, "task-8");
   ASSERT_TRUE(exit.has_value());
   EXPECT_EQ(exit->error, "cancelled");
   EXPECT_EQ(exit->exit_code, 143);
   EXPECT_EQ(exit->signal, 0);
-  EXPECT_EQ(ReadFile(stub_dir_ + "/stop.argv"), "docker\nstop\ndgpu-task-8\n");
+  // The configured grace (2 s) when the order names none.
+  EXPECT_EQ(ReadFile(stub_dir_ + "/stop.argv"), "docker\nstop\n-t\n2\ndgpu-task-8\n");
   // docker stop's output goes to the task log too.
   EXPECT_TRUE(WaitUntil([&] {
     executor.Poll(testing::UnixMicros());
-    return ReadFile(executor.LogPath("task-8")) == "container says hi\ndgpu-task-8\n";
+    return ReadFile(executor.LogPath("task-8")) ==
+           "container says hi\ndgpu: stopping task (reason: cancel, grace 2 s)\ndgpu-task-8\n";
   })) << ReadFile(executor.LogPath("task-8"));
+}
+
+TEST_F(DockerExecutorTest, StopOrderGraceGoesToDockerStop) {
+  setenv("DGPU_DOCKER_STUB_BLOCK", "1", 1);
+  DockerExecutor executor(Options());
+  ASSERT_TRUE(executor.Start(Launch("task-10", "sleep 100", {0})).ok());
+  ASSERT_TRUE(WaitUntil([&] { return !ReadFile(stub_dir_ + "/run.argv").empty(); }));
+  ASSERT_TRUE(executor.Stop("task-10", {core::StopReason::kPreempt, std::chrono::seconds(7)}).ok());
+  auto exit = PollUntilExit(executor, "task-10");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->error, "preempt");
+  EXPECT_EQ(ReadFile(stub_dir_ + "/stop.argv"), "docker\nstop\n-t\n7\ndgpu-task-10\n");
 }
 
 TEST_F(DockerExecutorTest, MissingDockerIsAStartFailure) {

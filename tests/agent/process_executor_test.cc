@@ -156,8 +156,8 @@ TEST_F(ProcessExecutorTest, CancelKillsTaskAndAllDescendants) {
   }));
   EXPECT_TRUE(executor.Poll(testing::UnixMicros()).empty());
 
-  ASSERT_TRUE(executor.Cancel("task-tree").ok());
-  ASSERT_TRUE(executor.Cancel("task-tree").ok());  // Idempotent.
+  ASSERT_TRUE(executor.Stop("task-tree", StopOrder{}).ok());
+  ASSERT_TRUE(executor.Stop("task-tree", StopOrder{}).ok());  // Idempotent.
   EXPECT_TRUE(executor.IsGpuBusy(0));
   auto exit = PollUntilExit(executor, "task-tree");
   ASSERT_TRUE(exit.has_value());
@@ -170,7 +170,7 @@ TEST_F(ProcessExecutorTest, CancelKillsTaskAndAllDescendants) {
   EXPECT_TRUE(ProcessGone(*escaped));
   EXPECT_TRUE(ProcessGone(*orphan));
   EXPECT_FALSE(executor.IsGpuBusy(0));
-  EXPECT_EQ(executor.Cancel("task-tree").code(), StatusCode::kNotFound);
+  EXPECT_EQ(executor.Stop("task-tree", StopOrder{}).code(), StatusCode::kNotFound);
 }
 
 TEST_F(ProcessExecutorTest, LeftoverProcessesAreStoppedWhenTheTaskExits) {
@@ -249,6 +249,106 @@ TEST_F(ProcessExecutorTest, TimeoutOnRealClock) {
   EXPECT_EQ(exit->signal, SIGTERM);
 }
 
+// A task that ignores SIGTERM, started on a fake clock, with a configured grace of 10 s.
+class StopOrderTest : public ProcessExecutorTest {
+ protected:
+  void SetUp() override {
+    ProcessExecutorOptions options = Options();
+    options.kill_grace = std::chrono::seconds(10);
+    options.clock = [this] { return now_; };
+    executor_.emplace(options);
+    ASSERT_TRUE(executor_
+                    ->Start(Launch("task-stubborn",
+                                   "trap '' TERM; echo ready > ready; "
+                                   "sleep 100"))
+                    .ok());
+    ASSERT_TRUE(
+        WaitUntil([&] { return ReadFile(TaskFile("task-stubborn", "ready")) == "ready\n"; }));
+  }
+  void Advance(int64_t micros) { now_ += micros; }
+  std::vector<TaskExit> Poll() { return executor_->Poll(now_); }
+  std::optional<TaskExit> PollUntilExit() {
+    return PollUntilExitWithClock(*executor_, "task-stubborn", [this] { return now_; });
+  }
+  std::string Log() { return ReadFile(executor_->LogPath("task-stubborn")); }
+
+  int64_t now_ = 1'000'000'000'000;
+  std::optional<ProcessExecutor> executor_;
+};
+
+TEST_F(StopOrderTest, OrderGraceReplacesTheConfiguredOne) {
+  ASSERT_TRUE(
+      executor_->Stop("task-stubborn", {core::StopReason::kCancel, std::chrono::seconds(1)}).ok());
+  EXPECT_TRUE(Poll().empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  Advance(999'999);
+  EXPECT_TRUE(Poll().empty()) << "SIGTERM is ignored and the grace is not over";
+  Advance(1);  // 1 s after the order, not the configured 10 s: SIGKILL.
+  auto exit = PollUntilExit();
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->error, "cancelled");
+  EXPECT_EQ(exit->signal, SIGKILL);
+  EXPECT_EQ(exit->finished_at_unix_micros, now_);
+  EXPECT_EQ(Log(), "dgpu: stopping task (reason: cancel, grace 1 s)\n");
+}
+
+TEST_F(StopOrderTest, ShorterSecondOrderShortensLongerOneNeverExtends) {
+  ASSERT_TRUE(
+      executor_->Stop("task-stubborn", {core::StopReason::kPreempt, std::chrono::seconds(5)}).ok());
+  Advance(1'000'000);
+  EXPECT_TRUE(Poll().empty());
+  // Ends at +2 s instead of +5 s.
+  ASSERT_TRUE(
+      executor_->Stop("task-stubborn", {core::StopReason::kCancel, std::chrono::seconds(1)}).ok());
+  // Would end at +11 s: ignored.
+  ASSERT_TRUE(
+      executor_->Stop("task-stubborn", {core::StopReason::kCancel, std::chrono::milliseconds(-1)})
+          .ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  Advance(999'999);
+  EXPECT_TRUE(Poll().empty());
+  Advance(1);
+  auto exit = PollUntilExit();
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->error, "preempt") << "the first order's reason is kept";
+  EXPECT_EQ(exit->signal, SIGKILL);
+  EXPECT_EQ(exit->finished_at_unix_micros, 1'000'000'000'000 + 2'000'000);
+  EXPECT_EQ(Log(),
+            "dgpu: stopping task (reason: preempt, grace 5 s)\n"
+            "dgpu: stopping task (reason: cancel, grace 1 s)\n");
+}
+
+TEST_F(StopOrderTest, NegativeGraceIsTheConfiguredOne) {
+  ASSERT_TRUE(
+      executor_->Stop("task-stubborn", {core::StopReason::kDrain, std::chrono::milliseconds(-1)})
+          .ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  Advance(9'999'999);
+  EXPECT_TRUE(Poll().empty());
+  Advance(1);
+  auto exit = PollUntilExit();
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->error, "drain");
+  EXPECT_EQ(exit->signal, SIGKILL);
+  EXPECT_EQ(Log(), "dgpu: stopping task (reason: drain, grace 10 s)\n");
+}
+
+TEST(StopWordsTest, ErrorAndLogLine) {
+  EXPECT_EQ(StopError(core::StopReason::kCancel), "cancelled");
+  EXPECT_EQ(StopError(core::StopReason::kNone), "cancelled");
+  EXPECT_EQ(StopError(core::StopReason::kTimeout), "timeout");
+  EXPECT_EQ(StopError(core::StopReason::kMemberFailure), "member_failure");
+  EXPECT_EQ(StopError(core::StopReason::kReconcile), "reconcile");
+  EXPECT_EQ(StopLogLine(core::StopReason::kCancel, std::chrono::seconds(5)),
+            "dgpu: stopping task (reason: cancel, grace 5 s)");
+  EXPECT_EQ(StopLogLine(core::StopReason::kNone, std::chrono::milliseconds(1500)),
+            "dgpu: stopping task (reason: cancel, grace 1.5 s)");
+  EXPECT_EQ(StopLogLine(core::StopReason::kGpuFailure, std::chrono::milliseconds(250)),
+            "dgpu: stopping task (reason: gpu_failure, grace 0.25 s)");
+  EXPECT_EQ(StopLogLine(core::StopReason::kTimeout, std::chrono::milliseconds(0)),
+            "dgpu: stopping task (reason: timeout, grace 0 s)");
+}
+
 TEST_F(ProcessExecutorTest, RefusesBusyGpuAndDuplicateId) {
   ProcessExecutor executor(Options());
   ASSERT_TRUE(executor.Start(Launch("task-a", "sleep 100", {1, 2})).ok());
@@ -263,7 +363,7 @@ TEST_F(ProcessExecutorTest, RefusesBusyGpuAndDuplicateId) {
   EXPECT_TRUE(executor.Start(Launch("task-c", "sleep 100", {3})).ok());
   EXPECT_EQ(executor.Running(), (std::vector<std::string>{"task-a", "task-c"}));
 
-  ASSERT_TRUE(executor.Cancel("task-a").ok());
+  ASSERT_TRUE(executor.Stop("task-a", StopOrder{}).ok());
   ASSERT_TRUE(PollUntilExit(executor, "task-a").has_value());
   EXPECT_FALSE(executor.IsGpuBusy(2));
   EXPECT_TRUE(executor.Start(Launch("task-b", "true", {2})).ok());
@@ -306,7 +406,7 @@ TEST_F(ProcessExecutorTest, StartFailureIsReportedAsExit) {
   ASSERT_TRUE(executor.Start(Launch("task-nosh", "true", {0})).ok());
   EXPECT_EQ(executor.Running(), std::vector<std::string>{"task-nosh"});
   EXPECT_EQ(executor.Start(Launch("task-nosh", "true")).code(), StatusCode::kAlreadyExists);
-  EXPECT_TRUE(executor.Cancel("task-nosh").ok());
+  EXPECT_TRUE(executor.Stop("task-nosh", StopOrder{}).ok());
   auto exits = executor.Poll(testing::UnixMicros());
   ASSERT_EQ(exits.size(), 1u);
   EXPECT_EQ(exits[0].task_id, "task-nosh");

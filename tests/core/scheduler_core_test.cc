@@ -300,6 +300,22 @@ TEST_F(CoreTest, CancelPendingAndRunning) {
   EXPECT_EQ(core_.Cancel(999, now_).code(), StatusCode::kNotFound);
 }
 
+TEST_F(CoreTest, CancelCarriesItsGraceToTheStopOrder) {
+  AddNode("n1", 2);
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  auto a = Submit(Priority::kHigh, 1);
+  auto b = Submit(Priority::kHigh, 1);
+  ASSERT_EQ(Pass().size(), 2u);
+  EXPECT_EQ(core_.Cancel(a, now_, -2).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(StatusOf(a), TaskStatus::kRunning) << "a refused cancel changes nothing";
+  EXPECT_TRUE(core_.TakeDecisions().empty());
+  ASSERT_TRUE(core_.Cancel(a, now_, 0).ok());
+  ASSERT_TRUE(core_.Cancel(b, now_, 7).ok());
+  EXPECT_EQ(core_.TakeDecisions(),
+            (std::vector<Decision>{{Kind::kStop, a, "n1", {}, StopReason::kCancel, 0},
+                                   {Kind::kStop, b, "n1", {}, StopReason::kCancel, 7}}));
+}
+
 TEST_F(CoreTest, FinishValidation) {
   AddNode("n1", 1);
   AddNode("n2", 1);

@@ -335,6 +335,24 @@ TEST_F(CtlTest, CancelContinuesAfterAFailure) {
   EXPECT_EQ(Run({"cancel"}).code, kExitUsage);
 }
 
+TEST_F(CtlTest, CancelWithGrace) {
+  http_.Answer(Method::kDelete, Url("/tasks/task-3?grace_seconds=5"), 200,
+               R"({"message":"Task cancelled"})");
+  http_.Answer(Method::kDelete, Url("/tasks/task-4?grace_seconds=5"), 200,
+               R"({"message":"Task cancelled"})");
+  Outcome r = Run({"cancel", "--grace", "5", "task-3", "task-4"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "task-3 cancelled\ntask-4 cancelled\n");
+  ASSERT_EQ(http_.requests().size(), 2u);
+  EXPECT_EQ(http_.requests()[1].url, Url("/tasks/task-4?grace_seconds=5"));
+  for (const char* bad : {"-1", "86401", "1.5", "soon"}) {
+    Outcome usage = Run({"cancel", "--grace", bad, "task-3"});
+    EXPECT_EQ(usage.code, kExitUsage) << bad;
+    EXPECT_NE(usage.err.find("--grace"), std::string::npos) << usage.err;
+  }
+  EXPECT_EQ(http_.requests().size(), 2u);
+}
+
 TEST_F(CtlTest, WaitPollsUntilTheTaskFinishes) {
   http_.Answer(Method::kGet, Url("/tasks/task-1"), 200, kRunningTask);
   http_.Answer(Method::kGet, Url("/tasks/task-1"), 200, kRunningTask);
