@@ -272,11 +272,14 @@ void AgentSession::StartTask(const std::string& task_id, const TaskLaunch& launc
                              uint64_t epoch) {
   Status s = executor_->Start(launch);
   if (s.ok()) {
+    const int64_t started_at = common::NowMicros();
     task_gpus_[task_id] = launch.gpu_indices;
+    unreported_starts_.push_back({task_id, started_at});
     common::LogEvent("task_started", {{"task_id", task_id},
                                       {"node", agent_id_},
                                       {"gpus", JoinGpuIndices(launch.gpu_indices)},
-                                      {"epoch", epoch}});
+                                      {"epoch", epoch},
+                                      {"started_at", common::FormatRfc3339(started_at)}});
     return;
   }
   if (s.code() == StatusCode::kAlreadyExists) {
@@ -344,6 +347,28 @@ void AgentSession::StopTask(const std::string& task_id, const StopOrder& order, 
                                      {"reason", core::ToString(order.reason)},
                                      {"grace_seconds", static_cast<double>(grace.count()) / 1000.0},
                                      {"result", s.ok() ? "stopping" : s.message()}});
+}
+
+void AgentSession::SendStarts() {
+  HeartbeatRequest req;
+  for (const auto& start : unreported_starts_) {
+    if (task_gpus_.count(start.task_id) == 0) continue;  // Finished meanwhile.
+    auto* s = req.add_started();
+    s->set_task_id(start.task_id);
+    s->set_started_at_unix_micros(start.started_at_micros);
+  }
+  if (req.started().empty()) {
+    unreported_starts_.clear();
+    return;
+  }
+  req.set_agent_id(agent_id_);
+  req.set_epoch(highest_epoch_);
+  req.set_sent_at_unix_micros(common::NowMicros());
+  if (!conn_->stream->Write(req)) {
+    Disconnect("start report write failed");  // Kept: sent again on the next connection.
+    return;
+  }
+  unreported_starts_.clear();
 }
 
 void AgentSession::SendHeartbeat(int64_t now) {
@@ -540,6 +565,7 @@ int AgentSession::Run() {
       if (now >= next_attempt_) Connect();
     } else {
       HandleInbound();
+      if (conn_ && !unreported_starts_.empty()) SendStarts();
       if (conn_ && now >= next_heartbeat_) SendHeartbeat(now);
       if (conn_) RetryReports(now, false);
     }

@@ -5,7 +5,9 @@
 // them, and talks to the leader:
 //   - register (GPUs, running tasks with their GPUs, unacknowledged finishes, highest epoch);
 //   - keep one Heartbeat stream open, heartbeating every heartbeat_interval; tasks and stop
-//     orders pushed on it are applied at once (a reader thread hands them over);
+//     orders pushed on it are applied at once (a reader thread hands them over), and each start
+//     is confirmed on it at once with the time the task was spawned (kept and sent again on the
+//     next connection when the stream is down);
 //   - report each finish with TaskFinished until acknowledged (ALREADY_EXISTS counts as
 //     acknowledged: the scheduler recorded it before). A finish is reported the moment the
 //     executor sees it, while it is being written to the outbox: the reports are asynchronous,
@@ -103,6 +105,8 @@ class AgentSession {
   // the configured grace period).
   void ApplyStops(const dgpu::v1::HeartbeatResponse& m);
   void StopTask(const std::string& task_id, const StopOrder& order, uint64_t epoch);
+  // Confirms the starts not yet confirmed on the stream, in one message.
+  void SendStarts();
   void ReportRefusal(const std::string& task_id, const std::string& why);
   // Fails for an epoch lower than the highest seen, and for a higher one that cannot be stored.
   Status AcceptEpoch(uint64_t epoch);
@@ -115,6 +119,11 @@ class AgentSession {
   FinishOutbox outbox_;
   std::vector<GpuDevice> devices_;                       // Last discovery.
   std::map<std::string, std::vector<int>> task_gpus_;    // Running task -> GPU indices.
+  struct StartReport {
+    std::string task_id;
+    int64_t started_at_micros = 0;
+  };
+  std::vector<StartReport> unreported_starts_;
   std::unique_ptr<Connection> conn_;
   std::vector<std::string> addresses_;
   size_t next_address_ = 0;

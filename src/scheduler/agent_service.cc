@@ -38,6 +38,17 @@ void AddStop(HeartbeatResponse* msg, const std::string& task_id, core::StopReaso
   if (grace_seconds >= 0) order->set_grace_period_seconds(grace_seconds);
 }
 
+// Records an agent's start confirmation: the task's start time becomes the agent's.
+Status RecordStart(core::SchedulerCore& core, const std::string& node_id,
+                   const dgpu::v1::TaskStart& start) {
+  auto n = core::ParseTaskId(start.task_id());
+  if (!n) return InvalidArgument("task_id \"" + start.task_id() + "\" is not a task id");
+  if (start.started_at_unix_micros() <= 0) {
+    return InvalidArgument(start.task_id() + " has no started_at_unix_micros");
+  }
+  return core.TaskStarted(*n, node_id, start.started_at_unix_micros());
+}
+
 }  // namespace
 
 // One agent's Heartbeat stream. Owns itself until OnDone; the hub holds a shared reference so
@@ -74,6 +85,10 @@ class HeartbeatReactor : public QueuedBidiReactor<HeartbeatRequest, HeartbeatRes
       agent_id_ = req.agent_id();
       svc_->hub_->Attach(agent_id_, self_);
     }
+    if (!req.started().empty()) {
+      HandleStarts(req);
+      return;
+    }
     for (const auto& g : req.gpus()) {
       if (g.utilization_pct() >= 0) {
         svc_->metrics_->GpuUtilization(GpuId(agent_id_, g.index()), g.model(),
@@ -102,6 +117,18 @@ class HeartbeatReactor : public QueuedBidiReactor<HeartbeatRequest, HeartbeatRes
         if (!ours) AddStop(&resp, tid, core::StopReason::kReconcile, -1);
       }
       hub->Send(id, std::move(resp));
+    });
+  }
+
+  // A start confirmation (not a heartbeat): each start is posted to the core; a report the core
+  // cannot apply (unknown task, not running on this agent, no time) is logged and dropped.
+  void HandleStarts(const HeartbeatRequest& req) {
+    std::vector<dgpu::v1::TaskStart> starts(req.started().begin(), req.started().end());
+    svc_->loop_->Post([id = agent_id_, starts = std::move(starts)](CoreLoop::Context& ctx) {
+      for (const auto& start : starts) {
+        Status s = RecordStart(ctx.core, id, start);
+        if (!s.ok()) spdlog::warn("ignored start confirmation from {}: {}", id, s.message());
+      }
     });
   }
 

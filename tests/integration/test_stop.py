@@ -1,7 +1,7 @@
-"""Stop orders against real daemons: a cancellation's grace period (?grace_seconds=N) reaches the
-agent, which kills a task that ignores SIGTERM when that grace is over instead of its own
-kill_grace_period, and says so in the task's log and its own; bad grace values are refused and
-change nothing."""
+"""Stop orders and start confirmations against real daemons: a cancellation's grace period
+(?grace_seconds=N) reaches the agent, which kills a task that ignores SIGTERM when that grace is
+over instead of its own kill_grace_period, and says so in the task's log and its own; bad grace
+values are refused and change nothing; the agent's start confirmation sets started_at."""
 
 import os
 import re
@@ -85,3 +85,14 @@ class StopOrderTest(ClusterTestCase):
         r = self.c.request("DELETE", API + "/tasks/%s?grace_seconds=86400" % tid)
         self.assertEqual(r.status, 200, r)
         self.assertEqual(self.c.task(tid)["status"], "cancelled")
+
+    def test_start_confirmation_sets_started_at(self):
+        tid = self.c.submit("sleep 100")
+        # The agent logs the time it spawned the task; the API shows that time once the
+        # agent's confirmation has reached the scheduler.
+        started = wait_until(lambda: [e for e in agent_events(self.c, "a1", "task_started")
+                                      if e["task_id"] == tid], 10, what="task_started logged")
+        self.assertEqual(len(started), 1, started)
+        wait_until(lambda: self.c.task(tid)["started_at"] == started[0]["started_at"], 5,
+                   what="started_at = the agent's start time %s" % started[0]["started_at"])
+        self.assertEqual(self.c.task(tid)["status"], "running")
