@@ -89,6 +89,10 @@ int Run(int argc, char** argv) {
   auto db_or = store::Database::Open(cfg.storage.snapshot_dir, cfg.storage.fsync);
   if (!db_or.ok()) return Fail(db_or.status().message());
   std::unique_ptr<store::Database> db = std::move(*db_or);
+  if (const auto& upgrade = db->upgrade()) {
+    spdlog::info("upgraded {} from schema version {} to {}; the file as it was is kept in {}",
+                 db->path(), upgrade->from_version, upgrade->to_version, upgrade->backup_path);
+  }
   const core::TimeMicros start = common::NowMicros();
   store::StoreMeta stored;
   auto core = BuildCoreFromDatabase(db.get(), cfg, start, &stored);

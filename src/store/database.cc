@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -32,50 +33,14 @@ constexpr char kLockFileName[] = "LOCK";
 constexpr char kTaskColumns[] =
     "id, name, priority, gpu_count, gpu_model, command, env, timeout_seconds, image, status, "
     "queue_seq, allocation, attempts, exit_code, error, created_at, started_at, finished_at, "
-    "stopping";
-
-constexpr char kSchema[] = R"sql(
-CREATE TABLE meta (
-  key   TEXT PRIMARY KEY NOT NULL,
-  value NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE tasks (
-  id              INTEGER PRIMARY KEY NOT NULL,
-  name            TEXT NOT NULL,
-  priority        TEXT NOT NULL,
-  gpu_count       INTEGER NOT NULL,
-  gpu_model       TEXT NOT NULL,
-  command         TEXT NOT NULL,
-  env             TEXT NOT NULL,
-  timeout_seconds INTEGER NOT NULL,
-  image           TEXT NOT NULL,
-  status          TEXT NOT NULL,
-  queue_seq       INTEGER NOT NULL,
-  allocation      TEXT NOT NULL,
-  attempts        INTEGER NOT NULL,
-  exit_code       INTEGER NOT NULL,
-  error           TEXT NOT NULL,
-  created_at      INTEGER NOT NULL,
-  started_at      INTEGER NOT NULL,
-  finished_at     INTEGER NOT NULL,
-  stopping        INTEGER NOT NULL
-);
-CREATE INDEX tasks_by_status_priority ON tasks (status, priority, id DESC);
-CREATE INDEX tasks_by_status ON tasks (status, id DESC);
-CREATE INDEX tasks_by_priority ON tasks (priority, id DESC);
-CREATE INDEX tasks_unfinished ON tasks (queue_seq, id)
-  WHERE status IN ('pending', 'running') OR stopping = 1;
-CREATE INDEX tasks_prunable ON tasks (finished_at)
-  WHERE status IN ('success', 'failed', 'cancelled') AND stopping = 0;
-INSERT INTO meta (key, value) VALUES
-  ('schema_version', 1), ('epoch', 0), ('next_task_number', 1), ('last_applied_seq', 0);
-)sql";
+    "stopping, stop_reason";
 
 constexpr char kUpsertTaskSql[] =
     "INSERT INTO tasks (id, name, priority, gpu_count, gpu_model, command, env, "
     "timeout_seconds, image, status, queue_seq, allocation, attempts, exit_code, error, "
-    "created_at, started_at, finished_at, stopping) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) "
+    "created_at, started_at, finished_at, stopping, stop_reason) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
+    "?20) "
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, priority = excluded.priority, "
     "gpu_count = excluded.gpu_count, gpu_model = excluded.gpu_model, "
     "command = excluded.command, env = excluded.env, "
@@ -84,7 +49,8 @@ constexpr char kUpsertTaskSql[] =
     "allocation = excluded.allocation, attempts = excluded.attempts, "
     "exit_code = excluded.exit_code, error = excluded.error, "
     "created_at = excluded.created_at, started_at = excluded.started_at, "
-    "finished_at = excluded.finished_at, stopping = excluded.stopping";
+    "finished_at = excluded.finished_at, stopping = excluded.stopping, "
+    "stop_reason = excluded.stop_reason";
 constexpr char kSetMetaSql[] =
     "INSERT INTO meta (key, value) VALUES (?1, ?2) "
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value";
@@ -331,6 +297,7 @@ Status BindTask(SqliteConnection& conn, sqlite3_stmt* stmt, const core::Task& t,
       sqlite3_bind_int64(stmt, 17, t.started_at),
       sqlite3_bind_int64(stmt, 18, t.finished_at),
       sqlite3_bind_int(stmt, 19, t.stopping ? 1 : 0),
+      text(20, core::ToString(t.stop_reason)),
   };
   for (int rc : results) {
     if (rc != SQLITE_OK) return conn.Error(rc, "binding task " + core::FormatTaskId(t.id) + " for");
@@ -375,6 +342,9 @@ StatusOr<core::Task> ReadTask(sqlite3_stmt* stmt, const std::string& path) {
   t.started_at = sqlite3_column_int64(stmt, 16);
   t.finished_at = sqlite3_column_int64(stmt, 17);
   t.stopping = sqlite3_column_int(stmt, 18) != 0;
+  std::optional<core::StopReason> stop_reason = core::ParseStopReason(ColumnText(stmt, 19));
+  if (!stop_reason) return bad("unknown stop_reason '" + ColumnText(stmt, 19) + "'");
+  t.stop_reason = *stop_reason;
   return t;
 }
 
@@ -440,6 +410,20 @@ Status UpsertTask(SqliteConnection& conn, const core::Task& task) {
   return StepDone(conn, *stmt, "storing " + core::FormatTaskId(task.id) + " in");
 }
 
+// The statements that record `version` as the schema version, in both places.
+std::string SetVersionSql(int version) {
+  const std::string v = std::to_string(version);
+  return "UPDATE meta SET value = " + v +
+         " WHERE key = 'schema_version'; PRAGMA user_version = " + v + ";";
+}
+
+// Version 1 and every migration: the layout of a new database.
+std::string LatestSchemaSql() {
+  std::string sql(kVersion1Schema);
+  for (const Migration& m : kMigrations) sql += m.sql;
+  return sql + SetVersionSql(kSchemaVersion);
+}
+
 // Builds a new, empty database at `path` under a temporary name and renames it into place, so
 // that a crash never leaves a half-initialised dgpu.db behind.
 Status CreateDatabase(const std::string& path) {
@@ -453,9 +437,8 @@ Status CreateDatabase(const std::string& path) {
     Status s = (*conn)->Exec("PRAGMA journal_mode = DELETE; PRAGMA synchronous = FULL;",
                              "configuring");
     if (s.ok()) {
-      s = (*conn)->Exec("BEGIN; PRAGMA application_id = " + std::to_string(kApplicationId) +
-                            "; PRAGMA user_version = " + std::to_string(kSchemaVersion) + ";" +
-                            kSchema + "COMMIT;",
+      s = (*conn)->Exec("BEGIN; PRAGMA application_id = " + std::to_string(kApplicationId) + ";" +
+                            LatestSchemaSql() + "COMMIT;",
                         "creating the schema of");
     }
     if (!s.ok()) {
@@ -467,9 +450,47 @@ Status CreateDatabase(const std::string& path) {
   return common::ReplaceFileAtomically(tmp, path);
 }
 
+std::optional<int> ParseVersion(std::string_view text) {
+  int v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+// The schema version of a dgpu database: meta.schema_version and PRAGMA user_version, which
+// must agree, and must not be newer than this build.
+StatusOr<int> ReadSchemaVersion(SqliteConnection& conn) {
+  const std::string& path = conn.path();
+  StatusOr<std::string> meta =
+      conn.QueryText("SELECT value FROM meta WHERE key = 'schema_version'", "reading the meta of");
+  if (!meta.ok()) {
+    return DataLoss(path + " carries the dgpu application id but has no readable meta table (" +
+                    meta.status().message() + "); refusing to use or modify it");
+  }
+  StatusOr<std::string> user = conn.QueryText("PRAGMA user_version", "reading the version of");
+  if (!user.ok()) return user.status();
+  const std::optional<int> meta_version = ParseVersion(*meta);
+  const std::optional<int> user_version = ParseVersion(*user);
+  if (!meta_version || !user_version || *meta_version < 1) {
+    return DataLoss(path + " has an unreadable schema version (meta schema_version '" + *meta +
+                    "', user_version '" + *user + "'); refusing to use or modify it");
+  }
+  const int newest = std::max(*meta_version, *user_version);
+  if (newest > kSchemaVersion) {
+    return FailedPrecondition(path + " has schema version " + std::to_string(newest) +
+                              "; this dgpu-scheduler reads versions up to " +
+                              std::to_string(kSchemaVersion) + ": use a newer binary");
+  }
+  if (*meta_version != *user_version) {
+    return DataLoss(path + " has inconsistent schema versions (meta schema_version " + *meta +
+                    ", user_version " + *user + "); refusing to use or modify it");
+  }
+  return *meta_version;
+}
+
 // Checks an existing dgpu database through a read-only connection, which neither writes the
-// file nor checkpoints a WAL into it.
-Status ValidateDatabase(const std::string& path) {
+// file nor checkpoints a WAL into it, and returns its schema version.
+StatusOr<int> ValidateDatabase(const std::string& path) {
   StatusOr<std::unique_ptr<SqliteConnection>> opened =
       SqliteConnection::Open(path, SQLITE_OPEN_READONLY);
   if (!opened.ok()) return opened.status();
@@ -486,16 +507,79 @@ Status ValidateDatabase(const std::string& path) {
     return DataLoss(path + " failed its integrity check (" + *check +
                     "); refusing to use or modify it");
   }
-  StatusOr<std::string> version =
-      conn.QueryText("SELECT value FROM meta WHERE key = 'schema_version'", "reading the meta of");
-  if (!version.ok()) {
-    return DataLoss(path + " carries the dgpu application id but has no readable meta table (" +
-                    version.status().message() + "); refusing to use or modify it");
+  return ReadSchemaVersion(conn);
+}
+
+// The first of `<path>.v<version>.bak`, `<path>.v<version>.bak.2`, `.3`, ... that is free.
+std::string FreeBackupPath(const std::string& path, int version) {
+  const std::string base = path + ".v" + std::to_string(version) + ".bak";
+  std::string candidate = base;
+  struct stat st {};
+  for (int n = 2; ::lstat(candidate.c_str(), &st) == 0; ++n) {
+    candidate = base + "." + std::to_string(n);
   }
-  if (*version != std::to_string(kSchemaVersion)) {
-    return FailedPrecondition(path + " has schema version '" + *version +
-                              "', this build reads version " + std::to_string(kSchemaVersion) +
-                              "; refusing to use or modify it");
+  return candidate;
+}
+
+// Copies the database at `from`, with what its WAL holds, into the new file `to` with SQLite's
+// online backup API; the copy is a rollback-journal database that needs no WAL beside it.
+Status CopyDatabase(const std::string& from, const std::string& to) {
+  StatusOr<std::unique_ptr<SqliteConnection>> source =
+      SqliteConnection::Open(from, SQLITE_OPEN_READONLY);
+  if (!source.ok()) return source.status();
+  StatusOr<std::unique_ptr<SqliteConnection>> copy =
+      SqliteConnection::Open(to, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  if (!copy.ok()) return copy.status();
+  sqlite3_backup* backup = sqlite3_backup_init((*copy)->db(), "main", (*source)->db(), "main");
+  if (backup == nullptr) return (*copy)->Error(sqlite3_errcode((*copy)->db()), "copying into");
+  const int step = sqlite3_backup_step(backup, -1);
+  const int finish = sqlite3_backup_finish(backup);
+  if (step != SQLITE_DONE) return (*copy)->Error(step, "copying into");
+  if (finish != SQLITE_OK) return (*copy)->Error(finish, "copying into");
+  StatusOr<std::string> mode =
+      (*copy)->QueryText("PRAGMA journal_mode = DELETE", "configuring the journal of");
+  return mode.ok() ? OkStatus() : mode.status();
+}
+
+// Writes the copy of `path` that an upgrade keeps (see FreeBackupPath) under a temporary name,
+// fsyncs it and renames it into place; returns its path.
+StatusOr<std::string> WriteBackup(const std::string& dir, const std::string& path, int version) {
+  const std::string backup = FreeBackupPath(path, version);
+  const std::string tmp = backup + kCreatingSuffix;
+  ::unlink(tmp.c_str());
+  ::unlink((tmp + "-journal").c_str());
+  Status s = CopyDatabase(path, tmp);
+  if (s.ok()) s = FsyncPath(tmp, /*directory=*/false);
+  if (s.ok() && ::rename(tmp.c_str(), backup.c_str()) != 0) {
+    s = Unavailable("cannot rename " + tmp + " to " + backup + ": " + ErrnoText(errno));
+  }
+  if (s.ok()) s = FsyncPath(dir, /*directory=*/true);
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    ::unlink((tmp + "-journal").c_str());
+    return Status(s.code(), "cannot back up " + path + " before upgrading its schema: " +
+                                s.message() + "; the database is unchanged");
+  }
+  return backup;
+}
+
+// Runs the migrations of a database at `version`, each in one transaction that also sets the
+// version it reaches. A failed step is rolled back; the steps before it stay applied.
+Status Migrate(SqliteConnection& conn, int version, const std::string& backup_path) {
+  for (const Migration& m : kMigrations) {
+    if (m.from_version < version) continue;
+    const std::string sql =
+        "BEGIN IMMEDIATE;" + std::string(m.sql) + SetVersionSql(m.from_version + 1) + "COMMIT;";
+    const int rc = sqlite3_exec(conn.db(), sql.c_str(), nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) continue;
+    const std::string from = std::to_string(m.from_version);
+    const std::string step = "upgrading " + conn.path() + " from schema version " + from + " to " +
+                             std::to_string(m.from_version + 1) + " (" + std::string(m.name) + ")";
+    Status failed = SqliteStatus(rc, step, sqlite3_errmsg(conn.db()));
+    conn.RollbackIfActive();
+    return Status(failed.code(), failed.message() + "; the step was rolled back, the file is at " +
+                                     "schema version " + from +
+                                     " (copy before the upgrade: " + backup_path + ")");
   }
   return OkStatus();
 }
@@ -567,13 +651,24 @@ StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& dir, bool 
   if (!exists) {
     if (Status s = CreateDatabase(path); !s.ok()) return s;
   }
-  if (Status s = ValidateDatabase(path); !s.ok()) return s;
+  StatusOr<int> version = ValidateDatabase(path);
+  if (!version.ok()) return version.status();
+  std::optional<SchemaUpgrade> upgrade;
+  if (*version < kSchemaVersion) {
+    StatusOr<std::string> backup = WriteBackup(dir, path, *version);
+    if (!backup.ok()) return backup.status();
+    upgrade = SchemaUpgrade{*version, kSchemaVersion, std::move(*backup)};
+  }
 
   StatusOr<std::unique_ptr<SqliteConnection>> writer =
       SqliteConnection::Open(path, SQLITE_OPEN_READWRITE);
   if (!writer.ok()) return writer.status();
   if (sqlite3_db_readonly((*writer)->db(), "main") == 1) {
     return Unavailable(path + " can only be opened read-only");
+  }
+  // In the file's own journal mode, so that a failed step leaves the file as it was.
+  if (upgrade) {
+    if (Status s = Migrate(**writer, *version, upgrade->backup_path); !s.ok()) return s;
   }
   StatusOr<std::string> mode =
       (*writer)->QueryText("PRAGMA journal_mode = WAL", "switching to WAL mode");
@@ -592,15 +687,16 @@ StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& dir, bool 
   if (!reader.ok()) return reader.status();
 
   return std::unique_ptr<Database>(new Database(dir, path, lock.Release(), std::move(*writer),
-                                                std::move(*reader)));
+                                                std::move(*reader), std::move(upgrade)));
 }
 
 Database::Database(std::string dir, std::string path, int lock_fd,
                    std::unique_ptr<SqliteConnection> writer,
-                   std::unique_ptr<SqliteConnection> reader)
+                   std::unique_ptr<SqliteConnection> reader, std::optional<SchemaUpgrade> upgrade)
     : dir_(std::move(dir)),
       path_(std::move(path)),
       lock_fd_(lock_fd),
+      upgrade_(std::move(upgrade)),
       writer_(std::move(writer)),
       reader_(std::move(reader)) {}
 

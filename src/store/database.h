@@ -10,9 +10,19 @@
 //
 // Safety: Open never modifies a file it does not recognise. A file without the SQLite header,
 // or failing `PRAGMA quick_check`, is refused with DataLoss; a SQLite database of another
-// application (different application_id) or of a newer schema is refused with
-// FailedPrecondition. The message names the path and the problem. A `<dir>/LOCK` file (flock)
-// keeps a second process (or a second Database in this process) off the same directory.
+// application (different application_id) is refused with FailedPrecondition. The message names
+// the path and the problem. A `<dir>/LOCK` file (flock) keeps a second process (or a second
+// Database in this process) off the same directory.
+//
+// Schema versions (schema.h): `meta.schema_version` and `PRAGMA user_version` must agree
+// (DataLoss otherwise). A database newer than kSchemaVersion is refused, unmodified, with
+// FailedPrecondition("<path> has schema version N; this dgpu-scheduler reads versions up to M:
+// use a newer binary"). An older one is upgraded in place: first a copy of it is written next to
+// it with SQLite's online backup API (`dgpu.db.v<N>.bak`, or `dgpu.db.v<N>.bak.2`, `.3`, ... if
+// that name is taken: an existing backup is never overwritten), fsynced and renamed into place;
+// then each migration runs in its own transaction, which also sets both version fields. A step
+// that fails is rolled back (the file keeps the version before it) and Open fails with the
+// step's name and the reason.
 //
 // Errors from SQLite map as follows: SQLITE_FULL -> ResourceExhausted("disk full: ..."),
 // SQLITE_READONLY / CANTOPEN / IOERR / BUSY / PERM -> Unavailable, SQLITE_CORRUPT / NOTADB ->
@@ -35,6 +45,7 @@
 
 #include "base/status.h"
 #include "core/types.h"
+#include "store/schema.h"
 
 namespace dgpu::store {
 
@@ -42,9 +53,14 @@ class SqliteConnection;  // Internal: one SQLite connection with its prepared st
 
 // `PRAGMA application_id` of every dgpu database ("DGPU" in ASCII).
 inline constexpr int32_t kApplicationId = 0x44475055;
-// Version of the table layout; a database from a newer build is refused.
-inline constexpr int kSchemaVersion = 1;
 inline constexpr char kDatabaseFileName[] = "dgpu.db";
+
+// What Open did to bring an older database up to kSchemaVersion.
+struct SchemaUpgrade {
+  int from_version = 0;
+  int to_version = 0;
+  std::string backup_path;  // The copy of the database as it was before the upgrade.
+};
 
 // The key-values kept beside the tasks.
 struct StoreMeta {
@@ -83,6 +99,8 @@ class Database {
   Database& operator=(const Database&) = delete;
 
   const std::string& path() const { return path_; }
+  // Set when Open upgraded the file from an older schema version.
+  const std::optional<SchemaUpgrade>& upgrade() const { return upgrade_; }
 
   // Applies `changes` in order in ONE transaction and records `last_seq` as last_applied_seq:
   //   kTaskUpsert     -> insert or replace the task row; next_task_number rises to id + 1;
@@ -127,12 +145,13 @@ class Database {
   Status ReplaceAll(const StoreMeta& meta, const std::vector<core::Task>& tasks);
 
  private:
-  Database(std::string dir, std::string path, int lock_fd,
-           std::unique_ptr<SqliteConnection> writer, std::unique_ptr<SqliteConnection> reader);
+  Database(std::string dir, std::string path, int lock_fd, std::unique_ptr<SqliteConnection> writer,
+           std::unique_ptr<SqliteConnection> reader, std::optional<SchemaUpgrade> upgrade);
 
   const std::string dir_;
   const std::string path_;
   const int lock_fd_;
+  const std::optional<SchemaUpgrade> upgrade_;
   std::mutex writer_mu_;
   std::unique_ptr<SqliteConnection> writer_;  // GUARDED_BY(writer_mu_)
   std::mutex reader_mu_;

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 namespace dgpu::store {
 namespace {
@@ -46,6 +47,21 @@ Status ReadBool(const json& obj, const char* key, bool* out) {
   auto it = obj.find(key);
   if (it == obj.end() || !it->is_boolean()) return Malformed(key, "a boolean");
   *out = it->get<bool>();
+  return OkStatus();
+}
+
+// "stop_reason" is optional: a task written before it existed was not stopped for a reason.
+Status ReadStopReason(const json& obj, core::StopReason* out) {
+  auto it = obj.find("stop_reason");
+  if (it == obj.end()) return OkStatus();
+  std::optional<core::StopReason> reason;
+  if (it->is_string()) reason = core::ParseStopReason(it->get<std::string>());
+  if (!reason) {
+    return Malformed("stop_reason",
+                     "a stop reason (\"\", cancel, preempt, drain, member_failure, timeout, "
+                     "gpu_failure or reconcile)");
+  }
+  *out = *reason;
   return OkStatus();
 }
 
@@ -122,6 +138,7 @@ json TaskToJson(const core::Task& t) {
       {"started_at", t.started_at},
       {"finished_at", t.finished_at},
       {"stopping", t.stopping},
+      {"stop_reason", core::ToString(t.stop_reason)},
   };
 }
 
@@ -167,6 +184,7 @@ StatusOr<core::Task> TaskFromJson(const json& j) {
   StatusOr<core::Allocation> allocation = AllocationFromJson(*alloc_it);
   if (!allocation.ok()) return allocation.status();
   t.allocation = std::move(*allocation);
+  if (s = ReadStopReason(j, &t.stop_reason); !s.ok()) return s;
   return t;
 }
 

@@ -31,7 +31,8 @@ StatusOr<EnvList> EnvFromJson(const nlohmann::json& json);
 nlohmann::json AllocationToJson(const core::Allocation& allocation);
 StatusOr<core::Allocation> AllocationFromJson(const nlohmann::json& json);
 
-// Every field of a task, with enums as their core names ("pending", "high").
+// Every field of a task, with enums as their core names ("pending", "high", "cancel").
+// "stop_reason" may be absent (a task written before it existed): it reads as no reason.
 nlohmann::json TaskToJson(const core::Task& task);
 StatusOr<core::Task> TaskFromJson(const nlohmann::json& json);
 

@@ -77,6 +77,8 @@ TEST(TaskCodecTest, MalformedTaskJsonIsDataLossNamingTheField) {
       {"env", {{"A", "1"}}, "'env'"},
       {"allocation", {{{"node_id", "n"}, {"gpu_indices", {-1}}}}, "'gpu_indices'"},
       {"stopping", nullptr, "'stopping'"},
+      {"stop_reason", "sleepy", "'stop_reason' is not a stop reason"},
+      {"stop_reason", 3, "'stop_reason' is not a stop reason"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.field);
@@ -91,6 +93,29 @@ TEST(TaskCodecTest, MalformedTaskJsonIsDataLossNamingTheField) {
   StatusOr<core::Task> round_trip = TaskFromJson(good);
   ASSERT_TRUE(round_trip.ok());
   testing::ExpectSameTask(FullTask(1), *round_trip);
+}
+
+TEST(TaskCodecTest, KeepsATwoNodeAllocationAndTheStopReason) {
+  core::Task task = FullTask(9);
+  task.allocation = {{"node-a", {0, 1, 2, 3}}, {"node-b", {4, 5}}};
+  task.stop_reason = core::StopReason::kMemberFailure;
+  const nlohmann::json encoded = TaskToJson(task);
+  EXPECT_EQ(encoded["allocation"], nlohmann::json::parse(R"([
+      {"node_id": "node-a", "gpu_indices": [0, 1, 2, 3]},
+      {"node_id": "node-b", "gpu_indices": [4, 5]}])"));
+  EXPECT_EQ(encoded["stop_reason"], "member_failure");
+  StatusOr<core::Task> decoded = TaskFromJson(encoded);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  testing::ExpectSameTask(task, *decoded);
+}
+
+TEST(TaskCodecTest, TaskWrittenBeforeStopReasonsReadsAsNoReason) {
+  nlohmann::json old = TaskToJson(FullTask(2));
+  old.erase("stop_reason");
+  StatusOr<core::Task> decoded = TaskFromJson(old);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->stop_reason, core::StopReason::kNone);
+  EXPECT_TRUE(decoded->stopping);
 }
 
 }  // namespace

@@ -108,17 +108,6 @@ TEST(StoreFaultTest, DatabaseWithOurIdButNoMetaIsRefused) {
   EXPECT_EQ(ReadBytes(path), before);
 }
 
-TEST(StoreFaultTest, NewerSchemaIsRefusedAndLeftUnchanged) {
-  TempDir dir;
-  MakeDatabase(dir.path(), 1);
-  const std::string path = dir.Sub("dgpu.db");
-  RunSql(path, "UPDATE meta SET value = 2 WHERE key = 'schema_version';");
-  const std::string before = ReadBytes(path);
-  EXPECT_THAT(Database::Open(dir.path()),
-              StatusIs(StatusCode::kFailedPrecondition, "schema version '2'"));
-  EXPECT_EQ(ReadBytes(path), before);
-}
-
 TEST(StoreFaultTest, ReadOnlyDirectoryIsRefusedAtOpen) {
   TempDir dir;
   const std::string ro = dir.Sub("ro");

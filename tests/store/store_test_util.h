@@ -132,6 +132,7 @@ inline core::Task FullTask(core::TaskNumber id) {
   t.started_at = 1'700'000'001'000'000;
   t.finished_at = 1'700'000'002'000'001;
   t.stopping = true;
+  t.stop_reason = core::StopReason::kPreempt;
   return t;
 }
 
@@ -194,6 +195,7 @@ inline void ExpectSameTask(const core::Task& want, const core::Task& got) {
   EXPECT_EQ(want.started_at, got.started_at);
   EXPECT_EQ(want.finished_at, got.finished_at);
   EXPECT_EQ(want.stopping, got.stopping);
+  EXPECT_EQ(want.stop_reason, got.stop_reason);
 }
 
 inline std::vector<core::TaskNumber> Ids(const std::vector<core::Task>& tasks) {

@@ -1,0 +1,84 @@
+// Schema: the table layout of a dgpu database, version by version.
+//
+// A database is created from the version 1 tables (kVersion1Schema, frozen as first released)
+// followed by every migration, so a new database and an upgraded one have the same layout by
+// construction. Each migration takes a database from `from_version` to `from_version + 1`; the
+// version is kept twice, in `meta.schema_version` and in `PRAGMA user_version`, and both are
+// set in the transaction that runs the step. How Database::Open applies them (backup first,
+// one transaction per step, refusal of newer files) is described in database.h.
+//
+// Adding a version: append a migration, never edit or reorder the ones before it (a released
+// database may be at any of their versions); see docs/protocol.md for the checklist.
+#pragma once
+
+#include <cstddef>
+#include <iterator>
+#include <string_view>
+
+namespace dgpu::store {
+
+// The tables, indexes and meta rows of schema version 1.
+inline constexpr std::string_view kVersion1Schema = R"sql(
+CREATE TABLE meta (
+  key   TEXT PRIMARY KEY NOT NULL,
+  value NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE tasks (
+  id              INTEGER PRIMARY KEY NOT NULL,
+  name            TEXT NOT NULL,
+  priority        TEXT NOT NULL,
+  gpu_count       INTEGER NOT NULL,
+  gpu_model       TEXT NOT NULL,
+  command         TEXT NOT NULL,
+  env             TEXT NOT NULL,
+  timeout_seconds INTEGER NOT NULL,
+  image           TEXT NOT NULL,
+  status          TEXT NOT NULL,
+  queue_seq       INTEGER NOT NULL,
+  allocation      TEXT NOT NULL,
+  attempts        INTEGER NOT NULL,
+  exit_code       INTEGER NOT NULL,
+  error           TEXT NOT NULL,
+  created_at      INTEGER NOT NULL,
+  started_at      INTEGER NOT NULL,
+  finished_at     INTEGER NOT NULL,
+  stopping        INTEGER NOT NULL
+);
+CREATE INDEX tasks_by_status_priority ON tasks (status, priority, id DESC);
+CREATE INDEX tasks_by_status ON tasks (status, id DESC);
+CREATE INDEX tasks_by_priority ON tasks (priority, id DESC);
+CREATE INDEX tasks_unfinished ON tasks (queue_seq, id)
+  WHERE status IN ('pending', 'running') OR stopping = 1;
+CREATE INDEX tasks_prunable ON tasks (finished_at)
+  WHERE status IN ('success', 'failed', 'cancelled') AND stopping = 0;
+INSERT INTO meta (key, value) VALUES
+  ('schema_version', 1), ('epoch', 0), ('next_task_number', 1), ('last_applied_seq', 0);
+)sql";
+
+struct Migration {
+  int from_version;       // Applies to a database of this version only.
+  std::string_view name;  // What it does, for errors and logs.
+  std::string_view sql;   // Statements run in the step's transaction.
+};
+
+inline constexpr Migration kMigrations[] = {
+    // Why a stopping task is stopped (core::Task::stop_reason). In version 1 the only stop was
+    // a cancellation.
+    {1, "add tasks.stop_reason", R"sql(
+ALTER TABLE tasks ADD COLUMN stop_reason TEXT NOT NULL DEFAULT '';
+UPDATE tasks SET stop_reason = 'cancel' WHERE stopping = 1;
+)sql"},
+};
+
+// The version this build writes, and the newest it reads.
+inline constexpr int kSchemaVersion = 1 + static_cast<int>(std::size(kMigrations));
+
+constexpr bool MigrationsAreConsecutive() {
+  for (size_t i = 0; i < std::size(kMigrations); ++i) {
+    if (kMigrations[i].from_version != static_cast<int>(i) + 1) return false;
+  }
+  return true;
+}
+static_assert(MigrationsAreConsecutive(), "kMigrations[i] must take version i + 1 to i + 2");
+
+}  // namespace dgpu::store
