@@ -72,6 +72,7 @@ void TaskToRecord(const core::Task& t, dgpu::v1::TaskRecord* r) {
   r->set_started_at(t.started_at);
   r->set_finished_at(t.finished_at);
   r->set_stopping(t.stopping);
+  r->set_stop_reason(std::string(core::ToString(t.stop_reason)));
 }
 
 core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r) {
@@ -98,6 +99,7 @@ core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r) {
   t.started_at = r.started_at();
   t.finished_at = r.finished_at();
   t.stopping = r.stopping();
+  t.stop_reason = core::ParseStopReason(r.stop_reason()).value_or(core::StopReason::kNone);
   return t;
 }
 
