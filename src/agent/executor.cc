@@ -81,9 +81,9 @@ bool IsReservedEnvKey(std::string_view key) {
          key == "NVIDIA_VISIBLE_DEVICES" || key == "DGPU_TASK_ID" || key == "DGPU_GPU_IDS";
 }
 
-std::string StopError(core::StopReason reason) {
-  if (reason == core::StopReason::kCancel || reason == core::StopReason::kNone) return "cancelled";
-  return std::string(core::ToString(reason));
+std::string StopErrorOf(core::StopReason reason) {
+  return std::string(
+      core::StopError(reason == core::StopReason::kNone ? core::StopReason::kCancel : reason));
 }
 
 std::string StopLogLine(core::StopReason reason, std::chrono::milliseconds grace) {

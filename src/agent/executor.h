@@ -39,7 +39,7 @@ struct TaskExit {
   int exit_code = -1;    // Exit status; 128+N when killed by signal N; -1 when it never ran.
   int signal = 0;        // Signal that killed the task's main process, 0 if none.
   // "" (exited by itself), "signal:N", "start_failed: <reason>", or the word of the order that
-  // stopped it (StopError): "cancelled", "timeout", "preempt", "drain", ...
+  // stopped it (StopErrorOf): "cancelled", "timeout", "preempted", "drained", ...
   std::string error;
   int64_t finished_at_unix_micros = 0;
 
@@ -52,9 +52,9 @@ struct StopOrder {
   std::chrono::milliseconds grace{-1};  // Negative: the executor's configured kill grace period.
 };
 
-// The error a task stopped for `reason` finishes with: "cancelled" for a cancel (and kNone),
-// otherwise the reason's own word ("timeout", "preempt", "reconcile", ...).
-std::string StopError(core::StopReason reason);
+// The error a task stopped for `reason` finishes with: core::StopError ("cancelled",
+// "preempted", "timeout", ...), with kNone read as a cancel (an order without a reason).
+std::string StopErrorOf(core::StopReason reason);
 
 // The line a task's log gets when a stop order takes effect, without the newline:
 // "dgpu: stopping task (reason: cancel, grace 5 s)"; fractions of a second as "grace 0.25 s".
@@ -68,7 +68,7 @@ class Executor {
   virtual Status Start(const TaskLaunch& launch) = 0;
 
   // Asks a task to stop: SIGTERM (or `docker stop`) now, SIGKILL once the order's grace period
-  // is over; the task's log gets a StopLogLine. The TaskExit (error StopError(order.reason))
+  // is over; the task's log gets a StopLogLine. The TaskExit (error StopErrorOf(order.reason))
   // comes later from Poll(). NotFound for an unknown task id. An order for a task that is
   // already stopping keeps the first reason; it brings the SIGKILL forward when its grace ends
   // sooner (with another log line), and otherwise changes nothing.

@@ -409,7 +409,7 @@ TaskExit TaskSupervisor::MakeExit(const Task& task, int64_t now_micros) const {
     }
   }
   if (task.stop_reason.has_value()) {
-    exit.error = StopError(*task.stop_reason);
+    exit.error = StopErrorOf(*task.stop_reason);
   } else if (exit.signal != 0) {
     exit.error = "signal:" + std::to_string(exit.signal);
   } else {

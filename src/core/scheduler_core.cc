@@ -136,7 +136,7 @@ Status SchedulerCore::StopTask(TaskNumber id, StopReason reason, int32_t grace_s
         "stop reason must be one of cancel, preempt, drain, member_failure, timeout, "
         "gpu_failure");
   }
-  if (reason == StopReason::kCancel) return Cancel(id, now);
+  if (reason == StopReason::kCancel) return Cancel(id, now, grace_seconds);
   TaskRecord* found = tasks_.Find(id);
   if (found == nullptr) return NotFound(FormatTaskId(id) + " not found");
   Task& t = *found;

@@ -549,11 +549,7 @@ StatusOr<std::string> WriteBackup(const std::string& dir, const std::string& pat
   ::unlink(tmp.c_str());
   ::unlink((tmp + "-journal").c_str());
   Status s = CopyDatabase(path, tmp);
-  if (s.ok()) s = FsyncPath(tmp, /*directory=*/false);
-  if (s.ok() && ::rename(tmp.c_str(), backup.c_str()) != 0) {
-    s = Unavailable("cannot rename " + tmp + " to " + backup + ": " + ErrnoText(errno));
-  }
-  if (s.ok()) s = FsyncPath(dir, /*directory=*/true);
+  if (s.ok()) s = common::ReplaceFileAtomically(tmp, backup);  // fsync, rename, fsync dir.
   if (!s.ok()) {
     ::unlink(tmp.c_str());
     ::unlink((tmp + "-journal").c_str());

@@ -170,7 +170,7 @@ TEST_F(DockerExecutorTest, StopOrderGraceGoesToDockerStop) {
   ASSERT_TRUE(executor.Stop("task-10", {core::StopReason::kPreempt, std::chrono::seconds(7)}).ok());
   auto exit = PollUntilExit(executor, "task-10");
   ASSERT_TRUE(exit.has_value());
-  EXPECT_EQ(exit->error, "preempt");
+  EXPECT_EQ(exit->error, "preempted");
   EXPECT_EQ(ReadFile(stub_dir_ + "/stop.argv"), "docker\nstop\n-t\n7\ndgpu-task-10\n");
 }
 

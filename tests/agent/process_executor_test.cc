@@ -310,7 +310,7 @@ TEST_F(StopOrderTest, ShorterSecondOrderShortensLongerOneNeverExtends) {
   Advance(1);
   auto exit = PollUntilExit();
   ASSERT_TRUE(exit.has_value());
-  EXPECT_EQ(exit->error, "preempt") << "the first order's reason is kept";
+  EXPECT_EQ(exit->error, "preempted") << "the first order's reason is kept";
   EXPECT_EQ(exit->signal, SIGKILL);
   EXPECT_EQ(exit->finished_at_unix_micros, 1'000'000'000'000 + 2'000'000);
   EXPECT_EQ(Log(),
@@ -328,17 +328,17 @@ TEST_F(StopOrderTest, NegativeGraceIsTheConfiguredOne) {
   Advance(1);
   auto exit = PollUntilExit();
   ASSERT_TRUE(exit.has_value());
-  EXPECT_EQ(exit->error, "drain");
+  EXPECT_EQ(exit->error, "drained");
   EXPECT_EQ(exit->signal, SIGKILL);
   EXPECT_EQ(Log(), "dgpu: stopping task (reason: drain, grace 10 s)\n");
 }
 
 TEST(StopWordsTest, ErrorAndLogLine) {
-  EXPECT_EQ(StopError(core::StopReason::kCancel), "cancelled");
-  EXPECT_EQ(StopError(core::StopReason::kNone), "cancelled");
-  EXPECT_EQ(StopError(core::StopReason::kTimeout), "timeout");
-  EXPECT_EQ(StopError(core::StopReason::kMemberFailure), "member_failure");
-  EXPECT_EQ(StopError(core::StopReason::kReconcile), "reconcile");
+  EXPECT_EQ(StopErrorOf(core::StopReason::kCancel), "cancelled");
+  EXPECT_EQ(StopErrorOf(core::StopReason::kNone), "cancelled");
+  EXPECT_EQ(StopErrorOf(core::StopReason::kTimeout), "timeout");
+  EXPECT_EQ(StopErrorOf(core::StopReason::kMemberFailure), "member_failed");
+  EXPECT_EQ(StopErrorOf(core::StopReason::kReconcile), "stopped");
   EXPECT_EQ(StopLogLine(core::StopReason::kCancel, std::chrono::seconds(5)),
             "dgpu: stopping task (reason: cancel, grace 5 s)");
   EXPECT_EQ(StopLogLine(core::StopReason::kNone, std::chrono::milliseconds(1500)),

@@ -302,7 +302,7 @@ TEST_F(CoreTest, CancelPendingAndRunning) {
 
 TEST_F(CoreTest, CancelCarriesItsGraceToTheStopOrder) {
   AddNode("n1", 2);
-  ASSERT_TRUE(core_.SetOnlinePercent(1.0).ok());
+  ASSERT_TRUE(core_.SetOnlinePercent(1.0, 0).ok());
   auto a = Submit(Priority::kHigh, 1);
   auto b = Submit(Priority::kHigh, 1);
   ASSERT_EQ(Pass().size(), 2u);
