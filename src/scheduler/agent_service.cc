@@ -18,15 +18,6 @@ grpc::Status ToGrpc(const Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
 }
 
-std::string JoinIndices(const std::vector<int>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i > 0) out += ',';
-    out += std::to_string(v[i]);
-  }
-  return out;
-}
-
 // Orders a stop in both forms (see HeartbeatResponse in scheduler.proto): the id for agents that
 // predate StopOrder, and the StopOrder with its reason and grace period (-1: the agent's own).
 void AddStop(HeartbeatResponse* msg, const std::string& task_id, core::StopReason reason,
@@ -216,18 +207,6 @@ void AgentHub::Dispatch(const core::SchedulerCore& core,
     for (int i : d.gpu_indices) a->add_gpu_indices(i);
     a->set_timeout_seconds(t->spec.timeout_seconds);
     a->set_image(t->spec.image);
-    if (metrics_ != nullptr) {
-      metrics_->TaskScheduled(t->spec.priority);
-      metrics_->start_latency().Observe(static_cast<double>(t->started_at - t->created_at) / 1e6);
-    }
-    if (common::LogEnabled(common::LogLevel::kInfo)) {
-      common::LogEvent(common::events::kTaskScheduled,
-                       {{"task_id", a->task_id()},
-                        {"node", d.node_id},
-                        {"gpus", JoinIndices(d.gpu_indices)},
-                        {"priority", core::ToString(t->spec.priority)},
-                        {"attempt", t->attempts}});
-    }
   }
   for (auto& [node, msg] : by_node) Send(node, std::move(msg));
 }
@@ -296,12 +275,6 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
       for (const auto& t : unparsable) AddStop(&stop, t, core::StopReason::kReconcile, -1);
       hub_->Send(id, std::move(stop));
     }
-    common::LogEvent(common::events::kAgentRegistered,
-                     {{"node", id},
-                      {"address", address},
-                      {"gpus", static_cast<int64_t>(gpus.size())},
-                      {"running", static_cast<int64_t>(running.size())},
-                      {"finished", static_cast<int64_t>(finished.size())}});
     resp->set_epoch(leader_->epoch());
     resp->set_heartbeat_interval_seconds(heartbeat_interval_seconds_);
     c.OnDurable([reactor](Status st) { reactor->Finish(ToGrpc(st)); });
@@ -345,8 +318,6 @@ grpc::ServerUnaryReactor* AgentService::TaskFinished(grpc::CallbackServerContext
                                    "agent " + agent + " is not registered"));
       return;
     }
-    const core::Task* before = c.core.FindTask(report.task);
-    const bool was_cancelled = before != nullptr && before->stopping;
     Status s = c.core.TaskFinished(agent, report, c.now);
     if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kFailedPrecondition) {
       // A duplicate of a finish already recorded (the task left memory, or is finished)?
@@ -371,22 +342,7 @@ grpc::ServerUnaryReactor* AgentService::TaskFinished(grpc::CallbackServerContext
       reactor->Finish(ToGrpc(s));
       return;
     }
-    const core::Task* t = c.core.FindTask(report.task);
-    if (was_cancelled) {
-      // Counted and logged as finished when it was cancelled; this confirms the stop.
-      common::LogEvent("task_stopped", {{"task_id", core::FormatTaskId(t->id)},
-                                        {"node", agent},
-                                        {"exit_code", report.exit_code}});
-      c.OnDurable([reactor](Status st) { reactor->Finish(ToGrpc(st)); });
-      return;
-    }
-    metrics_->TaskFinished(t->spec.priority, t->status);
-    common::LogEvent(common::events::kTaskFinished,
-                     {{"task_id", core::FormatTaskId(t->id)},
-                      {"node", agent},
-                      {"status", core::ToString(t->status)},
-                      {"exit_code", report.exit_code},
-                      {"error", report.error}});
+    // Counted and logged from the core's events (a finish, or the end of a stop).
     c.OnDurable([reactor](Status st) { reactor->Finish(ToGrpc(st)); });
   });
   return reactor;

@@ -92,7 +92,10 @@ void CoreLoop::RunBatch(std::vector<Fn>& batch, bool run_timers) {
   // Not acting: orders are dropped; agents are reconciled when they register with the leader.
   if (!decisions.empty() && acting) dispatcher_->Dispatch(*core_, decisions);
   std::vector<core::Change> changes = core_->TakeChanges();
-  if (observer_ != nullptr) observer_->OnPass(*core_, decisions, changes, pass_seconds, ctx.now);
+  std::vector<core::Event> events = core_->TakeEvents();
+  if (observer_ != nullptr) {
+    observer_->OnPass(*core_, decisions, changes, events, pass_seconds, ctx.now);
+  }
 
   // Finished tasks leave memory once durable: history is served from the database.
   std::vector<core::TaskNumber> finished;

@@ -32,12 +32,14 @@ class Dispatcher {
                         const std::vector<core::Decision>& decisions) = 0;
 };
 
-// Observes what a batch did, on the owner thread (metrics, logs).
+// Observes what a batch did, on the owner thread (metrics, logs): its decisions, its durable
+// changes and the core's events, in order.
 class BatchObserver {
  public:
   virtual ~BatchObserver() = default;
   virtual void OnPass(const core::SchedulerCore& core, const std::vector<core::Decision>& decisions,
-                      const std::vector<core::Change>& changes, double pass_seconds,
+                      const std::vector<core::Change>& changes,
+                      const std::vector<core::Event>& events, double pass_seconds,
                       core::TimeMicros now) = 0;
 };
 

@@ -17,6 +17,7 @@
 #include "common/time_util.h"
 #include "scheduler/agent_service.h"
 #include "scheduler/core_loop.h"
+#include "scheduler/event_recorder.h"
 #include "scheduler/replication.h"
 #include "scheduler/rest_server.h"
 #include "scheduler/snapshot_json.h"
@@ -34,21 +35,8 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-// Marks nodes that went silent as lost and logs the transition.
-void TickNodes(CoreLoop::Context& c) {
-  std::vector<std::string> online_before;
-  for (const auto& n : c.core.Nodes()) {
-    if (n.online) online_before.push_back(n.id);
-  }
-  c.core.Tick(c.now);
-  for (const auto& id : online_before) {
-    auto n = c.core.FindNode(id);
-    if (n && !n->online) {
-      common::LogEvent(common::events::kAgentOffline,
-                       {{"node", id}, {"reason", "heartbeat_timeout"}});
-    }
-  }
-}
+// Marks nodes that went silent as lost (logged from the core's node_lost events).
+void TickNodes(CoreLoop::Context& c) { c.core.Tick(c.now); }
 
 int Run(int argc, char** argv) {
   common::DaemonFlagsSpec spec{"dgpu-scheduler",
@@ -117,15 +105,8 @@ int Run(int argc, char** argv) {
   store::Journal journal(db.get(), stored.last_applied_seq);
   Metrics metrics;
   AgentHub hub(&leader, &metrics);
-  struct PassMetrics : BatchObserver {
-    explicit PassMetrics(Metrics* m) : metrics(m) {}
-    void OnPass(const core::SchedulerCore&, const std::vector<core::Decision>&,
-                const std::vector<core::Change>&, double pass_seconds, core::TimeMicros) override {
-      metrics->pass_duration().Observe(pass_seconds);
-    }
-    Metrics* metrics;
-  } pass_metrics(&metrics);
-  CoreLoop loop(std::move(*core), &journal, &hub, &pass_metrics, &common::SystemClock::Instance());
+  EventRecorder recorder(&metrics);
+  CoreLoop loop(std::move(*core), &journal, &hub, &recorder, &common::SystemClock::Instance());
   loop.SetActingGate([&leader] {
     return leader.MayAct(common::SystemClock::Instance().MonotonicMicros());
   });

@@ -1,7 +1,7 @@
 // Prometheus metrics of the scheduler (text exposition format 0.0.4), prefixed dgpu_.
 //
-// Counters and histograms are updated where things happen (mostly the owner thread) with
-// atomics; gauges are read from the core on the owner thread when /metrics is scraped
+// Task counters and histograms are updated from the core's events (EventRecorder) and HTTP
+// counters by the REST server, with atomics; gauges are read from the core on the owner thread when /metrics is scraped
 // (GaugeSnapshot). Thread-safe.
 #pragma once
 

@@ -126,14 +126,7 @@ struct RestServer::Impl {
         SendError(req, route, FromStatus(id.status()));
         return;
       }
-      d.metrics->TaskSubmitted(spec.priority);
       std::string task_id = core::FormatTaskId(*id);
-      if (common::LogEnabled(common::LogLevel::kInfo)) {
-        common::LogEvent(common::events::kTaskSubmitted,
-                         {{"task_id", task_id},
-                          {"priority", core::ToString(spec.priority)},
-                          {"gpu_count", spec.gpu_count}});
-      }
       json body = {{"task_id", task_id},
                    {"status", "pending"},
                    {"created_at", common::FormatRfc3339(c.now)}};
@@ -310,10 +303,6 @@ struct RestServer::Impl {
         SendError(req, route, FromStatus(s));
         return;
       }
-      const core::Task* t = c.core.FindTask(n);
-      d.metrics->TaskFinished(t->spec.priority, core::TaskStatus::kCancelled);
-      common::LogEvent(common::events::kTaskFinished,
-                       {{"task_id", id_text}, {"status", "cancelled"}, {"by", "user"}});
       c.OnDurable([this, req, route](Status st) {
         if (st.ok()) {
           Send(req, route, 200, json{{"message", "Task cancelled"}}.dump(-1, ' ', false, json::error_handler_t::replace));
@@ -382,9 +371,6 @@ struct RestServer::Impl {
         SendError(req, route, FromStatus(s));
         return;
       }
-      auto q = c.core.Quota();
-      spdlog::info("quota updated: online_percent={} online={} batch={}", online, q.quota[0],
-                   q.quota[1]);
       c.OnDurable([this, req, route](Status st) {
         if (st.ok()) {
           Send(req, route, 200, json{{"message", "Quota updated"}}.dump(-1, ' ', false, json::error_handler_t::replace));

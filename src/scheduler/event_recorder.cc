@@ -1,0 +1,133 @@
+#include "scheduler/event_recorder.h"
+
+#include <string>
+
+#include "common/logging.h"
+
+namespace dgpu::scheduler {
+namespace {
+
+using Kind = core::Event::Kind;
+
+std::string JoinIndices(const std::vector<int>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(v[i]);
+  }
+  return out;
+}
+
+// The GPUs the task holds on `node` now, as "0,1", or "" when it holds none there.
+std::string GpusOn(const core::SchedulerCore& core, core::TaskNumber task,
+                   const std::string& node) {
+  const core::Task* t = core.FindTask(task);
+  if (t == nullptr) return "";
+  for (const auto& na : t->allocation) {
+    if (na.node_id == node) return JoinIndices(na.gpu_indices);
+  }
+  return "";
+}
+
+int AttemptsOf(const core::SchedulerCore& core, core::TaskNumber task) {
+  const core::Task* t = core.FindTask(task);
+  return t == nullptr ? 0 : t->attempts;
+}
+
+}  // namespace
+
+void EventRecorder::OnPass(const core::SchedulerCore& core, const std::vector<core::Decision>&,
+                           const std::vector<core::Change>&, const std::vector<core::Event>& events,
+                           double pass_seconds, core::TimeMicros) {
+  metrics_->pass_duration().Observe(pass_seconds);
+  for (const core::Event& e : events) Record(core, e);
+}
+
+void EventRecorder::Record(const core::SchedulerCore& core, const core::Event& e) {
+  const bool info = common::LogEnabled(common::LogLevel::kInfo);
+  const std::string task_id = e.task != 0 ? core::FormatTaskId(e.task) : std::string();
+  switch (e.kind) {
+    case Kind::kTaskSubmitted:
+      metrics_->TaskSubmitted(e.priority);
+      if (info) {
+        common::LogEvent(common::events::kTaskSubmitted, {{"task_id", task_id},
+                                                          {"priority", core::ToString(e.priority)},
+                                                          {"gpu_count", e.gpus}});
+      }
+      return;
+    case Kind::kTaskScheduled:
+      if (e.detail == "adopted") {
+        // A queued task found running at registration: a previous leader scheduled it.
+        if (info) {
+          common::LogEvent("task_adopted", {{"task_id", task_id},
+                                            {"node", e.node_id},
+                                            {"gpus", GpusOn(core, e.task, e.node_id)}});
+        }
+        return;
+      }
+      metrics_->TaskScheduled(e.priority);
+      metrics_->start_latency().Observe(static_cast<double>(e.time - e.created_at) / 1e6);
+      if (info) {
+        common::LogEvent(common::events::kTaskScheduled, {{"task_id", task_id},
+                                                          {"node", e.node_id},
+                                                          {"gpus", GpusOn(core, e.task, e.node_id)},
+                                                          {"priority", core::ToString(e.priority)},
+                                                          {"attempt", AttemptsOf(core, e.task)}});
+      }
+      return;
+    case Kind::kTaskStarted:
+      common::LogEvent("task_started", {{"task_id", task_id}, {"node", e.node_id}},
+                       common::LogLevel::kDebug);
+      return;
+    case Kind::kTaskStopping:
+      if (info) {
+        common::LogEvent(
+            "task_stopping",
+            {{"task_id", task_id}, {"node", e.node_id}, {"reason", core::ToString(e.reason)}});
+      }
+      return;
+    case Kind::kTaskStopped:
+      if (info) {
+        common::LogEvent("task_stopped", {{"task_id", task_id},
+                                          {"node", e.node_id},
+                                          {"reason", core::ToString(e.reason)},
+                                          {"exit_code", e.exit_code},
+                                          {"error", e.detail}});
+      }
+      return;
+    case Kind::kTaskRequeued:
+      if (info) {
+        common::LogEvent("task_requeued", {{"task_id", task_id},
+                                           {"node", e.node_id},
+                                           {"reason", e.detail},
+                                           {"attempts", AttemptsOf(core, e.task)}});
+      }
+      return;
+    case Kind::kTaskFinished:
+      metrics_->TaskFinished(e.priority, e.status);
+      if (info) {
+        common::LogEvent(common::events::kTaskFinished, {{"task_id", task_id},
+                                                         {"node", e.node_id},
+                                                         {"status", core::ToString(e.status)},
+                                                         {"exit_code", e.exit_code},
+                                                         {"error", e.detail}});
+      }
+      return;
+    case Kind::kNodeJoined:
+      common::LogEvent(common::events::kAgentRegistered,
+                       {{"node", e.node_id}, {"address", e.detail}, {"gpus", e.gpus}});
+      return;
+    case Kind::kNodeLost:
+      common::LogEvent(common::events::kAgentOffline, {{"node", e.node_id}, {"reason", e.detail}});
+      return;
+    case Kind::kQuotaChanged: {
+      core::QuotaView q = core.Quota();
+      common::LogEvent("quota_changed", {{"online_percent", e.online_percent},
+                                         {"online_gpus", q.quota[0]},
+                                         {"batch_gpus", q.quota[1]}});
+      return;
+    }
+  }
+}
+
+}  // namespace dgpu::scheduler
