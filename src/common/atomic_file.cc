@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 namespace dgpu::common {
 namespace {
@@ -90,6 +91,45 @@ Status ReplaceFileAtomically(const std::string& temp, const std::string& path) {
     return status;
   }
   return RenameDurably(temp, path);
+}
+
+constexpr size_t kWriteBufferBytes = 1 << 20;
+
+StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Open(const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "creating " + tmp);
+  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, fd));
+}
+
+AtomicFileWriter::AtomicFileWriter(std::string path, int fd)
+    : path_(std::move(path)), tmp_(path_ + ".tmp"), fd_(fd) {}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::Write(std::string_view data) {
+  if (!status_.ok()) return;
+  buffer_.append(data);
+  if (buffer_.size() >= kWriteBufferBytes) FlushBuffer();
+}
+
+void AtomicFileWriter::FlushBuffer() {
+  status_ = WriteAll(fd_, buffer_, tmp_);
+  buffer_.clear();
+}
+
+Status AtomicFileWriter::Commit() {
+  if (committed_) return status_;
+  if (status_.ok()) FlushBuffer();
+  if (!status_.ok()) return status_;
+  if (Status s = SyncDescriptor(fd_, tmp_); !s.ok()) return status_ = s;
+  if (::close(std::exchange(fd_, -1)) != 0) return status_ = ErrnoStatus(errno, "closing " + tmp_);
+  status_ = RenameDurably(tmp_, path_);
+  committed_ = status_.ok();
+  return status_;
 }
 
 Status SyncDirectory(const std::string& dir) {

@@ -6,6 +6,7 @@
 // kResourceExhausted; any other error is kUnavailable.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,32 @@ StatusOr<int> WriteFileAtomicallyKeepOpen(const std::string& path, std::string_v
 
 // Moves `temp`, a complete file in the same directory as `path`, over `path`.
 Status ReplaceFileAtomically(const std::string& temp, const std::string& path);
+
+// Contents produced piece by piece: Open creates `<path>.tmp`, Write appends (buffered), Commit
+// flushes, fsyncs, renames over `path` and fsyncs the directory. A writer destroyed without a
+// successful Commit removes the temp file and leaves `path` untouched. Errors as above; the
+// first one is kept (later writes are dropped) and returned by Commit.
+class AtomicFileWriter {
+ public:
+  static StatusOr<std::unique_ptr<AtomicFileWriter>> Open(const std::string& path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void Write(std::string_view data);
+  Status Commit();
+
+ private:
+  AtomicFileWriter(std::string path, int fd);
+  void FlushBuffer();
+
+  const std::string path_;
+  const std::string tmp_;
+  int fd_;
+  std::string buffer_;
+  Status status_;
+  bool committed_ = false;
+};
 
 // Fsyncs the directory `dir`, which makes the creation, renaming or removal of its entries
 // durable.

@@ -889,18 +889,19 @@ StatusOr<uint64_t> Database::GetEpoch() {
 }
 
 Status Database::ForEachTask(const std::function<void(const core::Task&)>& fn, StoreMeta* meta) {
-  static const std::string kAllSql = TaskSelect("ORDER BY id");
-  std::lock_guard<std::mutex> lock(reader_mu_);
-  SqliteConnection& conn = *reader_;
-  Transaction txn(conn);
-  if (Status s = txn.BeginRead(); !s.ok()) return s;
-  if (meta != nullptr) {
-    if (Status s = ReadMetaRows(conn, meta); !s.ok()) return s;
-  }
-  StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kAllSql);
-  if (!stmt.ok()) return stmt.status();
-  StatementScope scope(*stmt);
-  return ForEachRow(conn, *stmt, [&](core::Task&& t) { fn(t); });
+  StatusOr<std::unique_ptr<ReadSnapshot>> snapshot = OpenReadSnapshot();
+  if (!snapshot.ok()) return snapshot.status();
+  if (meta != nullptr) *meta = (*snapshot)->meta();
+  return (*snapshot)->ForEachTask(fn);
+}
+
+StatusOr<std::unique_ptr<ReadSnapshot>> Database::OpenReadSnapshot() {
+  StatusOr<std::unique_ptr<SqliteConnection>> conn =
+      SqliteConnection::Open(path_, SQLITE_OPEN_READONLY);
+  if (!conn.ok()) return conn.status();
+  std::unique_ptr<ReadSnapshot> snapshot(new ReadSnapshot(std::move(*conn)));
+  if (Status s = snapshot->Begin(); !s.ok()) return s;
+  return snapshot;
 }
 
 StatusOr<std::vector<core::Task>> Database::AllTasks() {
@@ -926,6 +927,58 @@ Status Database::ReplaceAll(const StoreMeta& meta, const std::vector<core::Task>
   if (Status s = SetMetaInt(conn, "next_task_number", next); !s.ok()) return s;
   if (Status s = SetMetaInt(conn, "last_applied_seq", meta.last_applied_seq); !s.ok()) return s;
   return txn.Commit();
+}
+
+// --- ReadSnapshot ----------------------------------------------------------------------------
+
+ReadSnapshot::ReadSnapshot(std::unique_ptr<SqliteConnection> conn) : conn_(std::move(conn)) {}
+
+ReadSnapshot::~ReadSnapshot() {
+  if (conn_) conn_->RollbackIfActive();
+}
+
+// The snapshot is taken by the first read after BEGIN: the meta values.
+Status ReadSnapshot::Begin() {
+  if (Status s = conn_->Exec("BEGIN", "starting a read on"); !s.ok()) return s;
+  return ReadMetaRows(*conn_, &meta_);
+}
+
+Status ReadSnapshot::ForEachQueued(core::Priority p,
+                                   const std::function<void(core::TaskNumber)>& fn) {
+  static const std::string kQueuedSql =
+      "SELECT id FROM tasks INDEXED BY tasks_unfinished "
+      "WHERE (status IN ('pending', 'running') OR stopping = 1) AND status = 'pending' "
+      "AND priority = ?1 ORDER BY queue_seq, id";
+  StatusOr<sqlite3_stmt*> stmt = conn_->Prepare(kQueuedSql);
+  if (!stmt.ok()) return stmt.status();
+  StatementScope scope(*stmt);
+  const std::string_view priority = core::ToString(p);
+  sqlite3_bind_text(*stmt, 1, priority.data(), static_cast<int>(priority.size()), SQLITE_STATIC);
+  while (true) {
+    int rc = sqlite3_step(*stmt);
+    if (rc == SQLITE_DONE) return OkStatus();
+    if (rc != SQLITE_ROW) return conn_->Error(rc, "reading the queues from");
+    fn(ToUint64(sqlite3_column_int64(*stmt, 0)));
+  }
+}
+
+Status ReadSnapshot::ForEachUnfinished(const std::function<void(const core::Task&)>& fn) {
+  // The ids come from the partial index, sorted; rows are then fetched by id in that order.
+  static const std::string kUnfinishedSql = TaskSelect(
+      "WHERE id IN (SELECT id FROM tasks INDEXED BY tasks_unfinished "
+      "WHERE status IN ('pending', 'running') OR stopping = 1) ORDER BY id");
+  StatusOr<sqlite3_stmt*> stmt = conn_->Prepare(kUnfinishedSql);
+  if (!stmt.ok()) return stmt.status();
+  StatementScope scope(*stmt);
+  return ForEachRow(*conn_, *stmt, [&](core::Task&& t) { fn(t); });
+}
+
+Status ReadSnapshot::ForEachTask(const std::function<void(const core::Task&)>& fn) {
+  static const std::string kAllSql = TaskSelect("ORDER BY id");
+  StatusOr<sqlite3_stmt*> stmt = conn_->Prepare(kAllSql);
+  if (!stmt.ok()) return stmt.status();
+  StatementScope scope(*stmt);
+  return ForEachRow(*conn_, *stmt, [&](core::Task&& t) { fn(t); });
 }
 
 }  // namespace dgpu::store

@@ -30,9 +30,10 @@
 // is visible afterwards.
 //
 // Thread safety: all methods may be called from any thread. Writes (Apply, SetEpoch,
-// PruneFinished, ReplaceAll) are serialised on one connection; reads use a second connection,
-// so queries do not wait for a commit's fsync. Reads see committed data only, each call a
-// consistent snapshot.
+// PruneFinished, ReplaceAll) are serialised on one connection; point reads and pages share a
+// second connection, so queries do not wait for a commit's fsync. Reads see committed data
+// only, each call a consistent snapshot. Long scans (ReadSnapshot, ForEachTask) open a
+// connection of their own, so point reads never wait behind them.
 #pragma once
 
 #include <cstdint>
@@ -86,6 +87,8 @@ struct TaskPage {
 // INT64_MAX, an online_percent outside [0, 1]. InvalidArgument naming the problem.
 Status ValidateChanges(const std::vector<core::Change>& changes);
 
+class ReadSnapshot;
+
 class Database {
  public:
   // Opens `<dir>/dgpu.db`, creating `dir` and the database if missing. Errors: see above;
@@ -133,9 +136,11 @@ class Database {
 
   // Calls `fn` for every task (finished ones included), in id order, from one consistent
   // snapshot; when `meta` is not null it receives the meta values of that same snapshot. `fn`
-  // runs on the calling thread and must not call this Database's read methods.
+  // runs on the calling thread.
   Status ForEachTask(const std::function<void(const core::Task&)>& fn,
                      StoreMeta* meta = nullptr);
+  // A read transaction on a connection of its own (see ReadSnapshot).
+  StatusOr<std::unique_ptr<ReadSnapshot>> OpenReadSnapshot();
   // ForEachTask into a vector.
   StatusOr<std::vector<core::Task>> AllTasks();
 
@@ -156,6 +161,35 @@ class Database {
   std::unique_ptr<SqliteConnection> writer_;  // GUARDED_BY(writer_mu_)
   std::mutex reader_mu_;
   std::unique_ptr<SqliteConnection> reader_;  // GUARDED_BY(reader_mu_)
+};
+
+// One consistent view of the database, on its own connection: every call reads the state as of
+// the moment the snapshot was opened, whatever is committed meanwhile (WAL snapshot isolation;
+// the WAL cannot be checkpointed past it while it is open, so keep it short-lived). Rows are
+// handed over one at a time: nothing of the table is held in memory. Not thread-safe; use it
+// from one thread at a time. Callbacks must not use this snapshot.
+class ReadSnapshot {
+ public:
+  ~ReadSnapshot();
+  ReadSnapshot(const ReadSnapshot&) = delete;
+  ReadSnapshot& operator=(const ReadSnapshot&) = delete;
+
+  // The meta values of this snapshot.
+  const StoreMeta& meta() const { return meta_; }
+  // Pending tasks of priority `p` in queue order (queue_seq, then id).
+  Status ForEachQueued(core::Priority p, const std::function<void(core::TaskNumber)>& fn);
+  // Pending and running tasks, plus cancelled tasks still stopping, in id order.
+  Status ForEachUnfinished(const std::function<void(const core::Task&)>& fn);
+  // Every task (finished ones included), in id order.
+  Status ForEachTask(const std::function<void(const core::Task&)>& fn);
+
+ private:
+  friend class Database;
+  explicit ReadSnapshot(std::unique_ptr<SqliteConnection> conn);
+  Status Begin();
+
+  std::unique_ptr<SqliteConnection> conn_;
+  StoreMeta meta_;
 };
 
 }  // namespace dgpu::store

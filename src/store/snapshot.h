@@ -9,15 +9,20 @@
 // caller.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "base/status.h"
+#include "common/atomic_file.h"
 #include "store/database.h"
 
 namespace dgpu::store {
 
 inline constexpr char kStateFileName[] = "state.json";
+
+// A streaming atomic writer for `<dir>/state.json`, creating `dir` if missing.
+StatusOr<std::unique_ptr<common::AtomicFileWriter>> OpenStateFile(const std::string& dir);
 
 // Writes `state` (pretty-printed, 2-space indent) to `<dir>/state.json` atomically, creating
 // `dir` if missing.

@@ -283,6 +283,56 @@ TEST(DatabaseTest, ForEachTaskStreamsAllTasksWithTheirMeta) {
   EXPECT_EQ(meta.online_percent, 0.6);
 }
 
+TEST(DatabaseTest, ReadSnapshotSeesOneStateWhateverIsCommittedMeanwhile) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  ASSERT_TRUE(db->Apply({Upsert(SimpleTask(1, TaskStatus::kPending)), Quota(0.4)}, 5).ok());
+  StatusOr<std::unique_ptr<ReadSnapshot>> snapshot = db->OpenReadSnapshot();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status().ToString();
+  ASSERT_TRUE(db->Apply({Upsert(SimpleTask(1, TaskStatus::kRunning)),
+                         Upsert(SimpleTask(2, TaskStatus::kPending)), Quota(0.8)},
+                        6)
+                  .ok());
+  EXPECT_EQ((*snapshot)->meta().last_applied_seq, 5u);
+  EXPECT_EQ((*snapshot)->meta().online_percent, 0.4);
+  std::vector<core::Task> seen;
+  ASSERT_TRUE((*snapshot)->ForEachTask([&](const core::Task& t) { seen.push_back(t); }).ok());
+  ASSERT_THAT(Ids(seen), ElementsAre(1));
+  EXPECT_EQ(seen[0].status, TaskStatus::kPending);
+  // Point reads on the shared connection are not held up and see the newer state.
+  StatusOr<std::optional<core::Task>> now = db->GetTask(1);
+  ASSERT_TRUE(now.ok() && now->has_value());
+  EXPECT_EQ((*now)->status, TaskStatus::kRunning);
+}
+
+TEST(DatabaseTest, ReadSnapshotListsQueuesInQueueOrderAndUnfinishedTasksById) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  ASSERT_TRUE(
+      db->Apply({Upsert(SimpleTask(1, TaskStatus::kPending, Priority::kLow, 30)),
+                 Upsert(SimpleTask(2, TaskStatus::kPending, Priority::kHigh, 20)),
+                 Upsert(SimpleTask(3, TaskStatus::kPending, Priority::kLow, -5)),  // Put back.
+                 Upsert(SimpleTask(4, TaskStatus::kRunning, Priority::kLow, 1)),
+                 Upsert(SimpleTask(5, TaskStatus::kSuccess, Priority::kLow, 2, 100)),
+                 Upsert(SimpleTask(6, TaskStatus::kCancelled, Priority::kHigh, 3, 100, true)),
+                 Upsert(SimpleTask(7, TaskStatus::kCancelled, Priority::kHigh, 4, 100)),
+                 Upsert(SimpleTask(8, TaskStatus::kPending, Priority::kLow, 30))},
+                1)
+          .ok());
+  StatusOr<std::unique_ptr<ReadSnapshot>> snapshot = db->OpenReadSnapshot();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status().ToString();
+  std::vector<core::TaskNumber> low, high;
+  ASSERT_TRUE((*snapshot)->ForEachQueued(Priority::kLow, [&](auto id) { low.push_back(id); }).ok());
+  ASSERT_TRUE(
+      (*snapshot)->ForEachQueued(Priority::kHigh, [&](auto id) { high.push_back(id); }).ok());
+  EXPECT_THAT(low, ElementsAre(3, 1, 8));
+  EXPECT_THAT(high, ElementsAre(2));
+  std::vector<core::Task> unfinished;
+  ASSERT_TRUE(
+      (*snapshot)->ForEachUnfinished([&](const core::Task& t) { unfinished.push_back(t); }).ok());
+  EXPECT_THAT(Ids(unfinished), ElementsAre(1, 2, 3, 4, 6, 8));
+}
+
 TEST(DatabaseTest, ReplaceAllInstallsASnapshot) {
   TempDir dir;
   auto db = OpenOrDie(dir.path());

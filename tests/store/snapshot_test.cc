@@ -1,10 +1,10 @@
 #include "store/snapshot.h"
 
-#include <filesystem>
-#include <memory>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
 
 #include "store/database.h"
 #include "store/task_codec.h"
@@ -33,6 +33,31 @@ TEST(SnapshotTest, WriteStateFileReplacesTheFileWhole) {
   EXPECT_FALSE(std::filesystem::exists(state_dir + "/state.json.tmp"));
 }
 
+TEST(SnapshotTest, AtomicFileWriterReplacesTheFileOnlyOnCommit) {
+  TempDir dir;
+  const std::string path = dir.Sub("state.json");
+  ASSERT_TRUE(common::WriteFileAtomically(path, "old\n").ok());
+  {
+    StatusOr<std::unique_ptr<common::AtomicFileWriter>> writer =
+        common::AtomicFileWriter::Open(path);
+    ASSERT_TRUE(writer.ok());
+    (*writer)->Write("abandoned");
+  }
+  EXPECT_EQ(ReadBytes(path), "old\n");
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+
+  StatusOr<std::unique_ptr<common::AtomicFileWriter>> writer = common::AtomicFileWriter::Open(path);
+  ASSERT_TRUE(writer.ok());
+  const std::string big(3 << 20, 'x');  // Several buffer flushes.
+  (*writer)->Write("[");
+  (*writer)->Write(big);
+  (*writer)->Write("]");
+  EXPECT_EQ(ReadBytes(path), "old\n");
+  ASSERT_TRUE((*writer)->Commit().ok());
+  EXPECT_EQ(ReadBytes(path), "[" + big + "]");
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
 TEST(SnapshotTest, DumpStoreHoldsMetaAndEveryTask) {
   TempDir dir;
   StatusOr<std::unique_ptr<Database>> db = Database::Open(dir.path());
@@ -40,10 +65,10 @@ TEST(SnapshotTest, DumpStoreHoldsMetaAndEveryTask) {
   core::Change quota;
   quota.kind = core::Change::Kind::kQuotaPercent;
   quota.online_percent = 0.7;
-  ASSERT_TRUE((*db)->Apply({Upsert(FullTask(4)), Upsert(SimpleTask(2, TaskStatus::kSuccess)),
-                            quota},
-                           8)
-                  .ok());
+  ASSERT_TRUE(
+      (*db)
+          ->Apply({Upsert(FullTask(4)), Upsert(SimpleTask(2, TaskStatus::kSuccess)), quota}, 8)
+          .ok());
   ASSERT_TRUE((*db)->SetEpoch(3).ok());
 
   StatusOr<nlohmann::json> dump = DumpStore(**db);
