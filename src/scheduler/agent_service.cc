@@ -214,12 +214,13 @@ void AgentHub::Dispatch(const core::SchedulerCore& core,
 // ----------------------------------------------------------------------------------------------
 // AgentService
 
-AgentService::AgentService(CoreLoop* loop, AgentHub* hub, LeaderState* leader,
-                           store::Database* db, Metrics* metrics, int heartbeat_interval_seconds)
+AgentService::AgentService(CoreLoop* loop, AgentHub* hub, LeaderState* leader, store::Database* db,
+                           WorkerPool* readers, Metrics* metrics, int heartbeat_interval_seconds)
     : loop_(loop),
       hub_(hub),
       leader_(leader),
       db_(db),
+      readers_(readers),
       metrics_(metrics),
       heartbeat_interval_seconds_(heartbeat_interval_seconds) {}
 
@@ -290,6 +291,24 @@ grpc::ServerBidiReactor<HeartbeatRequest, HeartbeatResponse>* AgentService::Hear
   return raw;
 }
 
+namespace {
+
+// Answers a finish report the core refused with `refused`: ALREADY_EXISTS when `t` (null if
+// unknown) shows that this agent's finish of the task is recorded already.
+void AnswerRefusedFinish(grpc::ServerUnaryReactor* reactor, const std::string& agent,
+                         core::TaskNumber task, const core::Task* t, const Status& refused) {
+  if (t != nullptr && core::IsFinished(t->status) && !t->stopping && !t->allocation.empty() &&
+      t->allocation[0].node_id == agent) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                                 core::FormatTaskId(task) + " finish already recorded"));
+    return;
+  }
+  spdlog::warn("rejected TaskFinished from {}: {}", agent, refused.message());
+  reactor->Finish(ToGrpc(refused));
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* AgentService::TaskFinished(grpc::CallbackServerContext* ctx,
                                                      const dgpu::v1::TaskFinishedRequest* req,
                                                      dgpu::v1::TaskFinishedResponse* resp) {
@@ -320,22 +339,17 @@ grpc::ServerUnaryReactor* AgentService::TaskFinished(grpc::CallbackServerContext
     }
     Status s = c.core.TaskFinished(agent, report, c.now);
     if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kFailedPrecondition) {
-      // A duplicate of a finish already recorded (the task left memory, or is finished)?
-      const core::Task* t = c.core.FindTask(report.task);
-      std::optional<core::Task> stored;
-      if (t == nullptr) {
-        auto got = db_->GetTask(report.task);
-        if (got.ok() && got->has_value()) stored = **got;
-        t = stored ? &*stored : nullptr;
-      }
-      if (t != nullptr && core::IsFinished(t->status) && !t->stopping && !t->allocation.empty() &&
-          t->allocation[0].node_id == agent) {
-        reactor->Finish(grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
-                                     core::FormatTaskId(report.task) + " finish already recorded"));
+      // A duplicate of a finish already recorded? A task leaves memory only once its finish is
+      // durable, so one not in memory is looked up in the database, on a reader thread.
+      if (const core::Task* t = c.core.FindTask(report.task)) {
+        AnswerRefusedFinish(reactor, agent, report.task, t, s);
         return;
       }
-      spdlog::warn("rejected TaskFinished from {}: {}", agent, s.message());
-      reactor->Finish(ToGrpc(s));
+      readers_->Post([db = db_, reactor, agent, task = report.task, s] {
+        auto stored = db->GetTask(task);
+        const core::Task* t = stored.ok() && stored->has_value() ? &**stored : nullptr;
+        AnswerRefusedFinish(reactor, agent, task, t, s);
+      });
       return;
     }
     if (!s.ok()) {

@@ -2,7 +2,9 @@
 //
 // Callback API throughout: thousands of agent streams need no thread each. Every request is
 // turned into a function posted to the CoreLoop; unary answers are sent when the resulting
-// changes are durable. Decisions are pushed on the agent's stream the moment they are made.
+// changes are durable. What only the database knows (a finished task that left memory) is read
+// on a reader thread, never on the owner thread. Decisions are pushed on the agent's stream the
+// moment they are made.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -18,6 +20,7 @@
 #include "scheduler/core_loop.h"
 #include "scheduler/leader_state.h"
 #include "scheduler/metrics.h"
+#include "scheduler/worker_pool.h"
 #include "store/database.h"
 
 namespace dgpu::scheduler {
@@ -50,8 +53,9 @@ class AgentHub : public Dispatcher {
 
 class AgentService final : public dgpu::v1::SchedulerService::CallbackService {
  public:
+  // `readers` runs the database reads, off the owner thread.
   AgentService(CoreLoop* loop, AgentHub* hub, LeaderState* leader, store::Database* db,
-               Metrics* metrics, int heartbeat_interval_seconds);
+               WorkerPool* readers, Metrics* metrics, int heartbeat_interval_seconds);
 
   grpc::ServerUnaryReactor* RegisterAgent(grpc::CallbackServerContext* ctx,
                                           const dgpu::v1::RegisterAgentRequest* req,
@@ -68,6 +72,7 @@ class AgentService final : public dgpu::v1::SchedulerService::CallbackService {
   AgentHub* hub_;
   LeaderState* leader_;
   store::Database* db_;
+  WorkerPool* readers_;
   Metrics* metrics_;
   int heartbeat_interval_seconds_;
 };

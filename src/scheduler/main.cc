@@ -20,7 +20,8 @@
 #include "scheduler/event_recorder.h"
 #include "scheduler/replication.h"
 #include "scheduler/rest_server.h"
-#include "scheduler/snapshot_json.h"
+#include "scheduler/state_file.h"
+#include "scheduler/worker_pool.h"
 #include "store/database.h"
 #include "store/journal.h"
 #include "store/snapshot.h"
@@ -107,6 +108,10 @@ int Run(int argc, char** argv) {
   AgentHub hub(&leader, &metrics);
   EventRecorder recorder(&metrics);
   CoreLoop loop(std::move(*core), &journal, &hub, &recorder, &common::SystemClock::Instance());
+  // Off the owner thread: reads of stored tasks, and the long reads (state.json, a standby's
+  // snapshot), so that point reads never wait behind those.
+  WorkerPool readers(2);
+  WorkerPool background(1);
   loop.SetActingGate([&leader] {
     return leader.MayAct(common::SystemClock::Instance().MonotonicMicros());
   });
@@ -122,7 +127,8 @@ int Run(int argc, char** argv) {
     ho.etcd_endpoints = cfg.ha.etcd_endpoints;
     ho.lease_ttl = cfg.ha.lease_ttl;
     ho.etcd_prefix = cfg.ha.etcd_prefix;
-    ha = std::make_unique<HaController>(ho, cfg, &leader, db.get(), &journal, &loop, &hub);
+    ha = std::make_unique<HaController>(ho, cfg, &leader, db.get(), &journal, &loop, &hub,
+                                        &background);
     if (cfg.replication.enabled) loop.SetReplication(ha.get());
     leader.set_on_higher_epoch(
         [h = ha.get()](uint64_t e) { h->StepDown(e, "a higher epoch was seen"); });
@@ -145,10 +151,12 @@ int Run(int argc, char** argv) {
   });
   // The safety-net pass: every batch ends with a pass, so an empty batch is enough.
   loop.AddTimer(cfg.scheduler.schedule_interval, [](CoreLoop::Context&) {});
-  std::string snapshot_dir = cfg.storage.snapshot_dir;
-  loop.AddTimer(cfg.scheduler.snapshot_interval, [&leader, snapshot_dir](CoreLoop::Context& c) {
-    Status s = store::WriteStateFile(snapshot_dir, StateToJson(c.core, leader.epoch(), c.now));
-    if (!s.ok()) spdlog::warn("state snapshot failed: {}", s.message());
+  const std::string snapshot_dir = cfg.storage.snapshot_dir;
+  StateFileWriter state_file(snapshot_dir, db.get(), &background);
+  loop.AddTimer(cfg.scheduler.snapshot_interval, [&leader, &state_file](CoreLoop::Context& c) {
+    if (!state_file.Request(TakeStateHeader(c.core, leader.epoch(), c.now))) {
+      spdlog::warn("state snapshot skipped: the previous one is still being written");
+    }
   });
   loop.Start();
 
@@ -166,7 +174,7 @@ int Run(int argc, char** argv) {
   });
 
   // gRPC.
-  AgentService agent_service(&loop, &hub, &leader, db.get(), &metrics,
+  AgentService agent_service(&loop, &hub, &leader, db.get(), &readers, &metrics,
                              static_cast<int>(cfg.scheduler.schedule_interval.count() / 1000));
   grpc::ServerBuilder builder;
   int grpc_port = 0;
@@ -183,18 +191,22 @@ int Run(int argc, char** argv) {
   if (!grpc_server || grpc_port == 0) {
     stop_pruner = true;
     pruner.join();
+    readers.Stop();
+    background.Stop();
     loop.Stop();
     journal.Shutdown();
     return Fail("cannot listen for gRPC on " + grpc_bind);
   }
 
   // REST.
-  RestServer rest({&loop, &leader, db.get(), &journal, &metrics});
+  RestServer rest({&loop, &leader, db.get(), &readers, &journal, &metrics});
   std::string http_host = http->host.empty() ? "0.0.0.0" : http->host;
   if (Status s = rest.Start(http_host, http->port, 2); !s.ok()) {
     grpc_server->Shutdown();
     stop_pruner = true;
     pruner.join();
+    readers.Stop();
+    background.Stop();
     loop.Stop();
     journal.Shutdown();
     return Fail(s.message());
@@ -215,12 +227,17 @@ int Run(int argc, char** argv) {
   if (ha) ha->Stop();
   hub.CloseAll();
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  loop.RunAndWait([&](CoreLoop::Context& c) {
-    Status s = store::WriteStateFile(snapshot_dir, StateToJson(c.core, leader.epoch(), c.now));
-    if (!s.ok()) spdlog::warn("final state snapshot failed: {}", s.message());
-  });
+  StateHeader final_state;
+  loop.RunAndWait(
+      [&](CoreLoop::Context& c) { final_state = TakeStateHeader(c.core, leader.epoch(), c.now); });
+  readers.Stop();
+  background.Stop();  // A snapshot being written finishes first.
   loop.Stop();
   journal.Shutdown();
+  // Everything is durable now: the final file holds it all.
+  if (Status s = WriteStateFile(snapshot_dir, final_state, *db); !s.ok()) {
+    spdlog::warn("final state snapshot failed: {}", s.message());
+  }
   stop_pruner = true;
   pruner.join();
   spdlog::info("dgpu-scheduler stopped");

@@ -152,9 +152,10 @@ class SyncStreamReactor : public QueuedBidiReactor<SyncRequest, SyncResponse> {
         return;
       }
       standby_id_ = req_.standby_id();
-      // Snapshot and attachment happen on the owner thread, between two batches.
+      // The owner thread notes where the stream starts, between two batches; the snapshot is
+      // read and sent on a background thread.
       auto self = self_;
-      ha_->loop_->Post([self](CoreLoop::Context&) { self->ha_->Attach(self.get()); });
+      ha_->loop_->Post([self](CoreLoop::Context&) { self->ha_->BeginAttach(self); });
     } else {
       ha_->FireReplicated(req_.acked_seq());
     }
@@ -179,18 +180,58 @@ class SyncStreamReactor : public QueuedBidiReactor<SyncRequest, SyncResponse> {
   std::shared_ptr<SyncStreamReactor> self_;
 };
 
+// The initial snapshot of a stream, sent in chunks of kSnapshotChunk tasks as rows are read; the
+// last chunk (possibly empty) says `more: false`.
+class SnapshotSender {
+ public:
+  SnapshotSender(SyncStreamReactor& stream, uint64_t epoch, const store::StoreMeta& meta)
+      : stream_(stream), epoch_(epoch), meta_(meta) {
+    Start();
+  }
+  void Add(const core::Task& t) {
+    if (chunk_.snapshot().tasks_size() == static_cast<int>(kSnapshotChunk)) Send(true);
+    TaskToRecord(t, chunk_.mutable_snapshot()->add_tasks());
+    ++sent_;
+  }
+  void Finish() { Send(false); }
+  size_t tasks_sent() const { return sent_; }
+
+ private:
+  void Start() {
+    chunk_.Clear();
+    chunk_.set_epoch(epoch_);
+    auto* snap = chunk_.mutable_snapshot();
+    snap->set_seq(meta_.last_applied_seq);
+    snap->set_epoch(epoch_);
+    snap->set_online_percent(meta_.online_percent.value_or(-1.0));
+    snap->set_next_task_number(meta_.next_task_number);
+  }
+  void Send(bool more) {
+    chunk_.mutable_snapshot()->set_more(more);
+    stream_.Send(std::move(chunk_));
+    Start();
+  }
+
+  SyncStreamReactor& stream_;
+  const uint64_t epoch_;
+  const store::StoreMeta meta_;
+  SyncResponse chunk_;
+  size_t sent_ = 0;
+};
+
 // ------------------------------------------------------------------------------------------------
 
 HaController::HaController(HaOptions options, const common::SchedulerConfig& cfg,
                            LeaderState* leader, store::Database* db, store::Journal* journal,
-                           CoreLoop* loop, AgentHub* hub)
+                           CoreLoop* loop, AgentHub* hub, WorkerPool* background)
     : opt_(std::move(options)),
       cfg_(cfg),
       leader_(leader),
       db_(db),
       journal_(journal),
       loop_(loop),
-      hub_(hub) {
+      hub_(hub),
+      background_(background) {
   if (opt_.replication.enabled && !opt_.replication.peer_address.empty()) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
@@ -293,61 +334,97 @@ void HaController::Stop() {
   if (election_) election_->Stop();
   if (monitor_.joinable()) monitor_.join();
   if (follower_.joinable()) follower_.join();
-  SyncStreamReactor* s = nullptr;
+  std::vector<SyncStreamReactor*> streams;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    s = standby_;
+    for (SyncStreamReactor* s : {standby_, attaching_.stream}) {
+      if (s != nullptr) streams.push_back(s);
+    }
   }
-  if (s != nullptr) s->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "shutting down"));
+  for (SyncStreamReactor* s : streams) {
+    s->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "shutting down"));
+  }
   FireReplicated(UINT64_MAX);
 }
 
 // --- Leader side ---------------------------------------------------------------------------------
 
-void HaController::Attach(SyncStreamReactor* r) {
-  // Owner thread: nothing is appended while the snapshot is taken.
-  Status flushed = journal_->Flush();
-  if (!flushed.ok()) {
-    r->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, flushed.message()));
-    return;
-  }
-  store::StoreMeta meta;
-  std::vector<core::Task> tasks;
-  Status s = db_->ForEachTask([&](const core::Task& t) { tasks.push_back(t); }, &meta);
-  if (!s.ok()) {
-    r->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, s.message()));
-    return;
-  }
-  size_t sent = 0;
-  do {
-    SyncResponse m;
-    m.set_epoch(leader_->epoch());
-    auto* snap = m.mutable_snapshot();
-    snap->set_seq(meta.last_applied_seq);
-    snap->set_epoch(leader_->epoch());
-    snap->set_online_percent(meta.online_percent.value_or(-1.0));
-    snap->set_next_task_number(meta.next_task_number);
-    size_t end = std::min(tasks.size(), sent + kSnapshotChunk);
-    for (; sent < end; ++sent) TaskToRecord(tasks[sent], snap->add_tasks());
-    snap->set_more(sent < tasks.size());
-    r->Send(std::move(m));
-  } while (sent < tasks.size());
+void HaController::BeginAttach(std::shared_ptr<SyncStreamReactor> r) {
+  // Owner thread, between two batches: every batch from here on is kept for this stream until
+  // its snapshot has been sent.
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (standby_ != nullptr && standby_ != r) {
+    if (attaching_.stream != nullptr) {
+      attaching_.stream->Close(
+          grpc::Status(grpc::StatusCode::ABORTED, "replaced by a newer stream"));
+    }
+    attaching_ = Attaching{r.get(), journal_->stats().last_appended_seq, {}};
+  }
+  background_->Post([this, r = std::move(r)] { SendSnapshot(*r); });
+}
+
+void HaController::SendSnapshot(SyncStreamReactor& r) {
+  uint64_t noted_seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (attaching_.stream != &r) return;  // Closed or replaced meanwhile.
+    noted_seq = attaching_.noted_seq;
+  }
+  // Everything appended before the stream was noted becomes durable, so the snapshot holds it.
+  Status s = journal_->Flush();
+  StatusOr<std::unique_ptr<store::ReadSnapshot>> snapshot =
+      s.ok() ? db_->OpenReadSnapshot() : StatusOr<std::unique_ptr<store::ReadSnapshot>>(s);
+  if (snapshot.ok() && (*snapshot)->meta().last_applied_seq < noted_seq) {
+    snapshot =
+        Internal("the database is at seq " + std::to_string((*snapshot)->meta().last_applied_seq) +
+                 " after a flush up to seq " + std::to_string(noted_seq));
+  }
+  if (!snapshot.ok()) {
+    FailAttach(r, snapshot.status());
+    return;
+  }
+  const store::StoreMeta& meta = (*snapshot)->meta();
+  SnapshotSender sender(r, leader_->epoch(), meta);
+  s = (*snapshot)->ForEachTask([&](const core::Task& t) { sender.Add(t); });
+  if (!s.ok()) {
+    FailAttach(r, s);
+    return;
+  }
+  sender.Finish();
+  CompleteAttach(r, meta.last_applied_seq, sender.tasks_sent());
+}
+
+void HaController::FailAttach(SyncStreamReactor& r, const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (attaching_.stream == &r) attaching_ = Attaching{};
+  }
+  r.Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, why.message()));
+}
+
+void HaController::CompleteAttach(SyncStreamReactor& r, uint64_t seq, size_t tasks) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (attaching_.stream != &r) return;  // Closed or replaced meanwhile.
+    // The batches the snapshot does not hold yet follow it, in order.
+    for (auto& batch : attaching_.batches) {
+      if (batch.batch().seq() > seq) r.Send(std::move(batch));
+    }
+    attaching_ = Attaching{};
+    if (standby_ != nullptr && standby_ != &r) {
       standby_->Close(grpc::Status(grpc::StatusCode::ABORTED, "replaced by a newer stream"));
     }
-    standby_ = r;
-    acked_seq_ = std::min(acked_seq_, meta.last_applied_seq);
+    standby_ = &r;
+    acked_seq_ = std::min(acked_seq_, seq);
     degraded_ = false;
   }
   leader_->set_detail("");
-  spdlog::info("standby {} attached: snapshot of {} tasks at seq {}", r->standby_id(),
-               tasks.size(), meta.last_applied_seq);
+  spdlog::info("standby {} attached: snapshot of {} tasks at seq {}", r.standby_id(), tasks, seq);
 }
 
 void HaController::Detach(SyncStreamReactor* r) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (attaching_.stream == r) attaching_ = Attaching{};
   if (standby_ == r) {
     standby_ = nullptr;
     spdlog::warn("standby stream closed");
@@ -356,7 +433,7 @@ void HaController::Detach(SyncStreamReactor* r) {
 
 void HaController::Publish(uint64_t seq, const std::vector<core::Change>& changes) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (standby_ == nullptr) return;
+  if (standby_ == nullptr && attaching_.stream == nullptr) return;
   SyncResponse m;
   m.set_epoch(leader_->epoch());
   auto* b = m.mutable_batch();
@@ -369,7 +446,16 @@ void HaController::Publish(uint64_t seq, const std::vector<core::Change>& change
       case core::Change::Kind::kNextTaskNumber: r->set_next_task_number(c.next_number); break;
     }
   }
-  standby_->Send(std::move(m));
+  if (attaching_.stream != nullptr) {
+    if (attaching_.batches.size() < kMaxQueuedMessages) {
+      attaching_.batches.push_back(m);
+    } else {
+      attaching_.stream->Close(
+          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "peer too far behind"));
+      attaching_ = Attaching{};
+    }
+  }
+  if (standby_ != nullptr) standby_->Send(std::move(m));
 }
 
 void HaController::WhenReplicated(uint64_t seq, std::function<void(Status)> cb) {

@@ -1,9 +1,12 @@
 // High availability: replication of the change log to a standby, failure detection, promotion
 // with a higher epoch, and stepping down when a higher epoch is seen.
 //
-// Leader side: the ReplicationService accepts one standby's SyncState stream; it sends a full
-// snapshot read from the database (at a sequence number S, taken on the owner thread so no
-// batch is missed), then every batch the owner thread appends after S. In sync mode a write is
+// Leader side: the ReplicationService accepts one standby's SyncState stream. The owner thread
+// only notes the stream, between two batches; from then on every batch it publishes is kept for
+// the stream. A background thread flushes the journal (so the database holds everything
+// appended before the note), reads a full snapshot from one read transaction (at the database's
+// sequence number S) and sends it, then the kept batches above S follow and the stream receives
+// every later batch directly: no batch is missed or sent twice. In sync mode a write is
 // acknowledged once the standby has acknowledged its batch; a write waits at most
 // replication.sync_timeout, then the leader continues alone and says so (/readyz detail, logs).
 //
@@ -29,6 +32,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/config.h"
 #include "dgpu/v1/replication.grpc.pb.h"
@@ -36,6 +40,7 @@
 #include "scheduler/core_loop.h"
 #include "scheduler/etcd_election.h"
 #include "scheduler/leader_state.h"
+#include "scheduler/worker_pool.h"
 #include "store/database.h"
 #include "store/journal.h"
 
@@ -68,7 +73,8 @@ class HaController final : public ReplicationSink,
                            public dgpu::v1::ReplicationService::CallbackService {
  public:
   HaController(HaOptions options, const common::SchedulerConfig& cfg, LeaderState* leader,
-               store::Database* db, store::Journal* journal, CoreLoop* loop, AgentHub* hub);
+               store::Database* db, store::Journal* journal, CoreLoop* loop, AgentHub* hub,
+               WorkerPool* background);
   ~HaController() override;
 
   // Decides the starting role (asks the peer and the lease first) and starts the threads.
@@ -98,7 +104,13 @@ class HaController final : public ReplicationSink,
   bool LeaseIsStale(int64_t now_wall) const;
   bool RenewLease(int64_t now_wall);
   void FireReplicated(uint64_t acked);
-  void Attach(SyncStreamReactor* r);
+  // A standby's stream: the owner thread notes it (BeginAttach), `background_` reads and sends
+  // the snapshot (SendSnapshot), then the batches published meanwhile follow and the stream
+  // becomes the standby's (CompleteAttach).
+  void BeginAttach(std::shared_ptr<SyncStreamReactor> r);
+  void SendSnapshot(SyncStreamReactor& r);
+  void FailAttach(SyncStreamReactor& r, const Status& why);
+  void CompleteAttach(SyncStreamReactor& r, uint64_t seq, size_t tasks);
   void Detach(SyncStreamReactor* r);
   bool PingPeer(dgpu::v1::PingResponse* resp);
 
@@ -109,6 +121,7 @@ class HaController final : public ReplicationSink,
   store::Journal* journal_;
   CoreLoop* loop_;
   AgentHub* hub_;
+  WorkerPool* background_;
   std::shared_ptr<grpc::Channel> peer_channel_;
   std::unique_ptr<dgpu::v1::ReplicationService::Stub> peer_;
 
@@ -116,6 +129,14 @@ class HaController final : public ReplicationSink,
   std::condition_variable cv_;
   bool stopping_ = false;                // GUARDED_BY(mu_)
   SyncStreamReactor* standby_ = nullptr;  // GUARDED_BY(mu_)
+  // The stream whose snapshot is being read, the last seq appended when it was noted, and the
+  // batches published since.
+  struct Attaching {
+    SyncStreamReactor* stream = nullptr;
+    uint64_t noted_seq = 0;
+    std::vector<dgpu::v1::SyncResponse> batches;
+  };
+  Attaching attaching_;                  // GUARDED_BY(mu_)
   uint64_t acked_seq_ = 0;               // GUARDED_BY(mu_)
   bool degraded_ = false;                // GUARDED_BY(mu_)
   struct Waiter {

@@ -164,16 +164,25 @@ struct RestServer::Impl {
         Send(req, route, 200, TaskToJson(*t, c.core.ReasonOf(*t)).dump(-1, ' ', false, json::error_handler_t::replace));
         return;
       }
-      auto stored = d.db->GetTask(n);
-      if (!stored.ok()) {
-        SendError(req, route, FromStatus(stored.status()));
-      } else if (!stored->has_value()) {
-        SendError(req, route, {404, "not_found", "task " + id_text + " not found"});
-      } else {
-        Send(req, route, 200, TaskToJson(**stored, core::PendingReason::kNone).dump(-1, ' ', false, json::error_handler_t::replace));
-      }
+      // Not in memory: finished and durable (a task leaves memory only then), or unknown.
+      d.readers->Post([this, req, route, n, id_text] { SendStoredTask(req, route, n, id_text); });
     });
     return restinio::request_accepted();
+  }
+
+  // Reader thread: the task as the database holds it.
+  void SendStoredTask(const req_t& req, const std::string& route, core::TaskNumber n,
+                      const std::string& id_text) {
+    auto stored = d.db->GetTask(n);
+    if (!stored.ok()) {
+      SendError(req, route, FromStatus(stored.status()));
+    } else if (!stored->has_value()) {
+      SendError(req, route, {404, "not_found", "task " + id_text + " not found"});
+    } else {
+      Send(req, route, 200,
+           TaskToJson(**stored, core::PendingReason::kNone)
+               .dump(-1, ' ', false, json::error_handler_t::replace));
+    }
   }
 
   restinio::request_handling_status_t ListTasks(req_t req) {
@@ -288,15 +297,7 @@ struct RestServer::Impl {
     d.loop->Post([this, req, route, n = *n, id_text, grace](CoreLoop::Context& c) {
       Status s = c.core.Cancel(n, c.now, grace);
       if (s.code() == StatusCode::kNotFound) {
-        auto stored = d.db->GetTask(n);
-        if (stored.ok() && stored->has_value()) {
-          SendError(req, route,
-                    {409, "conflict",
-                     id_text + " already finished with status " +
-                         std::string(core::ToString((*stored)->status))});
-        } else {
-          SendError(req, route, {404, "not_found", "task " + id_text + " not found"});
-        }
+        d.readers->Post([this, req, route, n, id_text] { RefuseCancel(req, route, n, id_text); });
         return;
       }
       if (!s.ok()) {
@@ -312,6 +313,20 @@ struct RestServer::Impl {
       });
     });
     return restinio::request_accepted();
+  }
+
+  // Reader thread: a task the core does not hold cannot be cancelled; 409 if it finished.
+  void RefuseCancel(const req_t& req, const std::string& route, core::TaskNumber n,
+                    const std::string& id_text) {
+    auto stored = d.db->GetTask(n);
+    if (stored.ok() && stored->has_value()) {
+      SendError(req, route,
+                {409, "conflict",
+                 id_text + " already finished with status " +
+                     std::string(core::ToString((*stored)->status))});
+    } else {
+      SendError(req, route, {404, "not_found", "task " + id_text + " not found"});
+    }
   }
 
   restinio::request_handling_status_t Gpus(req_t req) {

@@ -1,0 +1,147 @@
+#include "scheduler/state_file.h"
+
+#include <spdlog/spdlog.h>
+
+#include <memory>
+
+#include "common/time_util.h"
+#include "scheduler/api_json.h"
+#include "store/snapshot.h"
+#include "store/task_codec.h"
+
+namespace dgpu::scheduler {
+namespace {
+
+using nlohmann::json;
+
+// `value` as the pretty printer writes it `depth` levels deep (2 spaces each).
+std::string Nested(const json& value, int depth) {
+  const std::string text = store::DumpJson(value, 2);
+  const std::string pad(static_cast<size_t>(2 * depth), ' ');
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    out.push_back(c);
+    if (c == '\n') out += pad;
+  }
+  return out;
+}
+
+// A JSON array written element by element, `depth` levels deep.
+class ArrayStream {
+ public:
+  ArrayStream(store::AtomicFileWriter& out, int depth)
+      : out_(out), pad_(static_cast<size_t>(2 * depth), ' ') {}
+  void Add(const json& element) {
+    out_.Write(empty_ ? "[\n" : ",\n");
+    empty_ = false;
+    out_.Write(pad_);
+    out_.Write("  ");
+    out_.Write(Nested(element, static_cast<int>(pad_.size() / 2) + 1));
+  }
+  void Close() {
+    if (empty_) {
+      out_.Write("[]");
+      return;
+    }
+    out_.Write("\n");
+    out_.Write(pad_);
+    out_.Write("]");
+  }
+
+ private:
+  store::AtomicFileWriter& out_;
+  const std::string pad_;
+  bool empty_ = true;
+};
+
+json NodesToJson(const std::vector<core::NodeView>& nodes) {
+  json out = json::array();
+  for (const auto& n : nodes) {
+    out.push_back({{"id", n.id},
+                   {"address", n.address},
+                   {"status", n.online ? "online" : "offline"},
+                   {"gpus", n.gpu_count},
+                   {"free_gpus", n.free_gpus}});
+  }
+  return out;
+}
+
+Status WriteQueues(store::ReadSnapshot& snapshot, store::AtomicFileWriter& out) {
+  out.Write("{\n");
+  for (auto p : {core::Priority::kHigh, core::Priority::kLow}) {
+    out.Write("    \"" + std::string(core::ToString(p)) + "\": ");
+    ArrayStream ids(out, 2);
+    Status s =
+        snapshot.ForEachQueued(p, [&](core::TaskNumber id) { ids.Add(core::FormatTaskId(id)); });
+    if (!s.ok()) return s;
+    ids.Close();
+    out.Write(p == core::Priority::kHigh ? ",\n" : "\n");
+  }
+  out.Write("  }");
+  return OkStatus();
+}
+
+Status WriteTasks(const StateHeader& header, store::ReadSnapshot& snapshot,
+                  store::AtomicFileWriter& out) {
+  ArrayStream tasks(out, 1);
+  Status s = snapshot.ForEachUnfinished([&](const core::Task& t) {
+    core::PendingReason reason = core::PendingReason::kNone;
+    if (t.status == core::TaskStatus::kPending) {
+      auto head = header.head_reasons.find(t.id);
+      reason = head != header.head_reasons.end() ? head->second : core::PendingReason::kQueued;
+    }
+    tasks.Add(TaskToJson(t, reason));
+  });
+  if (!s.ok()) return s;
+  tasks.Close();
+  return OkStatus();
+}
+
+}  // namespace
+
+StateHeader TakeStateHeader(const core::SchedulerCore& core, uint64_t epoch, core::TimeMicros now) {
+  StateHeader h;
+  h.written_at = now;
+  h.epoch = epoch;
+  h.online_percent = core.online_percent();
+  h.next_task_number = core.next_task_number();
+  h.quota = core.Quota();
+  h.nodes = core.Nodes();
+  std::vector<core::SchedulerCore::QueueHead> heads;
+  core.QueueHeads(heads);
+  for (const auto& head : heads) h.head_reasons.emplace(head.task, head.reason);
+  return h;
+}
+
+Status WriteStateFile(const std::string& dir, const StateHeader& header, store::Database& db) {
+  StatusOr<std::unique_ptr<store::ReadSnapshot>> snapshot = db.OpenReadSnapshot();
+  if (!snapshot.ok()) return snapshot.status();
+  StatusOr<std::unique_ptr<store::AtomicFileWriter>> file = store::OpenStateFile(dir);
+  if (!file.ok()) return file.status();
+  store::AtomicFileWriter& out = **file;
+  out.Write("{\n  \"epoch\": " + json(header.epoch).dump());
+  out.Write(",\n  \"next_task_number\": " + json(header.next_task_number).dump());
+  out.Write(",\n  \"nodes\": " + Nested(NodesToJson(header.nodes), 1));
+  out.Write(",\n  \"online_percent\": " + json(header.online_percent).dump());
+  out.Write(",\n  \"queues\": ");
+  if (Status s = WriteQueues(**snapshot, out); !s.ok()) return s;
+  out.Write(",\n  \"quota\": " + Nested(QuotaToJson(header.quota), 1));
+  out.Write(",\n  \"tasks\": ");
+  if (Status s = WriteTasks(header, **snapshot, out); !s.ok()) return s;
+  out.Write(",\n  \"written_at\": " + json(common::FormatRfc3339(header.written_at)).dump());
+  out.Write("\n}\n");
+  return out.Commit();
+}
+
+bool StateFileWriter::Request(StateHeader header) {
+  if (writing_.exchange(true)) return false;
+  worker_->Post([this, header = std::move(header)] {
+    Status s = WriteStateFile(dir_, header, *db_);
+    if (!s.ok()) spdlog::warn("state snapshot failed: {}", s.message());
+    writing_.store(false);
+  });
+  return true;
+}
+
+}  // namespace dgpu::scheduler
