@@ -30,7 +30,7 @@ std::string Nested(const json& value, int depth) {
 // A JSON array written element by element, `depth` levels deep.
 class ArrayStream {
  public:
-  ArrayStream(store::AtomicFileWriter& out, int depth)
+  ArrayStream(common::AtomicFileWriter& out, int depth)
       : out_(out), pad_(static_cast<size_t>(2 * depth), ' ') {}
   void Add(const json& element) {
     out_.Write(empty_ ? "[\n" : ",\n");
@@ -50,7 +50,7 @@ class ArrayStream {
   }
 
  private:
-  store::AtomicFileWriter& out_;
+  common::AtomicFileWriter& out_;
   const std::string pad_;
   bool empty_ = true;
 };
@@ -67,7 +67,7 @@ json NodesToJson(const std::vector<core::NodeView>& nodes) {
   return out;
 }
 
-Status WriteQueues(store::ReadSnapshot& snapshot, store::AtomicFileWriter& out) {
+Status WriteQueues(store::ReadSnapshot& snapshot, common::AtomicFileWriter& out) {
   out.Write("{\n");
   for (auto p : {core::Priority::kHigh, core::Priority::kLow}) {
     out.Write("    \"" + std::string(core::ToString(p)) + "\": ");
@@ -83,7 +83,7 @@ Status WriteQueues(store::ReadSnapshot& snapshot, store::AtomicFileWriter& out) 
 }
 
 Status WriteTasks(const StateHeader& header, store::ReadSnapshot& snapshot,
-                  store::AtomicFileWriter& out) {
+                  common::AtomicFileWriter& out) {
   ArrayStream tasks(out, 1);
   Status s = snapshot.ForEachUnfinished([&](const core::Task& t) {
     core::PendingReason reason = core::PendingReason::kNone;
@@ -117,9 +117,9 @@ StateHeader TakeStateHeader(const core::SchedulerCore& core, uint64_t epoch, cor
 Status WriteStateFile(const std::string& dir, const StateHeader& header, store::Database& db) {
   StatusOr<std::unique_ptr<store::ReadSnapshot>> snapshot = db.OpenReadSnapshot();
   if (!snapshot.ok()) return snapshot.status();
-  StatusOr<std::unique_ptr<store::AtomicFileWriter>> file = store::OpenStateFile(dir);
+  StatusOr<std::unique_ptr<common::AtomicFileWriter>> file = store::OpenStateFile(dir);
   if (!file.ok()) return file.status();
-  store::AtomicFileWriter& out = **file;
+  common::AtomicFileWriter& out = **file;
   out.Write("{\n  \"epoch\": " + json(header.epoch).dump());
   out.Write(",\n  \"next_task_number\": " + json(header.next_task_number).dump());
   out.Write(",\n  \"nodes\": " + Nested(NodesToJson(header.nodes), 1));

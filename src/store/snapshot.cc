@@ -21,3 +21,21 @@ Status WriteStateFile(const std::string& dir, const nlohmann::json& state) {
   (*writer)->Write(DumpJson(state, /*indent=*/2));
   (*writer)->Write("\n");
   return (*writer)->Commit();
+}
+
+StatusOr<nlohmann::json> DumpStore(Database& db) {
+  nlohmann::json tasks = nlohmann::json::array();
+  StoreMeta meta;
+  Status s = db.ForEachTask([&](const core::Task& t) { tasks.push_back(TaskToJson(t)); }, &meta);
+  if (!s.ok()) return s;
+  nlohmann::json meta_json = {{"epoch", meta.epoch},
+                              {"next_task_number", meta.next_task_number},
+                              {"last_applied_seq", meta.last_applied_seq}};
+  if (meta.online_percent) meta_json["online_percent"] = *meta.online_percent;
+  return nlohmann::json{{"format", "dgpu-store"},
+                        {"schema_version", kSchemaVersion},
+                        {"meta", std::move(meta_json)},
+                        {"tasks", std::move(tasks)}};
+}
+
+}  // namespace dgpu::store
