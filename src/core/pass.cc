@@ -154,9 +154,13 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     head_shape.reason = reason;
     if (reason == PendingReason::kNoNodeFits && q.reserved_slot < 0) {
       Task& t = *tasks_.Find(oldest);
+      // Not the node the other priority keeps: neither head could use it.
+      const int other_reserved = queues_[other]->reserved_slot;
       auto fit = index_.FindMostFree(
-          ModelsFor(head_shape.model), t.spec.gpu_count,
-          [&](uint32_t slot, int model) { return nodes_[slot]->Slice(model)->capacity; });
+          ModelsFor(head_shape.model), t.spec.gpu_count, [&](uint32_t slot, int model) {
+            return static_cast<int>(slot) == other_reserved ? 0
+                                                            : nodes_[slot]->Slice(model)->capacity;
+          });
       if (fit) SetReservation(q, static_cast<int>(fit->slot));
     }
     if (reason != PendingReason::kNoNodeFits || q.reserved_slot < 0) {
@@ -178,8 +182,11 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
       if (hold(*oldest_shape, r)) return;
       held_shape = oldest_shape;
     } else {
-      oldest_shape->reason = r;  // Can never start as things are: it must not hold others.
+      // Can never start as things are: it must not hold others, nor keep a node.
+      oldest_shape->reason = r;
       q.bypassed = 0;
+      q.holding = false;
+      SetReservation(q, -1);
     }
     if (q.empty()) return;
   }

@@ -100,7 +100,10 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
 
   // 3. Adopt what runs there, take back what had been put back in the queue, stop the rest.
   std::set<TaskNumber> reported;
+  std::set<TaskNumber> seen;
   for (const auto& r : running) {
+    // A task is reported once; a repeat (with the same or other GPUs) is ignored.
+    if (!seen.insert(r.task).second) continue;
     reported.insert(r.task);
     Task* t = tasks_.Find(r.task);
     bool held_here = t != nullptr && (t->status == TaskStatus::kRunning || t->stopping) &&

@@ -285,7 +285,8 @@ TEST_F(CoreTest, CancelPendingAndRunning) {
   EXPECT_EQ(StatusOf(wait), TaskStatus::kCancelled);
   EXPECT_TRUE(core_.QueueOrder(Priority::kHigh).empty());
   ASSERT_TRUE(core_.Cancel(run, now_).ok());
-  EXPECT_EQ(core_.TakeDecisions(), (std::vector<Decision>{{Kind::kStop, run, "n1", {}, StopReason::kCancel}}));
+  EXPECT_EQ(core_.TakeDecisions(),
+            (std::vector<Decision>{{Kind::kStop, run, "n1", {}, StopReason::kCancel}}));
   // The GPU stays held until the agent confirms.
   auto next = Submit(Priority::kHigh, 1);
   EXPECT_TRUE(Pass().empty());
@@ -544,6 +545,87 @@ TEST_F(CoreTest, ChangesComeInOrder) {
   EXPECT_EQ(c[0].task.status, TaskStatus::kPending);
   EXPECT_EQ(c[1].task.status, TaskStatus::kRunning);
   EXPECT_EQ(c[2].task.status, TaskStatus::kSuccess);
+}
+
+// Both priorities starving for the same big node must not both reserve it: neither could start.
+TEST(CoreRulesTest, TwoStarvingPrioritiesNeverReserveTheSameNode) {
+  CoreConfig cfg;
+  cfg.max_bypass = 1;
+  cfg.online_percent = 0.5;
+  SchedulerCore core(cfg);
+  TimeMicros now = 1000 * kSec;
+  auto pass = [&] {
+    core.Schedule(now);
+    EXPECT_TRUE(core.CheckInvariants().ok()) << core.CheckInvariants().ToString();
+    return core.TakeDecisions();
+  };
+  ASSERT_TRUE(core.RegisterNode("n1", "", MakeGpus(4), {}, {}, now).ok());
+  TaskNumber first = *core.Submit(Spec(Priority::kHigh, 1), now);
+  ASSERT_EQ(pass().size(), 1u);
+  for (const char* n : {"n2", "n3", "n4"}) {
+    ASSERT_TRUE(core.RegisterNode(n, "", MakeGpus(2), {}, {}, now).ok());
+  }
+  TaskNumber big_high = *core.Submit(Spec(Priority::kHigh, 4), now);
+  ASSERT_TRUE(core.Submit(Spec(Priority::kHigh, 1), now).ok());
+  pass();
+  EXPECT_EQ(core.ReservedNode(Priority::kHigh), "n1");
+  ASSERT_TRUE(core.Submit(Spec(Priority::kLow, 4), now).ok());
+  ASSERT_TRUE(core.Submit(Spec(Priority::kLow, 1), now).ok());
+  pass();
+  EXPECT_NE(core.ReservedNode(Priority::kLow), std::optional<std::string>("n1"));
+  ASSERT_TRUE(core.TaskFinished("n1", {first, true, 0, "", now}, now).ok());
+  auto d = pass();
+  ASSERT_FALSE(d.empty());
+  EXPECT_EQ(d[0], (Decision{Kind::kStart, big_high, "n1", {0, 1, 2, 3}}));
+}
+
+// A held head that can no longer start at all ends its hold: when it can start again, the
+// bypass bound counts from zero and holds again.
+TEST(CoreRulesTest, AHoldEndsWhenItsHeadCanNoLongerStart) {
+  CoreConfig cfg;
+  cfg.max_bypass = 1;
+  SchedulerCore core(cfg);
+  TimeMicros now = 1000 * kSec;
+  auto pass = [&] {
+    core.Schedule(now);
+    EXPECT_TRUE(core.CheckInvariants().ok()) << core.CheckInvariants().ToString();
+    return core.TakeDecisions();
+  };
+  ASSERT_TRUE(core.RegisterNode("n1", "", MakeGpus(4), {}, {}, now).ok());
+  TaskNumber low = *core.Submit(Spec(Priority::kLow, 1), now);
+  ASSERT_EQ(pass().size(), 1u);
+  ASSERT_TRUE(core.SetOnlinePercent(1.0, now).ok());
+  ASSERT_TRUE(core.RegisterNode("n2", "", MakeGpus(2), {}, {}, now).ok());
+  ASSERT_TRUE(core.Submit(Spec(Priority::kHigh, 4), now).ok());
+  ASSERT_TRUE(core.Submit(Spec(Priority::kHigh, 1), now).ok());
+  pass();
+  EXPECT_EQ(core.ReservedNode(Priority::kHigh), "n1");
+  ASSERT_TRUE(core.NodeLost("n1", now).ok());
+  pass();  // The 4-GPU task exceeds what is online: it holds nothing.
+  EXPECT_EQ(core.ReservedNode(Priority::kHigh), std::nullopt);
+  ASSERT_TRUE(core.RegisterNode("n1", "", MakeGpus(4), {{low, {0}}}, {}, now).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(core.Submit(Spec(Priority::kHigh, 1), now).ok());
+  // One younger task may overtake it (max_bypass 1); then n1 is kept for it.
+  EXPECT_EQ(pass().size(), 1u);
+  EXPECT_EQ(core.ReservedNode(Priority::kHigh), "n1");
+}
+
+// An agent that lists a task twice at registration does not leave GPUs held by nobody.
+TEST(CoreRulesTest, ATaskReportedTwiceAtRegistrationCountsOnce) {
+  SchedulerCore core;
+  TimeMicros now = 1000 * kSec;
+  ASSERT_TRUE(core.SetOnlinePercent(1.0, now).ok());
+  ASSERT_TRUE(core.RegisterNode("n1", "", MakeGpus(4), {}, {}, now).ok());
+  TaskNumber t = *core.Submit(Spec(Priority::kHigh, 2), now);
+  core.Schedule(now);
+  (void)core.TakeDecisions();
+  ASSERT_TRUE(core.Cancel(t, now).ok());
+  ASSERT_TRUE(core.RegisterNode("n1", "", MakeGpus(4), {{t, {0, 1}}, {t, {0}}}, {}, now).ok());
+  EXPECT_TRUE(core.CheckInvariants().ok()) << core.CheckInvariants().ToString();
+  EXPECT_EQ(core.FindNode("n1")->free_gpus, 2);
+  ASSERT_TRUE(core.TaskFinished("n1", {t, false, 143, "cancelled", now}, now).ok());
+  EXPECT_EQ(core.FindNode("n1")->free_gpus, 4);
+  EXPECT_TRUE(core.CheckInvariants().ok()) << core.CheckInvariants().ToString();
 }
 
 }  // namespace
