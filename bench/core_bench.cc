@@ -65,6 +65,7 @@ void BM_Decision(benchmark::State& state) {
     filled += k;
   }
   core.TakeChanges();
+  core.TakeEvents();
   TimeMicros now = 1;
   uint64_t placed = 0;
   for (auto _ : state) {
@@ -85,7 +86,11 @@ void BM_Decision(benchmark::State& state) {
       (void)core.Cancel(*id, now);
       core.Forget(*id);
     }
-    if (record) benchmark::DoNotOptimize(core.TakeChanges());
+    // As the daemon does after every batch.
+    if (record) {
+      benchmark::DoNotOptimize(core.TakeChanges());
+      benchmark::DoNotOptimize(core.TakeEvents());
+    }
     ++now;
   }
   state.counters["placed_ratio"] =
