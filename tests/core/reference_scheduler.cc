@@ -197,9 +197,38 @@ void ReferenceScheduler::RequeueOrFail(Task& t, TimeMicros now) {
   }
 }
 
-void ReferenceScheduler::ApplyFinish(Task& t, const FinishReport& report, TimeMicros now) {
+// A task stopped for `reason` has ended: back to its queue at its old place, or failed.
+void ReferenceScheduler::EndStop(Task& t, StopReason reason, TimeMicros now) {
   Release(t);
+  t.error = std::string(StopError(reason));
+  if (RequeuesWhenStopped(reason)) {
+    t.status = TaskStatus::kPending;
+    t.allocation.clear();
+  } else {
+    t.status = TaskStatus::kFailed;
+    t.finished_at = now;
+  }
+}
+
+// The node of a task that holds GPUs is gone, or came back without it: a stop ends as if
+// confirmed, a cancelled task's GPUs are free, anything else lost its run.
+void ReferenceScheduler::LoseHeld(Task& t, TimeMicros now) {
+  if (t.stopping && t.status == TaskStatus::kRunning) {
+    EndStop(t, t.stop_reason, now);
+  } else if (t.stopping) {
+    Release(t);
+  } else {
+    RequeueOrFail(t, now);
+  }
+}
+
+void ReferenceScheduler::ApplyFinish(Task& t, const FinishReport& report, TimeMicros now) {
   t.exit_code = report.exit_code;
+  if (t.status == TaskStatus::kRunning && t.stopping) {
+    EndStop(t, t.stop_reason, now);
+    return;
+  }
+  Release(t);
   if (t.status != TaskStatus::kRunning) return;  // A cancelled task stays cancelled.
   t.status = report.success ? TaskStatus::kSuccess : TaskStatus::kFailed;
   t.error = report.error;
@@ -221,13 +250,7 @@ void ReferenceScheduler::TakeOffline(const std::string& node_id, TimeMicros now)
   }
   std::sort(held.begin(), held.end(),
             [](const Task* a, const Task* b) { return a->queue_seq > b->queue_seq; });
-  for (Task* t : held) {
-    if (t->stopping) {
-      Release(*t);
-    } else {
-      RequeueOrFail(*t, now);
-    }
-  }
+  for (Task* t : held) LoseHeld(*t, now);
 }
 
 bool ReferenceScheduler::Claim(Node& node, const std::vector<int>& indices, TaskNumber task) const {
@@ -275,7 +298,8 @@ StatusOr<TaskNumber> ReferenceScheduler::Submit(const TaskSpec& spec, TimeMicros
   return t.id;
 }
 
-Status ReferenceScheduler::Cancel(TaskNumber id, TimeMicros now) {
+Status ReferenceScheduler::Cancel(TaskNumber id, TimeMicros now, int32_t grace_seconds) {
+  if (grace_seconds < -1) return InvalidArgument("grace_seconds must be -1 or more");
   auto it = tasks_.find(id);
   if (it == tasks_.end()) return NotFound(FormatTaskId(id) + " not found");
   Task& t = it->second;
@@ -290,12 +314,40 @@ Status ReferenceScheduler::Cancel(TaskNumber id, TimeMicros now) {
     t.stopping = true;
     t.stop_reason = StopReason::kCancel;
     for (const NodeAllocation& na : t.allocation) {
-      decisions_.push_back({Decision::Kind::kStop, t.id, na.node_id, {}, StopReason::kCancel});
+      decisions_.push_back(
+          {Decision::Kind::kStop, t.id, na.node_id, {}, StopReason::kCancel, grace_seconds});
     }
   }
   t.status = TaskStatus::kCancelled;
   t.error = "cancelled";
   t.finished_at = now;
+  return OkStatus();
+}
+
+Status ReferenceScheduler::StopTask(TaskNumber id, StopReason reason, int32_t grace_seconds,
+                                    TimeMicros now) {
+  if (reason == StopReason::kNone || reason == StopReason::kReconcile) {
+    return InvalidArgument(
+        "stop reason must be one of cancel, preempt, drain, member_failure, timeout, "
+        "gpu_failure");
+  }
+  if (reason == StopReason::kCancel) return Cancel(id, now, grace_seconds);
+  auto it = tasks_.find(id);
+  if (it == tasks_.end()) return NotFound(FormatTaskId(id) + " not found");
+  Task& t = it->second;
+  if (t.status != TaskStatus::kRunning) {
+    return FailedPrecondition(FormatTaskId(id) + " is not running (status " +
+                              std::string(ToString(t.status)) + ")");
+  }
+  // It keeps its GPUs until its end is confirmed; a second stop keeps the first reason.
+  if (!t.stopping) {
+    t.stopping = true;
+    t.stop_reason = reason;
+  }
+  for (const NodeAllocation& na : t.allocation) {
+    decisions_.push_back(
+        {Decision::Kind::kStop, t.id, na.node_id, {}, t.stop_reason, grace_seconds});
+  }
   return OkStatus();
 }
 
@@ -350,8 +402,11 @@ Status ReferenceScheduler::RegisterNode(const std::string& node_id, const std::s
   }
 
   // 3. Adopt what runs here as assigned, take back what was put back in the queue, stop the rest.
+  // A task is listed once; a repeat (with the same or other GPUs) is ignored.
+  std::set<TaskNumber> listed;
   std::set<TaskNumber> reported;
   for (const RunningReport& r : running) {
+    if (!listed.insert(r.task).second) continue;
     reported.insert(r.task);
     auto it = tasks_.find(r.task);
     Task* t = it == tasks_.end() ? nullptr : &it->second;
@@ -377,12 +432,7 @@ Status ReferenceScheduler::RegisterNode(const std::string& node_id, const std::s
   });
   for (TaskNumber id : held) {
     Task& t = tasks_.at(id);
-    if (reported.count(id) != 0 || !Holds(t)) continue;
-    if (t.stopping) {
-      Release(t);
-    } else {
-      RequeueOrFail(t, now);
-    }
+    if (reported.count(id) == 0 && Holds(t)) LoseHeld(t, now);
   }
 
   node.online = true;
@@ -431,7 +481,7 @@ Status ReferenceScheduler::TaskFinished(const std::string& node_id, const Finish
   return OkStatus();
 }
 
-Status ReferenceScheduler::SetOnlinePercent(double online_percent) {
+Status ReferenceScheduler::SetOnlinePercent(double online_percent, TimeMicros /*now*/) {
   if (!(online_percent >= 0.0 && online_percent <= 1.0)) {
     return InvalidArgument("online_percent must be a number between 0 and 1");
   }

@@ -26,7 +26,8 @@ class ReferenceScheduler {
 
   // Commands, with SchedulerCore's meaning, answers and error messages.
   StatusOr<TaskNumber> Submit(const TaskSpec& spec, TimeMicros now);
-  Status Cancel(TaskNumber id, TimeMicros now);
+  Status Cancel(TaskNumber id, TimeMicros now, int32_t grace_seconds = -1);
+  Status StopTask(TaskNumber id, StopReason reason, int32_t grace_seconds, TimeMicros now);
   Status RegisterNode(const std::string& node_id, const std::string& address,
                       const std::vector<GpuInfo>& gpus, const std::vector<RunningReport>& running,
                       const std::vector<FinishReport>& finished, TimeMicros now);
@@ -34,7 +35,7 @@ class ReferenceScheduler {
   Status NodeLost(const std::string& node_id, TimeMicros now);
   Status TaskStarted(TaskNumber id, const std::string& node_id, TimeMicros now);
   Status TaskFinished(const std::string& node_id, const FinishReport& report, TimeMicros now);
-  Status SetOnlinePercent(double online_percent);
+  Status SetOnlinePercent(double online_percent, TimeMicros now);
   void Tick(TimeMicros now);
   void Schedule(TimeMicros now);
   void Forget(TaskNumber id);
@@ -98,6 +99,8 @@ class ReferenceScheduler {
   void LeaveQueue(const Task& t);
   void Release(Task& t);
   void RequeueOrFail(Task& t, TimeMicros now);
+  void EndStop(Task& t, StopReason reason, TimeMicros now);
+  void LoseHeld(Task& t, TimeMicros now);
   void ApplyFinish(Task& t, const FinishReport& report, TimeMicros now);
   void TakeOffline(const std::string& node_id, TimeMicros now);
   bool Claim(Node& node, const std::vector<int>& indices, TaskNumber task) const;
