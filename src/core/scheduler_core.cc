@@ -137,6 +137,7 @@ Status SchedulerCore::StopTask(TaskNumber id, StopReason reason, int32_t grace_s
         "gpu_failure");
   }
   if (reason == StopReason::kCancel) return Cancel(id, now, grace_seconds);
+  if (grace_seconds < -1) return InvalidArgument("grace_seconds must be -1 or more");
   TaskRecord* found = tasks_.Find(id);
   if (found == nullptr) return NotFound(FormatTaskId(id) + " not found");
   Task& t = *found;
@@ -217,7 +218,7 @@ Status SchedulerCore::ApplyFinish(Task& t, const FinishReport& report, TimeMicro
   ReleaseGpus(t);
   if (was_running && was_stopping) {
     t.exit_code = report.exit_code;
-    EndStop(t, stop_reason, now, node);
+    EndStop(t, stop_reason, report.finished_at != 0 ? report.finished_at : now, node);
     return OkStatus();
   }
   if (was_running) {

@@ -96,8 +96,9 @@ class SchedulerCore {
   // `running` until its agent confirms the end or its node is lost. Then it goes back to its
   // queue at its old position (preempt, drain, gpu_failure) or fails (member_failure, timeout),
   // with StopError(reason) as its error. A task already stopping keeps its first reason; the
-  // orders are sent again (an agent only ever shortens a grace). InvalidArgument (reason),
-  // NotFound, FailedPrecondition (not running).
+  // orders are sent again (an agent only ever shortens a grace). A failed stop's finished_at is
+  // the agent's (else now). InvalidArgument (reason, grace below -1), NotFound,
+  // FailedPrecondition (not running).
   Status StopTask(TaskNumber task, StopReason reason, int32_t grace_seconds, TimeMicros now);
 
   // A node (re)joins with its GPUs. `running` is what its agent runs now, `finished` what

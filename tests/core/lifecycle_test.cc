@@ -30,8 +30,9 @@ class LifecycleTest : public ::testing::Test {
     EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
     return core_.TakeDecisions();
   }
+  // The agent reports the end it saw a moment ago.
   void Confirm(TaskNumber t) {
-    ASSERT_TRUE(core_.TaskFinished("n1", {t, false, 143, "", now_}, now_).ok());
+    ASSERT_TRUE(core_.TaskFinished("n1", {t, false, 143, "", now_ - 1}, now_).ok());
     ASSERT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
   }
   const Task& T(TaskNumber t) { return *core_.FindTask(t); }
@@ -69,12 +70,13 @@ TEST_F(LifecycleTest, ATimedOutOrMemberFailedTaskFails) {
   ASSERT_EQ(Pass().size(), 2u);
   ASSERT_TRUE(core_.StopTask(a, StopReason::kTimeout, -1, now_).ok());
   ASSERT_TRUE(core_.StopTask(b, StopReason::kMemberFailure, 0, now_).ok());
+  now_ += kSec;
   Confirm(a);
   Confirm(b);
   EXPECT_EQ(T(a).status, TaskStatus::kFailed);
   EXPECT_EQ(T(a).error, "timeout");
   EXPECT_EQ(T(a).exit_code, 143);
-  EXPECT_EQ(T(a).finished_at, now_);
+  EXPECT_EQ(T(a).finished_at, now_ - 1) << "the agent's time";
   EXPECT_EQ(T(b).status, TaskStatus::kFailed);
   EXPECT_EQ(T(b).error, "member_failed");
   EXPECT_EQ(core_.RunningCount(Priority::kHigh), 0u);
@@ -149,6 +151,8 @@ TEST_F(LifecycleTest, BadStopsChangeNothing) {
   EXPECT_EQ(core_.StopTask(pending, StopReason::kNone, 1, now_).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(core_.StopTask(pending, StopReason::kReconcile, 1, now_).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.StopTask(pending, StopReason::kPreempt, -2, now_).code(),
             StatusCode::kInvalidArgument);
   EXPECT_TRUE(core_.TakeDecisions().empty());
   EXPECT_EQ(T(pending).status, TaskStatus::kPending);

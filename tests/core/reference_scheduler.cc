@@ -225,7 +225,7 @@ void ReferenceScheduler::LoseHeld(Task& t, TimeMicros now) {
 void ReferenceScheduler::ApplyFinish(Task& t, const FinishReport& report, TimeMicros now) {
   t.exit_code = report.exit_code;
   if (t.status == TaskStatus::kRunning && t.stopping) {
-    EndStop(t, t.stop_reason, now);
+    EndStop(t, t.stop_reason, report.finished_at != 0 ? report.finished_at : now);
     return;
   }
   Release(t);
@@ -332,6 +332,7 @@ Status ReferenceScheduler::StopTask(TaskNumber id, StopReason reason, int32_t gr
         "gpu_failure");
   }
   if (reason == StopReason::kCancel) return Cancel(id, now, grace_seconds);
+  if (grace_seconds < -1) return InvalidArgument("grace_seconds must be -1 or more");
   auto it = tasks_.find(id);
   if (it == tasks_.end()) return NotFound(FormatTaskId(id) + " not found");
   Task& t = it->second;
