@@ -547,18 +547,30 @@ TEST_F(CoreTest, ChangesComeInOrder) {
   EXPECT_EQ(c[2].task.status, TaskStatus::kSuccess);
 }
 
-// Both priorities starving for the same big node must not both reserve it: neither could start.
-TEST(CoreRulesTest, TwoStarvingPrioritiesNeverReserveTheSameNode) {
-  CoreConfig cfg;
-  cfg.max_bypass = 1;
-  cfg.online_percent = 0.5;
-  SchedulerCore core(cfg);
-  TimeMicros now = 1000 * kSec;
-  auto pass = [&] {
+// A core with max_bypass 1 (and the given online share), and a pass that checks invariants.
+struct BypassOneCore {
+  explicit BypassOneCore(double online_percent) : core(Config(online_percent)) {}
+  static CoreConfig Config(double online_percent) {
+    CoreConfig cfg;
+    cfg.max_bypass = 1;
+    cfg.online_percent = online_percent;
+    return cfg;
+  }
+  std::vector<Decision> Pass() {
     core.Schedule(now);
     EXPECT_TRUE(core.CheckInvariants().ok()) << core.CheckInvariants().ToString();
     return core.TakeDecisions();
-  };
+  }
+  SchedulerCore core;
+  TimeMicros now = 1000 * kSec;
+};
+
+// Both priorities starving for the same big node must not both reserve it: neither could start.
+TEST(CoreRulesTest, TwoStarvingPrioritiesNeverReserveTheSameNode) {
+  BypassOneCore c(0.5);
+  SchedulerCore& core = c.core;
+  const TimeMicros now = c.now;
+  auto pass = [&] { return c.Pass(); };
   ASSERT_TRUE(core.RegisterNode("n1", "", MakeGpus(4), {}, {}, now).ok());
   TaskNumber first = *core.Submit(Spec(Priority::kHigh, 1), now);
   ASSERT_EQ(pass().size(), 1u);
@@ -582,15 +594,10 @@ TEST(CoreRulesTest, TwoStarvingPrioritiesNeverReserveTheSameNode) {
 // A held head that can no longer start at all ends its hold: when it can start again, the
 // bypass bound counts from zero and holds again.
 TEST(CoreRulesTest, AHoldEndsWhenItsHeadCanNoLongerStart) {
-  CoreConfig cfg;
-  cfg.max_bypass = 1;
-  SchedulerCore core(cfg);
-  TimeMicros now = 1000 * kSec;
-  auto pass = [&] {
-    core.Schedule(now);
-    EXPECT_TRUE(core.CheckInvariants().ok()) << core.CheckInvariants().ToString();
-    return core.TakeDecisions();
-  };
+  BypassOneCore c(0.7);
+  SchedulerCore& core = c.core;
+  const TimeMicros now = c.now;
+  auto pass = [&] { return c.Pass(); };
   ASSERT_TRUE(core.RegisterNode("n1", "", MakeGpus(4), {}, {}, now).ok());
   TaskNumber low = *core.Submit(Spec(Priority::kLow, 1), now);
   ASSERT_EQ(pass().size(), 1u);
