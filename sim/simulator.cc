@@ -1,7 +1,6 @@
 #include "sim/simulator.h"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -14,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/gpu_model.h"
 #include "core/scheduler_core.h"
 #include "sim/completion_queue.h"
 #include "sim/random.h"
@@ -32,20 +32,6 @@ using core::TimeMicros;
 
 void Check(const Status& s, const char* what) {
   if (!s.ok()) Fatal(std::string(what) + ": " + s.ToString());
-}
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-bool ContainsIgnoreCase(std::string_view hay, std::string_view needle) {
-  return std::search(hay.begin(), hay.end(), needle.begin(), needle.end(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         }) != hay.end();
 }
 
 // The cluster as flat arrays. Node i is named "node-<i>", zero-padded so that name order is
@@ -88,8 +74,7 @@ struct Layout {
   }
 };
 
-// What a workload model string matches in the cluster, with the core's rule: exact name
-// (case-insensitive), else a substring ("V100" matches "Tesla V100-SXM2"); "" matches all.
+// What a workload model string matches in the cluster: the core's rule (core::MatchGpuModels).
 struct Demand {
   std::vector<int> models;
   bool all = false;
@@ -100,16 +85,7 @@ std::vector<Demand> MatchDemands(const Workload& w, const Layout& layout) {
   std::vector<Demand> out;
   for (const auto& wanted : w.models) {
     Demand d;
-    for (size_t m = 0; m < layout.models.size(); ++m) {
-      if (wanted.empty() || EqualsIgnoreCase(layout.models[m], wanted)) {
-        d.models.push_back(static_cast<int>(m));
-      }
-    }
-    if (d.models.empty()) {
-      for (size_t m = 0; m < layout.models.size(); ++m) {
-        if (ContainsIgnoreCase(layout.models[m], wanted)) d.models.push_back(static_cast<int>(m));
-      }
-    }
+    d.models = core::MatchGpuModels(wanted, layout.models);
     d.all = d.models.size() == layout.models.size();
     for (int m : d.models) d.max_per_node = std::max(d.max_per_node, layout.model_max_node[m]);
     out.push_back(std::move(d));
@@ -263,7 +239,7 @@ class CoreEngine {
   std::unordered_map<std::string, uint32_t> model_index_;  // Workload model -> its index.
   std::vector<core::Decision> decisions_;                  // Reused by every pass.
   std::vector<core::SchedulerCore::QueueHead> heads_;      // Reused by every pass.
-  bool heads_unchanged_ = false;  // The last pass was skipped.
+  bool heads_unchanged_ = false;                           // The last pass was skipped.
   bool fragmented_known_ = false;
   bool fragmented_ = false;  // Fragmented() after the last pass that ran.
 };

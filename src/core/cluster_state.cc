@@ -1,6 +1,7 @@
 // Cluster state: nodes and their GPUs, GPU models, quotas, GPUs given back, and the views of
 // them the daemon serves.
 #include "core/core_internal.h"
+#include "core/gpu_model.h"
 
 namespace dgpu::core {
 
@@ -16,20 +17,6 @@ int SchedulerCore::InternModel(const std::string& model) {
   return it->second;
 }
 
-std::vector<int> SchedulerCore::MatchModels(const std::string& wanted) const {
-  std::vector<int> out;
-  for (size_t m = 0; m < models_.size(); ++m) {
-    if (wanted.empty() || EqualsIgnoreCase(models_[m], wanted)) out.push_back(static_cast<int>(m));
-  }
-  if (out.empty() && !wanted.empty()) {
-    // "V100" matches "Tesla V100-SXM2-32GB" when no model is named exactly so.
-    for (size_t m = 0; m < models_.size(); ++m) {
-      if (ContainsIgnoreCase(models_[m], wanted)) out.push_back(static_cast<int>(m));
-    }
-  }
-  return out;
-}
-
 const std::vector<int>& SchedulerCore::ShapeModels(Shape& shape) {
   if (shape.models_generation != model_generation_) {
     shape.models = &ModelsFor(shape.model);
@@ -41,7 +28,7 @@ const std::vector<int>& SchedulerCore::ShapeModels(Shape& shape) {
 const std::vector<int>& SchedulerCore::ModelsFor(const std::string& wanted) {
   auto it = model_match_cache_.find(wanted);
   if (it == model_match_cache_.end()) {
-    it = model_match_cache_.emplace(wanted, MatchModels(wanted)).first;
+    it = model_match_cache_.emplace(wanted, MatchGpuModels(wanted, models_)).first;
   }
   return it->second;
 }

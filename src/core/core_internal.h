@@ -41,21 +41,6 @@ void PrefetchLines(const void* p, size_t bytes) {
 inline const void* HotPart(const Task* t) { return &t->spec.priority; }
 inline constexpr size_t kTaskHotBytes = 192;
 
-inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-inline bool ContainsIgnoreCase(std::string_view hay, std::string_view needle) {
-  auto it = std::search(hay.begin(), hay.end(), needle.begin(), needle.end(), [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) ==
-           std::tolower(static_cast<unsigned char>(y));
-  });
-  return it != hay.end();
-}
-
 inline int PrioIndex(Priority p) { return static_cast<int>(p); }
 
 // A reason that a bypass may be counted against: the task could start once GPUs free up.

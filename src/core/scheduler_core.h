@@ -254,7 +254,6 @@ class SchedulerCore {
   PendingReason Diagnose(const Task& t, const std::vector<int>& models) const;
   const std::vector<int>& ModelsFor(const std::string& wanted);
   const std::vector<int>& ShapeModels(Shape& shape);
-  std::vector<int> MatchModels(const std::string& wanted) const;
   int InternModel(const std::string& model);
   NodeState& AddNodeState(const std::string& id);
   NodeState* FindNodeState(const std::string& id);

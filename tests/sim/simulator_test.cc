@@ -132,6 +132,29 @@ TEST(SimulatorTest, OversizedAndUnknownModelJobsAreRejectedNotSubmitted) {
   EXPECT_EQ(r.json["jobs"]["completed"], 1);
 }
 
+// The core's model rule (core::MatchGpuModels) decides what a job's model selects: an exact name
+// ignoring case ("a100" is the 2-GPU A100 node only, so 4 GPUs exceed it), else a substring
+// ("v100" selects both V100 nodes, the larger of which has 8 GPUs).
+TEST(SimulatorTest, JobModelsMatchLikeTheCore) {
+  std::string cluster =
+      WriteTempFile("c.yaml",
+                    "nodes:\n  - {count: 1, gpus_per_node: 8, model: Tesla V100-SXM2}\n"
+                    "  - {count: 1, gpus_per_node: 4, model: Tesla V100-PCIE}\n"
+                    "  - {count: 1, gpus_per_node: 2, model: A100}\n"
+                    "  - {count: 1, gpus_per_node: 8, model: A100-80GB}\n");
+  std::string trace = WriteTempFile(
+      "t.csv", std::string(kGenericHeader) +
+                   "0,1,8,low,v100,t\n0,1,4,low,a100,t\n0,1,2,low,a100,t\n0,1,8,low,80gb,t\n"
+                   "0,1,1,low,V100-PCIE-16GB,t\n");
+  SimRun r = RunSim({"--trace", trace, "--cluster", cluster, "--online-percent", "0", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.json["jobs"]["total"], 5);
+  EXPECT_EQ(r.json["jobs"]["rejected_exceeds_node"], 1);  // 4 GPUs of the exact A100.
+  EXPECT_EQ(r.json["jobs"]["rejected_no_gpu_model"], 1);  // V100-PCIE-16GB: no such model.
+  EXPECT_EQ(r.json["jobs"]["submitted"], 3);
+  EXPECT_EQ(r.json["jobs"]["completed"], 3);
+}
+
 // A batch job larger than the batch quota can never start: it is reported pending at the end.
 TEST(SimulatorTest, PendingAtEndAndMaxTime) {
   std::string trace = WriteTempFile(
