@@ -7,20 +7,22 @@
 namespace dgpu::common {
 namespace {
 
+Status Refused(std::string_view text, std::string_view source, std::string_view why) {
+  return InvalidArgument(std::string(source) + ": \"" + std::string(text) + "\" " +
+                         std::string(why));
+}
+
 template <typename T>
 StatusOr<T> ParseWhole(std::string_view text, std::string_view source) {
   T value{};
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  const std::string quoted = "\"" + std::string(text) + "\"";
-  if (ec == std::errc::result_out_of_range) {
-    return InvalidArgument(std::string(source) + ": " + quoted + " is out of range");
-  }
-  if (ec != std::errc() || ptr != end) {
-    return InvalidArgument(std::string(source) + ": " + quoted + " is not a whole number");
-  }
+  if (ec == std::errc::result_out_of_range) return Refused(text, source, "is out of range");
+  if (ec != std::errc() || ptr != end) return Refused(text, source, "is not a whole number");
   return value;
 }
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
 }  // namespace
 
@@ -30,6 +32,23 @@ StatusOr<int64_t> ParseInt64(std::string_view text, std::string_view source) {
 
 StatusOr<uint64_t> ParseUint64(std::string_view text, std::string_view source) {
   return ParseWhole<uint64_t>(text, source);
+}
+
+StatusOr<double> ParseDouble(std::string_view text, std::string_view source) {
+  // from_chars also reads "inf", "nan" and "infinity": only a digit or a '.' may start the
+  // magnitude.
+  const std::string_view magnitude = text.starts_with('-') ? text.substr(1) : text;
+  if (magnitude.empty() || !(IsDigit(magnitude[0]) || magnitude[0] == '.')) {
+    return Refused(text, source, "is not a number");
+  }
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec == std::errc::result_out_of_range && ptr == end) {
+    return Refused(text, source, "is out of range");
+  }
+  if (ec != std::errc() || ptr != end) return Refused(text, source, "is not a number");
+  return value;
 }
 
 }  // namespace dgpu::common

@@ -5,6 +5,7 @@
 // trailing characters. Errors are kInvalidArgument with a message such as
 //   etcd key /dgpu/epoch: "12x" is not a whole number
 //   etcd key /dgpu/epoch: "99999999999999999999" is out of range
+//   --timeout: "1.5.2" is not a number
 #pragma once
 
 #include <cstdint>
@@ -16,5 +17,10 @@ namespace dgpu::common {
 
 StatusOr<int64_t> ParseInt64(std::string_view text, std::string_view source);
 StatusOr<uint64_t> ParseUint64(std::string_view text, std::string_view source);
+
+// A finite decimal number: an optional '-', digits with an optional fraction (".5" and "5." too)
+// and an optional exponent ("1e3"). No '+', no hexadecimal, no "inf" or "nan". A value that a
+// double cannot hold, too large or too small ("1e400", "1e-400"), is out of range.
+StatusOr<double> ParseDouble(std::string_view text, std::string_view source);
 
 }  // namespace dgpu::common

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/number.h"
+
 namespace dgpu::common {
 namespace {
 
@@ -75,31 +77,26 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
-// Reads "digits[.digits]" at text[*pos] into *value. At least one digit overall is required.
+// Reads "digits[.digits]" at text[*pos] into *value, advancing *pos. At least one digit overall
+// is required.
 bool ReadDecimal(std::string_view text, size_t* pos, double* value) {
-  const size_t start = *pos;
-  size_t digits = 0;
-  double result = 0;
-  while (*pos < text.size() && IsDigit(text[*pos])) {
-    result = result * 10 + (text[*pos] - '0');
-    ++*pos;
-    ++digits;
-  }
-  if (*pos < text.size() && text[*pos] == '.') {
-    ++*pos;
-    double scale = 0.1;
-    while (*pos < text.size() && IsDigit(text[*pos])) {
-      result += (text[*pos] - '0') * scale;
-      scale /= 10;
-      ++*pos;
-      ++digits;
+  size_t end = *pos;
+  bool digits = false;
+  bool dot = false;
+  for (; end < text.size(); ++end) {
+    if (IsDigit(text[end])) {
+      digits = true;
+    } else if (text[end] == '.' && !dot) {
+      dot = true;
+    } else {
+      break;
     }
   }
-  if (digits == 0) {
-    *pos = start;
-    return false;
-  }
-  *value = result;
+  if (!digits) return false;
+  StatusOr<double> parsed = ParseDouble(text.substr(*pos, end - *pos), "duration");
+  if (!parsed.ok()) return false;
+  *value = *parsed;
+  *pos = end;
   return true;
 }
 
@@ -212,6 +209,12 @@ std::optional<int64_t> ParseRfc3339(std::string_view text) {
   return seconds * kMicrosPerSecond + fraction_micros;
 }
 
+std::optional<std::chrono::system_clock::time_point> ParseRfc3339TimePoint(std::string_view text) {
+  const std::optional<int64_t> micros = ParseRfc3339(text);
+  if (!micros) return std::nullopt;
+  return std::chrono::system_clock::time_point(microseconds{*micros});
+}
+
 std::optional<std::chrono::milliseconds> ParseDuration(std::string_view text) {
   text = Trim(text);
   if (text.empty()) return std::nullopt;
@@ -270,6 +273,26 @@ std::string FormatDuration(std::chrono::milliseconds duration) {
     if (ms % unit.millis == 0) return std::to_string(ms / unit.millis) + unit.suffix;
   }
   return std::to_string(ms) + "ms";
+}
+
+std::string FormatCompoundDuration(std::chrono::milliseconds duration) {
+  int64_t ms = duration.count();
+  if (ms < 0) return "-" + FormatCompoundDuration(std::chrono::milliseconds{-ms});
+  if (ms == 0) return "0s";
+  struct Unit {
+    int64_t millis;
+    const char* suffix;
+  };
+  static constexpr Unit kUnits[] = {
+      {86'400'000, "d"}, {3'600'000, "h"}, {60'000, "m"}, {1'000, "s"}, {1, "ms"}};
+  std::string text;
+  for (const Unit& unit : kUnits) {
+    if (ms >= unit.millis) {
+      text += std::to_string(ms / unit.millis) + unit.suffix;
+      ms %= unit.millis;
+    }
+  }
+  return text;
 }
 
 }  // namespace dgpu::common

@@ -80,6 +80,9 @@ std::string FormatRfc3339Millis(int64_t micros);
 // nullopt for anything else, including out-of-range fields such as "2026-02-30".
 std::optional<int64_t> ParseRfc3339(std::string_view text);
 
+// ParseRfc3339 as a time point of the system clock.
+std::optional<std::chrono::system_clock::time_point> ParseRfc3339TimePoint(std::string_view text);
+
 // Parses a non-negative duration, rounded to the nearest millisecond:
 //   - a plain number of seconds, integer or decimal: "5", "1.5", "0.25";
 //   - one or more <number><unit> terms with unit ms, s, m, h or d: "500ms", "10s", "5m",
@@ -90,6 +93,12 @@ std::optional<std::chrono::milliseconds> ParseDuration(std::string_view text);
 
 // Formats a duration with the largest unit that represents it exactly: "7d", "2h", "5m", "10s",
 // "1500ms", "0s". Negative durations get a leading '-'. ParseDuration reads the result back.
+// For configuration values and logs, where the unit of a setting should stay as written.
 std::string FormatDuration(std::chrono::milliseconds duration);
+
+// Formats a duration as a sum of units, largest first, for people: "1m30s", "2h",
+// "1d1h1m1s1ms", "300ms", "0s". Negative durations get a leading '-'. ParseDuration reads the
+// result back.
+std::string FormatCompoundDuration(std::chrono::milliseconds duration);
 
 }  // namespace dgpu::common

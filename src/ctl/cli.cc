@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/time_util.h"
 #include "ctl/commands.h"
 #include "ctl/format.h"
 
@@ -26,7 +27,7 @@ std::string NormalizeServer(std::string server) {
 // Parses a duration flag; on error prints it and returns nullopt.
 std::optional<std::chrono::milliseconds> DurationFlag(const std::string& flag,
                                                       const std::string& value, std::ostream& err) {
-  auto duration = ParseDuration(value);
+  auto duration = common::ParseDuration(value);
   if (!duration) {
     err << "error: " << flag << " expects seconds or a duration like 500ms, 30s, 5m, 2h; got '"
         << value << "'\n";
@@ -175,7 +176,7 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   ctx.monotonic_now = deps.monotonic_now;
   ctx.sleep = deps.sleep;
   if (const char* fixed_now = deps.getenv("DGPUCTL_NOW"); fixed_now != nullptr) {
-    auto when = ParseRfc3339(fixed_now);
+    auto when = common::ParseRfc3339TimePoint(fixed_now);
     if (!when) {
       err << "error: DGPUCTL_NOW must be an RFC 3339 time, got '" << fixed_now << "'\n";
       return kExitUsage;

@@ -6,6 +6,7 @@
 #include <map>
 #include <utility>
 
+#include "common/time_util.h"
 #include "ctl/format.h"
 
 namespace dgpu::ctl {
@@ -60,7 +61,7 @@ std::string Cell(std::string text) {
 }
 
 std::string AgeOf(const json& object, const char* key, Clock::time_point now) {
-  auto when = ParseRfc3339(Field(object, key));
+  auto when = common::ParseRfc3339TimePoint(Field(object, key));
   if (!when) return "-";
   return FormatAge(std::chrono::duration_cast<std::chrono::seconds>(now - *when));
 }
@@ -124,14 +125,16 @@ std::string TimeoutText(const json& task) {
   if (it == task.end() || !it->is_number() || it->get<double>() <= 0) return "-";
   auto seconds = it->get<int64_t>();
   std::string text = std::to_string(seconds) + "s";
-  if (seconds >= 60) text += " (" + FormatDuration(std::chrono::seconds(seconds)) + ")";
+  if (seconds >= 60) {
+    text += " (" + common::FormatCompoundDuration(std::chrono::seconds(seconds)) + ")";
+  }
   return text;
 }
 
 std::string TimeText(const json& task, const char* key, Clock::time_point now) {
   std::string raw = Field(task, key);
   if (raw.empty()) return "-";
-  auto when = ParseRfc3339(raw);
+  auto when = common::ParseRfc3339TimePoint(raw);
   if (!when) return raw;
   return raw + " (" + FormatAge(std::chrono::duration_cast<std::chrono::seconds>(now - *when)) +
          " ago)";
@@ -225,7 +228,7 @@ std::optional<json> BuildSubmitBody(const SubmitOptions& options, std::string* e
     body["env"] = std::move(env);
   }
   if (!options.timeout.empty()) {
-    auto timeout = ParseDuration(options.timeout);
+    auto timeout = common::ParseDuration(options.timeout);
     if (!timeout || timeout->count() <= 0 || timeout->count() % 1000 != 0) {
       *error =
           "--timeout expects a positive whole number of seconds or a duration like 30s, 5m, "
@@ -347,9 +350,9 @@ std::string DescribeTask(const json& task, Clock::time_point now) {
       {"Started", TimeText(task, "started_at", now)},
       {"Finished", TimeText(task, "finished_at", now)},
   };
-  auto started = ParseRfc3339(Field(task, "started_at"));
+  auto started = common::ParseRfc3339TimePoint(Field(task, "started_at"));
   if (started) {
-    auto finished = ParseRfc3339(Field(task, "finished_at"));
+    auto finished = common::ParseRfc3339TimePoint(Field(task, "finished_at"));
     auto end = finished ? *finished : now;
     lines.emplace_back("Run Time",
                        FormatAge(std::chrono::duration_cast<std::chrono::seconds>(end - *started)));
@@ -530,8 +533,8 @@ int Wait(const CtlContext& ctx, const std::string& id, const WaitOptions& option
       auto elapsed =
           std::chrono::duration_cast<std::chrono::milliseconds>(ctx.monotonic_now() - start);
       if (elapsed >= *options.timeout) {
-        *ctx.err << "error: timed out after " << FormatDuration(*options.timeout) << " waiting for "
-                 << id << " (status: " << OrDash(status) << ")\n";
+        *ctx.err << "error: timed out after " << common::FormatCompoundDuration(*options.timeout)
+                 << " waiting for " << id << " (status: " << OrDash(status) << ")\n";
         return kExitWaitTimeout;
       }
       pause = std::min(pause, *options.timeout - elapsed);

@@ -1,29 +1,18 @@
-// Text helpers for dgpuctl: durations, ages, timestamps, shell quoting and aligned tables.
+// Text helpers for dgpuctl: ages, shell quoting and aligned tables. Durations and timestamps are
+// read and written by common/time_util.h, as everywhere in dgpu.
 #pragma once
 
 #include <chrono>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace dgpu::ctl {
 
-// Parses a duration: a plain number of seconds ("30", "1.5") or a sequence of number+unit pairs
-// with units ms, s, m, h, d ("500ms", "30s", "5m", "2h", "1h30m"). Returns nullopt when the text is
-// not a valid, non-negative duration.
-std::optional<std::chrono::milliseconds> ParseDuration(std::string_view text);
-
 // Formats an age compactly for humans, in one unit: seconds under 2 minutes ("45s"), minutes
 // under 2 hours ("90m"), hours under 2 days ("36h"), days under 2 years ("12d"), else years.
 // Negative ages are shown as "0s".
 std::string FormatAge(std::chrono::seconds age);
-
-// Formats a duration as the shortest exact text accepted by ParseDuration ("90s" -> "1m30s").
-std::string FormatDuration(std::chrono::milliseconds duration);
-
-// Parses an RFC 3339 timestamp ("2024-05-01T10:00:00Z", "2024-05-01T12:00:00.5+02:00").
-std::optional<std::chrono::system_clock::time_point> ParseRfc3339(std::string_view text);
 
 // Quotes one word for a POSIX shell: words made only of safe characters are returned unchanged;
 // others are wrapped in single quotes, with each embedded quote written as '\''.

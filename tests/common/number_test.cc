@@ -39,5 +39,45 @@ TEST(NumberTest, RejectsGarbageNamingTheSource) {
   EXPECT_EQ(huge.status().message(), "limit: \"9223372036854775808\" is out of range");
 }
 
+TEST(NumberTest, ParsesDecimalNumbers) {
+  EXPECT_EQ(*ParseDouble("1.5", "x"), 1.5);
+  EXPECT_EQ(*ParseDouble(".5", "x"), 0.5);
+  EXPECT_EQ(*ParseDouble("5.", "x"), 5.0);
+  EXPECT_EQ(*ParseDouble("-0.25", "x"), -0.25);
+  EXPECT_EQ(*ParseDouble("007", "x"), 7.0);
+  EXPECT_EQ(*ParseDouble("1e3", "x"), 1000.0);
+  EXPECT_EQ(*ParseDouble("2.5E-1", "x"), 0.25);
+}
+
+TEST(NumberTest, RejectsGarbageDecimalsNamingTheSource) {
+  struct Case {
+    const char* text;
+    const char* message;
+  };
+  for (const Case& c : {
+           Case{"", "--timeout: \"\" is not a number"},
+           Case{".", "--timeout: \".\" is not a number"},
+           Case{"-", "--timeout: \"-\" is not a number"},
+           Case{"1.5.2", "--timeout: \"1.5.2\" is not a number"},
+           Case{"1e", "--timeout: \"1e\" is not a number"},
+           Case{"12s", "--timeout: \"12s\" is not a number"},
+           Case{" 1", "--timeout: \" 1\" is not a number"},
+           Case{"1 ", "--timeout: \"1 \" is not a number"},
+           Case{"+1", "--timeout: \"+1\" is not a number"},
+           Case{"0x10", "--timeout: \"0x10\" is not a number"},
+           Case{"inf", "--timeout: \"inf\" is not a number"},
+           Case{"-infinity", "--timeout: \"-infinity\" is not a number"},
+           Case{"nan", "--timeout: \"nan\" is not a number"},
+           Case{"1e400", "--timeout: \"1e400\" is out of range"},
+           Case{"-1e400", "--timeout: \"-1e400\" is out of range"},
+           Case{"1e-400", "--timeout: \"1e-400\" is out of range"},
+       }) {
+    StatusOr<double> parsed = ParseDouble(c.text, "--timeout");
+    ASSERT_FALSE(parsed.ok()) << c.text;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(parsed.status().message(), c.message);
+  }
+}
+
 }  // namespace
 }  // namespace dgpu::common

@@ -147,6 +147,59 @@ TEST(FormatDurationTest, UsesLargestExactUnitAndRoundTrips) {
   }
 }
 
+// The forms dgpuctl's --timeout and --request-timeout accept.
+TEST(ParseDurationTest, AcceptsWhatDgpuctlAccepts) {
+  EXPECT_EQ(ParseDuration("30"), milliseconds(30'000));
+  EXPECT_EQ(ParseDuration("1.5"), milliseconds(1'500));
+  EXPECT_EQ(ParseDuration("5."), milliseconds(5'000));
+  EXPECT_EQ(ParseDuration("500ms"), milliseconds(500));
+  EXPECT_EQ(ParseDuration("30s"), milliseconds(30'000));
+  EXPECT_EQ(ParseDuration("1d"), milliseconds(86'400'000));
+  EXPECT_EQ(ParseDuration("0.5m"), milliseconds(30'000));
+  EXPECT_EQ(ParseDuration("36600d"), milliseconds(3'162'240'000'000));
+}
+
+TEST(ParseDurationTest, RejectsWhatDgpuctlRejects) {
+  for (const char* text :
+       {"", "-1", "5x", "m", "1.2.3", "1 s", "s5", "5m3", "1e3", "99999999999999999999999h", "5min",
+        "1h30", "inf", "nan", "0x10", "1e400"}) {
+    EXPECT_EQ(ParseDuration(text), std::nullopt) << text;
+  }
+}
+
+TEST(FormatCompoundDurationTest, SumsUnitsLargestFirstAndRoundTrips) {
+  EXPECT_EQ(FormatCompoundDuration(milliseconds(0)), "0s");
+  EXPECT_EQ(FormatCompoundDuration(milliseconds(300)), "300ms");
+  EXPECT_EQ(FormatCompoundDuration(milliseconds(1'500)), "1s500ms");
+  EXPECT_EQ(FormatCompoundDuration(milliseconds(90'000)), "1m30s");
+  EXPECT_EQ(FormatCompoundDuration(milliseconds(7'200'000)), "2h");
+  EXPECT_EQ(FormatCompoundDuration(milliseconds(90'061'001)), "1d1h1m1s1ms");
+  EXPECT_EQ(FormatCompoundDuration(milliseconds(-90'000)), "-1m30s");
+  for (int64_t ms : {1, 999, 1'001, 61'000, 3'600'001, 90'061'001, 604'800'000}) {
+    EXPECT_EQ(ParseDuration(FormatCompoundDuration(milliseconds{ms})), milliseconds{ms}) << ms;
+  }
+}
+
+TEST(ParseRfc3339TimePointTest, ParsesUtcOffsetsAndFractions) {
+  using std::chrono::sys_days;
+  using namespace std::chrono_literals;
+  const auto base = sys_days(std::chrono::year(2024) / 5 / 1) + 10h;
+  EXPECT_EQ(ParseRfc3339TimePoint("2024-05-01T10:00:00Z"), base);
+  EXPECT_EQ(ParseRfc3339TimePoint("2024-05-01t10:00:00z"), base);
+  EXPECT_EQ(ParseRfc3339TimePoint("2024-05-01T12:00:00+02:00"), base);
+  EXPECT_EQ(ParseRfc3339TimePoint("2024-05-01T09:30:00-00:30"), base);
+  EXPECT_EQ(ParseRfc3339TimePoint("2024-05-01T10:00:00.250Z"), base + 250ms);
+  EXPECT_EQ(ParseRfc3339TimePoint("2024-05-01T10:00:00.123456789Z"), base + 123'456us);
+}
+
+TEST(ParseRfc3339TimePointTest, RejectsInvalidTimes) {
+  for (const char* text : {"", "2024-05-01", "2024-05-01T10:00:00", "2024-13-01T10:00:00Z",
+                           "2024-02-30T10:00:00Z", "2024-05-01T24:00:00Z", "2024-05-01T10:00Z",
+                           "2024-05-01T10:00:00.Z", "2024-05-01T10:00:00Zjunk"}) {
+    EXPECT_EQ(ParseRfc3339TimePoint(text), std::nullopt) << text;
+  }
+}
+
 TEST(ClockTest, FakeClockMovesOnlyWhenTold) {
   FakeClock clock(kExample);
   EXPECT_EQ(clock.NowMicros(), kExample);

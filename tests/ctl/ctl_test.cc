@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/time_util.h"
 #include "ctl/cli.h"
 #include "ctl/commands.h"
 #include "ctl/format.h"
@@ -71,7 +72,8 @@ class CtlTest : public ::testing::Test {
 
   FakeHttpClient http_;
   std::map<std::string, std::string> env_;
-  std::chrono::system_clock::time_point now_ = *ParseRfc3339("2024-05-01T12:00:00Z");
+  std::chrono::system_clock::time_point now_ =
+      *common::ParseRfc3339TimePoint("2024-05-01T12:00:00Z");
   std::chrono::steady_clock::time_point monotonic_{};
   std::vector<milliseconds> sleeps_;
   milliseconds http_timeout_{0};
@@ -387,6 +389,15 @@ TEST_F(CtlTest, WaitTimesOut) {
   EXPECT_EQ(r.err, "error: timed out after 5s waiting for task-1 (status: running)\n");
   EXPECT_EQ(sleeps_, (std::vector<milliseconds>{milliseconds(2000), milliseconds(2000),
                                                 milliseconds(1000)}));
+}
+
+// Durations are printed as a sum of units ("1m30s"), never as one unit ("90s").
+TEST_F(CtlTest, WaitTimeoutIsPrintedInCompoundUnits) {
+  http_.Answer(Method::kGet, Url("/tasks/task-1"), 200, kRunningTask);
+  Outcome r = Run({"wait", "task-1", "--timeout", "90.5", "--interval", "1m"});
+  EXPECT_EQ(r.code, kExitWaitTimeout);
+  EXPECT_EQ(r.err, "error: timed out after 1m30s500ms waiting for task-1 (status: running)\n");
+  EXPECT_EQ(Run({"wait", "task-1", "--timeout", "1e3"}).code, kExitUsage);
 }
 
 TEST_F(CtlTest, LogsFollowReadsNewBytesUntilTheTaskEnds) {
