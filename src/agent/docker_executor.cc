@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "agent/process_executor.h"
+#include "common/task_env.h"
 
 namespace dgpu::agent {
 
@@ -11,16 +12,16 @@ std::string DockerContainerName(const std::string& task_id) { return "dgpu-" + t
 std::vector<std::pair<std::string, std::string>> ContainerTaskEnv(const TaskLaunch& launch) {
   std::vector<std::pair<std::string, std::string>> env;
   for (const auto& [key, value] : launch.env) {
-    if (!IsReservedEnvKey(key)) env.emplace_back(key, value);
+    if (!common::IsReservedTaskEnvName(key)) env.emplace_back(key, value);
   }
   std::vector<int> container_ordinals;
   for (size_t i = 0; i < launch.gpu_indices.size(); ++i) {
     container_ordinals.push_back(static_cast<int>(i));
   }
-  env.emplace_back("CUDA_VISIBLE_DEVICES", JoinGpuIndices(container_ordinals));
-  env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
-  env.emplace_back("DGPU_TASK_ID", launch.task_id);
-  env.emplace_back("DGPU_GPU_IDS", JoinGpuIndices(launch.gpu_indices));
+  env.emplace_back(common::kEnvCudaVisibleDevices, JoinGpuIndices(container_ordinals));
+  env.emplace_back(common::kEnvCudaDeviceOrder, "PCI_BUS_ID");
+  env.emplace_back(common::kEnvTaskId, launch.task_id);
+  env.emplace_back(common::kEnvGpuIds, JoinGpuIndices(launch.gpu_indices));
   return env;
 }
 

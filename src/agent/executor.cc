@@ -3,6 +3,8 @@
 #include <set>
 #include <string>
 
+#include "common/task_env.h"
+
 namespace dgpu::agent {
 namespace {
 
@@ -69,16 +71,13 @@ std::string JoinGpuIndices(const std::vector<int>& indices) {
 
 std::vector<std::pair<std::string, std::string>> ReservedTaskEnv(const TaskLaunch& launch) {
   const std::string gpus = JoinGpuIndices(launch.gpu_indices);
-  return {
-      {"CUDA_VISIBLE_DEVICES", gpus},   {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},
-      {"NVIDIA_VISIBLE_DEVICES", gpus}, {"DGPU_TASK_ID", launch.task_id},
-      {"DGPU_GPU_IDS", gpus},
-  };
-}
-
-bool IsReservedEnvKey(std::string_view key) {
-  return key == "CUDA_VISIBLE_DEVICES" || key == "CUDA_DEVICE_ORDER" ||
-         key == "NVIDIA_VISIBLE_DEVICES" || key == "DGPU_TASK_ID" || key == "DGPU_GPU_IDS";
+  std::vector<std::pair<std::string, std::string>> env;
+  env.emplace_back(common::kEnvCudaVisibleDevices, gpus);
+  env.emplace_back(common::kEnvCudaDeviceOrder, "PCI_BUS_ID");
+  env.emplace_back(common::kEnvNvidiaVisibleDevices, gpus);
+  env.emplace_back(common::kEnvTaskId, launch.task_id);
+  env.emplace_back(common::kEnvGpuIds, gpus);
+  return env;
 }
 
 std::string StopErrorOf(core::StopReason reason) {

@@ -108,12 +108,10 @@ Status ValidateLaunch(const TaskLaunch& launch);
 // Comma-joined indices: {0, 3} -> "0,3".
 std::string JoinGpuIndices(const std::vector<int>& indices);
 
-// Environment variables the executor sets for a task, after the task's own env (which must not
-// override them): CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER=PCI_BUS_ID, NVIDIA_VISIBLE_DEVICES,
-// DGPU_TASK_ID, DGPU_GPU_IDS (the node-local indices).
+// Environment variables the executor sets for a task (common::kTaskEnvSetByDgpu), after the
+// task's own env, whose reserved names (common::IsReservedTaskEnvName) are dropped:
+// CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER=PCI_BUS_ID, NVIDIA_VISIBLE_DEVICES, DGPU_TASK_ID,
+// DGPU_GPU_IDS (the node-local indices).
 std::vector<std::pair<std::string, std::string>> ReservedTaskEnv(const TaskLaunch& launch);
-
-// True for the keys ReservedTaskEnv sets.
-bool IsReservedEnvKey(std::string_view key);
 
 }  // namespace dgpu::agent

@@ -3,6 +3,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/task_env.h"
+
 extern char** environ;
 
 namespace dgpu::agent {
@@ -46,7 +48,7 @@ ProcessExecutor::ProcessExecutor(ProcessExecutorOptions options)
 std::vector<std::string> ProcessExecutor::BuildEnvironment(const TaskLaunch& launch) const {
   std::vector<std::pair<std::string, std::string>> overrides;
   for (const auto& [key, value] : launch.env) {
-    if (!IsReservedEnvKey(key)) overrides.emplace_back(key, value);
+    if (!common::IsReservedTaskEnvName(key)) overrides.emplace_back(key, value);
   }
   for (auto& entry : ReservedTaskEnv(launch)) overrides.push_back(std::move(entry));
   return MergeEnvironment(options_.base_env.has_value() ? *options_.base_env : CurrentEnvironment(),

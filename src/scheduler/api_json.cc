@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/task_env.h"
 #include "common/time_util.h"
 
 namespace dgpu::scheduler {
@@ -15,12 +16,6 @@ bool IsEnvName(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
   });
-}
-
-// Variables the agent sets to isolate GPUs: a task may not override them.
-bool IsReservedEnv(std::string_view s) {
-  return s == "CUDA_VISIBLE_DEVICES" || s == "NVIDIA_VISIBLE_DEVICES" ||
-         s == "CUDA_DEVICE_ORDER" || s.rfind("DGPU_", 0) == 0;
 }
 
 std::optional<ApiError> ParseJsonObject(std::string_view body, json* out) {
@@ -186,7 +181,7 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
         return InvalidField("env key \"" + key +
                             "\" is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)");
       }
-      if (IsReservedEnv(key)) {
+      if (common::IsReservedTaskEnvName(key)) {
         return InvalidField("env." + key + " is set by dgpu for GPU isolation and cannot be given");
       }
       std::string v;

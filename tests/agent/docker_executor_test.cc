@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <map>
+#include <string_view>
+
+#include "common/task_env.h"
 #include "test_util.h"
 
 namespace dgpu::agent {
@@ -51,6 +55,31 @@ TEST(BuildDockerRunArgvTest, ExactArgv) {
                                              "sh",
                                              "-c",
                                              "python train.py --epochs 3"}));
+}
+
+// Every name of the one reserved list reaches the container with dgpu's value: as `-e` or, for
+// NVIDIA_VISIBLE_DEVICES, through docker's --gpus. The task's reserved names are dropped.
+TEST(BuildDockerRunArgvTest, SetsEveryReservedNameOverTheTasksEnv) {
+  TaskLaunch launch = Launch("task-7", "true", {2});
+  for (std::string_view name : common::kTaskEnvSetByDgpu) {
+    launch.env.emplace_back(name, "spoofed");
+  }
+  launch.env.emplace_back("DGPU_OTHER", "spoofed");
+  auto argv = BuildDockerRunArgv(launch, "img:1");
+  ASSERT_TRUE(argv.ok()) << argv.status().ToString();
+  const std::map<std::string_view, std::string> expected = {
+      {common::kEnvCudaVisibleDevices, "-e CUDA_VISIBLE_DEVICES=0"},
+      {common::kEnvNvidiaVisibleDevices, "--gpus \"device=2\""},
+      {common::kEnvCudaDeviceOrder, "-e CUDA_DEVICE_ORDER=PCI_BUS_ID"},
+      {common::kEnvTaskId, "-e DGPU_TASK_ID=task-7"},
+      {common::kEnvGpuIds, "-e DGPU_GPU_IDS=2"}};
+  std::string joined;
+  for (const std::string& word : *argv) joined += word + " ";
+  for (std::string_view name : common::kTaskEnvSetByDgpu) {
+    ASSERT_EQ(expected.count(name), 1u) << name << " has no expected setting";
+    EXPECT_NE(joined.find(expected.at(name) + " "), std::string::npos) << name << ": " << joined;
+  }
+  EXPECT_EQ(joined.find("spoofed"), std::string::npos) << joined;
 }
 
 TEST(BuildDockerRunArgvTest, TaskImageBinaryAndNoGpus) {

@@ -6,10 +6,12 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <map>
 
 #include "agent/child_process.h"
 #include "agent/proc_table.h"
+#include "common/task_env.h"
 #include "test_util.h"
 
 namespace dgpu::agent {
@@ -84,6 +86,33 @@ TEST_F(ProcessExecutorTest, BuildEnvironmentOverridesInOrder) {
   launch.env = {{"A", "2"}, {"B", "3"}, {"DGPU_TASK_ID", "spoofed"}};
   EXPECT_EQ(executor.BuildEnvironment(launch),
             (std::vector<std::string>{"PATH=/bin", "CUDA_VISIBLE_DEVICES=1,3", "A=2", "B=3",
+                                      "CUDA_DEVICE_ORDER=PCI_BUS_ID", "NVIDIA_VISIBLE_DEVICES=1,3",
+                                      "DGPU_TASK_ID=t1", "DGPU_GPU_IDS=1,3"}));
+}
+
+// Every name of the one reserved list is set by the agent, whatever the task's env says; the
+// task's other reserved names (any DGPU_ name) are dropped.
+TEST_F(ProcessExecutorTest, SetsEveryReservedNameOverTheTasksEnv) {
+  ProcessExecutorOptions options = Options();
+  options.base_env = std::vector<std::string>{"PATH=/bin"};
+  ProcessExecutor executor(options);
+  TaskLaunch launch = Launch("t1", "true", {1, 3});
+  for (std::string_view name : common::kTaskEnvSetByDgpu) {
+    launch.env.emplace_back(name, "spoofed");
+  }
+  launch.env.emplace_back("DGPU_OTHER", "spoofed");
+  launch.env.emplace_back("KEPT", "yes");
+  const std::vector<std::string> env = executor.BuildEnvironment(launch);
+  for (std::string_view name : common::kTaskEnvSetByDgpu) {
+    const std::string prefix = std::string(name) + "=";
+    EXPECT_EQ(std::count_if(env.begin(), env.end(),
+                            [&](const std::string& e) { return e.starts_with(prefix); }),
+              1)
+        << name;
+  }
+  EXPECT_THAT(env, ::testing::Not(::testing::Contains(HasSubstr("spoofed"))));
+  EXPECT_EQ(env,
+            (std::vector<std::string>{"PATH=/bin", "KEPT=yes", "CUDA_VISIBLE_DEVICES=1,3",
                                       "CUDA_DEVICE_ORDER=PCI_BUS_ID", "NVIDIA_VISIBLE_DEVICES=1,3",
                                       "DGPU_TASK_ID=t1", "DGPU_GPU_IDS=1,3"}));
 }
