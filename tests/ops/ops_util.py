@@ -2,7 +2,8 @@
 files, the external tools they need, a Prometheus text-format parser, and a live scheduler with
 one fake-GPU agent to scrape (started through the integration tests' harness).
 
-Python 3 standard library only (plus PyYAML for the YAML checks, a declared dependency).
+Python 3 standard library only (plus PyYAML for the YAML checks, a declared dependency). A
+missing declared dependency fails its test on CI (CI=true) and skips it elsewhere.
 """
 
 import json
@@ -17,24 +18,26 @@ DEPLOY = os.path.join(REPO, "deploy")
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 
 import harness  # noqa: E402  (the integration tests' cluster harness)
+from dgpu_testlib import missing_dependency  # noqa: E402  (on the path through harness)
 
 
 def require_tool(test, name, package):
-    """Path of the executable `name`. A declared dependency (scripts/install-deps.sh): a missing
-    one fails the test, never skips it."""
+    """Path of the executable `name`, a declared dependency (scripts/install-deps.sh): when it is
+    missing the test fails on CI and is skipped elsewhere (dgpu_testlib.missing_dependency)."""
     path = shutil.which(name)
     if path is None:
-        test.fail("%s not found in PATH: install the Debian package %s (make deps)"
-                  % (name, package))
+        missing_dependency(test, "%s not found in PATH: install the Debian package %s (make deps)"
+                           % (name, package))
     return path
 
 
 def require_yaml(test):
+    """The yaml module (PyYAML, a declared dependency), as require_tool."""
     try:
-        import yaml  # noqa: F401
+        import yaml
     except ImportError:
-        test.fail("PyYAML is missing: install the Debian package python3-yaml (make deps)")
-    import yaml
+        missing_dependency(test, "PyYAML is missing: install the Debian package python3-yaml "
+                                 "(make deps)")
     return yaml
 
 

@@ -1,6 +1,6 @@
-"""Helpers shared by the Python test suites (integration, durability, ha): where the binaries
-are, free loopback ports, polling with a deadline, process liveness. Python 3 standard library
-only. A suite imports it after putting this folder on sys.path:
+"""Helpers shared by the Python test suites (integration, durability, ha, ops): where the binaries
+are, missing dependencies, free loopback ports, polling with a deadline, process liveness.
+Python 3 standard library only. A suite imports it after putting this folder on sys.path:
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
     import dgpu_testlib
@@ -29,6 +29,20 @@ def bin_path(name, must_exist=True):
     if must_exist and not os.access(path, os.X_OK):
         raise RuntimeError("%s not found (set DGPU_BIN_DIR or build the project)" % path)
     return path
+
+
+def on_ci():
+    """True when the environment says this run is CI: CI=true (CI services set it; so does .ci/run)."""
+    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+
+def missing_dependency(test, message):
+    """Ends `test` because a declared dependency (one that scripts/install-deps.sh installs) is
+    missing: a failure on CI, where install-deps.sh ran, so the dependency must be there; a skip
+    with `message` on a developer machine, which may lack it."""
+    if on_ci():
+        test.fail(message + " (CI=true: every declared dependency must be installed)")
+    test.skipTest(message)
 
 
 _handed_out = set()
