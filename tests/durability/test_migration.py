@@ -1,7 +1,8 @@
 """Schema versions with the real dgpu-scheduler: a version 1 database made with the sqlite3 shell
 is upgraded in place after a backup copy; a version 3 database is refused with one line.
 
-Skipped, with the reason, when the sqlite3 shell is not installed.
+The sqlite3 shell is a declared dependency (scripts/install-deps.sh): when it is missing the
+tests fail on CI (CI=true) and are skipped, with the reason, elsewhere.
 """
 
 import hashlib
@@ -12,6 +13,7 @@ import time
 import unittest
 
 import dgpu_proc as dp
+from dgpu_testlib import missing_dependency
 
 APPLICATION_ID = 0x44475055
 
@@ -95,7 +97,8 @@ def make_v1_database(state_dir, version=1):
 class MigrationTest(unittest.TestCase):
     def setUp(self):
         if shutil.which("sqlite3") is None:
-            self.skipTest("the sqlite3 shell is not installed")
+            missing_dependency(self, "the sqlite3 shell is not installed: install the Debian "
+                                     "package sqlite3 (make deps)")
         self.tmp = dp.TempDir("dgpu-migration-")
         self.state = os.path.join(self.tmp.path, "state")
         self.sched = dp.Scheduler(self.tmp.path, state_dir=self.state,
