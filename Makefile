@@ -1,9 +1,9 @@
-# dgpu front door: make deps | build | test | run | bench | fmt | lint
+# dgpu front door: make deps | build | test | run | bench | fmt | fmt-check | lint
 PRESET ?= release
 BUILD_DIR := $(if $(filter release,$(PRESET)),build,build-$(PRESET))
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test run bench fmt lint clean
+.PHONY: all deps configure build test run bench fmt fmt-check lint clean
 
 all: build
 
@@ -29,6 +29,10 @@ bench: build
 
 fmt:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+# Fails, naming each file and line, when a C++ file is not as `make fmt` would leave it.
+fmt-check:
+	git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 
 lint: configure
 	git ls-files 'src/*.cc' 'sim/*.cc' | xargs clang-tidy -p $(BUILD_DIR) --quiet

@@ -4,7 +4,6 @@
 // N nodes x 8 GPUs kept about half busy with a mix of 1/2/4/8-GPU tasks.
 // BM_NoFitPass: one scheduling pass over 100,000 pending tasks when nothing fits.
 #include <benchmark/benchmark.h>
-
 #include <time.h>
 
 #include <chrono>
@@ -188,10 +187,14 @@ void BM_NoFitPass(benchmark::State& state) {
     core.Schedule(1);
     benchmark::DoNotOptimize(core.HasDecisions());
   }
-  state.counters["pending"] = static_cast<double>(core.PendingCount(Priority::kHigh) +
-                                                  core.PendingCount(Priority::kLow));
+  state.counters["pending"] =
+      static_cast<double>(core.PendingCount(Priority::kHigh) + core.PendingCount(Priority::kLow));
 }
-BENCHMARK(BM_NoFitPass)->Arg(200)->Arg(10000)->Repetitions(5)->ReportAggregatesOnly(true)
+BENCHMARK(BM_NoFitPass)
+    ->Arg(200)
+    ->Arg(10000)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true)
     ->Unit(benchmark::kNanosecond);
 
 }  // namespace

@@ -33,10 +33,10 @@ struct SpawnOptions {
 };
 
 // Spawns with posix_spawn (vfork-like: the agent's memory is not copied). Returns once exec has
-// succeeded (the pid is then registered), or an error when the program cannot be found (NotFound) or exec/chdir fails (the child is reaped;
-// FailedPrecondition or PermissionDenied, the message naming the program and errno). The child
-// starts with default signal dispositions, an empty signal mask, stdin from /dev/null and no other
-// inherited fds.
+// succeeded (the pid is then registered), or an error when the program cannot be found (NotFound)
+// or exec/chdir fails (the child is reaped; FailedPrecondition or PermissionDenied, the message
+// naming the program and errno). The child starts with default signal dispositions, an empty signal
+// mask, stdin from /dev/null and no other inherited fds.
 StatusOr<pid_t> SpawnChild(const SpawnOptions& options);
 
 // Forgets a registered child after it has been reaped.

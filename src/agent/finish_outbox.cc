@@ -205,7 +205,8 @@ FinishOutbox::~FinishOutbox() {
 Status FinishOutbox::Append(const std::string& data, bool sync) {
   const std::string path = journal_path();
   Status status = WriteAll(fd_, data, path);
-  if (status.ok() && sync && fdatasync(fd_) != 0) status = Internal(Errno("fdatasync '" + path + "'"));
+  if (status.ok() && sync && fdatasync(fd_) != 0)
+    status = Internal(Errno("fdatasync '" + path + "'"));
   if (!status.ok()) {
     // Nothing of a failed append may stay behind a later one.
     if (ftruncate(fd_, static_cast<off_t>(size_)) != 0) {

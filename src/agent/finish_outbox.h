@@ -69,9 +69,9 @@ class FinishOutbox {
   Status Rewrite();
 
   std::string dir_;
-  int fd_ = -1;               // The journal, open for appending.
-  uint64_t size_ = 0;         // Bytes in the journal.
-  uint64_t lines_ = 0;        // Lines in the journal.
+  int fd_ = -1;         // The journal, open for appending.
+  uint64_t size_ = 0;   // Bytes in the journal.
+  uint64_t lines_ = 0;  // Lines in the journal.
   std::map<std::string, TaskExit> pending_;
   std::vector<std::string> load_errors_;
 };

@@ -55,13 +55,11 @@ int StopLeftoverTasks(const std::string& work_dir) {
   return stopped;
 }
 
-std::string MethodName(common::GpuDetectionMethod m) {
-  return std::string(common::ToString(m));
-}
+std::string MethodName(common::GpuDetectionMethod m) { return std::string(common::ToString(m)); }
 
 int Run(int argc, char** argv) {
-  common::DaemonFlagsSpec spec{"dgpu-agent",
-                               "dgpu node agent: runs GPU tasks given by the scheduler.", {}};
+  common::DaemonFlagsSpec spec{
+      "dgpu-agent", "dgpu node agent: runs GPU tasks given by the scheduler.", {}};
   common::DaemonFlags flags = common::ParseDaemonFlagsOrExit(argc, argv, spec);
   // Blocked before any thread exists, so that every thread inherits the mask and these signals
   // reach only the sigwait below. SIGCHLD wakes the session the moment a task exits.
@@ -107,7 +105,8 @@ int Run(int argc, char** argv) {
 
   std::error_code ec;
   std::filesystem::create_directories(cfg.executor.work_dir, ec);
-  if (ec) return Fail("executor.work_dir: cannot create " + cfg.executor.work_dir + ": " + ec.message());
+  if (ec)
+    return Fail("executor.work_dir: cannot create " + cfg.executor.work_dir + ": " + ec.message());
 
   std::unique_ptr<Executor> executor;
   if (cfg.executor.execution_method == common::ExecutionMethod::kDocker) {

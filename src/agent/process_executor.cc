@@ -41,8 +41,8 @@ std::vector<std::string> MergeEnvironment(
 
 ProcessExecutor::ProcessExecutor(ProcessExecutorOptions options)
     : SupervisedExecutor(SupervisorOptions{options.work_dir, options.kill_grace,
-                                           options.child_subreaper,
-                                           std::chrono::milliseconds(1000), options.clock}),
+                                           options.child_subreaper, std::chrono::milliseconds(1000),
+                                           options.clock}),
       options_(std::move(options)) {}
 
 std::vector<std::string> ProcessExecutor::BuildEnvironment(const TaskLaunch& launch) const {

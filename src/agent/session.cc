@@ -268,8 +268,7 @@ void AgentSession::ReportRefusal(const std::string& task_id, const std::string& 
   waker_.Wake();
 }
 
-void AgentSession::StartTask(const std::string& task_id, const TaskLaunch& launch,
-                             uint64_t epoch) {
+void AgentSession::StartTask(const std::string& task_id, const TaskLaunch& launch, uint64_t epoch) {
   Status s = executor_->Start(launch);
   if (s.ok()) {
     const int64_t started_at = common::NowMicros();

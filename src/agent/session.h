@@ -79,9 +79,9 @@ class AgentSession {
   struct Connection;
   struct Report;
 
-  bool Connect();                       // Registers with the next address; true on success.
+  bool Connect();  // Registers with the next address; true on success.
   void Disconnect(const std::string& why);
-  void HandleInbound();                 // Applies what the reader thread received.
+  void HandleInbound();  // Applies what the reader thread received.
   void SendHeartbeat(int64_t now);
   // Sends TaskFinished for each exit not already in flight (asynchronously).
   void SendReports(const std::vector<TaskExit>& exits);
@@ -117,8 +117,8 @@ class AgentSession {
   std::unique_ptr<GpuDiscovery> gpus_;
   std::unique_ptr<Executor> executor_;
   FinishOutbox outbox_;
-  std::vector<GpuDevice> devices_;                       // Last discovery.
-  std::map<std::string, std::vector<int>> task_gpus_;    // Running task -> GPU indices.
+  std::vector<GpuDevice> devices_;                     // Last discovery.
+  std::map<std::string, std::vector<int>> task_gpus_;  // Running task -> GPU indices.
   struct StartReport {
     std::string task_id;
     int64_t started_at_micros = 0;

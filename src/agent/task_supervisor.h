@@ -138,8 +138,8 @@ class TaskSupervisor {
   std::vector<Helper> helpers_;
   int64_t last_scan_micros_ = 0;  // Last full scan.
   pid_t last_pid_seen_ = 0;
-  uint64_t pid_epoch_ = 0;     // Incremented whenever the pid counter is seen to wrap.
-  bool pid_tracking_ = true;   // False when /proc/loadavg cannot be read: full scans only.
+  uint64_t pid_epoch_ = 0;    // Incremented whenever the pid counter is seen to wrap.
+  bool pid_tracking_ = true;  // False when /proc/loadavg cannot be read: full scans only.
   bool force_scan_ = false;
   // Adopted processes whose environment did not name any task, by (pid, start time).
   std::set<std::pair<pid_t, uint64_t>> foreign_orphans_;

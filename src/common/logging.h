@@ -26,8 +26,8 @@
 #include <string_view>
 #include <type_traits>
 
-#include "common/config.h"
 #include "base/status.h"
+#include "common/config.h"
 
 namespace dgpu::common {
 

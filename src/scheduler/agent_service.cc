@@ -1,11 +1,11 @@
 #include "scheduler/agent_service.h"
-#include "scheduler/queued_bidi_reactor.h"
 
 #include <spdlog/spdlog.h>
 
 #include <deque>
 
 #include "common/logging.h"
+#include "scheduler/queued_bidi_reactor.h"
 
 namespace dgpu::scheduler {
 namespace {

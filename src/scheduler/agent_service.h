@@ -47,7 +47,7 @@ class AgentHub : public Dispatcher {
   LeaderState* leader_;
   Metrics* metrics_;
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<HeartbeatReactor>> streams_;  // GUARDED_BY(mu_)
+  std::map<std::string, std::shared_ptr<HeartbeatReactor>> streams_;        // GUARDED_BY(mu_)
   std::map<std::string, std::deque<dgpu::v1::HeartbeatResponse>> backlog_;  // GUARDED_BY(mu_)
 };
 

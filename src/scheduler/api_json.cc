@@ -32,9 +32,9 @@ std::optional<ApiError> ParseJsonObject(std::string_view body, json* out) {
                         std::string(e.what()).substr(std::string(e.what()).find(':') + 2)};
   } catch (const json::exception& e) {
     // E.g. out_of_range for a number that overflows a double (1e400).
-    return ApiError{400, "invalid_json",
-                    "malformed JSON: " +
-                        std::string(e.what()).substr(std::string(e.what()).find(']') + 2)};
+    return ApiError{
+        400, "invalid_json",
+        "malformed JSON: " + std::string(e.what()).substr(std::string(e.what()).find(']') + 2)};
   }
   if (!out->is_object()) return ApiError{400, "invalid_json", "request body must be a JSON object"};
   return std::nullopt;
@@ -95,22 +95,29 @@ ApiError InvalidField(std::string message) {
 
 ApiError FromStatus(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kInvalidArgument: return {400, "invalid_field", s.message()};
-    case StatusCode::kNotFound: return {404, "not_found", s.message()};
-    case StatusCode::kFailedPrecondition: return {409, "conflict", s.message()};
-    case StatusCode::kAlreadyExists: return {409, "already_exists", s.message()};
+    case StatusCode::kInvalidArgument:
+      return {400, "invalid_field", s.message()};
+    case StatusCode::kNotFound:
+      return {404, "not_found", s.message()};
+    case StatusCode::kFailedPrecondition:
+      return {409, "conflict", s.message()};
+    case StatusCode::kAlreadyExists:
+      return {409, "already_exists", s.message()};
     case StatusCode::kResourceExhausted:
     case StatusCode::kUnavailable:
-    case StatusCode::kDataLoss: return {503, "unavailable", s.message()};
-    default: return {500, "internal", s.message()};
+    case StatusCode::kDataLoss:
+      return {503, "unavailable", s.message()};
+    default:
+      return {500, "internal", s.message()};
   }
 }
 
 std::optional<ApiError> CheckJsonContentType(std::string_view ct) {
   if (ct.empty()) return std::nullopt;
   std::string lower(ct.substr(0, ct.find(';')));
-  lower.erase(std::remove_if(lower.begin(), lower.end(), [](unsigned char c) { return std::isspace(c); }),
-              lower.end());
+  lower.erase(
+      std::remove_if(lower.begin(), lower.end(), [](unsigned char c) { return std::isspace(c); }),
+      lower.end());
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return std::tolower(c); });
   if (lower == "application/json") return std::nullopt;
@@ -121,8 +128,8 @@ std::optional<ApiError> CheckJsonContentType(std::string_view ct) {
 std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec* spec) {
   json doc;
   if (auto err = ParseJsonObject(body, &doc)) return err;
-  static const char* kKnown[] = {"priority", "gpu_count", "command", "gpu_model", "env",
-                                 "name",     "timeout_seconds", "image"};
+  static const char* kKnown[] = {"priority", "gpu_count", "command",         "gpu_model",
+                                 "env",      "name",      "timeout_seconds", "image"};
   for (const auto& [key, value] : doc.items()) {
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return ApiError{400, "unknown_field", "unknown field \"" + key + "\""};
@@ -132,7 +139,8 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
   // priority
   auto it = doc.find("priority");
   if (it == doc.end() || it->is_null()) return InvalidField("priority is required (high or low)");
-  if (!it->is_string()) return InvalidField("priority must be \"high\" or \"low\", got " + TypeName(*it));
+  if (!it->is_string())
+    return InvalidField("priority must be \"high\" or \"low\", got " + TypeName(*it));
   auto prio = core::ParsePriority(it->get_ref<const std::string&>());
   if (!prio) {
     return InvalidField("priority must be \"high\" or \"low\", got \"" +
@@ -263,8 +271,8 @@ nlohmann::json TaskToJson(const core::Task& t, core::PendingReason reason) {
       {"node_id", node_id.empty() ? json(nullptr) : json(node_id)},
       {"allocated_gpus", std::move(gpus)},
       {"allocation", std::move(allocation)},
-      {"pending_reason", reason == core::PendingReason::kNone ? json(nullptr)
-                                                              : json(core::ToString(reason))},
+      {"pending_reason",
+       reason == core::PendingReason::kNone ? json(nullptr) : json(core::ToString(reason))},
       {"attempts", t.attempts},
       {"exit_code", finished && t.started_at != 0 ? json(t.exit_code) : json(nullptr)},
       {"error", t.error},

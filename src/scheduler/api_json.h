@@ -9,17 +9,17 @@
 #include <string>
 #include <string_view>
 
-#include "core/scheduler_core.h"
 #include "base/status.h"
+#include "core/scheduler_core.h"
 #include "core/types.h"
 
 namespace dgpu::scheduler {
 
-inline constexpr size_t kMaxBodyBytes = 1 << 20;        // 1 MiB: larger bodies get 413.
-inline constexpr size_t kMaxCommandBytes = 64 * 1024;   // 64 KiB.
+inline constexpr size_t kMaxBodyBytes = 1 << 20;       // 1 MiB: larger bodies get 413.
+inline constexpr size_t kMaxCommandBytes = 64 * 1024;  // 64 KiB.
 inline constexpr int kMaxGpuCount = 1024;
 inline constexpr size_t kMaxEnvEntries = 256;
-inline constexpr size_t kMaxShortField = 256;           // name, gpu_model, env keys.
+inline constexpr size_t kMaxShortField = 256;  // name, gpu_model, env keys.
 inline constexpr int64_t kMaxTimeoutSeconds = 10LL * 365 * 24 * 3600;
 
 // An API error: HTTP status, machine word and sentence.

@@ -26,7 +26,9 @@ void CoreLoop::ReplaceCore(std::unique_ptr<core::SchedulerCore> core) {
   Post([](Context&) {});
 }
 
-void CoreLoop::Start() { thread_ = std::thread([this] { Loop(); }); }
+void CoreLoop::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void CoreLoop::Stop() {
   {
@@ -106,8 +108,8 @@ void CoreLoop::RunBatch(std::vector<Fn>& batch, bool run_timers) {
     }
   }
   if (!changes.empty() || !ctx.callbacks_.empty()) {
-    auto done = [this, cbs = std::move(ctx.callbacks_), finished = std::move(finished)](
-                    Status s) mutable {
+    auto done = [this, cbs = std::move(ctx.callbacks_),
+                 finished = std::move(finished)](Status s) mutable {
       for (auto& cb : cbs) cb(s);
       if (s.ok() && !finished.empty()) {
         Post([finished = std::move(finished)](Context& c) {

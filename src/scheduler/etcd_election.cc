@@ -126,8 +126,8 @@ StatusOr<std::string> EtcdClient::Post(const std::string& path, const std::strin
 }
 
 StatusOr<int64_t> EtcdClient::GrantLease(int64_t ttl_seconds) {
-  auto r = Post("lease/grant", json{{"TTL", std::to_string(ttl_seconds)}, {"ID", "0"}}.dump(),
-                2000);
+  auto r =
+      Post("lease/grant", json{{"TTL", std::to_string(ttl_seconds)}, {"ID", "0"}}.dump(), 2000);
   if (!r.ok()) return r.status();
   auto j = json::parse(*r, nullptr, false);
   if (!j.is_object() || !j.contains("ID")) return Unavailable("etcd: bad lease grant reply");
@@ -164,13 +164,13 @@ StatusOr<std::string> EtcdClient::Get(const std::string& key) {
 }
 
 Status EtcdClient::Put(const std::string& key, const std::string& value) {
-  auto r = Post("kv/put", json{{"key", Base64Encode(key)}, {"value", Base64Encode(value)}}.dump(),
-                2000);
+  auto r =
+      Post("kv/put", json{{"key", Base64Encode(key)}, {"value", Base64Encode(value)}}.dump(), 2000);
   return r.ok() ? OkStatus() : r.status();
 }
 
-EtcdElection::EtcdElection(std::vector<std::string> endpoints, std::string name,
-                           std::string value, std::chrono::milliseconds ttl, Callbacks callbacks)
+EtcdElection::EtcdElection(std::vector<std::string> endpoints, std::string name, std::string value,
+                           std::chrono::milliseconds ttl, Callbacks callbacks)
     : client_(std::move(endpoints)),
       name_(std::move(name)),
       value_(std::move(value)),

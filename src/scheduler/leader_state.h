@@ -68,8 +68,8 @@ class LeaderState {
   std::atomic<int64_t> lease_until_{0};
   std::atomic<bool> uses_lease_{false};
   mutable std::mutex mu_;
-  std::string leader_http_;  // GUARDED_BY(mu_)
-  std::string detail_;       // GUARDED_BY(mu_)
+  std::string leader_http_;                        // GUARDED_BY(mu_)
+  std::string detail_;                             // GUARDED_BY(mu_)
   std::function<void(uint64_t)> on_higher_epoch_;  // GUARDED_BY(mu_)
 };
 

@@ -40,9 +40,8 @@ int Fail(const std::string& message) {
 void TickNodes(CoreLoop::Context& c) { c.core.Tick(c.now); }
 
 int Run(int argc, char** argv) {
-  common::DaemonFlagsSpec spec{"dgpu-scheduler",
-                               "Central scheduler of dgpu: REST API for users, gRPC for agents.",
-                               {}};
+  common::DaemonFlagsSpec spec{
+      "dgpu-scheduler", "Central scheduler of dgpu: REST API for users, gRPC for agents.", {}};
   common::DaemonFlags flags = common::ParseDaemonFlagsOrExit(argc, argv, spec);
   common::SchedulerConfig cfg;
   if (!flags.config_path.empty()) {
@@ -112,9 +111,8 @@ int Run(int argc, char** argv) {
   // snapshot), so that point reads never wait behind those.
   WorkerPool readers(2);
   WorkerPool background(1);
-  loop.SetActingGate([&leader] {
-    return leader.MayAct(common::SystemClock::Instance().MonotonicMicros());
-  });
+  loop.SetActingGate(
+      [&leader] { return leader.MayAct(common::SystemClock::Instance().MonotonicMicros()); });
   std::unique_ptr<HaController> ha;
   const std::string http_connect = common::ToConnectAddress(cfg.server.http_address);
   if (ha_enabled) {

@@ -135,8 +135,8 @@ std::string Metrics::Render(const GaugeSnapshot& g) const {
   }
   Header(&out, "dgpu_gpus", "gauge", "GPUs by status and model.");
   for (const auto& [key, n] : g.gpus) {
-    out += "dgpu_gpus{status=\"" + Escape(key.first) + "\",model=\"" + Escape(key.second) +
-           "\"} " + std::to_string(n) + "\n";
+    out += "dgpu_gpus{status=\"" + Escape(key.first) + "\",model=\"" + Escape(key.second) + "\"} " +
+           std::to_string(n) + "\n";
   }
   const char* cls[] = {"online", "batch"};
   Header(&out, "dgpu_quota_gpus", "gauge", "GPU quota of each class.");
@@ -174,8 +174,8 @@ std::string Metrics::Render(const GaugeSnapshot& g) const {
   }
   Header(&out, "dgpu_gpu_utilization_ratio", "gauge", "GPU utilization reported by agents (0..1).");
   for (const auto& [id, v] : gpu_utilization_) {
-    out += "dgpu_gpu_utilization_ratio{gpu_id=\"" + Escape(id) + "\",model=\"" +
-           Escape(v.first) + "\"} " + Num(v.second) + "\n";
+    out += "dgpu_gpu_utilization_ratio{gpu_id=\"" + Escape(id) + "\",model=\"" + Escape(v.first) +
+           "\"} " + Num(v.second) + "\n";
   }
   return out;
 }

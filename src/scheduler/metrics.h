@@ -1,8 +1,8 @@
 // Prometheus metrics of the scheduler (text exposition format 0.0.4), prefixed dgpu_.
 //
 // Task counters and histograms are updated from the core's events (EventRecorder) and HTTP
-// counters by the REST server, with atomics; gauges are read from the core on the owner thread when /metrics is scraped
-// (GaugeSnapshot). Thread-safe.
+// counters by the REST server, with atomics; gauges are read from the core on the owner thread when
+// /metrics is scraped (GaugeSnapshot). Thread-safe.
 #pragma once
 
 #include <array>
@@ -66,8 +66,8 @@ class Metrics {
   Histogram pass_duration_;
   Histogram start_latency_;
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, int>, uint64_t> http_;                       // GUARDED_BY(mu_)
-  std::map<std::string, std::pair<std::string, double>> gpu_utilization_;      // GUARDED_BY(mu_)
+  std::map<std::pair<std::string, int>, uint64_t> http_;                   // GUARDED_BY(mu_)
+  std::map<std::string, std::pair<std::string, double>> gpu_utilization_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace dgpu::scheduler

@@ -20,7 +20,7 @@ namespace {
 using dgpu::v1::SyncRequest;
 using dgpu::v1::SyncResponse;
 
-constexpr size_t kSnapshotChunk = 2000;     // Tasks per snapshot message.
+constexpr size_t kSnapshotChunk = 2000;        // Tasks per snapshot message.
 constexpr size_t kMaxQueuedMessages = 200000;  // A standby this far behind is resynced.
 constexpr char kLeaseFile[] = "dgpu-leader.lease";
 
@@ -120,7 +120,7 @@ StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
     }
   }
   core->SetNextTaskNumber(state->next_task_number);
-  core->TakeChanges();  // Restoring changes nothing on disk.
+  core->TakeChanges();                  // Restoring changes nothing on disk.
   if (meta != nullptr) *meta = *state;  // The meta values read with the tasks.
   return core;
 }
@@ -238,9 +238,9 @@ HaController::HaController(HaOptions options, const common::SchedulerConfig& cfg
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
                 static_cast<int>(opt_.replication.heartbeat_interval.count()));
     args.SetMaxReceiveMessageSize(64 << 20);
-    peer_channel_ = grpc::CreateCustomChannel(
-        common::ToConnectAddress(opt_.replication.peer_address),
-        grpc::InsecureChannelCredentials(), args);
+    peer_channel_ =
+        grpc::CreateCustomChannel(common::ToConnectAddress(opt_.replication.peer_address),
+                                  grpc::InsecureChannelCredentials(), args);
     peer_ = dgpu::v1::ReplicationService::NewStub(peer_channel_);
   }
 }
@@ -441,9 +441,15 @@ void HaController::Publish(uint64_t seq, const std::vector<core::Change>& change
   for (const auto& c : changes) {
     auto* r = b->add_changes();
     switch (c.kind) {
-      case core::Change::Kind::kTaskUpsert: TaskToRecord(c.task, r->mutable_task()); break;
-      case core::Change::Kind::kQuotaPercent: r->set_online_percent(c.online_percent); break;
-      case core::Change::Kind::kNextTaskNumber: r->set_next_task_number(c.next_number); break;
+      case core::Change::Kind::kTaskUpsert:
+        TaskToRecord(c.task, r->mutable_task());
+        break;
+      case core::Change::Kind::kQuotaPercent:
+        r->set_online_percent(c.online_percent);
+        break;
+      case core::Change::Kind::kNextTaskNumber:
+        r->set_next_task_number(c.next_number);
+        break;
     }
   }
   if (attaching_.stream != nullptr) {
@@ -548,8 +554,8 @@ bool HaController::RenewLease(int64_t now_wall) {
     auto j = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
     if (j.is_object() && j.value("id", "") != opt_.id &&
         j.value("epoch", uint64_t{0}) > leader_->epoch()) {
-      StepDown(j.value("epoch", uint64_t{0}), "the lease is held by " + j.value("id", "") +
-                                                  " with a higher epoch");
+      StepDown(j.value("epoch", uint64_t{0}),
+               "the lease is held by " + j.value("id", "") + " with a higher epoch");
       leader_->set_lease_until(0);
       return false;
     }

@@ -59,7 +59,7 @@ struct HaOptions {
   std::string id;            // This scheduler's name.
   std::string http_address;  // Where clients reach this scheduler's REST API.
   common::ReplicationConfig replication;
-  std::string lease_dir;     // storage.shared_storage; empty: no lease arbiter.
+  std::string lease_dir;  // storage.shared_storage; empty: no lease arbiter.
   // ha.election: etcd: leadership is an etcd lease (the peer is still the replication source).
   bool etcd = false;
   std::vector<std::string> etcd_endpoints;
@@ -88,8 +88,7 @@ class HaController final : public ReplicationSink,
   // ReplicationService.
   grpc::ServerBidiReactor<dgpu::v1::SyncRequest, dgpu::v1::SyncResponse>* SyncState(
       grpc::CallbackServerContext* ctx) override;
-  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* ctx,
-                                 const dgpu::v1::PingRequest* req,
+  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* ctx, const dgpu::v1::PingRequest* req,
                                  dgpu::v1::PingResponse* resp) override;
 
   // A higher epoch was seen somewhere: step down (thread-safe, returns at once).
@@ -127,7 +126,7 @@ class HaController final : public ReplicationSink,
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stopping_ = false;                // GUARDED_BY(mu_)
+  bool stopping_ = false;                 // GUARDED_BY(mu_)
   SyncStreamReactor* standby_ = nullptr;  // GUARDED_BY(mu_)
   // The stream whose snapshot is being read, the last seq appended when it was noted, and the
   // batches published since.
@@ -136,18 +135,18 @@ class HaController final : public ReplicationSink,
     uint64_t noted_seq = 0;
     std::vector<dgpu::v1::SyncResponse> batches;
   };
-  Attaching attaching_;                  // GUARDED_BY(mu_)
-  uint64_t acked_seq_ = 0;               // GUARDED_BY(mu_)
-  bool degraded_ = false;                // GUARDED_BY(mu_)
+  Attaching attaching_;     // GUARDED_BY(mu_)
+  uint64_t acked_seq_ = 0;  // GUARDED_BY(mu_)
+  bool degraded_ = false;   // GUARDED_BY(mu_)
   struct Waiter {
     int64_t deadline_mono;
     std::function<void(Status)> cb;
   };
-  std::multimap<uint64_t, Waiter> waiting_;  // GUARDED_BY(mu_)
-  int64_t last_contact_mono_ = 0;           // GUARDED_BY(mu_) last sign of the leader (standby)
-  bool step_down_requested_ = false;        // GUARDED_BY(mu_)
-  uint64_t step_down_epoch_ = 0;            // GUARDED_BY(mu_)
-  std::string step_down_why_;               // GUARDED_BY(mu_)
+  std::multimap<uint64_t, Waiter> waiting_;    // GUARDED_BY(mu_)
+  int64_t last_contact_mono_ = 0;              // GUARDED_BY(mu_) last sign of the leader (standby)
+  bool step_down_requested_ = false;           // GUARDED_BY(mu_)
+  uint64_t step_down_epoch_ = 0;               // GUARDED_BY(mu_)
+  std::string step_down_why_;                  // GUARDED_BY(mu_)
   grpc::ClientContext* follow_ctx_ = nullptr;  // GUARDED_BY(mu_)
 
   std::unique_ptr<EtcdElection> election_;

@@ -1,9 +1,9 @@
 #include "scheduler/rest_server.h"
 
-#include <restinio/all.hpp>
 #include <spdlog/spdlog.h>
 
 #include <charconv>
+#include <restinio/all.hpp>
 
 #include "common/logging.h"
 #include "common/number.h"
@@ -55,17 +55,28 @@ struct RestServer::Impl {
 
   static const char* ReasonPhrase(int status) {
     switch (status) {
-      case 200: return "OK";
-      case 201: return "Created";
-      case 400: return "Bad Request";
-      case 404: return "Not Found";
-      case 405: return "Method Not Allowed";
-      case 409: return "Conflict";
-      case 413: return "Payload Too Large";
-      case 415: return "Unsupported Media Type";
-      case 500: return "Internal Server Error";
-      case 503: return "Service Unavailable";
-      default: return "Unknown";
+      case 200:
+        return "OK";
+      case 201:
+        return "Created";
+      case 400:
+        return "Bad Request";
+      case 404:
+        return "Not Found";
+      case 405:
+        return "Method Not Allowed";
+      case 409:
+        return "Conflict";
+      case 413:
+        return "Payload Too Large";
+      case 415:
+        return "Unsupported Media Type";
+      case 500:
+        return "Internal Server Error";
+      case 503:
+        return "Service Unavailable";
+      default:
+        return "Unknown";
     }
   }
 
@@ -102,8 +113,8 @@ struct RestServer::Impl {
     if (req->body().size() > kMaxBodyBytes) {
       SendError(req, route,
                 {413, "payload_too_large",
-                 "request body is " + std::to_string(req->body().size()) +
-                     " bytes; the limit is " + std::to_string(kMaxBodyBytes)});
+                 "request body is " + std::to_string(req->body().size()) + " bytes; the limit is " +
+                     std::to_string(kMaxBodyBytes)});
       return restinio::request_accepted();
     }
     if (auto e = CheckJsonContentType(Header(req, restinio::http_field::content_type))) {
@@ -131,22 +142,24 @@ struct RestServer::Impl {
                    {"status", "pending"},
                    {"created_at", common::FormatRfc3339(c.now)}};
       core::TaskNumber n = *id;
-      c.OnDurable([this, req, route, n, body = body.dump(-1, ' ', false, json::error_handler_t::replace)](Status s) mutable {
-        if (s.ok()) {
-          Send(req, route, 201, std::move(body));
-          return;
-        }
-        // Not durable: tell the client, and make sure the task does not run.
-        SendError(req, route,
-                  {503, "storage_unavailable",
-                   "the task could not be stored (" + s.message() + "); it was not accepted"});
-        d.loop->Post([n](CoreLoop::Context& cc) {
-          if (Status cancelled = cc.core.Cancel(n, cc.now); !cancelled.ok()) {
-            spdlog::warn("cannot withdraw {}, which could not be stored: {}", core::FormatTaskId(n),
-                         cancelled.message());
-          }
-        });
-      });
+      c.OnDurable(
+          [this, req, route, n,
+           body = body.dump(-1, ' ', false, json::error_handler_t::replace)](Status s) mutable {
+            if (s.ok()) {
+              Send(req, route, 201, std::move(body));
+              return;
+            }
+            // Not durable: tell the client, and make sure the task does not run.
+            SendError(req, route,
+                      {503, "storage_unavailable",
+                       "the task could not be stored (" + s.message() + "); it was not accepted"});
+            d.loop->Post([n](CoreLoop::Context& cc) {
+              if (Status cancelled = cc.core.Cancel(n, cc.now); !cancelled.ok()) {
+                spdlog::warn("cannot withdraw {}, which could not be stored: {}",
+                             core::FormatTaskId(n), cancelled.message());
+              }
+            });
+          });
     });
     return restinio::request_accepted();
   }
@@ -161,7 +174,9 @@ struct RestServer::Impl {
     }
     d.loop->Post([this, req, route, n = *n, id_text](CoreLoop::Context& c) {
       if (const core::Task* t = c.core.FindTask(n)) {
-        Send(req, route, 200, TaskToJson(*t, c.core.ReasonOf(*t)).dump(-1, ' ', false, json::error_handler_t::replace));
+        Send(req, route, 200,
+             TaskToJson(*t, c.core.ReasonOf(*t))
+                 .dump(-1, ' ', false, json::error_handler_t::replace));
         return;
       }
       // Not in memory: finished and durable (a task leaves memory only then), or unknown.
@@ -207,7 +222,8 @@ struct RestServer::Impl {
           if (!status) {
             SendError(req, route,
                       InvalidField("status must be one of pending, running, success, failed, "
-                                   "cancelled; got \"" + v + "\""));
+                                   "cancelled; got \"" +
+                                   v + "\""));
             return restinio::request_accepted();
           }
         } else if (k == "priority") {
@@ -251,7 +267,9 @@ struct RestServer::Impl {
         tasks.push_back(live != nullptr ? TaskToJson(*live, c.core.ReasonOf(*live))
                                         : TaskToJson(t, core::PendingReason::kNone));
       }
-      Send(req, route, 200, json{{"tasks", std::move(tasks)}, {"total", page.total}}.dump(-1, ' ', false, json::error_handler_t::replace));
+      Send(req, route, 200,
+           json{{"tasks", std::move(tasks)}, {"total", page.total}}.dump(
+               -1, ' ', false, json::error_handler_t::replace));
     });
     return restinio::request_accepted();
   }
@@ -306,7 +324,9 @@ struct RestServer::Impl {
       }
       c.OnDurable([this, req, route](Status st) {
         if (st.ok()) {
-          Send(req, route, 200, json{{"message", "Task cancelled"}}.dump(-1, ' ', false, json::error_handler_t::replace));
+          Send(req, route, 200,
+               json{{"message", "Task cancelled"}}.dump(-1, ' ', false,
+                                                        json::error_handler_t::replace));
         } else {
           SendError(req, route, {503, "storage_unavailable", st.message()});
         }
@@ -334,21 +354,24 @@ struct RestServer::Impl {
       json gpus = json::array();
       int idle = 0, busy = 0, offline = 0;
       for (const auto& g : c.core.Gpus()) {
-        (g.status == core::GpuStatus::kIdle ? idle
+        (g.status == core::GpuStatus::kIdle   ? idle
          : g.status == core::GpuStatus::kBusy ? busy
                                               : offline)++;
-        gpus.push_back({{"id", GpuId(g.node_id, g.index)},
-                        {"node_id", g.node_id},
-                        {"index", g.index},
-                        {"model", g.model},
-                        {"memory_mb", g.memory_mb},
-                        {"status", core::ToString(g.status)},
-                        {"current_task", g.current_task == 0
-                                             ? json(nullptr)
-                                             : json(core::FormatTaskId(g.current_task))}});
+        gpus.push_back(
+            {{"id", GpuId(g.node_id, g.index)},
+             {"node_id", g.node_id},
+             {"index", g.index},
+             {"model", g.model},
+             {"memory_mb", g.memory_mb},
+             {"status", core::ToString(g.status)},
+             {"current_task",
+              g.current_task == 0 ? json(nullptr) : json(core::FormatTaskId(g.current_task))}});
       }
-      json body = {{"total", gpus.size()}, {"idle", idle}, {"busy", busy},
-                   {"offline", offline},   {"gpus", std::move(gpus)}};
+      json body = {{"total", gpus.size()},
+                   {"idle", idle},
+                   {"busy", busy},
+                   {"offline", offline},
+                   {"gpus", std::move(gpus)}};
       Send(req, "GET /api/v1/gpus", 200, body.dump(-1, ' ', false, json::error_handler_t::replace));
     });
     return restinio::request_accepted();
@@ -359,7 +382,8 @@ struct RestServer::Impl {
       json body = QuotaToJson(c.core.Quota());
       body["online_percent"] = c.core.online_percent();
       body["batch_percent"] = 1.0 - c.core.online_percent();
-      Send(req, "GET /api/v1/quota", 200, body.dump(-1, ' ', false, json::error_handler_t::replace));
+      Send(req, "GET /api/v1/quota", 200,
+           body.dump(-1, ' ', false, json::error_handler_t::replace));
     });
     return restinio::request_accepted();
   }
@@ -388,7 +412,9 @@ struct RestServer::Impl {
       }
       c.OnDurable([this, req, route](Status st) {
         if (st.ok()) {
-          Send(req, route, 200, json{{"message", "Quota updated"}}.dump(-1, ' ', false, json::error_handler_t::replace));
+          Send(req, route, 200,
+               json{{"message", "Quota updated"}}.dump(-1, ' ', false,
+                                                       json::error_handler_t::replace));
         } else {
           SendError(req, route, {503, "storage_unavailable", st.message()});
         }
@@ -410,7 +436,9 @@ struct RestServer::Impl {
                                                  ? json(nullptr)
                                                  : json(common::FormatRfc3339(n.last_heartbeat))}});
       }
-      Send(req, "GET /api/v1/agents", 200, json{{"agents", std::move(agents)}}.dump(-1, ' ', false, json::error_handler_t::replace));
+      Send(
+          req, "GET /api/v1/agents", 200,
+          json{{"agents", std::move(agents)}}.dump(-1, ' ', false, json::error_handler_t::replace));
     });
     return restinio::request_accepted();
   }
@@ -424,7 +452,8 @@ struct RestServer::Impl {
     if (!detail.empty()) body["detail"] = detail;
     bool ready = d.leader->is_leader() && h.ok();
     body["status"] = ready ? "ready" : "not_ready";
-    Send(req, "GET /readyz", ready ? 200 : 503, body.dump(-1, ' ', false, json::error_handler_t::replace));
+    Send(req, "GET /readyz", ready ? 200 : 503,
+         body.dump(-1, ' ', false, json::error_handler_t::replace));
     return restinio::request_accepted();
   }
 
@@ -447,17 +476,17 @@ struct RestServer::Impl {
       return [this, route](req_t req, params_t) {
         SendError(req, route,
                   ApiError{405, "method_not_allowed",
-                   std::string(req->header().method().c_str()) +
-                       " is not allowed on " + std::string(req->header().path())});
+                           std::string(req->header().method().c_str()) + " is not allowed on " +
+                               std::string(req->header().path())});
         return restinio::request_accepted();
       };
     };
-    using restinio::router::none_of_methods;
-    using restinio::http_method_get;
-    using restinio::http_method_post;
     using restinio::http_method_delete;
-    using restinio::http_method_put;
+    using restinio::http_method_get;
     using restinio::http_method_head;
+    using restinio::http_method_post;
+    using restinio::http_method_put;
+    using restinio::router::none_of_methods;
 
     r->http_post("/api/v1/tasks", [this](req_t q, params_t) { return Submit(q); });
     r->http_get("/api/v1/tasks", [this](req_t q, params_t) { return ListTasks(q); });

@@ -103,7 +103,8 @@ std::string ColumnText(sqlite3_stmt* stmt, int col) {
 Status CheckHeader(const std::string& path, off_t size) {
   static constexpr char kMagic[] = "SQLite format 3";  // Followed by a NUL: 16 bytes.
   if (size == 0) {
-    return DataLoss(path + " is an empty file, not a dgpu database; refusing to use or overwrite it");
+    return DataLoss(path +
+                    " is an empty file, not a dgpu database; refusing to use or overwrite it");
   }
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Unavailable("cannot read " + path + ": " + ErrnoText(errno));
@@ -121,8 +122,9 @@ Status CheckHeader(const std::string& path, off_t size) {
   }
   ::close(fd);
   if (got < header.size() || std::memcmp(header.data(), kMagic, sizeof(kMagic)) != 0) {
-    return DataLoss(path + " is not a SQLite database (bad file header): corrupt or foreign "
-                           "file; refusing to use or overwrite it");
+    return DataLoss(path +
+                    " is not a SQLite database (bad file header): corrupt or foreign "
+                    "file; refusing to use or overwrite it");
   }
   uint32_t app_id = (uint32_t{header[68]} << 24) | (uint32_t{header[69]} << 16) |
                     (uint32_t{header[70]} << 8) | uint32_t{header[71]};
@@ -147,8 +149,8 @@ class SqliteConnection {
     sqlite3* db = nullptr;
     int rc = sqlite3_open_v2(path.c_str(), &db, flags | SQLITE_OPEN_NOMUTEX, nullptr);
     if (rc != SQLITE_OK) {
-      Status s = SqliteStatus(rc, "cannot open " + path,
-                              db != nullptr ? sqlite3_errmsg(db) : nullptr);
+      Status s =
+          SqliteStatus(rc, "cannot open " + path, db != nullptr ? sqlite3_errmsg(db) : nullptr);
       sqlite3_close(db);
       return s;
     }
@@ -434,8 +436,8 @@ Status CreateDatabase(const std::string& path) {
     StatusOr<std::unique_ptr<SqliteConnection>> conn =
         SqliteConnection::Open(tmp, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
     if (!conn.ok()) return conn.status();
-    Status s = (*conn)->Exec("PRAGMA journal_mode = DELETE; PRAGMA synchronous = FULL;",
-                             "configuring");
+    Status s =
+        (*conn)->Exec("PRAGMA journal_mode = DELETE; PRAGMA synchronous = FULL;", "configuring");
     if (s.ok()) {
       s = (*conn)->Exec("BEGIN; PRAGMA application_id = " + std::to_string(kApplicationId) + ";" +
                             LatestSchemaSql() + "COMMIT;",
@@ -672,9 +674,10 @@ StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& dir, bool 
   if (*mode != "wal") {
     return Unavailable("cannot switch " + path + " to WAL mode (journal mode is '" + *mode + "')");
   }
-  if (Status s = (*writer)->Exec(std::string(fsync ? "PRAGMA synchronous = FULL;" : "PRAGMA synchronous = NORMAL;") + " PRAGMA journal_size_limit = " +
-                                     std::to_string(kJournalSizeLimitBytes) + ";",
-                                 "configuring");
+  if (Status s = (*writer)->Exec(
+          std::string(fsync ? "PRAGMA synchronous = FULL;" : "PRAGMA synchronous = NORMAL;") +
+              " PRAGMA journal_size_limit = " + std::to_string(kJournalSizeLimitBytes) + ";",
+          "configuring");
       !s.ok()) {
     return s;
   }
@@ -776,8 +779,8 @@ StatusOr<LoadedState> Database::Load() {
   if (Status s = txn.BeginRead(); !s.ok()) return s;
   LoadedState state;
   if (Status s = ReadMetaRows(conn, &state); !s.ok()) return s;
-  static const std::string kLoadSql = TaskSelect(
-      "WHERE status IN ('pending', 'running') OR stopping = 1 ORDER BY queue_seq, id");
+  static const std::string kLoadSql =
+      TaskSelect("WHERE status IN ('pending', 'running') OR stopping = 1 ORDER BY queue_seq, id");
   StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kLoadSql);
   if (!stmt.ok()) return stmt.status();
   StatementScope scope(*stmt);
@@ -803,11 +806,12 @@ StatusOr<TaskPage> Database::ListTasks(std::optional<core::TaskStatus> status,
   Transaction txn(conn);
   if (Status s = txn.BeginRead(); !s.ok()) return s;
   auto bind_filters = [&](sqlite3_stmt* stmt) {
-    if (status) sqlite3_bind_text(stmt, 1, core::ToString(*status).data(),
-                                  static_cast<int>(core::ToString(*status).size()), SQLITE_STATIC);
-    if (priority) sqlite3_bind_text(stmt, 2, core::ToString(*priority).data(),
-                                    static_cast<int>(core::ToString(*priority).size()),
-                                    SQLITE_STATIC);
+    if (status)
+      sqlite3_bind_text(stmt, 1, core::ToString(*status).data(),
+                        static_cast<int>(core::ToString(*status).size()), SQLITE_STATIC);
+    if (priority)
+      sqlite3_bind_text(stmt, 2, core::ToString(*priority).data(),
+                        static_cast<int>(core::ToString(*priority).size()), SQLITE_STATIC);
   };
   TaskPage page;
   {

@@ -137,8 +137,7 @@ class Database {
   // Calls `fn` for every task (finished ones included), in id order, from one consistent
   // snapshot; when `meta` is not null it receives the meta values of that same snapshot. `fn`
   // runs on the calling thread.
-  Status ForEachTask(const std::function<void(const core::Task&)>& fn,
-                     StoreMeta* meta = nullptr);
+  Status ForEachTask(const std::function<void(const core::Task&)>& fn, StoreMeta* meta = nullptr);
   // A read transaction on a connection of its own (see ReadSnapshot).
   StatusOr<std::unique_ptr<ReadSnapshot>> OpenReadSnapshot();
   // ForEachTask into a vector.

@@ -49,7 +49,7 @@ struct JournalStats {
   uint64_t changes_committed = 0;  // Changes stored by committed transactions.
   uint64_t batches_failed = 0;     // Commit attempts that failed.
   uint64_t last_appended_seq = 0;
-  uint64_t last_durable_seq = 0;   // Every append up to this one is durable.
+  uint64_t last_durable_seq = 0;  // Every append up to this one is durable.
 
   // Appends per committed batch: the group-commit factor.
   double MeanBatchSize() const {
@@ -73,8 +73,9 @@ class Journal {
   // Queues `changes` (possibly none: a barrier) and returns their sequence number. `on_durable`
   // (may be empty) is called exactly once, on the writer thread, after the group holding them
   // committed or failed. Changes that ValidateChanges refuses are not stored and not kept: their
-  // callback alone gets the InvalidArgument, in order, and the journal stays healthy. Owner thread only. After Shutdown the callback is called at once, on
-  // the calling thread, with FailedPrecondition, and 0 is returned.
+  // callback alone gets the InvalidArgument, in order, and the journal stays healthy. Owner thread
+  // only. After Shutdown the callback is called at once, on the calling thread, with
+  // FailedPrecondition, and 0 is returned.
   uint64_t Append(std::vector<core::Change> changes, DurableCallback on_durable);
 
   // Waits until everything appended before the call has been attempted and its callbacks have
@@ -108,17 +109,17 @@ class Journal {
   Database* const db_;
 
   mutable std::mutex mu_;
-  std::condition_variable work_cv_;     // Signals the writer: work, retry or stop.
-  std::condition_variable done_cv_;     // Signals Flush: an attempt finished.
-  std::deque<PendingAppend> queue_;     // GUARDED_BY(mu_)
-  bool stopping_ = false;               // GUARDED_BY(mu_)
-  bool retry_requested_ = false;        // GUARDED_BY(mu_)
-  bool writer_done_ = false;            // GUARDED_BY(mu_) The writer thread has left its loop.
-  bool has_kept_changes_ = false;       // GUARDED_BY(mu_) Mirrors !kept_changes_.empty().
-  uint64_t completed_seq_ = 0;          // GUARDED_BY(mu_) Callbacks up to here have run.
-  uint64_t attempts_ = 0;               // GUARDED_BY(mu_) Commit attempts finished.
-  Status health_;                       // GUARDED_BY(mu_)
-  JournalStats stats_;                  // GUARDED_BY(mu_)
+  std::condition_variable work_cv_;  // Signals the writer: work, retry or stop.
+  std::condition_variable done_cv_;  // Signals Flush: an attempt finished.
+  std::deque<PendingAppend> queue_;  // GUARDED_BY(mu_)
+  bool stopping_ = false;            // GUARDED_BY(mu_)
+  bool retry_requested_ = false;     // GUARDED_BY(mu_)
+  bool writer_done_ = false;         // GUARDED_BY(mu_) The writer thread has left its loop.
+  bool has_kept_changes_ = false;    // GUARDED_BY(mu_) Mirrors !kept_changes_.empty().
+  uint64_t completed_seq_ = 0;       // GUARDED_BY(mu_) Callbacks up to here have run.
+  uint64_t attempts_ = 0;            // GUARDED_BY(mu_) Commit attempts finished.
+  Status health_;                    // GUARDED_BY(mu_)
+  JournalStats stats_;               // GUARDED_BY(mu_)
 
   // Changes of failed commits, in order, committed ahead of anything later. Writer thread only.
   std::vector<core::Change> kept_changes_;

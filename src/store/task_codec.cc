@@ -10,8 +10,7 @@ namespace {
 using nlohmann::json;
 
 Status Malformed(std::string_view field, std::string_view expected) {
-  return DataLoss("stored task field '" + std::string(field) + "' is not " +
-                  std::string(expected));
+  return DataLoss("stored task field '" + std::string(field) + "' is not " + std::string(expected));
 }
 
 // Field readers: each checks the JSON type before converting, so that nothing throws.

@@ -9,12 +9,11 @@
 // replaced by U+FFFD when encoded (text columns of the database keep raw bytes).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "core/types.h"

@@ -1,12 +1,11 @@
 #include "agent/finish_outbox.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "test_util.h"
 
@@ -166,7 +165,7 @@ TEST(FinishOutboxTest, WriteCutShortByACrashIsDropped) {
     EXPECT_TRUE(outbox->load_errors().empty());
     EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{a}));
     EXPECT_EQ(testing::ReadFile(journal), whole);  // The torn tail is cut off...
-    ASSERT_TRUE(outbox->Add(c).ok());             // ...so that later lines stay whole.
+    ASSERT_TRUE(outbox->Add(c).ok());              // ...so that later lines stay whole.
   }
   auto outbox = FinishOutbox::Open(dir.path());
   ASSERT_TRUE(outbox.ok());

@@ -48,15 +48,16 @@ void RunSequence(uint32_t seed, int steps) {
       // The record may be a recycled one: nothing of its previous task shows.
       const Task* t = core.FindTask(*r);
       ASSERT_TRUE(t->allocation.empty() && t->error.empty() && t->attempts == 0 &&
-                  t->exit_code == 0 && t->started_at == 0 && t->finished_at == 0 &&
-                  !t->stopping && t->status == TaskStatus::kPending && t->created_at == now)
+                  t->exit_code == 0 && t->started_at == 0 && t->finished_at == 0 && !t->stopping &&
+                  t->status == TaskStatus::kPending && t->created_at == now)
           << "seed " << seed << " step " << step;
     } else if (op < 45) {
       std::vector<RunningReport> running;
       // Sometimes report a task the core may or may not know on this node.
       if (!ids.empty() && pick(3) == 0) running.push_back({ids[pick(ids.size())], {0}});
       auto gpus = testing::MakeGpus(1 + pick(8), models[pick(2)]);
-      (void)both([&](SchedulerCore& c) { return c.RegisterNode(node, "", gpus, running, {}, now); });
+      (void)both(
+          [&](SchedulerCore& c) { return c.RegisterNode(node, "", gpus, running, {}, now); });
     } else if (op < 50) {
       (void)both([&](SchedulerCore& c) { return c.NodeLost(node, now); });
     } else if (op < 66 && !ids.empty()) {

@@ -12,8 +12,8 @@ TEST(TaskIdTest, FormatsAndParses) {
 }
 
 TEST(TaskIdTest, RejectsMalformed) {
-  for (const char* bad : {"", "task-", "task-0", "task-01", "task-x", "job-1", "task-1a",
-                          "task--1", "task-18446744073709551616", " task-1"}) {
+  for (const char* bad : {"", "task-", "task-0", "task-01", "task-x", "job-1", "task-1a", "task--1",
+                          "task-18446744073709551616", " task-1"}) {
     EXPECT_EQ(ParseTaskId(bad), std::nullopt) << bad;
   }
 }

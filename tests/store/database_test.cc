@@ -1,12 +1,12 @@
 #include "store/database.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <memory>
 #include <optional>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "store_test_util.h"
 
@@ -121,8 +121,8 @@ TEST(DatabaseTest, NextTaskNumberNeverDecreasesAndSurvivesPruning) {
                           1)
                     .ok());
     ASSERT_TRUE(db->Apply({NextNumber(10)}, 2).ok());
-    ASSERT_TRUE(db->Apply({NextNumber(5), Upsert(SimpleTask(4, TaskStatus::kSuccess,
-                                                            Priority::kLow, 4, 100))},
+    ASSERT_TRUE(db->Apply({NextNumber(5),
+                           Upsert(SimpleTask(4, TaskStatus::kSuccess, Priority::kLow, 4, 100))},
                           3)
                     .ok());
     StatusOr<int> pruned = db->PruneFinished(1000, 100);
@@ -149,8 +149,8 @@ class ListTasksTest : public ::testing::Test {
     db_ = OpenOrDie(dir_.path());
     std::vector<core::Change> changes;
     for (core::TaskNumber id = 1; id <= 30; ++id) {
-      changes.push_back(Upsert(SimpleTask(id, kStatuses[id % 5],
-                                          id % 2 ? Priority::kLow : Priority::kHigh)));
+      changes.push_back(
+          Upsert(SimpleTask(id, kStatuses[id % 5], id % 2 ? Priority::kLow : Priority::kHigh)));
     }
     ASSERT_TRUE(db_->Apply(changes, 1).ok());
   }

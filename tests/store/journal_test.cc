@@ -1,11 +1,11 @@
 #include "store/journal.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <future>
 #include <memory>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "store/database.h"
 #include "store_test_util.h"

@@ -1,4 +1,6 @@
 // Storage faults: files that are not ours, read-only storage, a full disk.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 
@@ -7,9 +9,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "store/database.h"
 #include "store/journal.h"
@@ -101,8 +100,8 @@ TEST(StoreFaultTest, ForeignSqliteDatabaseIsRefusedAndLeftUnchanged) {
 TEST(StoreFaultTest, DatabaseWithOurIdButNoMetaIsRefused) {
   TempDir dir;
   const std::string path = dir.Sub("dgpu.db");
-  RunSql(path, "PRAGMA application_id = " + std::to_string(kApplicationId) +
-                   "; CREATE TABLE other (x);");
+  RunSql(path,
+         "PRAGMA application_id = " + std::to_string(kApplicationId) + "; CREATE TABLE other (x);");
   const std::string before = ReadBytes(path);
   EXPECT_THAT(Database::Open(dir.path()), StatusIs(StatusCode::kDataLoss, "no readable meta"));
   EXPECT_EQ(ReadBytes(path), before);
@@ -121,8 +120,8 @@ TEST(StoreFaultTest, ReadOnlyDirectoryIsRefusedAtOpen) {
   std::string why;
   std::optional<TmpfsMount> mount = TmpfsMount::Make(ro, "size=1m", /*read_only=*/true, &why);
   if (!mount) GTEST_SKIP() << why;
-  EXPECT_THAT(Database::Open(ro), StatusIs(StatusCode::kUnavailable,
-                                           "directory " + ro + " is not writable"));
+  EXPECT_THAT(Database::Open(ro),
+              StatusIs(StatusCode::kUnavailable, "directory " + ro + " is not writable"));
   EXPECT_THAT(Database::Open(ro + "/sub"), StatusIs(StatusCode::kUnavailable, "cannot create"));
 }
 

@@ -1,6 +1,8 @@
 // Helpers shared by the store's tests: temporary directories, tmpfs mounts, sample tasks.
 #pragma once
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -14,9 +16,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "base/status.h"
 #include "core/types.h"
@@ -138,9 +137,8 @@ inline core::Task FullTask(core::TaskNumber id) {
 
 // A small task in a given state.
 inline core::Task SimpleTask(core::TaskNumber id, core::TaskStatus status,
-                             core::Priority priority = core::Priority::kLow,
-                             int64_t queue_seq = 0, core::TimeMicros finished_at = 0,
-                             bool stopping = false) {
+                             core::Priority priority = core::Priority::kLow, int64_t queue_seq = 0,
+                             core::TimeMicros finished_at = 0, bool stopping = false) {
   core::Task t;
   t.id = id;
   t.spec.priority = priority;
