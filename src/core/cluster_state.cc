@@ -136,19 +136,7 @@ void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now, std::string
   for (TaskNumber id : node.HeldTasks()) held.push_back(tasks_.Find(id));
   std::sort(held.begin(), held.end(),
             [](const Task* a, const Task* b) { return a->queue_seq > b->queue_seq; });
-  for (Task* t : held) {
-    if (t->stopping && t->status == TaskStatus::kRunning) {
-      const StopReason reason = t->stop_reason;
-      ReleaseGpus(*t);
-      EndStop(*t, reason, now, node.id);
-    } else if (t->stopping) {
-      EmitEvent(Event::Kind::kTaskStopped, *t, now, node.id, "agent_lost");
-      ReleaseGpus(*t);
-      Emit(*t);
-    } else {
-      RequeueOrFail(*t, now, "agent_lost");
-    }
-  }
+  for (Task* t : held) LoseHeld(*t, now, node.id);
 }
 
 QuotaView SchedulerCore::Quota() const {

@@ -149,23 +149,8 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     if (reported.count(id) != 0) continue;
     Task& t = *tasks_.Find(id);
     if (!(t.status == TaskStatus::kRunning || t.stopping)) continue;
-    // Its GPU claims were reset above; ReleaseGpus must only fix the quota use.
-    if (t.stopping && t.status == TaskStatus::kRunning) {
-      // Stopped for a reason that requeues or fails it: its end is as if confirmed.
-      const StopReason reason = t.stop_reason;
-      quota_tree_.Charge(QuotaLeaf(t), -t.spec.gpu_count);
-      t.stopping = false;
-      t.stop_reason = StopReason::kNone;
-      EndStop(t, reason, now, node_id);
-    } else if (t.stopping) {
-      EmitEvent(Event::Kind::kTaskStopped, t, now, node_id, "agent_lost");
-      quota_tree_.Charge(QuotaLeaf(t), -t.spec.gpu_count);
-      t.stopping = false;
-      t.stop_reason = StopReason::kNone;
-      Emit(t);
-    } else {
-      RequeueOrFail(t, now, "agent_lost");
-    }
+    // Its GPU claims were reset above; releasing its GPUs only fixes the quota use.
+    LoseHeld(t, now, node_id);
   }
 
   // 5. Back in the pool.

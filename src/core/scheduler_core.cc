@@ -50,8 +50,26 @@ Event& SchedulerCore::EmitNodeEvent(Event::Kind kind, const std::string& node_id
   return e;
 }
 
+void SchedulerCore::LoseHeld(Task& t, TimeMicros now, const std::string& node) {
+  if (!t.stopping) {
+    RequeueOrFail(t, now, "agent_lost");
+    return;
+  }
+  const StopReason reason = t.stop_reason;
+  const bool ends_stop = t.status == TaskStatus::kRunning;
+  if (!ends_stop) EmitEvent(Event::Kind::kTaskStopped, t, now, node, "agent_lost");
+  ReleaseGpus(t);
+  if (ends_stop) {
+    EndStop(t, reason, now, node);
+  } else {
+    Emit(t);
+  }
+}
+
 void SchedulerCore::RequeueOrFail(Task& t, TimeMicros now, std::string_view error) {
-  std::string node = t.allocation.empty() ? std::string() : t.allocation[0].node_id;
+  // Only the events need the node's name.
+  std::string node =
+      config_.record_events && !t.allocation.empty() ? t.allocation[0].node_id : std::string();
   ReleaseGpus(t);
   running_count_[PrioIndex(t.spec.priority)]--;
   if (t.attempts >= config_.max_attempts) {

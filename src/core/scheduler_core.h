@@ -246,6 +246,9 @@ class SchedulerCore {
   // A running task stopped for `reason` has ended (its GPUs already released): back to its queue
   // or failed, as the reason says (see StopTask).
   void EndStop(Task& t, StopReason reason, TimeMicros now, std::string_view node);
+  // t held GPUs on `node`, which is gone or came back without it: a stop ends as if confirmed,
+  // a cancelled task's GPUs are free, a running one is requeued or fails (agent_lost).
+  void LoseHeld(Task& t, TimeMicros now, const std::string& node);
   void RecomputeQuota();
   // `why` goes into the node_lost event ("heartbeat_timeout", "lost").
   void TakeNodeOffline(NodeState& node, TimeMicros now, std::string_view why);

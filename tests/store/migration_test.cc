@@ -20,6 +20,7 @@ using core::TaskStatus;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::ReadBytes;
+using testing::RunSql;
 using testing::StatusIs;
 using testing::TempDir;
 
@@ -78,17 +79,6 @@ INSERT INTO tasks VALUES
   (4, 'done', 'high', 1, '', 'true', '[]', 0, '', 'success', 4,
    '[{"node_id":"node-a","gpu_indices":[1]}]', 1, 0, '', 4000, 4100, 4200, 0);
 )sql";
-
-// Runs SQL on a file through SQLite directly, as another program would.
-void RunSql(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  char* error = nullptr;
-  int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
-  EXPECT_EQ(rc, SQLITE_OK) << (error != nullptr ? error : "");
-  sqlite3_free(error);
-  sqlite3_close(db);
-}
 
 // The rows of a query as "a|b|c" lines, as the sqlite3 shell prints them.
 std::vector<std::string> Rows(const std::string& path, const std::string& sql) {

@@ -21,22 +21,12 @@ using core::TaskStatus;
 using testing::Ids;
 using testing::IsRoot;
 using testing::ReadBytes;
+using testing::RunSql;
 using testing::SimpleTask;
 using testing::StatusIs;
 using testing::TempDir;
 using testing::TmpfsMount;
 using testing::Upsert;
-
-// Runs SQL on a database file through SQLite directly, as another program would.
-void RunSql(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  char* error = nullptr;
-  int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
-  EXPECT_EQ(rc, SQLITE_OK) << (error != nullptr ? error : "");
-  sqlite3_free(error);
-  sqlite3_close(db);
-}
 
 // Creates a dgpu database in `dir` holding `count` tasks, and closes it.
 void MakeDatabase(const std::string& dir, int count) {
