@@ -17,7 +17,7 @@ namespace {
 
 std::vector<GpuInfo> Gpus8() {
   std::vector<GpuInfo> g;
-  for (int i = 0; i < 8; ++i) g.push_back({i, "A100", 81920, ""});
+  for (int i = 0; i < 8; ++i) g.push_back({i, "A100", 81920, "", true, ""});
   return g;
 }
 

@@ -78,6 +78,22 @@ void SchedulerCore::RecomputeQuota() {
                         {total_online_gpus_ - online, 0, QuotaTree::kNoCap});
 }
 
+void SchedulerCore::IndexInsert(NodeState& node) {
+  if (node.in_index || !node.Placeable()) return;
+  for (const auto& s : node.slices) {
+    if (s.capacity > 0) index_.Insert(s.model, node.Entry(), s.free, s.capacity);
+  }
+  node.in_index = true;
+}
+
+void SchedulerCore::IndexErase(NodeState& node) {
+  if (!node.in_index) return;
+  for (const auto& s : node.slices) {
+    if (s.capacity > 0) index_.Erase(s.model, node.Entry(), s.free, s.capacity);
+  }
+  node.in_index = false;
+}
+
 void SchedulerCore::ReleaseGpus(Task& t) {
   pass_needed_ = true;
   const uint32_t slot = static_cast<TaskRecord&>(t).node_slot;
@@ -103,11 +119,12 @@ void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id) {
   for (size_t pos = 0; pos < node.gpu_task.size(); ++pos) {
     if (node.gpu_task[pos] != id) continue;
     node.gpu_task[pos] = 0;
+    if (!node.Usable(pos)) continue;  // An unhealthy GPU is not free when its task ends.
     slice = node.Slice(node.gpu_model[pos]);
     slice->free++;
     freed++;
   }
-  if (slice != nullptr && node.online) {
+  if (slice != nullptr && node.in_index) {
     index_.Move(slice->model, node.Entry(), slice->free - freed, slice->free);
     // Shapes of this model asking for more than the node had free, and at most what it has now,
     // may have room again.
@@ -122,13 +139,11 @@ void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now, std::string
   pass_needed_ = true;
   structure_seq_ = ++change_seq_;  // Fewer nodes can change why a task waits.
   if (node.online) {
-    for (const auto& s : node.slices) index_.Erase(s.model, node.Entry(), s.free, s.capacity);
-    total_online_gpus_ -= static_cast<int>(node.gpus.size());
+    IndexErase(node);
+    total_online_gpus_ -= node.HealthyGpus();
     node.online = false;
     RecomputeQuota();
-    for (auto& q : queues_) {
-      if (q->reserved_slot == static_cast<int>(node.slot)) SetReservation(*q, -1);
-    }
+    DropReservationsOn(node.slot);
     if (config_.record_events) EmitNodeEvent(Event::Kind::kNodeLost, node.id, now).detail = why;
   }
   // Put back in their original relative order: the task that ran first ends up first.
@@ -137,6 +152,73 @@ void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now, std::string
   std::sort(held.begin(), held.end(),
             [](const Task* a, const Task* b) { return a->queue_seq > b->queue_seq; });
   for (Task* t : held) LoseHeld(*t, now, node.id);
+}
+
+Status SchedulerCore::SetNodeMode(const std::string& node_id, NodeMode mode, TimeMicros now) {
+  NodeState* node = FindNodeState(node_id);
+  if (node == nullptr) return NotFound("node " + node_id + " is not registered");
+  if (node->mode == mode) return OkStatus();
+  pass_needed_ = true;
+  structure_seq_ = ++change_seq_;  // Fewer (or more) nodes can change why a task waits.
+  IndexErase(*node);
+  node->mode = mode;
+  IndexInsert(*node);
+  if (mode != NodeMode::kSchedulable) DropReservationsOn(node->slot);
+  if (config_.record_events) {
+    EmitNodeEvent(Event::Kind::kNodeStateChanged, node_id, now).detail =
+        std::string(ToString(mode));
+  }
+  return OkStatus();
+}
+
+void SchedulerCore::SetUsable(NodeState& node, size_t pos, bool healthy) {
+  NodeState::ModelSlice& slice = *node.Slice(node.gpu_model[pos]);
+  const int delta = healthy ? 1 : -1;
+  slice.capacity += delta;
+  if (node.gpu_task[pos] == 0) slice.free += delta;
+  if (node.online) total_online_gpus_ += delta;
+  node.gpus[pos].healthy = healthy;
+  node.any_unhealthy =
+      std::any_of(node.gpus.begin(), node.gpus.end(), [](const GpuInfo& g) { return !g.healthy; });
+}
+
+Status SchedulerCore::SetGpuHealth(const std::string& node_id, int gpu_index, bool healthy,
+                                   const std::string& reason, TimeMicros now) {
+  NodeState* node = FindNodeState(node_id);
+  if (node == nullptr) return NotFound("node " + node_id + " is not registered");
+  const int pos = node->Position(gpu_index);
+  if (pos < 0) {
+    return NotFound("node " + node_id + " has no GPU " + std::to_string(gpu_index));
+  }
+  GpuInfo& gpu = node->gpus[static_cast<size_t>(pos)];
+  gpu.health_reason = healthy ? std::string() : reason;
+  if (gpu.healthy == healthy) return OkStatus();
+  pass_needed_ = true;
+  structure_seq_ = ++change_seq_;
+  IndexErase(*node);
+  SetUsable(*node, static_cast<size_t>(pos), healthy);
+  IndexInsert(*node);
+  RecomputeQuota();
+  if (config_.record_events) {
+    EmitNodeEvent(Event::Kind::kNodeStateChanged, node_id, now).detail =
+        "gpu " + std::to_string(gpu_index) + (healthy ? " healthy" : " unhealthy: " + reason);
+  }
+  const TaskNumber holder = node->gpu_task[static_cast<size_t>(pos)];
+  const Task* t = holder == 0 ? nullptr : tasks_.Find(holder);
+  if (!healthy && t != nullptr && t->status == TaskStatus::kRunning && !t->stopping) {
+    return StopTask(holder, StopReason::kGpuFailure, -1, now);
+  }
+  return OkStatus();
+}
+
+Status SchedulerCore::SetNodeLabels(const std::string& node_id, Labels labels) {
+  NodeState* node = FindNodeState(node_id);
+  if (node == nullptr) return NotFound("node " + node_id + " is not registered");
+  if (node->labels == labels) return OkStatus();
+  node->labels = std::move(labels);
+  pass_needed_ = true;
+  structure_seq_ = ++change_seq_;  // Filters may answer differently.
+  return OkStatus();
 }
 
 QuotaView SchedulerCore::Quota() const {
@@ -163,8 +245,11 @@ std::vector<GpuView> SchedulerCore::Gpus() const {
       g.model = n->gpus[i].model;
       g.memory_mb = n->gpus[i].memory_mb;
       g.current_task = n->gpu_task[i];
-      g.status = !n->online ? GpuStatus::kOffline
-                            : (n->gpu_task[i] != 0 ? GpuStatus::kBusy : GpuStatus::kIdle);
+      g.health_reason = n->gpus[i].health_reason;
+      g.status = !n->online            ? GpuStatus::kOffline
+                 : !n->gpus[i].healthy ? GpuStatus::kUnhealthy
+                 : n->gpu_task[i] != 0 ? GpuStatus::kBusy
+                                       : GpuStatus::kIdle;
       out.push_back(std::move(g));
     }
   }
@@ -192,6 +277,8 @@ std::optional<NodeView> SchedulerCore::FindNode(const std::string& node_id) cons
   v.gpu_count = static_cast<int>(n->gpus.size());
   v.free_gpus = n->FreeGpus();
   v.last_heartbeat = n->last_heartbeat;
+  v.mode = n->mode;
+  v.labels = n->labels;
   return v;
 }
 

@@ -182,7 +182,6 @@ struct SchedulerCore::PriorityQueue {
   TaskNumber oldest = 0;
   int bypassed = 0;
   bool holding = false;
-  int reserved_slot = -1;  // Node kept for the held task; the other priority may not use it.
 
   bool empty() const { return active.empty(); }
 
@@ -251,14 +250,21 @@ struct alignas(64) SchedulerCore::NodeState {
   bool online = false;
   bool indices_are_positions = true;  // gpus[i].index == i for every i.
   bool any_unclaimed = false;         // !unclaimed.empty(), without reading it.
-  uint64_t rank = 0;                  // Follows id order; see AddNodeState.
+  bool any_unhealthy = false;         // Some gpus[i].healthy is false, without reading them.
+  // In the placement index: online and schedulable (see Placeable). Only such nodes get tasks.
+  bool in_index = false;
+  NodeMode mode = NodeMode::kSchedulable;
+  uint64_t rank = 0;  // Follows id order; see AddNodeState.
   std::string id;
   absl::InlinedVector<ModelSlice, 1> slices;    // Per model present on the node.
   absl::InlinedVector<TaskNumber, 8> gpu_task;  // Task holding each GPU position; 0 = free.
   absl::InlinedVector<int, 8> gpu_model;        // Model id per GPU position.
   std::string address;
   TimeMicros last_heartbeat = 0;
+  // Sorted by index. Slices count only healthy GPUs: an unhealthy one is neither capacity nor
+  // free, and does not count in the quota totals (HealthyGpus).
   std::vector<GpuInfo> gpus;
+  Labels labels;
   // Restored running tasks waiting for this node to register again: they hold no GPU position
   // yet. Every other task held here (running or stopping) holds positions in gpu_task.
   std::vector<TaskNumber> unclaimed;
@@ -304,6 +310,14 @@ struct alignas(64) SchedulerCore::NodeState {
       if (gpus[i].index == gpu_index) return static_cast<int>(i);
     }
     return -1;
+  }
+  bool Placeable() const { return online && mode == NodeMode::kSchedulable; }
+  // Whether the GPU at position pos may be given to a task (whatever it holds now).
+  bool Usable(size_t pos) const { return !any_unhealthy || gpus[pos].healthy; }
+  int HealthyGpus() const {
+    int n = 0;
+    for (const auto& s : slices) n += s.capacity;
+    return n;
   }
   ModelSlice* Slice(int model) {
     for (auto& s : slices) {

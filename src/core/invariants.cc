@@ -77,7 +77,7 @@ Status SchedulerCore::CheckInvariants() const {
     for (size_t i = 0; i < n->gpus.size(); ++i) {
       TaskNumber tid = n->gpu_task[i];
       if (tid == 0) {
-        free++;
+        if (n->gpus[i].healthy) free++;
         continue;
       }
       const Task* found = tasks_.Find(tid);
@@ -89,7 +89,16 @@ Status SchedulerCore::CheckInvariants() const {
       busy_tasks++;
     }
     if (free != n->FreeGpus()) return Internal("free count out of step on node " + n->id);
-    if (n->online) total += static_cast<int>(n->gpus.size());
+    const bool any_unhealthy =
+        std::any_of(n->gpus.begin(), n->gpus.end(), [](const GpuInfo& g) { return !g.healthy; });
+    if (any_unhealthy != n->any_unhealthy) {
+      return Internal("unhealthy flag out of step on node " + n->id);
+    }
+    if (n->in_index != n->Placeable()) {
+      return Internal("node " + n->id + " is " + (n->in_index ? "" : "not ") +
+                      "in the placement index but " + (n->Placeable() ? "" : "not ") + "placeable");
+    }
+    if (n->online) total += n->HealthyGpus();
   }
   int allocated = 0;
   for (const auto& [id, tp] : all_tasks) {
@@ -112,6 +121,23 @@ Status SchedulerCore::CheckInvariants() const {
   }
   if (held != quota_tree_.node(QuotaTree::kRoot).used) {
     return Internal("cluster quota use out of step with its classes");
+  }
+  for (const Reservation& r : reservations_) {
+    const TaskRecord* t = tasks_.Find(r.task);
+    if (t == nullptr || t->status != TaskStatus::kPending || r.slots.empty()) {
+      return Internal("a reservation is kept for " + FormatTaskId(r.task) +
+                      ", which does not wait");
+    }
+    if (queues_[PrioIndex(r.priority)]->oldest != r.task) {
+      return Internal("a reservation is kept for " + FormatTaskId(r.task) +
+                      ", which is not its queue's oldest task");
+    }
+    for (uint32_t slot : r.slots) {
+      if (slot >= nodes_.size() || !nodes_[slot]->Placeable()) {
+        return Internal("a reservation for " + FormatTaskId(r.task) +
+                        " keeps a node that takes no tasks");
+      }
+    }
   }
   for (const auto& q : queues_) {
     size_t active = 0;

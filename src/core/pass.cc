@@ -1,4 +1,19 @@
-// The scheduling pass: which queued tasks may start now, where, and starting them.
+// The scheduling pass, as a pipeline of stages (see "How to add a policy" in
+// docs/architecture.md):
+//
+//   queue order   classes in priority order; inside one, shape heads merged by queue position
+//                 (SchedulePriority), with the starvation guard deciding who goes first
+//   admission     the quota tree: the class (later the team) stays within what it may hold
+//                 (Admit)
+//   filter+score  nodes that can take the task (GPU model, node state, GPU health, the
+//                 config's filters) and the best fit among them (FindNode); the placement index
+//                 answers both for the default rules without looking at every node
+//   reserve       the starving head's reservation: nodes kept for it, skipped by the others
+//                 (HoldForOldest)
+//   permit        every placement of the task is possible (all-or-nothing), then the start
+//                 (StartTask)
+//   post-filter   a head that cannot start is handed to the config's post-filter (preemption
+//                 chooses victims there) (PostFilter)
 #include "core/core_internal.h"
 
 namespace dgpu::core {
@@ -31,6 +46,7 @@ void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now)
   t.allocation.resize(1);
   NodeAllocation& na = t.allocation[0];
   na.gpu_indices.clear();
+  na.ended = false;
   // At least a typical node's worth, so that the buffer fits the next task in this slot too.
   na.gpu_indices.reserve(std::max(count, 8));
   Decision& d = decisions_.emplace_back();
@@ -46,7 +62,7 @@ void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now)
   na.node_id = node.id;
   const size_t positions = node.gpu_task.size();
   for (size_t pos = 0; pos < positions && std::ssize(na.gpu_indices) < count; ++pos) {
-    if (node.gpu_task[pos] == 0 && node.gpu_model[pos] == model) {
+    if (node.gpu_task[pos] == 0 && node.gpu_model[pos] == model && node.Usable(pos)) {
       node.gpu_task[pos] = t.id;
       na.gpu_indices.push_back(node.indices_are_positions ? static_cast<int>(pos)
                                                           : node.gpus[pos].index);
@@ -55,7 +71,7 @@ void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now)
   auto* slice = node.Slice(model);
   const int old_free = slice->free;
   slice->free -= count;
-  if (node.online) index_.Move(model, node.Entry(), old_free, slice->free);
+  if (node.in_index) index_.Move(model, node.Entry(), old_free, slice->free);
   d.node_id = node.id;
   d.gpu_indices.assign(na.gpu_indices.begin(), na.gpu_indices.end());
   Emit(t);
@@ -99,39 +115,124 @@ void SchedulerCore::Schedule(TimeMicros now) {
   }
   pass_needed_ = false;
   in_pass_ = true;
+  // Queue order, first level: classes in priority order.
   for (int p = 0; p < kPriorityCount; ++p) SchedulePriority(p, now);
   in_pass_ = false;
 }
 
+// --- Admission --------------------------------------------------------------------------------
+
+bool SchedulerCore::Admit(int prio, const Shape& shape) const {
+  // Every task of a shape belongs to the shape's class: the class node decides for all of them.
+  return quota_tree_.Admits(class_node_[prio], shape.gpu_count);
+}
+
+// --- Filter and score -------------------------------------------------------------------------
+
+std::optional<PlacementIndex::Fit> SchedulerCore::FindNode(
+    const Shape& shape, const Task& t, const std::vector<int>& models,
+    const std::vector<uint32_t>& excluded) const {
+  // Model, node state and GPU health are filters the index applies by holding only placeable
+  // nodes, and only their usable GPUs; best fit is its order.
+  if (config_.policies.filters.empty()) {
+    return index_.FindBestFit(models, shape.gpu_count, excluded);
+  }
+  return index_.FindBestFitWhere(models, shape.gpu_count, excluded, [&](uint32_t slot) {
+    const NodeState& n = *nodes_[slot];
+    const NodeFacts facts{n.id, n.labels};
+    for (const auto& f : config_.policies.filters) {
+      if (!f->Feasible(t, facts)) return false;
+    }
+    return true;
+  });
+}
+
+// --- Permit and start -------------------------------------------------------------------------
+
+PendingReason SchedulerCore::TryStart(int prio, Shape& shape, const std::vector<uint32_t>& excluded,
+                                      TimeMicros now) {
+  stats_.shape_checks++;
+  Task& t = shape.tasks.front_task();
+  const auto& models = ShapeModels(shape);
+  if (!Admit(prio, shape)) return PostFilter(t, Diagnose(t, models), now);
+  // Within quota, so Diagnose would answer from the nodes alone, which have not changed.
+  if (StillNoRoom(shape, models, excluded)) return shape.no_room_reason;
+  auto fit = FindNode(shape, t, models, excluded);
+  if (!fit) {
+    PendingReason r = Diagnose(t, models);
+    shape.RememberNoRoom(change_seq_, excluded, r);
+    return PostFilter(t, r, now);
+  }
+  // Permit: a single-node task needs one node, which the fit is.
+  StartTask(t, fit->slot, fit->model, now);
+  return PendingReason::kNone;
+}
+
+// --- Post-filter ------------------------------------------------------------------------------
+
+PendingReason SchedulerCore::PostFilter(const Task& t, PendingReason why, TimeMicros now) {
+  PostFilterHook* hook = config_.policies.post_filter.get();
+  if (hook == nullptr || !IsTransient(why)) return why;
+  for (const Victim& v : hook->Victims(*this, t, why)) {
+    const Task* victim = tasks_.Find(v.task);
+    // Only running tasks not already being stopped: anything else is no victim (and the hook
+    // gets no error back; it sees the tasks' states itself).
+    if (victim == nullptr || victim->status != TaskStatus::kRunning || victim->stopping) continue;
+    (void)StopTask(v.task, StopReason::kPreempt, v.grace_seconds, now);
+  }
+  return why;
+}
+
+// --- Reserve: the starvation guard --------------------------------------------------------------
+
+bool SchedulerCore::ReservedForOther(uint32_t slot, TaskNumber task) const {
+  for (const Reservation& r : reservations_) {
+    if (r.task == task) continue;
+    if (std::find(r.slots.begin(), r.slots.end(), slot) != r.slots.end()) return true;
+  }
+  return false;
+}
+
+bool SchedulerCore::HoldForOldest(int prio, Shape& head_shape, PendingReason reason,
+                                  std::vector<uint32_t>& excluded) {
+  PriorityQueue& q = *queues_[prio];
+  q.holding = true;
+  head_shape.reason = reason;
+  const Reservation* own = ReservationOf(q.oldest);
+  if (reason == PendingReason::kNoNodeFits && own == nullptr) {
+    Task& t = *tasks_.Find(q.oldest);
+    // Not a node kept for another task: neither could use it.
+    auto fit = index_.FindMostFree(
+        ModelsFor(head_shape.model), t.spec.gpu_count, [&](uint32_t slot, int model) {
+          return ReservedForOther(slot, t.id) ? 0 : nodes_[slot]->Slice(model)->capacity;
+        });
+    if (fit) own = &Reserve(static_cast<Priority>(prio), t.id, fit->slot);
+  }
+  if (reason != PendingReason::kNoNodeFits || own == nullptr) {
+    for (Shape* s : q.active) {
+      if (s != &head_shape) s->reason = PendingReason::kQueued;
+    }
+    return true;
+  }
+  excluded.insert(excluded.end(), own->slots.begin(), own->slots.end());
+  return false;
+}
+
+// --- Queue order inside a class ---------------------------------------------------------------
+
 void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
   PriorityQueue& q = *queues_[prio];
   if (q.empty()) return;
-  const int other = 1 - prio;
+  // Nodes kept for tasks of other classes.
   std::vector<uint32_t>& excluded = q.excluded;
   excluded.clear();
-  if (queues_[other]->reserved_slot >= 0) {
-    excluded.push_back(static_cast<uint32_t>(queues_[other]->reserved_slot));
+  for (const Reservation& r : reservations_) {
+    if (r.priority != static_cast<Priority>(prio)) {
+      excluded.insert(excluded.end(), r.slots.begin(), r.slots.end());
+    }
   }
 
-  // Tries to start the head of a shape. Returns kNone when it started.
-  auto try_start = [&](Shape& shape) -> PendingReason {
-    stats_.shape_checks++;
-    Task& t = shape.tasks.front_task();
-    const auto& models = ShapeModels(shape);
-    if (!quota_tree_.Admits(class_node_[prio], shape.gpu_count)) return Diagnose(t, models);
-    // Within quota, so Diagnose would answer from the nodes alone, which have not changed.
-    if (StillNoRoom(shape, models, excluded)) return shape.no_room_reason;
-    auto fit = index_.FindBestFit(models, shape.gpu_count, excluded);
-    if (!fit) {
-      PendingReason r = Diagnose(t, models);
-      shape.RememberNoRoom(change_seq_, excluded, r);
-      return r;
-    }
-    StartTask(t, fit->slot, fit->model, now);
-    return PendingReason::kNone;
-  };
-
-  // The oldest pending task of this priority.
+  // The oldest pending task of this class.
   Shape* oldest_shape = nullptr;
   for (Shape* s : q.active) {
     if (oldest_shape == nullptr || s->tasks.front() < oldest_shape->tasks.front()) {
@@ -139,54 +240,23 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     }
   }
   TaskNumber oldest = oldest_shape->tasks.front().second;
-  if (q.oldest != oldest) {
-    q.oldest = oldest;
-    q.bypassed = 0;
-    q.holding = false;
-    SetReservation(q, -1);
-  }
+  if (q.oldest != oldest) ResetGuard(q, oldest);
 
   // The oldest task has been overtaken too often. Blocked by quota: nothing younger of this
-  // priority starts (returns true). Blocked by fragmentation: a node is reserved for it, and
-  // younger tasks may still start on other nodes (backfill; returns false).
-  auto hold = [&](Shape& head_shape, PendingReason reason) -> bool {
-    q.holding = true;
-    head_shape.reason = reason;
-    if (reason == PendingReason::kNoNodeFits && q.reserved_slot < 0) {
-      Task& t = *tasks_.Find(oldest);
-      // Not the node the other priority keeps: neither head could use it.
-      const int other_reserved = queues_[other]->reserved_slot;
-      auto fit = index_.FindMostFree(
-          ModelsFor(head_shape.model), t.spec.gpu_count, [&](uint32_t slot, int model) {
-            return static_cast<int>(slot) == other_reserved ? 0
-                                                            : nodes_[slot]->Slice(model)->capacity;
-          });
-      if (fit) SetReservation(q, static_cast<int>(fit->slot));
-    }
-    if (reason != PendingReason::kNoNodeFits || q.reserved_slot < 0) {
-      for (Shape* s : q.active) {
-        if (s != &head_shape) s->reason = PendingReason::kQueued;
-      }
-      return true;
-    }
-    excluded.push_back(static_cast<uint32_t>(q.reserved_slot));
-    return false;
-  };
-
+  // class starts. Blocked by fragmentation: a node is reserved for it, and younger tasks may
+  // still start on other nodes (backfill).
   Shape* held_shape = nullptr;  // Its head was tried first and waits; skip it below.
   if (q.bypassed >= config_.max_bypass) {
-    PendingReason r = try_start(*oldest_shape);
+    PendingReason r = TryStart(prio, *oldest_shape, excluded, now);
     if (r == PendingReason::kNone) {
       // Started: the queue flows again (Dequeue reset the guard).
     } else if (IsTransient(r)) {
-      if (hold(*oldest_shape, r)) return;
+      if (HoldForOldest(prio, *oldest_shape, r, excluded)) return;
       held_shape = oldest_shape;
     } else {
       // Can never start as things are: it must not hold others, nor keep a node.
       oldest_shape->reason = r;
-      q.bypassed = 0;
-      q.holding = false;
-      SetReservation(q, -1);
+      ResetGuard(q, q.oldest);
     }
     if (q.empty()) return;
   }
@@ -206,7 +276,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     auto [pos, shape] = heads.back();
     heads.pop_back();
     TaskNumber id = pos.second;
-    PendingReason r = try_start(*shape);
+    PendingReason r = TryStart(prio, *shape, excluded, now);
     if (r != PendingReason::kNone) {
       shape->reason = r;
       if (id == q.oldest) {
@@ -218,7 +288,7 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     if (!q.holding && oldest_waiting && IsTransient(oldest_reason) &&
         ++q.bypassed >= config_.max_bypass) {
       Shape* os = tasks_.Find(q.oldest)->shape;
-      if (os != nullptr && hold(*os, oldest_reason)) return;
+      if (os != nullptr && HoldForOldest(prio, *os, oldest_reason, excluded)) return;
     }
     // Shapes stay during a pass, even when starting their head empties them.
     if (!shape->tasks.empty()) {

@@ -94,31 +94,6 @@ void PlacementIndex::Move(int model, Entry e, int old_free, int new_free) {
   mb.by_free[new_free].Set(pos);
 }
 
-std::optional<PlacementIndex::Fit> PlacementIndex::FindBestFit(
-    const std::vector<int>& models, int k, const std::vector<uint32_t>& excluded) const {
-  std::optional<Fit> best;
-  uint32_t best_pos = 0;
-  for (int m : models) {
-    if (m >= static_cast<int>(models_.size())) continue;
-    const auto& buckets = models_[m].by_free;
-    int limit = static_cast<int>(buckets.size());
-    if (best) limit = std::min(limit, best->free + 1);
-    for (int f = std::max(k, 1); f < limit; ++f) {
-      uint32_t p = First(buckets[f], [&](uint32_t pos) {
-        return excluded.empty() ||
-               std::find(excluded.begin(), excluded.end(), slot_of_pos_[pos]) == excluded.end();
-      });
-      if (p == kNone) continue;
-      if (!best || f < best->free || Before(p, best_pos)) {
-        best = Fit{slot_of_pos_[p], m, f};
-        best_pos = p;
-      }
-      break;
-    }
-  }
-  return best;
-}
-
 int PlacementIndex::MaxCapacity(int model) const {
   if (model < 0 || model >= static_cast<int>(models_.size())) return 0;
   const auto& counts = models_[model].capacity_counts;

@@ -16,6 +16,7 @@
 // at most that many extras.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <map>
@@ -43,7 +44,37 @@ class PlacementIndex {
   // Best fit for k GPUs among `models`: fewest free GPUs that still fit, then lowest node id.
   // Nodes whose slot is in `excluded` (reservations, a handful at most) are skipped.
   std::optional<Fit> FindBestFit(const std::vector<int>& models, int k,
-                                 const std::vector<uint32_t>& excluded) const;
+                                 const std::vector<uint32_t>& excluded) const {
+    return FindBestFitWhere(models, k, excluded, [](uint32_t) { return true; });
+  }
+  // The same among the nodes whose slot passes ok(slot), asked in best-fit order.
+  template <typename Ok>
+  std::optional<Fit> FindBestFitWhere(const std::vector<int>& models, int k,
+                                      const std::vector<uint32_t>& excluded, Ok&& ok) const {
+    std::optional<Fit> best;
+    uint32_t best_pos = 0;
+    for (int m : models) {
+      if (m >= static_cast<int>(models_.size())) continue;
+      const auto& buckets = models_[m].by_free;
+      int limit = static_cast<int>(buckets.size());
+      if (best) limit = std::min(limit, best->free + 1);
+      for (int f = std::max(k, 1); f < limit; ++f) {
+        uint32_t p = First(buckets[f], [&](uint32_t pos) {
+          const uint32_t slot = slot_of_pos_[pos];
+          return (excluded.empty() ||
+                  std::find(excluded.begin(), excluded.end(), slot) == excluded.end()) &&
+                 ok(slot);
+        });
+        if (p == kNone) continue;
+        if (!best || f < best->free || Before(p, best_pos)) {
+          best = Fit{slot_of_pos_[p], m, f};
+          best_pos = p;
+        }
+        break;
+      }
+    }
+    return best;
+  }
 
   // The node with the most free GPUs among those of capacity >= k (ties: lowest id), for a
   // reservation. capacity_of(slot, model) tells a node's capacity. O(nodes) in the worst case,

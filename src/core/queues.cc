@@ -26,18 +26,53 @@ void SchedulerCore::Dequeue(Task& t) {
   // Outside a pass, a task leaving its queue (cancelled, adopted, finished elsewhere) can give
   // the next one its turn. Within one, it is a start, which only takes room.
   if (!in_pass_) pass_needed_ = true;
-  if (q.oldest == t.id) {
-    q.oldest = 0;
-    q.bypassed = 0;
-    q.holding = false;
-    SetReservation(q, -1);
-  }
+  if (q.oldest == t.id) ResetGuard(q, 0);
 }
 
-void SchedulerCore::SetReservation(PriorityQueue& q, int slot) {
-  // The other priority sees a different set of nodes: another pass may find more.
-  if (q.reserved_slot != slot) pass_needed_ = true;
-  q.reserved_slot = slot;
+void SchedulerCore::ResetGuard(PriorityQueue& q, TaskNumber oldest) {
+  DropReservation(q.oldest);
+  q.oldest = oldest;
+  q.bypassed = 0;
+  q.holding = false;
+}
+
+const SchedulerCore::Reservation& SchedulerCore::Reserve(Priority p, TaskNumber task,
+                                                         uint32_t slot) {
+  // Other tasks see a different set of nodes: another pass may find more.
+  pass_needed_ = true;
+  for (Reservation& r : reservations_) {
+    if (r.task != task) continue;
+    if (std::find(r.slots.begin(), r.slots.end(), slot) == r.slots.end()) r.slots.push_back(slot);
+    return r;
+  }
+  return reservations_.emplace_back(Reservation{p, task, {slot}});
+}
+
+const SchedulerCore::Reservation* SchedulerCore::ReservationOf(TaskNumber task) const {
+  for (const Reservation& r : reservations_) {
+    if (r.task == task) return &r;
+  }
+  return nullptr;
+}
+
+void SchedulerCore::DropReservation(TaskNumber task) {
+  if (task == 0) return;
+  auto it = std::find_if(reservations_.begin(), reservations_.end(),
+                         [&](const Reservation& r) { return r.task == task; });
+  if (it == reservations_.end()) return;
+  reservations_.erase(it);
+  pass_needed_ = true;
+}
+
+void SchedulerCore::DropReservationsOn(uint32_t slot) {
+  // A reservation is all its nodes or nothing: one that loses a node goes.
+  auto gone = [&](const Reservation& r) {
+    return std::find(r.slots.begin(), r.slots.end(), slot) != r.slots.end();
+  };
+  auto it = std::remove_if(reservations_.begin(), reservations_.end(), gone);
+  if (it == reservations_.end()) return;
+  reservations_.erase(it, reservations_.end());
+  pass_needed_ = true;
 }
 
 PendingReason SchedulerCore::ReasonOf(const Task& t) const {
@@ -53,9 +88,21 @@ PendingReason SchedulerCore::ReasonOf(const Task& t) const {
 }
 
 std::optional<std::string> SchedulerCore::ReservedNode(Priority p) const {
-  int slot = queues_[PrioIndex(p)]->reserved_slot;
-  if (slot < 0) return std::nullopt;
-  return nodes_[slot]->id;
+  for (const Reservation& r : reservations_) {
+    if (r.priority == p && !r.slots.empty()) return nodes_[r.slots.front()]->id;
+  }
+  return std::nullopt;
+}
+
+std::vector<SchedulerCore::ReservationView> SchedulerCore::Reservations() const {
+  std::vector<ReservationView> out;
+  for (const Reservation& r : reservations_) {
+    ReservationView& v = out.emplace_back();
+    v.priority = r.priority;
+    v.task = r.task;
+    for (uint32_t slot : r.slots) v.nodes.push_back(nodes_[slot]->id);
+  }
+  return out;
 }
 
 void SchedulerCore::QueueHeads(std::vector<QueueHead>& out) const {

@@ -53,9 +53,9 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   }
 
   // 2. Take the node out of the pool while its GPUs are rebuilt.
+  IndexErase(*node);
   if (node->online) {
-    for (const auto& s : node->slices) index_.Erase(s.model, node->Entry(), s.free, s.capacity);
-    total_online_gpus_ -= static_cast<int>(node->gpus.size());
+    total_online_gpus_ -= node->HealthyGpus();
     node->online = false;
   }
   std::vector<TaskNumber> held = node->HeldTasks();
@@ -68,6 +68,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   node->slices.clear();
   node->ClearUnclaimed();
   node->indices_are_positions = true;
+  node->any_unhealthy = false;
   for (size_t i = 0; i < node->gpus.size(); ++i) {
     if (node->gpus[i].index != static_cast<int>(i)) node->indices_are_positions = false;
     int m = InternModel(node->gpus[i].model);
@@ -76,6 +77,10 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     if (s == nullptr) {
       node->slices.push_back({m, 0, 0});
       s = &node->slices.back();
+    }
+    if (!node->gpus[i].healthy) {
+      node->any_unhealthy = true;
+      continue;
     }
     s->capacity++;
     s->free++;
@@ -93,7 +98,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     }
     for (int p : pos) {
       node->gpu_task[p] = task;
-      node->Slice(node->gpu_model[p])->free--;
+      if (node->Usable(static_cast<size_t>(p))) node->Slice(node->gpu_model[p])->free--;
     }
     return true;
   };
@@ -153,13 +158,24 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     LoseHeld(t, now, node_id);
   }
 
-  // 5. Back in the pool.
+  // 5. Back in the pool (placement only if schedulable: a node keeps its mode).
   structure_seq_ = ++change_seq_;
   node->online = true;
   node->last_heartbeat = now;
-  for (const auto& s : node->slices) index_.Insert(s.model, node->Entry(), s.free, s.capacity);
-  total_online_gpus_ += static_cast<int>(node->gpus.size());
+  IndexInsert(*node);
+  total_online_gpus_ += node->HealthyGpus();
   RecomputeQuota();
+
+  // 6. Tasks that run on a GPU reported unhealthy are stopped (and requeued once confirmed).
+  if (node->any_unhealthy) {
+    for (size_t pos = 0; pos < node->gpus.size(); ++pos) {
+      const TaskNumber id = node->gpu_task[pos];
+      const Task* t = id == 0 || node->Usable(pos) ? nullptr : tasks_.Find(id);
+      if (t != nullptr && t->status == TaskStatus::kRunning && !t->stopping) {
+        (void)StopTask(id, StopReason::kGpuFailure, -1, now);
+      }
+    }
+  }
   return OkStatus();
 }
 

@@ -34,6 +34,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "base/status.h"
 #include "core/placement_index.h"
+#include "core/policy.h"
 #include "core/quota_tree.h"
 #include "core/task_table.h"
 #include "core/types.h"
@@ -47,6 +48,7 @@ struct CoreConfig {
   TimeMicros heartbeat_timeout = 15 * kMicrosPerSecond;  // Node silent this long is lost.
   bool record_changes = true;  // Off in the simulator, which persists nothing.
   bool record_events = true;   // Off in the simulator, which keeps its own statistics.
+  Policies policies;           // Extra pass stages (policy.h); none by default.
 };
 
 struct QuotaView {
@@ -60,8 +62,9 @@ struct GpuView {
   int index = 0;
   std::string model;
   int64_t memory_mb = 0;
-  GpuStatus status = GpuStatus::kIdle;
-  TaskNumber current_task = 0;  // 0: none.
+  GpuStatus status = GpuStatus::kIdle;  // kUnhealthy wins over busy and idle; offline over all.
+  TaskNumber current_task = 0;          // 0: none.
+  std::string health_reason;            // Set when unhealthy.
 };
 
 struct NodeView {
@@ -69,8 +72,10 @@ struct NodeView {
   std::string address;
   bool online = false;
   int gpu_count = 0;
-  int free_gpus = 0;
+  int free_gpus = 0;  // Free healthy GPUs.
   TimeMicros last_heartbeat = 0;
+  NodeMode mode = NodeMode::kSchedulable;
+  Labels labels;
 };
 
 class SchedulerCore {
@@ -109,6 +114,21 @@ class SchedulerCore {
   Status RegisterNode(const std::string& node_id, const std::string& address,
                       const std::vector<GpuInfo>& gpus, const std::vector<RunningReport>& running,
                       const std::vector<FinishReport>& finished, TimeMicros now);
+
+  // Cordons (no new tasks), marks draining (no new tasks either), or makes a node schedulable
+  // again. Its running tasks go on (a drain that evicts stops them with StopTask(kDrain)). A
+  // node keeps its mode while offline and when it registers again. NotFound if never
+  // registered.
+  Status SetNodeMode(const std::string& node_id, NodeMode mode, TimeMicros now);
+
+  // Marks a GPU healthy or not. An unhealthy GPU leaves placement and the quota totals; a task
+  // running on it is stopped for gpu_failure (and requeued once its agent confirms). Health
+  // also comes with RegisterNode (GpuInfo::healthy). NotFound (node, GPU index).
+  Status SetGpuHealth(const std::string& node_id, int gpu_index, bool healthy,
+                      const std::string& reason, TimeMicros now);
+
+  // Replaces a node's labels (node filters read them). NotFound if never registered.
+  Status SetNodeLabels(const std::string& node_id, Labels labels);
 
   // Keeps a node alive. NotFound if never registered; FailedPrecondition if offline (it must
   // register again).
@@ -185,8 +205,15 @@ class SchedulerCore {
   void ForEachTask(Fn&& fn) const {
     tasks_.ForEach([&](TaskNumber, const TaskRecord* t) { fn(static_cast<const Task&>(*t)); });
   }
-  // The node kept for a starving task of priority p, if any.
+  // The node kept for a starving task of priority p, if any (the first, if it holds several).
   std::optional<std::string> ReservedNode(Priority p) const;
+  // Every reservation: the task and the nodes kept for it.
+  struct ReservationView {
+    Priority priority = Priority::kLow;
+    TaskNumber task = 0;
+    std::vector<std::string> nodes;
+  };
+  std::vector<ReservationView> Reservations() const;
   // The head of every non-empty queue (one per priority, GPU model and count) with the reason it
   // waited after the last pass, in no particular order, into `out` (its old contents dropped).
   // O(queues): the simulator asks after every pass.
@@ -240,8 +267,10 @@ class SchedulerCore {
   void ReleaseGpus(Task& t);
   void ReleaseOnNode(NodeState& node, TaskNumber id);
   void Enqueue(Task& t);
-  void SetReservation(PriorityQueue& q, int slot);
   void Dequeue(Task& t);
+  // The starvation guard of queue q starts over with `oldest` as its oldest task (0: none); the
+  // reservation of the task it guarded goes.
+  void ResetGuard(PriorityQueue& q, TaskNumber oldest);
   void RequeueOrFail(Task& t, TimeMicros now, std::string_view error);
   // A running task stopped for `reason` has ended (its GPUs already released): back to its queue
   // or failed, as the reason says (see StopTask).
@@ -253,7 +282,39 @@ class SchedulerCore {
   // `why` goes into the node_lost event ("heartbeat_timeout", "lost").
   void TakeNodeOffline(NodeState& node, TimeMicros now, std::string_view why);
   Status ApplyFinish(Task& t, const FinishReport& report, TimeMicros now);
+  // The pass's stages (pass.cc).
   void SchedulePriority(int prio, TimeMicros now);
+  bool Admit(int prio, const Shape& shape) const;
+  std::optional<PlacementIndex::Fit> FindNode(const Shape& shape, const Task& t,
+                                              const std::vector<int>& models,
+                                              const std::vector<uint32_t>& excluded) const;
+  PendingReason TryStart(int prio, Shape& shape, const std::vector<uint32_t>& excluded,
+                         TimeMicros now);
+  PendingReason PostFilter(const Task& t, PendingReason why, TimeMicros now);
+  // Returns true when the queue holds (nothing younger starts); else adds the oldest task's
+  // reserved nodes to `excluded`.
+  bool HoldForOldest(int prio, Shape& head_shape, PendingReason reason,
+                     std::vector<uint32_t>& excluded);
+
+  // Reservations (queues.cc): nodes kept for one task; no other task may start on them.
+  struct Reservation {
+    Priority priority = Priority::kLow;
+    TaskNumber task = 0;
+    std::vector<uint32_t> slots;
+  };
+  const Reservation& Reserve(Priority p, TaskNumber task, uint32_t slot);
+  const Reservation* ReservationOf(TaskNumber task) const;
+  void DropReservation(TaskNumber task);
+  void DropReservationsOn(uint32_t slot);
+  bool ReservedForOther(uint32_t slot, TaskNumber task) const;
+
+  // The placement index holds exactly the placeable nodes (online, schedulable), with their
+  // usable GPUs. Call IndexErase before changing a node's slices, mode or online flag, and
+  // IndexInsert after.
+  void IndexInsert(NodeState& node);
+  void IndexErase(NodeState& node);
+  // Makes the GPU at `pos` usable or not, with its slice, and the totals (node out of the index).
+  void SetUsable(NodeState& node, size_t pos, bool healthy);
   PendingReason Diagnose(const Task& t, const std::vector<int>& models) const;
   const std::vector<int>& ModelsFor(const std::string& wanted);
   const std::vector<int>& ShapeModels(Shape& shape);
@@ -349,6 +410,7 @@ class SchedulerCore {
     return class_node_[static_cast<int>(t.spec.priority)];
   }
 
+  std::vector<Reservation> reservations_;  // A handful at most.
   std::vector<Decision> decisions_;
   // GPU lists of decisions handed out through TakeDecisions(out), reused by the next starts.
   static constexpr size_t kMaxSpareGpuLists = 4096;

@@ -48,6 +48,8 @@ std::string_view ToString(GpuStatus s) {
       return "busy";
     case GpuStatus::kOffline:
       return "offline";
+    case GpuStatus::kUnhealthy:
+      return "unhealthy";
   }
   return "unknown";
 }
@@ -70,8 +72,27 @@ std::string_view ToString(StopReason r) {
       return "gpu_failure";
     case StopReason::kReconcile:
       return "reconcile";
+    case StopReason::kMemberLost:
+      return "member_lost";
   }
   return "unknown";
+}
+
+std::string_view ToString(NodeMode m) {
+  switch (m) {
+    case NodeMode::kSchedulable:
+      return "schedulable";
+    case NodeMode::kCordoned:
+      return "cordoned";
+    case NodeMode::kDraining:
+      return "draining";
+  }
+  return "unknown";
+}
+
+std::string_view NodeStateName(bool online, NodeMode m) {
+  if (!online) return "offline";
+  return m == NodeMode::kSchedulable ? "online" : ToString(m);
 }
 
 std::string_view ToString(Event::Kind k) {
@@ -96,12 +117,15 @@ std::string_view ToString(Event::Kind k) {
       return "node_lost";
     case Event::Kind::kQuotaChanged:
       return "quota_changed";
+    case Event::Kind::kNodeStateChanged:
+      return "node_state_changed";
   }
   return "unknown";
 }
 
 bool RequeuesWhenStopped(StopReason r) {
-  return r == StopReason::kPreempt || r == StopReason::kDrain || r == StopReason::kGpuFailure;
+  return r == StopReason::kPreempt || r == StopReason::kDrain || r == StopReason::kGpuFailure ||
+         r == StopReason::kMemberLost;
 }
 
 std::string_view StopError(StopReason r) {
@@ -118,6 +142,8 @@ std::string_view StopError(StopReason r) {
       return "timeout";
     case StopReason::kGpuFailure:
       return "gpu_unhealthy";
+    case StopReason::kMemberLost:
+      return "agent_lost";
     case StopReason::kNone:
     case StopReason::kReconcile:
       return "stopped";
@@ -151,8 +177,15 @@ std::optional<PendingReason> ParsePendingReason(std::string_view s) {
 std::optional<StopReason> ParseStopReason(std::string_view s) {
   for (auto r : {StopReason::kNone, StopReason::kCancel, StopReason::kPreempt, StopReason::kDrain,
                  StopReason::kMemberFailure, StopReason::kTimeout, StopReason::kGpuFailure,
-                 StopReason::kReconcile}) {
+                 StopReason::kReconcile, StopReason::kMemberLost}) {
     if (ToString(r) == s) return r;
+  }
+  return std::nullopt;
+}
+
+std::optional<NodeMode> ParseNodeMode(std::string_view s) {
+  for (auto m : {NodeMode::kSchedulable, NodeMode::kCordoned, NodeMode::kDraining}) {
+    if (ToString(m) == s) return m;
   }
   return std::nullopt;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,7 +35,15 @@ enum class PendingReason : uint8_t {
   kExceedsCluster,  // Asks for more GPUs than any online node of that model has.
 };
 
-enum class GpuStatus : uint8_t { kIdle, kBusy, kOffline };
+enum class GpuStatus : uint8_t { kIdle, kBusy, kOffline, kUnhealthy };
+
+// Whether an online node takes new tasks. Cordoned and draining nodes take none; their running
+// tasks go on (a drain that evicts stops them: StopReason::kDrain). Offline is separate (a node
+// not heard from): a node has a mode whether it is online or not.
+enum class NodeMode : uint8_t { kSchedulable, kCordoned, kDraining };
+
+// A node's labels (`rack: r1`), for filters such as node selectors.
+using Labels = std::map<std::string, std::string>;
 
 // Why a task that holds GPUs is being stopped (Task::stop_reason while Task::stopping, and the
 // reason carried by a stop order).
@@ -47,6 +56,7 @@ enum class StopReason : uint8_t {
   kTimeout,        // It ran longer than its timeout_seconds.
   kGpuFailure,     // One of its GPUs became unhealthy.
   kReconcile,      // Its agent runs it, but the scheduler did not assign it (or no longer) there.
+  kMemberLost,     // Another member of its multi-node task was lost with its node.
 };
 
 std::string_view ToString(Priority p);
@@ -54,16 +64,22 @@ std::string_view ToString(TaskStatus s);
 std::string_view ToString(PendingReason r);
 std::string_view ToString(GpuStatus s);
 std::string_view ToString(StopReason r);  // "" for kNone, else "cancel", "preempt", ...
+std::string_view ToString(NodeMode m);    // "schedulable", "cordoned", "draining"
+// A node's state as the API shows it: "offline", else "online", "cordoned" or "draining".
+std::string_view NodeStateName(bool online, NodeMode m);
 // The life cycle of a stopped task: a task stopped for preempt, drain or gpu_failure goes back to
 // its queue at its old position once its agent confirms; one stopped for member_failure or
-// timeout fails; a cancelled one stays cancelled. StopError is the error word it gets:
-// "cancelled", "preempted", "drained", "member_failed", "timeout", "gpu_unhealthy".
+// timeout fails; a cancelled one stays cancelled; member_lost puts it back at the head of its
+// queue as a lost attempt (it fails with agent_lost after max_attempts). StopError is the error
+// word it gets: "cancelled", "preempted", "drained", "member_failed", "timeout",
+// "gpu_unhealthy", "agent_lost".
 bool RequeuesWhenStopped(StopReason r);
 std::string_view StopError(StopReason r);
 std::optional<Priority> ParsePriority(std::string_view s);
 std::optional<TaskStatus> ParseTaskStatus(std::string_view s);
 std::optional<PendingReason> ParsePendingReason(std::string_view s);
 std::optional<StopReason> ParseStopReason(std::string_view s);
+std::optional<NodeMode> ParseNodeMode(std::string_view s);
 
 inline bool IsFinished(TaskStatus s) {
   return s == TaskStatus::kSuccess || s == TaskStatus::kFailed || s == TaskStatus::kCancelled;
@@ -74,10 +90,13 @@ std::string FormatTaskId(TaskNumber n);
 std::optional<TaskNumber> ParseTaskId(std::string_view id);
 
 // GPUs given to a task on one node. A task's allocation is a list of these: one entry for a
-// single-node task, several for a multi-node gang task.
+// single-node task, several for a multi-node task (one member per node, in rank order).
 struct NodeAllocation {
   std::string node_id;
   std::vector<int> gpu_indices;  // In ascending order.
+  // This member has ended (finished, or lost with its node) and its GPUs are free, while other
+  // members of the task still run. Always false for a single-node task.
+  bool ended = false;
   bool operator==(const NodeAllocation&) const = default;
 };
 using Allocation = std::vector<NodeAllocation>;
@@ -126,6 +145,9 @@ struct GpuInfo {
   std::string model;
   int64_t memory_mb = 0;
   std::string uuid;
+  // An unhealthy GPU takes no task and does not count in quota totals until it is healthy again.
+  bool healthy = true;
+  std::string health_reason;  // Why it is unhealthy ("xid 79", ...); empty when healthy.
 };
 
 // A task an agent reports as running, with the GPUs it runs on.
@@ -170,16 +192,17 @@ struct Change {
 // commands (SchedulerCore::TakeEvents).
 struct Event {
   enum class Kind : uint8_t {
-    kTaskSubmitted,  // Queued.
-    kTaskScheduled,  // A start was ordered (node_id, gpus), or a running task was adopted.
-    kTaskStarted,    // Its agent confirmed the start.
-    kTaskStopping,   // A stop was ordered on node_id (reason); its GPUs stay held until it ends.
-    kTaskStopped,    // A stopping task ended (or its node was lost); its GPUs are free.
-    kTaskRequeued,   // Put back at the head of its queue (detail: why, e.g. "agent_lost").
-    kTaskFinished,   // Reached a final status (status, exit_code, detail: the error word).
-    kNodeJoined,     // A node registered (again) with `gpus` GPUs.
-    kNodeLost,       // A node went offline (silent, or reported lost).
-    kQuotaChanged,   // The online share changed (online_percent).
+    kTaskSubmitted,     // Queued.
+    kTaskScheduled,     // A start was ordered (node_id, gpus), or a running task was adopted.
+    kTaskStarted,       // Its agent confirmed the start.
+    kTaskStopping,      // A stop was ordered on node_id (reason); its GPUs stay held until it ends.
+    kTaskStopped,       // A stopping task ended (or its node was lost); its GPUs are free.
+    kTaskRequeued,      // Put back at the head of its queue (detail: why, e.g. "agent_lost").
+    kTaskFinished,      // Reached a final status (status, exit_code, detail: the error word).
+    kNodeJoined,        // A node registered (again) with `gpus` GPUs.
+    kNodeLost,          // A node went offline (silent, or reported lost).
+    kQuotaChanged,      // The online share changed (online_percent).
+    kNodeStateChanged,  // A node's mode or a GPU's health changed (detail says what).
   };
   Kind kind = Kind::kTaskSubmitted;
   TimeMicros time = 0;
@@ -194,7 +217,8 @@ struct Event {
   std::string node_id;  // Where it happened (task events with a node, node events).
   // kTaskRequeued / kTaskFinished / kTaskStopped: the error word; kTaskScheduled: "adopted" for
   // a queued task found running at registration; kNodeJoined: its address; kNodeLost: why
-  // ("heartbeat_timeout", "lost").
+  // ("heartbeat_timeout", "lost"); kNodeStateChanged: the new mode ("cordoned", ...) or
+  // "gpu <index> unhealthy: <reason>" / "gpu <index> healthy".
   std::string detail;
 };
 

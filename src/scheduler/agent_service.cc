@@ -238,7 +238,9 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
     return reactor;
   }
   std::vector<core::GpuInfo> gpus;
-  for (const auto& g : req->gpus()) gpus.push_back({g.index(), g.model(), g.memory_mb(), g.uuid()});
+  for (const auto& g : req->gpus()) {
+    gpus.push_back({g.index(), g.model(), g.memory_mb(), g.uuid(), true, ""});
+  }
   std::vector<core::RunningReport> running;
   std::vector<std::string> unparsable;
   for (const auto& r : req->running()) {

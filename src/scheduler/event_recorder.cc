@@ -120,6 +120,9 @@ void EventRecorder::Record(const core::SchedulerCore& core, const core::Event& e
     case Kind::kNodeLost:
       common::LogEvent(common::events::kAgentOffline, {{"node", e.node_id}, {"reason", e.detail}});
       return;
+    case Kind::kNodeStateChanged:
+      common::LogEvent("node_state_changed", {{"node", e.node_id}, {"change", e.detail}});
+      return;
     case Kind::kQuotaChanged: {
       core::QuotaView q = core.Quota();
       common::LogEvent("quota_changed", {{"online_percent", e.online_percent},

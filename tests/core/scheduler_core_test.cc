@@ -215,8 +215,10 @@ TEST_F(CoreTest, ModelMatchingExactThenSubstring) {
 }
 
 TEST_F(CoreTest, MixedModelNodeKeepsOneModelPerTask) {
-  std::vector<GpuInfo> gpus = {
-      {0, "A100", 1, ""}, {1, "T4", 1, ""}, {2, "A100", 1, ""}, {3, "T4", 1, ""}};
+  std::vector<GpuInfo> gpus = {{0, "A100", 1, "", true, ""},
+                               {1, "T4", 1, "", true, ""},
+                               {2, "A100", 1, "", true, ""},
+                               {3, "T4", 1, "", true, ""}};
   ASSERT_TRUE(core_.RegisterNode("mix", "", gpus, {}, {}, now_).ok());
   ASSERT_TRUE(core_.SetOnlinePercent(1.0, 0).ok());
   auto t = Submit(Priority::kHigh, 2, "T4");

@@ -11,7 +11,7 @@ namespace dgpu::core::testing {
 inline std::vector<GpuInfo> MakeGpus(int count, const std::string& model = "A100",
                                      int64_t memory_mb = 40960) {
   std::vector<GpuInfo> gpus;
-  for (int i = 0; i < count; ++i) gpus.push_back({i, model, memory_mb, ""});
+  for (int i = 0; i < count; ++i) gpus.push_back({i, model, memory_mb, "", true, ""});
   return gpus;
 }
 

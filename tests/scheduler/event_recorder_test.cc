@@ -16,7 +16,7 @@ namespace {
 
 std::vector<core::GpuInfo> Gpus(int n) {
   std::vector<core::GpuInfo> gpus;
-  for (int i = 0; i < n; ++i) gpus.push_back({i, "A100", 40960, ""});
+  for (int i = 0; i < n; ++i) gpus.push_back({i, "A100", 40960, "", true, ""});
   return gpus;
 }
 

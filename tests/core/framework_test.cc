@@ -1,0 +1,275 @@
+// The pass's extension points and the cluster state they read: node modes (cordoned,
+// draining), GPU health, labels with a node filter, the post-filter hook, reservations.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/scheduler_core.h"
+#include "test_util.h"
+
+namespace dgpu::core {
+namespace {
+
+using testing::kSec;
+using testing::MakeGpus;
+using testing::Spec;
+using Kind = Decision::Kind;
+
+class FrameworkTest : public ::testing::Test {
+ protected:
+  explicit FrameworkTest(CoreConfig config = {}) : core_(WithAllOnline(config)) {}
+  static CoreConfig WithAllOnline(CoreConfig c) {
+    c.online_percent = 1.0;
+    return c;
+  }
+  void Register(const std::string& node, std::vector<GpuInfo> gpus) {
+    ASSERT_TRUE(core_.RegisterNode(node, node + ":50052", gpus, {}, {}, now_).ok());
+  }
+  TaskNumber Submit(int gpus) {
+    auto r = core_.Submit(Spec(Priority::kHigh, gpus, ""), now_);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : 0;
+  }
+  std::vector<Decision> Pass() {
+    core_.Schedule(now_);
+    EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+    return core_.TakeDecisions();
+  }
+  static Decision Start(TaskNumber t, const std::string& node, std::vector<int> gpus) {
+    return {Kind::kStart, t, node, std::move(gpus)};
+  }
+  const Task& T(TaskNumber t) { return *core_.FindTask(t); }
+
+  SchedulerCore core_;
+  TimeMicros now_ = 100 * kSec;
+};
+
+TEST_F(FrameworkTest, ACordonedNodeTakesNoNewTaskButKeepsItsRunningOnes) {
+  Register("n1", MakeGpus(2));
+  Register("n2", MakeGpus(4));
+  TaskNumber a = Submit(2);
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(a, "n1", {0, 1})}));
+  ASSERT_TRUE(core_.SetNodeMode("n2", NodeMode::kCordoned, now_).ok());
+  TaskNumber b = Submit(1);
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(core_.ReasonOf(T(b)), PendingReason::kNoNodeFits) << "n1 is full";
+  EXPECT_EQ(core_.FindNode("n2")->mode, NodeMode::kCordoned);
+  EXPECT_EQ(NodeStateName(core_.FindNode("n2")->online, core_.FindNode("n2")->mode), "cordoned");
+  EXPECT_EQ(core_.Quota().total_gpus, 6) << "a cordoned node's GPUs still count in quotas";
+
+  ASSERT_TRUE(core_.SetNodeMode("n1", NodeMode::kCordoned, now_).ok());
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(core_.ReasonOf(T(b)), PendingReason::kNoGpuModel) << "no schedulable node has one";
+
+  ASSERT_TRUE(core_.SetNodeMode("n2", NodeMode::kSchedulable, now_).ok());
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(b, "n2", {0})}));
+  EXPECT_EQ(T(a).status, TaskStatus::kRunning);
+}
+
+TEST_F(FrameworkTest, ANodeKeepsItsModeWhileOfflineAndWhenItRegistersAgain) {
+  Register("n1", MakeGpus(2));
+  ASSERT_TRUE(core_.SetNodeMode("n1", NodeMode::kDraining, now_).ok());
+  ASSERT_TRUE(core_.NodeLost("n1", now_).ok());
+  EXPECT_EQ(NodeStateName(core_.FindNode("n1")->online, core_.FindNode("n1")->mode), "offline");
+  Register("n1", MakeGpus(2));
+  EXPECT_EQ(core_.FindNode("n1")->mode, NodeMode::kDraining);
+  EXPECT_EQ(NodeStateName(true, NodeMode::kDraining), "draining");
+  Submit(1);
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(core_.SetNodeMode("nope", NodeMode::kCordoned, now_).code(), StatusCode::kNotFound);
+}
+
+TEST_F(FrameworkTest, CordoningTheReservedNodeDropsTheReservation) {
+  CoreConfig c;
+  c.max_bypass = 1;
+  SchedulerCore core(WithAllOnline(c));
+  ASSERT_TRUE(core.RegisterNode("n1", "", MakeGpus(2), {}, {}, now_).ok());
+  ASSERT_TRUE(core.RegisterNode("n2", "", MakeGpus(2), {}, {}, now_).ok());
+  auto submit = [&](int gpus) { return *core.Submit(Spec(Priority::kHigh, gpus, ""), now_); };
+  submit(1);
+  TaskNumber b = submit(1);
+  submit(1);
+  core.Schedule(now_);  // Best fit: two on n1, one on n2.
+  ASSERT_TRUE(core.TaskFinished("n1", {b, true, 0, "", now_}, now_).ok());
+  TaskNumber big = submit(2);  // One GPU free on each node: no node fits.
+  submit(1);                   // Overtakes it: the bypass bound (1) is reached.
+  submit(1);
+  core.Schedule(now_);
+  ASSERT_TRUE(core.ReservedNode(Priority::kHigh).has_value());
+  const std::string reserved = *core.ReservedNode(Priority::kHigh);
+  ASSERT_EQ(core.Reservations().size(), 1u);
+  EXPECT_EQ(core.Reservations()[0].task, big);
+  EXPECT_EQ(core.Reservations()[0].nodes, std::vector<std::string>{reserved});
+  ASSERT_TRUE(core.SetNodeMode(reserved, NodeMode::kCordoned, now_).ok());
+  EXPECT_EQ(core.ReservedNode(Priority::kHigh), std::nullopt);
+  EXPECT_TRUE(core.Reservations().empty());
+  EXPECT_TRUE(core.CheckInvariants().ok()) << core.CheckInvariants().ToString();
+}
+
+TEST_F(FrameworkTest, AnUnhealthyGpuLeavesPlacementAndQuotaTotals) {
+  Register("n1", MakeGpus(4));
+  ASSERT_TRUE(core_.SetGpuHealth("n1", 1, false, "xid 79", now_).ok());
+  EXPECT_EQ(core_.Quota().total_gpus, 3);
+  EXPECT_EQ(core_.FindNode("n1")->free_gpus, 3);
+  TaskNumber four = Submit(4);
+  TaskNumber three = Submit(3);
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(three, "n1", {0, 2, 3})}));
+  EXPECT_EQ(core_.ReasonOf(T(four)), PendingReason::kExceedsCluster);
+  const auto gpus = core_.Gpus();
+  ASSERT_EQ(gpus.size(), 4u);
+  EXPECT_EQ(gpus[1].status, GpuStatus::kUnhealthy);
+  EXPECT_EQ(gpus[1].health_reason, "xid 79");
+  EXPECT_EQ(gpus[2].status, GpuStatus::kBusy);
+
+  ASSERT_TRUE(core_.SetGpuHealth("n1", 1, true, "", now_).ok());
+  EXPECT_EQ(core_.Quota().total_gpus, 4);
+  EXPECT_EQ(core_.FindNode("n1")->free_gpus, 1);
+  EXPECT_EQ(core_.Gpus()[1].status, GpuStatus::kIdle);
+  EXPECT_EQ(core_.Gpus()[1].health_reason, "");
+  EXPECT_EQ(core_.SetGpuHealth("n1", 9, false, "x", now_).code(), StatusCode::kNotFound);
+}
+
+TEST_F(FrameworkTest, ATaskOnAGpuThatTurnsUnhealthyIsStoppedAndRequeued) {
+  Register("n1", MakeGpus(2));
+  Register("n2", MakeGpus(2));
+  TaskNumber t = Submit(2);
+  ASSERT_EQ(Pass(), (std::vector<Decision>{Start(t, "n1", {0, 1})}));
+  ASSERT_TRUE(core_.SetGpuHealth("n1", 0, false, "ecc", now_).ok());
+  EXPECT_EQ(core_.TakeDecisions(),
+            (std::vector<Decision>{{Kind::kStop, t, "n1", {}, StopReason::kGpuFailure, -1}}));
+  EXPECT_TRUE(T(t).stopping);
+  EXPECT_TRUE(Pass().empty()) << "its GPUs are held until its agent confirms";
+  ASSERT_TRUE(core_.TaskFinished("n1", {t, false, 143, "", now_}, now_).ok());
+  EXPECT_EQ(T(t).status, TaskStatus::kPending);
+  EXPECT_EQ(T(t).error, "gpu_unhealthy");
+  EXPECT_EQ(core_.FindNode("n1")->free_gpus, 1) << "the unhealthy GPU is not freed";
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(t, "n2", {0, 1})}));
+}
+
+TEST_F(FrameworkTest, AGpuReportedUnhealthyAtRegistrationStopsTheTaskFoundOnIt) {
+  Register("n1", MakeGpus(2));
+  TaskNumber t = Submit(1);
+  ASSERT_EQ(Pass(), (std::vector<Decision>{Start(t, "n1", {0})}));
+  auto gpus = MakeGpus(2);
+  gpus[0].healthy = false;
+  gpus[0].health_reason = "fell off the bus";
+  ASSERT_TRUE(core_.RegisterNode("n1", "", gpus, {{t, {0}}}, {}, now_).ok());
+  EXPECT_EQ(core_.TakeDecisions(),
+            (std::vector<Decision>{{Kind::kStop, t, "n1", {}, StopReason::kGpuFailure, -1}}));
+  EXPECT_EQ(core_.Quota().total_gpus, 1);
+  EXPECT_EQ(core_.Gpus()[0].health_reason, "fell off the bus");
+  EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+}
+
+class RackFilter : public NodeFilter {
+ public:
+  explicit RackFilter(std::string rack) : rack_(std::move(rack)) {}
+  std::string_view name() const override { return "rack"; }
+  bool Feasible(const Task&, const NodeFacts& node) const override {
+    auto it = node.labels.find("rack");
+    return it != node.labels.end() && it->second == rack_;
+  }
+
+ private:
+  std::string rack_;
+};
+
+CoreConfig WithFilter() {
+  CoreConfig c;
+  c.policies.filters.push_back(std::make_shared<RackFilter>("r2"));
+  return c;
+}
+
+class FilterTest : public FrameworkTest {
+ protected:
+  FilterTest() : FrameworkTest(WithFilter()) {}
+};
+
+TEST_F(FilterTest, AConfiguredFilterRestrictsPlacementToTheNodesItAccepts) {
+  Register("n1", MakeGpus(1));  // The best fit, but in the wrong rack.
+  Register("n2", MakeGpus(4));
+  Register("n3", MakeGpus(2));
+  ASSERT_TRUE(core_.SetNodeLabels("n1", {{"rack", "r1"}}).ok());
+  ASSERT_TRUE(core_.SetNodeLabels("n2", {{"rack", "r2"}}).ok());
+  TaskNumber a = Submit(1);
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(a, "n2", {0})}));
+  EXPECT_EQ(core_.FindNode("n2")->labels, (Labels{{"rack", "r2"}}));
+  TaskNumber b = Submit(4);
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(core_.ReasonOf(T(b)), PendingReason::kNoNodeFits);
+  ASSERT_TRUE(core_.SetNodeLabels("n3", {{"rack", "r2"}}).ok());
+  TaskNumber c = Submit(2);
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(c, "n3", {0, 1})}));
+  EXPECT_EQ(core_.SetNodeLabels("nope", {}).code(), StatusCode::kNotFound);
+}
+
+// Names the first running task it is asked about as the victim, once per waiting task.
+class TakeFirstRunning : public PostFilterHook {
+ public:
+  std::string_view name() const override { return "take-first-running"; }
+  std::vector<Victim> Victims(const SchedulerCore& core, const Task& waiting,
+                              PendingReason why) override {
+    calls.push_back({waiting.id, why});
+    if (!asked.insert(waiting.id).second) return {};
+    std::vector<Victim> out;
+    core.ForEachTask([&](const Task& t) {
+      if (out.empty() && t.status == TaskStatus::kRunning && t.id != waiting.id) {
+        out.push_back({t.id, 7});
+      }
+    });
+    return out;
+  }
+  std::vector<std::pair<TaskNumber, PendingReason>> calls;
+  std::set<TaskNumber> asked;
+};
+
+// Constructed before the core that is given the hook.
+struct HookHolder {
+  std::shared_ptr<TakeFirstRunning> hook_ = std::make_shared<TakeFirstRunning>();
+};
+
+class PostFilterTest : public HookHolder, public FrameworkTest {
+ protected:
+  PostFilterTest() : FrameworkTest(WithHook(hook_)) {}
+  static CoreConfig WithHook(std::shared_ptr<TakeFirstRunning> hook) {
+    CoreConfig c;
+    c.policies.post_filter = std::move(hook);
+    return c;
+  }
+};
+
+TEST_F(PostFilterTest, TheHookSeesAHeadThatCannotStartAndItsVictimsArePreempted) {
+  Register("n1", MakeGpus(2));
+  TaskNumber victim = Submit(2);
+  ASSERT_EQ(Pass().size(), 1u);
+  EXPECT_TRUE(hook_->calls.empty()) << "nothing waited";
+  TaskNumber waiting = Submit(2);
+  EXPECT_EQ(Pass(),
+            (std::vector<Decision>{{Kind::kStop, victim, "n1", {}, StopReason::kPreempt, 7}}));
+  ASSERT_EQ(hook_->calls.size(), 1u);
+  EXPECT_EQ(hook_->calls[0], std::make_pair(waiting, PendingReason::kQuotaExhausted));
+  EXPECT_TRUE(T(victim).stopping);
+  EXPECT_TRUE(Pass().empty()) << "the victim holds its GPUs until its agent confirms";
+  ASSERT_TRUE(core_.TaskFinished("n1", {victim, false, 143, "", now_}, now_).ok());
+  EXPECT_EQ(T(victim).status, TaskStatus::kPending);
+  EXPECT_EQ(T(victim).error, "preempted");
+  // Back at its old place, ahead of the task it made room for: this hook chose badly (a real
+  // preemption policy takes from a class that borrows), and the pass shows it.
+  EXPECT_EQ(core_.QueueOrder(Priority::kHigh), (std::vector<TaskNumber>{victim, waiting}));
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(victim, "n1", {0, 1})}));
+  EXPECT_EQ(hook_->calls.size(), 2u) << "asked again by the pass that tried it again";
+  EXPECT_EQ(T(victim).attempts, 2);
+}
+
+TEST_F(PostFilterTest, NoHookCallForAHeadThatCanNeverStart) {
+  Register("n1", MakeGpus(2));
+  Submit(4);
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_TRUE(hook_->calls.empty()) << "exceeds_cluster: no victim could help";
+}
+
+}  // namespace
+}  // namespace dgpu::core
