@@ -41,19 +41,40 @@ Status SchedulerCore::CheckInvariants() const {
     }
     if (!held) continue;
     used[p] += t.spec.gpu_count;
-    if (t.allocation.size() != 1) return Internal(FormatTaskId(id) + " has no single allocation");
-    const auto& na = t.allocation[0];
-    if (static_cast<int>(na.gpu_indices.size()) != t.spec.gpu_count) {
+    if (t.allocation.empty()) return Internal(FormatTaskId(id) + " holds GPUs but no allocation");
+    if (t.allocation.size() == 1 && t.allocation[0].ended) {
+      return Internal(FormatTaskId(id) + " runs on one node whose member has ended");
+    }
+    if (std::all_of(t.allocation.begin(), t.allocation.end(),
+                    [](const NodeAllocation& a) { return a.ended; })) {
+      return Internal(FormatTaskId(id) + " holds GPUs but every member has ended");
+    }
+    if (t.stop_reason == StopReason::kMemberLost && t.allocation.size() == 1) {
+      return Internal(FormatTaskId(id) + " runs on one node but stops for a lost member");
+    }
+    size_t gpus = 0;
+    for (const auto& na : t.allocation) gpus += na.gpu_indices.size();
+    if (static_cast<int>(gpus) != t.spec.gpu_count) {
       return Internal(FormatTaskId(id) + " holds the wrong number of GPUs");
     }
-    const NodeState* n = FindNodeState(na.node_id);
-    if (n == nullptr || !n->HasTask(id)) {
-      return Internal(FormatTaskId(id) + " is not listed on node " + na.node_id);
+    const NodeState* first = FindNodeState(t.allocation[0].node_id);
+    if (first == nullptr || tp->node_slot != first->slot) {
+      return Internal(FormatTaskId(id) + " has the wrong node slot for node " +
+                      t.allocation[0].node_id);
     }
-    if (tp->node_slot != n->slot) {
-      return Internal(FormatTaskId(id) + " has the wrong node slot for node " + na.node_id);
-    }
-    if (!n->gpus.empty()) {
+    for (size_t m = 0; m < t.allocation.size(); ++m) {
+      const auto& na = t.allocation[m];
+      for (size_t o = 0; o < m; ++o) {
+        if (t.allocation[o].node_id == na.node_id) {
+          return Internal(FormatTaskId(id) + " has two members on node " + na.node_id);
+        }
+      }
+      const NodeState* n = FindNodeState(na.node_id);
+      if (n == nullptr || n->HasTask(id) == na.ended) {
+        return Internal(FormatTaskId(id) +
+                        (na.ended ? " still holds node " : " is not listed on node ") + na.node_id);
+      }
+      if (na.ended || n->gpus.empty()) continue;
       for (int idx : na.gpu_indices) {
         int pos = n->Position(idx);
         if (pos < 0 || n->gpu_task[pos] != id) {
@@ -104,8 +125,12 @@ Status SchedulerCore::CheckInvariants() const {
   for (const auto& [id, tp] : all_tasks) {
     const Task& t = *tp;
     if (!(t.status == TaskStatus::kRunning || t.stopping)) continue;
-    const NodeState* n = FindNodeState(t.allocation[0].node_id);
-    if (!n->gpus.empty()) allocated += t.spec.gpu_count;
+    for (const auto& na : t.allocation) {
+      const NodeState* n = FindNodeState(na.node_id);
+      if (!na.ended && !n->gpus.empty()) {
+        allocated += static_cast<int>(na.gpu_indices.size());
+      }
+    }
   }
   if (allocated != busy_tasks) return Internal("allocated GPUs differ from busy GPUs");
   if (total != total_online_gpus_) return Internal("online GPU total out of step");

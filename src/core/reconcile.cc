@@ -32,9 +32,11 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     TaskRecord* found = tasks_.Find(f.task);
     if (found == nullptr) continue;
     Task& t = *found;
-    bool held_here = (t.status == TaskStatus::kRunning || t.stopping) && !t.allocation.empty() &&
-                     t.allocation[0].node_id == node_id;
-    if (held_here) {
+    const int member = MemberOn(t, node_id);
+    bool held_here = (t.status == TaskStatus::kRunning || t.stopping) && member >= 0;
+    if (held_here && t.allocation.size() > 1) {
+      (void)FinishMember(t, member, f, now);
+    } else if (held_here) {
       (void)ApplyFinish(t, f, now);
     } else if (t.status == TaskStatus::kPending) {
       // It ran to its end there although it is queued here: it was put back when this node
@@ -111,9 +113,10 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     if (!seen.insert(r.task).second) continue;
     reported.insert(r.task);
     Task* t = tasks_.Find(r.task);
-    bool held_here = t != nullptr && (t->status == TaskStatus::kRunning || t->stopping) &&
-                     !t->allocation.empty() && t->allocation[0].node_id == node_id;
-    if (held_here && claim(t->allocation[0].gpu_indices, t->id)) {
+    const int member = t == nullptr ? -1 : MemberOn(*t, node_id);
+    bool held_here =
+        t != nullptr && (t->status == TaskStatus::kRunning || t->stopping) && member >= 0;
+    if (held_here && claim(t->allocation[static_cast<size_t>(member)].gpu_indices, t->id)) {
       if (t->stopping) {
         decisions_.push_back({Decision::Kind::kStop, t->id, node_id, {}, t->stop_reason});
       }
@@ -192,6 +195,27 @@ Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
                            std::string(ToString(task.status)) + " and stop reason '" +
                            std::string(ToString(task.stop_reason)) + "'");
   }
+  // A task that holds GPUs must name them, on nodes that have not registered yet: checked
+  // before anything changes.
+  const bool held = task.status == TaskStatus::kRunning || task.stopping;
+  if (held) {
+    if (task.allocation.empty()) {
+      return InvalidArgument(FormatTaskId(task.id) + " is running but has no allocation");
+    }
+    if (std::all_of(task.allocation.begin(), task.allocation.end(),
+                    [](const NodeAllocation& a) { return a.ended; })) {
+      return InvalidArgument(FormatTaskId(task.id) + " is running but every member has ended");
+    }
+    if (task.allocation.size() == 1 && task.allocation[0].ended) {
+      return InvalidArgument(FormatTaskId(task.id) + " runs on one node whose member has ended");
+    }
+    for (const NodeAllocation& member : task.allocation) {
+      const NodeState* node = FindNodeState(member.node_id);
+      if (node != nullptr && node->online) {
+        return FailedPrecondition("restore running tasks before their nodes register");
+      }
+    }
+  }
   TaskRecord& t = *NewTask(task.id);
   static_cast<Task&>(t) = task;
   if (!t.stopping) t.stop_reason = StopReason::kNone;
@@ -207,25 +231,19 @@ Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
   if (t.stopping && t.stop_reason == StopReason::kNone && t.status == TaskStatus::kCancelled) {
     t.stop_reason = StopReason::kCancel;
   }
-  bool held = t.status == TaskStatus::kRunning || t.stopping;
   if (!held) return OkStatus();
-  if (t.allocation.empty()) {
-    return InvalidArgument(FormatTaskId(t.id) + " is running but has no allocation");
-  }
-  // Its node is not known yet: hold the task on a placeholder until the node registers again or
+  // Its nodes are not known yet: hold the task on placeholders until they register again or
   // heartbeat_timeout passes.
-  const std::string& node_id = t.allocation[0].node_id;
-  NodeState* node = FindNodeState(node_id);
-  if (node == nullptr) {
-    node = &AddNodeState(node_id);
-    node->last_heartbeat = now;
+  for (const NodeAllocation& member : t.allocation) {
+    NodeState* node = FindNodeState(member.node_id);
+    if (node == nullptr) {
+      node = &AddNodeState(member.node_id);
+      node->last_heartbeat = now;
+    }
+    node->last_heartbeat = std::max(node->last_heartbeat, now);
+    if (!member.ended) node->AddUnclaimed(t.id);
   }
-  if (node->online) {
-    return FailedPrecondition("restore running tasks before their nodes register");
-  }
-  node->last_heartbeat = std::max(node->last_heartbeat, now);
-  node->AddUnclaimed(t.id);
-  t.node_slot = node->slot;
+  t.node_slot = FindNodeState(t.allocation[0].node_id)->slot;
   quota_tree_.Charge(QuotaLeaf(t), t.spec.gpu_count);
   if (t.status == TaskStatus::kRunning) running_count_[PrioIndex(t.spec.priority)]++;
   return OkStatus();

@@ -50,7 +50,90 @@ Event& SchedulerCore::EmitNodeEvent(Event::Kind kind, const std::string& node_id
   return e;
 }
 
+int SchedulerCore::MemberOn(const Task& t, std::string_view node_id) {
+  for (size_t i = 0; i < t.allocation.size(); ++i) {
+    if (!t.allocation[i].ended && t.allocation[i].node_id == node_id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool SchedulerCore::EndMember(Task& t, int member) {
+  NodeAllocation& m = t.allocation[static_cast<size_t>(member)];
+  if (NodeState* n = FindNodeState(m.node_id)) ReleaseOnNode(*n, t.id);
+  m.ended = true;
+  return std::all_of(t.allocation.begin(), t.allocation.end(),
+                     [](const NodeAllocation& a) { return a.ended; });
+}
+
+void SchedulerCore::OrderStops(Task& t, int32_t grace_seconds, TimeMicros now) {
+  for (const auto& na : t.allocation) {
+    if (na.ended) continue;
+    decisions_.push_back(
+        Decision{Decision::Kind::kStop, t.id, na.node_id, {}, t.stop_reason, grace_seconds});
+    EmitEvent(Event::Kind::kTaskStopping, t, now, na.node_id);
+  }
+}
+
+void SchedulerCore::LoseMember(Task& t, int member, TimeMicros now, const std::string& node) {
+  const bool last = EndMember(t, member);
+  if (last) {
+    // Nothing of it runs any more: as a single-node task whose node is gone.
+    if (t.stopping && t.status == TaskStatus::kRunning &&
+        t.stop_reason != StopReason::kMemberLost) {
+      const StopReason reason = t.stop_reason;
+      ReleaseGpus(t);
+      EndStop(t, reason, now, node);
+    } else if (t.stopping && t.status != TaskStatus::kRunning) {
+      EmitEvent(Event::Kind::kTaskStopped, t, now, node, "agent_lost");
+      ReleaseGpus(t);
+      Emit(t);
+    } else {
+      RequeueOrFail(t, now, "agent_lost");
+    }
+    return;
+  }
+  if (!t.stopping) {
+    // The others cannot go on without it: they are stopped, and the task goes back to the head
+    // of its queue (a lost attempt) once they have ended.
+    t.stopping = true;
+    t.stop_reason = StopReason::kMemberLost;
+    OrderStops(t, -1, now);
+  }
+  Emit(t);
+}
+
+Status SchedulerCore::FinishMember(Task& t, int member, const FinishReport& report,
+                                   TimeMicros now) {
+  const std::string node = t.allocation[static_cast<size_t>(member)].node_id;
+  const bool last = EndMember(t, member);
+  if (!report.success && t.status == TaskStatus::kRunning && !t.stopping) {
+    // The first member to fail fails the task: the others are stopped.
+    t.exit_code = report.exit_code;
+    t.error = std::string(StopError(StopReason::kMemberFailure)) + ":" + node;
+    t.stopping = true;
+    t.stop_reason = StopReason::kMemberFailure;
+    if (!last) {
+      OrderStops(t, -1, now);
+      Emit(t);
+      return OkStatus();
+    }
+  }
+  if (!last) {
+    Emit(t);
+    return OkStatus();
+  }
+  // The last member has ended: the task ends as its members' ends say.
+  FinishReport end = report;
+  if (t.stop_reason == StopReason::kMemberFailure) end.exit_code = t.exit_code;
+  return ApplyFinish(t, end, now);
+}
+
 void SchedulerCore::LoseHeld(Task& t, TimeMicros now, const std::string& node) {
+  if (t.allocation.size() > 1) {
+    const int member = MemberOn(t, node);
+    if (member >= 0) LoseMember(t, member, now, node);
+    return;
+  }
   if (!t.stopping) {
     RequeueOrFail(t, now, "agent_lost");
     return;
@@ -67,10 +150,14 @@ void SchedulerCore::LoseHeld(Task& t, TimeMicros now, const std::string& node) {
 }
 
 void SchedulerCore::RequeueOrFail(Task& t, TimeMicros now, std::string_view error) {
+  ReleaseGpus(t);
+  RequeueOrFailReleased(t, now, error);
+}
+
+void SchedulerCore::RequeueOrFailReleased(Task& t, TimeMicros now, std::string_view error) {
   // Only the events need the node's name.
   std::string node =
       config_.record_events && !t.allocation.empty() ? t.allocation[0].node_id : std::string();
-  ReleaseGpus(t);
   running_count_[PrioIndex(t.spec.priority)]--;
   if (t.attempts >= config_.max_attempts) {
     t.status = TaskStatus::kFailed;
@@ -132,16 +219,12 @@ Status SchedulerCore::Cancel(TaskNumber id, TimeMicros now, int32_t grace_second
     running_count_[PrioIndex(t.spec.priority)]--;
     t.stopping = true;
     t.stop_reason = StopReason::kCancel;
-    for (const auto& na : t.allocation) {
-      decisions_.push_back(Decision{
-          Decision::Kind::kStop, t.id, na.node_id, {}, StopReason::kCancel, grace_seconds});
-    }
   }
   t.status = TaskStatus::kCancelled;
   t.error = "cancelled";
   t.finished_at = now;
   Emit(t);
-  for (const auto& na : t.allocation) EmitEvent(Event::Kind::kTaskStopping, t, now, na.node_id);
+  OrderStops(t, grace_seconds, now);
   EmitEvent(Event::Kind::kTaskFinished, t, now,
             t.allocation.empty() ? std::string_view() : t.allocation[0].node_id, t.error);
   return OkStatus();
@@ -168,17 +251,22 @@ Status SchedulerCore::StopTask(TaskNumber id, StopReason reason, int32_t grace_s
     t.stop_reason = reason;
     Emit(t);
   }
-  for (const auto& na : t.allocation) {
-    decisions_.push_back(
-        Decision{Decision::Kind::kStop, t.id, na.node_id, {}, t.stop_reason, grace_seconds});
-    EmitEvent(Event::Kind::kTaskStopping, t, now, na.node_id);
-  }
+  OrderStops(t, grace_seconds, now);
   return OkStatus();
 }
 
 void SchedulerCore::EndStop(Task& t, StopReason reason, TimeMicros now, std::string_view node) {
+  if (reason == StopReason::kMemberLost) {
+    // Not a stop anyone asked for: the task lost its node.
+    RequeueOrFailReleased(t, now, StopError(reason));
+    return;
+  }
   running_count_[PrioIndex(t.spec.priority)]--;
-  t.error = std::string(StopError(reason));
+  // The reason's error word, unless the task already has it with a detail ("member_failed:n2").
+  const std::string_view word = StopError(reason);
+  if (!(t.error.size() > word.size() && t.error.starts_with(word) && t.error[word.size()] == ':')) {
+    t.error = std::string(word);
+  }
   if (RequeuesWhenStopped(reason)) {
     // Back at its old place in its queue: being stopped was not its fault.
     t.status = TaskStatus::kPending;
@@ -217,10 +305,10 @@ Status SchedulerCore::TaskStarted(TaskNumber id, const std::string& node_id, Tim
   TaskRecord* found = tasks_.Find(id);
   if (found == nullptr) return NotFound(FormatTaskId(id) + " not found");
   Task& t = *found;
-  if (t.status != TaskStatus::kRunning || t.allocation.empty() ||
-      t.allocation[0].node_id != node_id) {
+  if (t.status != TaskStatus::kRunning || MemberOn(t, node_id) < 0) {
     return FailedPrecondition(FormatTaskId(id) + " is not running on node " + node_id);
   }
+  // A task on several nodes started when its last member did: the latest confirmation.
   t.started_at = now;
   Emit(t);
   EmitEvent(Event::Kind::kTaskStarted, t, now, node_id);
@@ -270,10 +358,14 @@ Status SchedulerCore::TaskFinished(const std::string& node_id, const FinishRepor
   } else if (!t.allocation.empty()) {
     held_on = &t.allocation[0].node_id;
   }
-  if (!held || t.allocation.empty() || held_on == nullptr || *held_on != node_id) {
+  const bool multi = t.allocation.size() > 1;
+  const int member = multi ? MemberOn(t, node_id) : 0;
+  if (!held || t.allocation.empty() || held_on == nullptr || member < 0 ||
+      (!multi && *held_on != node_id)) {
     return FailedPrecondition(FormatTaskId(report.task) + " is not running on node " + node_id +
                               " (status " + std::string(ToString(t.status)) + ")");
   }
+  if (multi) return FinishMember(t, member, report, now);
   return ApplyFinish(t, report, now);
 }
 

@@ -64,6 +64,7 @@ void TaskToRecord(const core::Task& t, dgpu::v1::TaskRecord* r) {
     auto* a = r->add_allocation();
     a->set_node_id(na.node_id);
     for (int i : na.gpu_indices) a->add_gpu_indices(i);
+    a->set_ended(na.ended);
   }
   r->set_attempts(t.attempts);
   r->set_exit_code(t.exit_code);
@@ -90,7 +91,8 @@ core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r) {
   t.status = core::ParseTaskStatus(r.status()).value_or(core::TaskStatus::kPending);
   t.queue_seq = r.queue_seq();
   for (const auto& a : r.allocation()) {
-    t.allocation.push_back({a.node_id(), {a.gpu_indices().begin(), a.gpu_indices().end()}});
+    t.allocation.push_back(
+        {a.node_id(), {a.gpu_indices().begin(), a.gpu_indices().end()}, a.ended()});
   }
   t.attempts = r.attempts();
   t.exit_code = r.exit_code();

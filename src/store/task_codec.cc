@@ -88,7 +88,9 @@ StatusOr<EnvList> EnvFromJson(const json& j) {
 json AllocationToJson(const core::Allocation& allocation) {
   json out = json::array();
   for (const core::NodeAllocation& a : allocation) {
-    out.push_back(json{{"node_id", a.node_id}, {"gpu_indices", a.gpu_indices}});
+    json entry{{"node_id", a.node_id}, {"gpu_indices", a.gpu_indices}};
+    if (a.ended) entry["ended"] = true;  // Only members of multi-node tasks ever have it.
+    out.push_back(std::move(entry));
   }
   return out;
 }
@@ -110,6 +112,10 @@ StatusOr<core::Allocation> AllocationFromJson(const json& j) {
         return Malformed("gpu_indices", "a list of GPU indices");
       }
       a.gpu_indices.push_back(static_cast<int>(v));
+    }
+    if (auto ended = entry.find("ended"); ended != entry.end()) {
+      if (!ended->is_boolean()) return Malformed("ended", "a boolean");
+      a.ended = ended->get<bool>();
     }
     allocation.push_back(std::move(a));
   }

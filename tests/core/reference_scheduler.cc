@@ -634,8 +634,14 @@ std::vector<NodeView> ReferenceScheduler::Nodes() const {
   for (const auto& [id, node] : nodes_) {
     const int free = static_cast<int>(std::count_if(node.gpus.begin(), node.gpus.end(),
                                                     [](const Gpu& g) { return g.task == 0; }));
-    out.push_back({id, node.address, node.online, static_cast<int>(node.gpus.size()), free,
-                   node.last_heartbeat});
+    out.push_back({id,
+                   node.address,
+                   node.online,
+                   static_cast<int>(node.gpus.size()),
+                   free,
+                   node.last_heartbeat,
+                   NodeMode::kSchedulable,
+                   {}});
   }
   return out;
 }
@@ -647,7 +653,7 @@ std::vector<GpuView> ReferenceScheduler::Gpus() const {
       const GpuStatus status = !node.online  ? GpuStatus::kOffline
                                : g.task != 0 ? GpuStatus::kBusy
                                              : GpuStatus::kIdle;
-      out.push_back({id, g.info.index, g.info.model, g.info.memory_mb, status, g.task});
+      out.push_back({id, g.info.index, g.info.model, g.info.memory_mb, status, g.task, ""});
     }
   }
   return out;

@@ -31,15 +31,16 @@ core::Task WireTask(core::TaskNumber id) {
 
 TEST(ReplicationCodecTest, KeepsEveryFieldWithATwoNodeAllocation) {
   core::Task task = WireTask(12);
-  task.allocation = {{"node-a", {0, 1, 2, 3}}, {"node-b", {6, 7}}};
+  task.allocation = {{"node-a", {0, 1, 2, 3}, true}, {"node-b", {6, 7}}};
   task.stop_reason = StopReason::kDrain;
   store::testing::ExpectSameTask(task, OverTheWire(task));
 }
 
 TEST(ReplicationCodecTest, CarriesEveryStopReason) {
-  for (StopReason reason : {StopReason::kNone, StopReason::kCancel, StopReason::kPreempt,
-                            StopReason::kDrain, StopReason::kMemberFailure, StopReason::kTimeout,
-                            StopReason::kGpuFailure, StopReason::kReconcile}) {
+  for (StopReason reason :
+       {StopReason::kNone, StopReason::kCancel, StopReason::kPreempt, StopReason::kDrain,
+        StopReason::kMemberFailure, StopReason::kTimeout, StopReason::kGpuFailure,
+        StopReason::kReconcile, StopReason::kMemberLost}) {
     core::Task task = WireTask(3);
     task.stop_reason = reason;
     dgpu::v1::TaskRecord record;

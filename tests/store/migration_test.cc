@@ -340,7 +340,7 @@ TEST(MigrationTest, UnknownStopReasonInARowIsDataLossNamingTheTask) {
 TEST(MigrationTest, TwoNodeAllocationAndStopReasonRoundTripThroughTheDatabase) {
   TempDir dir;
   core::Task task = testing::FullTask(5);
-  task.allocation = {{"node-a", {0, 1, 2, 3, 4, 5, 6, 7}}, {"node-b", {2, 3}}};
+  task.allocation = {{"node-a", {0, 1, 2, 3, 4, 5, 6, 7}}, {"node-b", {2, 3}, true}};
   task.stop_reason = StopReason::kGpuFailure;
   {
     auto db = OpenOrDie(dir.path());
@@ -348,7 +348,7 @@ TEST(MigrationTest, TwoNodeAllocationAndStopReasonRoundTripThroughTheDatabase) {
   }
   EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "SELECT allocation, stop_reason FROM tasks"),
               ElementsAre(R"([{"gpu_indices":[0,1,2,3,4,5,6,7],"node_id":"node-a"},)"
-                          R"({"gpu_indices":[2,3],"node_id":"node-b"}]|gpu_failure)"));
+                          R"({"ended":true,"gpu_indices":[2,3],"node_id":"node-b"}]|gpu_failure)"));
   auto db = OpenOrDie(dir.path());
   StatusOr<LoadedState> loaded = db->Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();

@@ -101,6 +101,9 @@ TEST(TaskCodecTest, MalformedTaskJsonIsDataLossNamingTheField) {
       {"gpu_count", "3", "'gpu_count'"},
       {"env", {{"A", "1"}}, "'env'"},
       {"allocation", {{{"node_id", "n"}, {"gpu_indices", {-1}}}}, "'gpu_indices'"},
+      {"allocation",
+       {{{"node_id", "n"}, {"gpu_indices", {1}}, {"ended", "yes"}}},
+       "'ended' is not a boolean"},
       {"stopping", nullptr, "'stopping'"},
       {"stop_reason", "sleepy", "'stop_reason' is not a stop reason"},
       {"stop_reason", 3, "'stop_reason' is not a stop reason"},
@@ -122,12 +125,12 @@ TEST(TaskCodecTest, MalformedTaskJsonIsDataLossNamingTheField) {
 
 TEST(TaskCodecTest, KeepsATwoNodeAllocationAndTheStopReason) {
   core::Task task = FullTask(9);
-  task.allocation = {{"node-a", {0, 1, 2, 3}}, {"node-b", {4, 5}}};
+  task.allocation = {{"node-a", {0, 1, 2, 3}}, {"node-b", {4, 5}, true}};
   task.stop_reason = core::StopReason::kMemberFailure;
   const nlohmann::json encoded = TaskToJson(task);
   EXPECT_EQ(encoded["allocation"], nlohmann::json::parse(R"([
       {"node_id": "node-a", "gpu_indices": [0, 1, 2, 3]},
-      {"node_id": "node-b", "gpu_indices": [4, 5]}])"));
+      {"node_id": "node-b", "gpu_indices": [4, 5], "ended": true}])"));
   EXPECT_EQ(encoded["stop_reason"], "member_failure");
   StatusOr<core::Task> decoded = TaskFromJson(encoded);
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
