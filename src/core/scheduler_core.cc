@@ -51,10 +51,7 @@ Event& SchedulerCore::EmitNodeEvent(Event::Kind kind, const std::string& node_id
 }
 
 int SchedulerCore::MemberOn(const Task& t, std::string_view node_id) {
-  for (size_t i = 0; i < t.allocation.size(); ++i) {
-    if (!t.allocation[i].ended && t.allocation[i].node_id == node_id) return static_cast<int>(i);
-  }
-  return -1;
+  return RunningMemberOn(t.allocation, node_id);
 }
 
 bool SchedulerCore::EndMember(Task& t, int member) {

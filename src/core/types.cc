@@ -190,6 +190,20 @@ std::optional<NodeMode> ParseNodeMode(std::string_view s) {
   return std::nullopt;
 }
 
+int RunningMemberOn(const Allocation& a, std::string_view node_id) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].ended && a[i].node_id == node_id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool HasMemberOn(const Allocation& a, std::string_view node_id) {
+  for (const NodeAllocation& m : a) {
+    if (m.node_id == node_id) return true;
+  }
+  return false;
+}
+
 std::string FormatTaskId(TaskNumber n) { return "task-" + std::to_string(n); }
 
 std::optional<TaskNumber> ParseTaskId(std::string_view id) {

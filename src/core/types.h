@@ -100,6 +100,10 @@ struct NodeAllocation {
   bool operator==(const NodeAllocation&) const = default;
 };
 using Allocation = std::vector<NodeAllocation>;
+// The position in `a` of the member on node_id that has not ended, or -1.
+int RunningMemberOn(const Allocation& a, std::string_view node_id);
+// Whether `a` has a member on node_id (ended or not).
+bool HasMemberOn(const Allocation& a, std::string_view node_id);
 
 // What a user asks for. Validated by the REST layer (field by field) and again by the core.
 // The fields a scheduling decision reads come last, next to Task's own (see Task).

@@ -13,9 +13,22 @@ namespace {
 using dgpu::v1::HeartbeatRequest;
 using dgpu::v1::HeartbeatResponse;
 
-grpc::Status ToGrpc(const Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
+grpc::Status ToGrpc(const Error& e) {
+  return grpc::Status(static_cast<grpc::StatusCode>(e.cause), e.message);
+}
+
+// Ends a unary call with the use case's result; `fill` writes a value into the response.
+template <typename T, typename Fill>
+Reply<T> FinishWith(grpc::ServerUnaryReactor* reactor, Fill fill) {
+  return [reactor, fill = std::move(fill)](const Result<T>& r) {
+    if (!r.ok()) return reactor->Finish(ToGrpc(r.error()));
+    fill(r.value());
+    reactor->Finish(grpc::Status::OK);
+  };
+}
+
+Caller GrpcCaller(const grpc::CallbackServerContext* ctx) {
+  return {Caller::Transport::kGrpc, ctx->peer()};
 }
 
 // Orders a stop in both forms (see HeartbeatResponse in scheduler.proto): the id for agents that
@@ -29,15 +42,25 @@ void AddStop(HeartbeatResponse* msg, const std::string& task_id, core::StopReaso
   if (grace_seconds >= 0) order->set_grace_period_seconds(grace_seconds);
 }
 
-// Records an agent's start confirmation: the task's start time becomes the agent's.
-Status RecordStart(core::SchedulerCore& core, const std::string& node_id,
-                   const dgpu::v1::TaskStart& start) {
-  auto n = core::ParseTaskId(start.task_id());
-  if (!n) return InvalidArgument("task_id \"" + start.task_id() + "\" is not a task id");
-  if (start.started_at_unix_micros() <= 0) {
-    return InvalidArgument(start.task_id() + " has no started_at_unix_micros");
+HeartbeatReport ToReport(const HeartbeatRequest& req) {
+  HeartbeatReport report;
+  report.agent_id = req.agent_id();
+  report.epoch = req.epoch();
+  report.running_task_ids.assign(req.running_task_ids().begin(), req.running_task_ids().end());
+  for (const auto& g : req.gpus()) {
+    report.gpus.push_back(
+        {static_cast<int>(g.index()), g.model(), static_cast<double>(g.utilization_pct())});
   }
-  return core.TaskStarted(*n, node_id, start.started_at_unix_micros());
+  return report;
+}
+
+StartsRequest ToStarts(const HeartbeatRequest& req) {
+  StartsRequest starts;
+  starts.agent_id = req.agent_id();
+  starts.epoch = req.epoch();
+  for (const auto& s : req.started())
+    starts.starts.push_back({s.task_id(), s.started_at_unix_micros()});
+  return starts;
 }
 
 }  // namespace
@@ -46,7 +69,7 @@ Status RecordStart(core::SchedulerCore& core, const std::string& node_id,
 // that decisions can be pushed at any time. One write in flight at a time.
 class HeartbeatReactor : public QueuedBidiReactor<HeartbeatRequest, HeartbeatResponse> {
  public:
-  explicit HeartbeatReactor(AgentService* svc) : svc_(svc) {}
+  HeartbeatReactor(AgentService* svc, std::string peer) : svc_(svc), peer_(std::move(peer)) {}
   void Begin(std::shared_ptr<HeartbeatReactor> self) {
     self_ = std::move(self);
     StartRead(&req_);
@@ -71,59 +94,33 @@ class HeartbeatReactor : public QueuedBidiReactor<HeartbeatRequest, HeartbeatRes
  private:
   void HandleHeartbeat(const HeartbeatRequest& req) {
     if (req.agent_id().empty()) return;
-    svc_->leader_->ObserveEpoch(req.epoch());
     if (agent_id_.empty()) {
       agent_id_ = req.agent_id();
       svc_->hub_->Attach(agent_id_, self_);
     }
+    Caller caller{Caller::Transport::kGrpc, peer_};
     if (!req.started().empty()) {
-      HandleStarts(req);
+      svc_->app_->ReportStarts(caller, ToStarts(req), [self = self_](const Result<Done>& r) {
+        if (!r.ok()) self->Close(ToGrpc(r.error()));
+      });
       return;
     }
-    for (const auto& g : req.gpus()) {
-      if (g.utilization_pct() >= 0) {
-        svc_->metrics_->GpuUtilization(GpuId(agent_id_, g.index()), g.model(),
-                                       g.utilization_pct() / 100.0);
-      }
-    }
-    std::vector<std::string> running(req.running_task_ids().begin(), req.running_task_ids().end());
-    std::string id = agent_id_;
-    AgentHub* hub = svc_->hub_;
-    LeaderState* leader = svc_->leader_;
-    svc_->loop_->Post([id, running = std::move(running), hub, leader](CoreLoop::Context& ctx) {
-      Status s = ctx.core.Heartbeat(id, ctx.now);
-      HeartbeatResponse resp;
-      resp.set_epoch(leader->epoch());
-      if (!s.ok()) {
-        resp.set_reregister(true);
-        hub->Send(id, std::move(resp));
-        return;
-      }
-      // Tasks the agent runs that are not ours to run there any more are stopped.
-      for (const auto& tid : running) {
-        auto n = core::ParseTaskId(tid);
-        const core::Task* t = n ? ctx.core.FindTask(*n) : nullptr;
-        bool ours = t != nullptr && (t->status == core::TaskStatus::kRunning || t->stopping) &&
-                    !t->allocation.empty() && t->allocation[0].node_id == id;
-        if (!ours) AddStop(&resp, tid, core::StopReason::kReconcile, -1);
-      }
-      hub->Send(id, std::move(resp));
-    });
-  }
-
-  // A start confirmation (not a heartbeat): each start is posted to the core; a report the core
-  // cannot apply (unknown task, not running on this agent, no time) is logged and dropped.
-  void HandleStarts(const HeartbeatRequest& req) {
-    std::vector<dgpu::v1::TaskStart> starts(req.started().begin(), req.started().end());
-    svc_->loop_->Post([id = agent_id_, starts = std::move(starts)](CoreLoop::Context& ctx) {
-      for (const auto& start : starts) {
-        Status s = RecordStart(ctx.core, id, start);
-        if (!s.ok()) spdlog::warn("ignored start confirmation from {}: {}", id, s.message());
-      }
-    });
+    svc_->app_->Heartbeat(
+        caller, ToReport(req),
+        [self = self_, id = agent_id_, hub = svc_->hub_](const Result<HeartbeatAnswer>& r) {
+          if (!r.ok()) return self->Close(ToGrpc(r.error()));
+          HeartbeatResponse resp;
+          resp.set_epoch(r.value().epoch);
+          resp.set_reregister(r.value().reregister);
+          for (const auto& tid : r.value().stop_tasks) {
+            AddStop(&resp, tid, core::StopReason::kReconcile, -1);
+          }
+          hub->Send(id, std::move(resp));
+        });
   }
 
   AgentService* svc_;
+  const std::string peer_;
   HeartbeatRequest req_;
   std::string agent_id_;  // Reactor callbacks only.
   // Set in Begin, released in OnDone (both reactor callbacks, never concurrent).
@@ -152,6 +149,14 @@ void AgentHub::Detach(const std::string& agent_id, const HeartbeatReactor* strea
 void AgentHub::ForgetBacklog(const std::string& agent_id) {
   std::lock_guard<std::mutex> lock(mu_);
   backlog_.erase(agent_id);
+}
+
+void AgentHub::OrderStops(const std::string& agent_id, const std::vector<std::string>& task_ids,
+                          core::StopReason reason) {
+  HeartbeatResponse stop;
+  stop.set_epoch(leader_->epoch());
+  for (const auto& t : task_ids) AddStop(&stop, t, reason, -1);
+  Send(agent_id, std::move(stop));
 }
 
 bool AgentHub::Send(const std::string& agent_id, HeartbeatResponse msg) {
@@ -214,153 +219,62 @@ void AgentHub::Dispatch(const core::SchedulerCore& core,
 // ----------------------------------------------------------------------------------------------
 // AgentService
 
-AgentService::AgentService(CoreLoop* loop, AgentHub* hub, LeaderState* leader, store::Database* db,
-                           WorkerPool* readers, Metrics* metrics, int heartbeat_interval_seconds)
-    : loop_(loop),
-      hub_(hub),
-      leader_(leader),
-      db_(db),
-      readers_(readers),
-      metrics_(metrics),
-      heartbeat_interval_seconds_(heartbeat_interval_seconds) {}
+AgentService::AgentService(Application* app, AgentHub* hub, int heartbeat_interval_seconds)
+    : app_(app), hub_(hub), heartbeat_interval_seconds_(heartbeat_interval_seconds) {}
 
 grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContext* ctx,
                                                       const dgpu::v1::RegisterAgentRequest* req,
                                                       dgpu::v1::RegisterAgentResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  leader_->ObserveEpoch(req->epoch());
-  if (!leader_->is_leader()) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the leader"));
-    return reactor;
-  }
-  if (req->agent_id().empty()) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "agent_id is required"));
-    return reactor;
-  }
-  std::vector<core::GpuInfo> gpus;
+  RegisterRequest r;
+  r.agent_id = req->agent_id();
+  r.address = req->address();
+  r.epoch = req->epoch();
   for (const auto& g : req->gpus()) {
-    gpus.push_back({g.index(), g.model(), g.memory_mb(), g.uuid(), true, ""});
+    r.gpus.push_back({g.index(), g.model(), g.memory_mb(), g.uuid(), true, ""});
   }
-  std::vector<core::RunningReport> running;
-  std::vector<std::string> unparsable;
-  for (const auto& r : req->running()) {
-    auto n = core::ParseTaskId(r.task_id());
-    if (!n) {
-      unparsable.push_back(r.task_id());
-      continue;
-    }
-    running.push_back({*n, {r.gpu_indices().begin(), r.gpu_indices().end()}});
-  }
-  std::vector<core::FinishReport> finished;
-  for (const auto& f : req->finished()) {
-    auto n = core::ParseTaskId(f.task_id());
-    if (!n) continue;
-    finished.push_back({*n, f.success(), f.exit_code(), f.error(), f.finished_at_unix_micros()});
-    resp->add_acknowledged_finishes(f.task_id());
+  for (const auto& t : req->running()) {
+    r.running.push_back({t.task_id(), {t.gpu_indices().begin(), t.gpu_indices().end()}});
   }
   for (const auto& f : req->finished()) {
-    if (!core::ParseTaskId(f.task_id())) resp->add_acknowledged_finishes(f.task_id());
+    r.finished.push_back(
+        {f.task_id(), f.success(), f.exit_code(), f.error(), f.finished_at_unix_micros()});
   }
-  std::string id = req->agent_id();
-  std::string address = req->address().empty() ? ctx->peer() : req->address();
-  loop_->Post([this, reactor, resp, id, address, gpus = std::move(gpus),
-               running = std::move(running), finished = std::move(finished),
-               unparsable = std::move(unparsable)](CoreLoop::Context& c) {
-    hub_->ForgetBacklog(id);  // The registration reconciles everything decided before it.
-    Status s = c.core.RegisterNode(id, address, gpus, running, finished, c.now);
-    if (!s.ok()) {
-      reactor->Finish(ToGrpc(s));
-      return;
-    }
-    if (!unparsable.empty()) {
-      HeartbeatResponse stop;
-      stop.set_epoch(leader_->epoch());
-      for (const auto& t : unparsable) AddStop(&stop, t, core::StopReason::kReconcile, -1);
-      hub_->Send(id, std::move(stop));
-    }
-    resp->set_epoch(leader_->epoch());
-    resp->set_heartbeat_interval_seconds(heartbeat_interval_seconds_);
-    c.OnDurable([reactor](Status st) { reactor->Finish(ToGrpc(st)); });
-  });
+  app_->RegisterNode(GrpcCaller(ctx), std::move(r),
+                     FinishWith<Registered>(reactor, [this, resp](const Registered& done) {
+                       for (const auto& id : done.acknowledged_finishes) {
+                         resp->add_acknowledged_finishes(id);
+                       }
+                       resp->set_epoch(done.epoch);
+                       resp->set_heartbeat_interval_seconds(heartbeat_interval_seconds_);
+                     }));
   return reactor;
 }
 
 grpc::ServerBidiReactor<HeartbeatRequest, HeartbeatResponse>* AgentService::Heartbeat(
     grpc::CallbackServerContext* ctx) {
-  auto reactor = std::make_shared<HeartbeatReactor>(this);
+  auto reactor = std::make_shared<HeartbeatReactor>(this, ctx->peer());
   HeartbeatReactor* raw = reactor.get();
   raw->Begin(std::move(reactor));
   return raw;
 }
 
-namespace {
-
-// Answers a finish report the core refused with `refused`: ALREADY_EXISTS when `t` (null if
-// unknown) shows that this agent's finish of the task is recorded already.
-void AnswerRefusedFinish(grpc::ServerUnaryReactor* reactor, const std::string& agent,
-                         core::TaskNumber task, const core::Task* t, const Status& refused) {
-  if (t != nullptr && core::IsFinished(t->status) && !t->stopping && !t->allocation.empty() &&
-      t->allocation[0].node_id == agent) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
-                                 core::FormatTaskId(task) + " finish already recorded"));
-    return;
-  }
-  spdlog::warn("rejected TaskFinished from {}: {}", agent, refused.message());
-  reactor->Finish(ToGrpc(refused));
-}
-
-}  // namespace
-
 grpc::ServerUnaryReactor* AgentService::TaskFinished(grpc::CallbackServerContext* ctx,
                                                      const dgpu::v1::TaskFinishedRequest* req,
                                                      dgpu::v1::TaskFinishedResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  leader_->ObserveEpoch(req->epoch());
-  if (!leader_->is_leader()) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the leader"));
-    return reactor;
-  }
-  auto n = core::ParseTaskId(req->result().task_id());
-  if (!n) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                 "task_id \"" + req->result().task_id() + "\" is not a task id"));
-    return reactor;
-  }
-  const auto& r = req->result();
-  core::FinishReport report{*n, r.success(), r.exit_code(), r.error(), r.finished_at_unix_micros()};
-  std::string agent = req->agent_id();
-  loop_->Post([this, reactor, resp, report, agent](CoreLoop::Context& c) {
-    resp->set_epoch(leader_->epoch());
-    auto node = c.core.FindNode(agent);
-    if (!node) {
-      spdlog::warn("TaskFinished from unregistered agent {} for {}", agent,
-                   core::FormatTaskId(report.task));
-      reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                   "agent " + agent + " is not registered"));
-      return;
-    }
-    Status s = c.core.TaskFinished(agent, report, c.now);
-    if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kFailedPrecondition) {
-      // A duplicate of a finish already recorded? A task leaves memory only once its finish is
-      // durable, so one not in memory is looked up in the database, on a reader thread.
-      if (const core::Task* t = c.core.FindTask(report.task)) {
-        AnswerRefusedFinish(reactor, agent, report.task, t, s);
-        return;
-      }
-      readers_->Post([db = db_, reactor, agent, task = report.task, s] {
-        auto stored = db->GetTask(task);
-        const core::Task* t = stored.ok() && stored->has_value() ? &**stored : nullptr;
-        AnswerRefusedFinish(reactor, agent, task, t, s);
-      });
-      return;
-    }
-    if (!s.ok()) {
-      reactor->Finish(ToGrpc(s));
-      return;
-    }
-    // Counted and logged from the core's events (a finish, or the end of a stop).
-    c.OnDurable([reactor](Status st) { reactor->Finish(ToGrpc(st)); });
-  });
+  const auto& result = req->result();
+  FinishRequest r{req->agent_id(),
+                  req->epoch(),
+                  result.task_id(),
+                  result.success(),
+                  result.exit_code(),
+                  result.error(),
+                  result.finished_at_unix_micros()};
+  app_->ReportFinish(GrpcCaller(ctx), r,
+                     FinishWith<FinishRecorded>(reactor, [resp](const FinishRecorded& done) {
+                       resp->set_epoch(done.epoch);
+                     }));
   return reactor;
 }
 

@@ -1,10 +1,9 @@
 // The gRPC SchedulerService that agents talk to, and the hub of their Heartbeat streams.
 //
 // Callback API throughout: thousands of agent streams need no thread each. Every request is
-// turned into a function posted to the CoreLoop; unary answers are sent when the resulting
-// changes are durable. What only the database knows (a finished task that left memory) is read
-// on a reader thread, never on the owner thread. Decisions are pushed on the agent's stream the
-// moment they are made.
+// turned into a plain request and handed to the Application's agent use cases; unary answers are
+// sent when the use case answers (for a change, once it is durable). Decisions are pushed on the
+// agent's stream the moment they are made.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -16,21 +15,19 @@
 #include <string>
 
 #include "dgpu/v1/scheduler.grpc.pb.h"
-#include "scheduler/api_json.h"
+#include "scheduler/application.h"
 #include "scheduler/core_loop.h"
 #include "scheduler/leader_state.h"
 #include "scheduler/metrics.h"
-#include "scheduler/worker_pool.h"
-#include "store/database.h"
 
 namespace dgpu::scheduler {
 
 class HeartbeatReactor;
 
-// Open Heartbeat streams by agent id; thread-safe. Implements Dispatcher.
-class AgentHub : public Dispatcher {
+// Open Heartbeat streams by agent id; thread-safe. Implements Dispatcher and AgentChannel.
+class AgentHub : public Dispatcher, public AgentChannel {
  public:
-  AgentHub(LeaderState* leader, Metrics* metrics) : leader_(leader), metrics_(metrics) {}
+  explicit AgentHub(LeaderState* leader) : leader_(leader) {}
   void Dispatch(const core::SchedulerCore& core,
                 const std::vector<core::Decision>& decisions) override;
   // Sends a message on the agent's stream; false if it has none open.
@@ -38,14 +35,15 @@ class AgentHub : public Dispatcher {
   void Attach(const std::string& agent_id, std::shared_ptr<HeartbeatReactor> stream);
   void Detach(const std::string& agent_id, const HeartbeatReactor* stream);
   // Drops messages waiting for an agent whose stream is not open (it is registering again).
-  void ForgetBacklog(const std::string& agent_id);
+  void ForgetBacklog(const std::string& agent_id) override;
+  void OrderStops(const std::string& agent_id, const std::vector<std::string>& task_ids,
+                  core::StopReason reason) override;
   size_t open_streams() const;
   // Ends every stream (shutdown).
   void CloseAll();
 
  private:
   LeaderState* leader_;
-  Metrics* metrics_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<HeartbeatReactor>> streams_;        // GUARDED_BY(mu_)
   std::map<std::string, std::deque<dgpu::v1::HeartbeatResponse>> backlog_;  // GUARDED_BY(mu_)
@@ -53,9 +51,7 @@ class AgentHub : public Dispatcher {
 
 class AgentService final : public dgpu::v1::SchedulerService::CallbackService {
  public:
-  // `readers` runs the database reads, off the owner thread.
-  AgentService(CoreLoop* loop, AgentHub* hub, LeaderState* leader, store::Database* db,
-               WorkerPool* readers, Metrics* metrics, int heartbeat_interval_seconds);
+  AgentService(Application* app, AgentHub* hub, int heartbeat_interval_seconds);
 
   grpc::ServerUnaryReactor* RegisterAgent(grpc::CallbackServerContext* ctx,
                                           const dgpu::v1::RegisterAgentRequest* req,
@@ -68,12 +64,8 @@ class AgentService final : public dgpu::v1::SchedulerService::CallbackService {
 
  private:
   friend class HeartbeatReactor;
-  CoreLoop* loop_;
+  Application* app_;
   AgentHub* hub_;
-  LeaderState* leader_;
-  store::Database* db_;
-  WorkerPool* readers_;
-  Metrics* metrics_;
   int heartbeat_interval_seconds_;
 };
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 
-#include "common/task_env.h"
 #include "common/time_util.h"
 
 namespace dgpu::scheduler {
@@ -93,25 +92,6 @@ ApiError InvalidField(std::string message) {
   return ApiError{400, "invalid_field", std::move(message)};
 }
 
-ApiError FromStatus(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kInvalidArgument:
-      return {400, "invalid_field", s.message()};
-    case StatusCode::kNotFound:
-      return {404, "not_found", s.message()};
-    case StatusCode::kFailedPrecondition:
-      return {409, "conflict", s.message()};
-    case StatusCode::kAlreadyExists:
-      return {409, "already_exists", s.message()};
-    case StatusCode::kResourceExhausted:
-    case StatusCode::kUnavailable:
-    case StatusCode::kDataLoss:
-      return {503, "unavailable", s.message()};
-    default:
-      return {500, "internal", s.message()};
-  }
-}
-
 std::optional<ApiError> CheckJsonContentType(std::string_view ct) {
   if (ct.empty()) return std::nullopt;
   std::string lower(ct.substr(0, ct.find(';')));
@@ -188,9 +168,6 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
       if (key.size() > kMaxShortField || !IsEnvName(key)) {
         return InvalidField("env key \"" + key +
                             "\" is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)");
-      }
-      if (common::IsReservedTaskEnvName(key)) {
-        return InvalidField("env." + key + " is set by dgpu for GPU isolation and cannot be given");
       }
       std::string v;
       if (auto e = GetString(value, "env." + key, kMaxCommandBytes, &v)) return e;

@@ -31,12 +31,12 @@ struct ApiError {
 };
 
 ApiError InvalidField(std::string message);
-ApiError FromStatus(const Status& status);
 
 // Content-Type check: absent or application/json (any parameters) is fine; else 415.
 std::optional<ApiError> CheckJsonContentType(std::string_view content_type);
 
-// Parses and validates a POST /tasks body.
+// Parses and validates a POST /tasks body: syntax, types and sizes (what a task may ask for is
+// checked by the application, ValidateTaskSpec).
 std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec* spec);
 
 // Parses a PUT /quota body: {"online_percent": x} with x in [0, 1].

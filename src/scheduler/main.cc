@@ -104,7 +104,7 @@ int Run(int argc, char** argv) {
 
   store::Journal journal(db.get(), stored.last_applied_seq);
   Metrics metrics;
-  AgentHub hub(&leader, &metrics);
+  AgentHub hub(&leader);
   EventRecorder recorder(&metrics);
   CoreLoop loop(std::move(*core), &journal, &hub, &recorder, &common::SystemClock::Instance());
   // Off the owner thread: reads of stored tasks, and the long reads (state.json, a standby's
@@ -171,8 +171,12 @@ int Run(int argc, char** argv) {
     }
   });
 
+  // The use cases both transports call.
+  AllowAllAuthorizer authorizer;
+  Application app({&loop, &leader, db.get(), &readers, &journal, &metrics, &hub, &authorizer});
+
   // gRPC.
-  AgentService agent_service(&loop, &hub, &leader, db.get(), &readers, &metrics,
+  AgentService agent_service(&app, &hub,
                              static_cast<int>(cfg.scheduler.schedule_interval.count() / 1000));
   grpc::ServerBuilder builder;
   int grpc_port = 0;
@@ -197,7 +201,7 @@ int Run(int argc, char** argv) {
   }
 
   // REST.
-  RestServer rest({&loop, &leader, db.get(), &readers, &journal, &metrics});
+  RestServer rest({&app, &leader, &metrics});
   std::string http_host = http->host.empty() ? "0.0.0.0" : http->host;
   if (Status s = rest.Start(http_host, http->port, 2); !s.ok()) {
     grpc_server->Shutdown();

@@ -61,6 +61,8 @@ struct RestServer::Impl {
         return "Created";
       case 400:
         return "Bad Request";
+      case 403:
+        return "Forbidden";
       case 404:
         return "Not Found";
       case 405:
@@ -84,26 +86,65 @@ struct RestServer::Impl {
     Send(req, route, e.http_status, e.Body());
   }
 
-  // Writes need the leader and working storage.
-  bool RefuseWrite(const req_t& req, const std::string& route) {
-    if (!d.leader->is_leader()) {
-      std::string leader = d.leader->leader_http();
-      SendError(req, route,
-                {503, "not_leader",
-                 "this scheduler is a standby" +
-                     (leader.empty() ? std::string() : "; the leader is at " + leader)});
-      return true;
+  void SendError(const req_t& req, const std::string& route, const Error& e) {
+    SendError(req, route, ToApiError(e));
+  }
+
+  static ApiError ToApiError(const Error& e) {
+    switch (e.code) {
+      case ErrorCode::kInvalidArgument:
+        return {400, "invalid_field", e.message};
+      case ErrorCode::kNotFound:
+        return {404, "not_found", e.message};
+      case ErrorCode::kAlreadyExists:
+        return {409, "already_exists", e.message};
+      case ErrorCode::kConflict:
+        return {409, "conflict", e.message};
+      case ErrorCode::kForbidden:
+        return {403, "forbidden", e.message};
+      case ErrorCode::kNotLeader:
+        return {503, "not_leader", e.message};
+      case ErrorCode::kUnavailable:
+        return {503, "unavailable", e.message};
+      case ErrorCode::kStorageUnavailable:
+        return {503, "storage_unavailable", e.message};
+      case ErrorCode::kInternal:
+        break;
     }
-    Status h = d.journal->health();
-    if (!h.ok()) {
-      SendError(req, route, {503, "storage_unavailable", h.message()});
-      return true;
-    }
-    return false;
+    return {500, "internal", e.message};
+  }
+
+  static Caller CallerOf(const req_t& req) {
+    const auto& peer = req->remote_endpoint();
+    return {Caller::Transport::kRest,
+            peer.address().to_string() + ":" + std::to_string(peer.port())};
+  }
+
+  static std::string Dump(const json& body) {
+    return body.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+
+  // Answers `req` with `ok(value)` (status and body), or with the error.
+  template <typename T, typename Ok>
+  Reply<T> Answer(const req_t& req, const std::string& route, Ok ok) {
+    return [this, req, route, ok = std::move(ok)](const Result<T>& r) {
+      if (!r.ok()) return SendError(req, route, r.error());
+      auto [status, body] = ok(r.value());
+      Send(req, route, status, std::move(body));
+    };
   }
 
   std::string Header(const req_t& req, restinio::http_field_t f) {
     return req->header().get_field_or(f, "");
+  }
+
+  // A task id of the path; else not found.
+  std::optional<core::TaskNumber> TaskIdOf(const req_t& req, const std::string& route,
+                                           const params_t& params) {
+    std::string id_text(params["id"]);
+    auto n = core::ParseTaskId(id_text);
+    if (!n) SendError(req, route, ApiError{404, "not_found", "task " + id_text + " not found"});
+    return n;
   }
 
   // --- Handlers --------------------------------------------------------------------------------
@@ -112,172 +153,109 @@ struct RestServer::Impl {
     const std::string route = "POST /api/v1/tasks";
     if (req->body().size() > kMaxBodyBytes) {
       SendError(req, route,
-                {413, "payload_too_large",
-                 "request body is " + std::to_string(req->body().size()) + " bytes; the limit is " +
-                     std::to_string(kMaxBodyBytes)});
+                ApiError{413, "payload_too_large",
+                         "request body is " + std::to_string(req->body().size()) +
+                             " bytes; the limit is " + std::to_string(kMaxBodyBytes)});
       return restinio::request_accepted();
     }
     if (auto e = CheckJsonContentType(Header(req, restinio::http_field::content_type))) {
       SendError(req, route, *e);
       return restinio::request_accepted();
     }
-    core::TaskSpec spec;
-    if (auto e = ParseSubmitRequest(req->body(), &spec)) {
+    SubmitRequest request;
+    if (auto e = ParseSubmitRequest(req->body(), &request.spec)) {
       SendError(req, route, *e);
       return restinio::request_accepted();
     }
-    if (RefuseWrite(req, route)) return restinio::request_accepted();
-    d.loop->Post([this, req, route, spec = std::move(spec)](CoreLoop::Context& c) {
-      if (Status h = c.journal().health(); !h.ok()) {
-        SendError(req, route, {503, "storage_unavailable", h.message()});
-        return;
-      }
-      auto id = c.core.Submit(spec, c.now);
-      if (!id.ok()) {
-        SendError(req, route, FromStatus(id.status()));
-        return;
-      }
-      std::string task_id = core::FormatTaskId(*id);
-      json body = {{"task_id", task_id},
-                   {"status", "pending"},
-                   {"created_at", common::FormatRfc3339(c.now)}};
-      core::TaskNumber n = *id;
-      c.OnDurable(
-          [this, req, route, n,
-           body = body.dump(-1, ' ', false, json::error_handler_t::replace)](Status s) mutable {
-            if (s.ok()) {
-              Send(req, route, 201, std::move(body));
-              return;
-            }
-            // Not durable: tell the client, and make sure the task does not run.
-            SendError(req, route,
-                      {503, "storage_unavailable",
-                       "the task could not be stored (" + s.message() + "); it was not accepted"});
-            d.loop->Post([n](CoreLoop::Context& cc) {
-              if (Status cancelled = cc.core.Cancel(n, cc.now); !cancelled.ok()) {
-                spdlog::warn("cannot withdraw {}, which could not be stored: {}",
-                             core::FormatTaskId(n), cancelled.message());
-              }
-            });
-          });
-    });
+    d.app->Submit(
+        CallerOf(req), std::move(request), Answer<Submitted>(req, route, [](const Submitted& s) {
+          return std::pair(201, Dump({{"task_id", core::FormatTaskId(s.task)},
+                                      {"status", "pending"},
+                                      {"created_at", common::FormatRfc3339(s.created_at)}}));
+        }));
     return restinio::request_accepted();
+  }
+
+  static std::pair<int, std::string> TaskBody(const TaskView& v) {
+    return {200, Dump(TaskToJson(*v.task, v.reason))};
   }
 
   restinio::request_handling_status_t GetTask(req_t req, const params_t& params) {
     const std::string route = "GET /api/v1/tasks/{id}";
-    std::string id_text(params["id"]);
-    auto n = core::ParseTaskId(id_text);
-    if (!n) {
-      SendError(req, route, {404, "not_found", "task " + id_text + " not found"});
-      return restinio::request_accepted();
-    }
-    d.loop->Post([this, req, route, n = *n, id_text](CoreLoop::Context& c) {
-      if (const core::Task* t = c.core.FindTask(n)) {
-        Send(req, route, 200,
-             TaskToJson(*t, c.core.ReasonOf(*t))
-                 .dump(-1, ' ', false, json::error_handler_t::replace));
-        return;
-      }
-      // Not in memory: finished and durable (a task leaves memory only then), or unknown.
-      d.readers->Post([this, req, route, n, id_text] { SendStoredTask(req, route, n, id_text); });
-    });
+    auto n = TaskIdOf(req, route, params);
+    if (!n) return restinio::request_accepted();
+    d.app->GetTask(CallerOf(req), *n, Answer<TaskView>(req, route, TaskBody));
     return restinio::request_accepted();
   }
 
-  // Reader thread: the task as the database holds it.
-  void SendStoredTask(const req_t& req, const std::string& route, core::TaskNumber n,
-                      const std::string& id_text) {
-    auto stored = d.db->GetTask(n);
-    if (!stored.ok()) {
-      SendError(req, route, FromStatus(stored.status()));
-    } else if (!stored->has_value()) {
-      SendError(req, route, {404, "not_found", "task " + id_text + " not found"});
-    } else {
-      Send(req, route, 200,
-           TaskToJson(**stored, core::PendingReason::kNone)
-               .dump(-1, ' ', false, json::error_handler_t::replace));
-    }
-  }
-
-  restinio::request_handling_status_t ListTasks(req_t req) {
-    const std::string route = "GET /api/v1/tasks";
-    std::optional<core::TaskStatus> status;
-    std::optional<core::Priority> priority;
-    int64_t limit = 50, offset = 0;
+  // The query of a listing: status, priority, limit (1 to 1000) and offset.
+  static std::optional<ApiError> ParseListQuery(std::string_view query, ListTasksRequest* out) {
+    int64_t limit = out->limit, offset = out->offset;
     try {
-      const auto qp = restinio::parse_query(req->header().query());
-      for (const auto& [key, value] : qp) {
+      for (const auto& [key, value] : restinio::parse_query(query)) {
         std::string k(key.data(), key.size());
         std::string v(value.data(), value.size());
-        auto parse_int = [&](int64_t lo, int64_t hi, int64_t* out) -> bool {
-          StatusOr<int64_t> x = common::ParseInt64(v, k);
-          if (!x.ok() || *x < lo || *x > hi) return false;
-          *out = *x;
+        auto parse_int = [&](int64_t lo, int64_t hi, int64_t* x) -> bool {
+          StatusOr<int64_t> parsed = common::ParseInt64(v, k);
+          if (!parsed.ok() || *parsed < lo || *parsed > hi) return false;
+          *x = *parsed;
           return true;
         };
         if (k == "status") {
           if (v.empty()) continue;
-          status = core::ParseTaskStatus(v);
-          if (!status) {
-            SendError(req, route,
-                      InvalidField("status must be one of pending, running, success, failed, "
-                                   "cancelled; got \"" +
-                                   v + "\""));
-            return restinio::request_accepted();
+          out->status = core::ParseTaskStatus(v);
+          if (!out->status) {
+            return InvalidField(
+                "status must be one of pending, running, success, failed, cancelled; got \"" + v +
+                "\"");
           }
         } else if (k == "priority") {
           if (v.empty()) continue;
-          priority = core::ParsePriority(v);
-          if (!priority) {
-            SendError(req, route, InvalidField("priority must be high or low; got \"" + v + "\""));
-            return restinio::request_accepted();
+          out->priority = core::ParsePriority(v);
+          if (!out->priority) {
+            return InvalidField("priority must be high or low; got \"" + v + "\"");
           }
         } else if (k == "limit") {
           if (!parse_int(1, 1000, &limit)) {
-            SendError(req, route, InvalidField("limit must be an integer from 1 to 1000"));
-            return restinio::request_accepted();
+            return InvalidField("limit must be an integer from 1 to 1000");
           }
         } else if (k == "offset") {
           if (!parse_int(0, INT64_MAX / 2, &offset)) {
-            SendError(req, route, InvalidField("offset must be a non-negative integer"));
-            return restinio::request_accepted();
+            return InvalidField("offset must be a non-negative integer");
           }
         } else {
-          SendError(req, route, {400, "unknown_field", "unknown query parameter \"" + k + "\""});
-          return restinio::request_accepted();
+          return ApiError{400, "unknown_field", "unknown query parameter \"" + k + "\""};
         }
       }
     } catch (const std::exception& e) {
-      SendError(req, route, InvalidField(std::string("malformed query string: ") + e.what()));
-      return restinio::request_accepted();
+      return InvalidField(std::string("malformed query string: ") + e.what());
     }
+    out->limit = static_cast<int>(limit);
     // An offset past INT_MAX is past every task: clamp it rather than let the cast wrap it.
-    auto page = d.db->ListTasks(status, priority, static_cast<int>(limit),
-                                static_cast<int>(std::min<int64_t>(offset, INT32_MAX)));
-    if (!page.ok()) {
-      SendError(req, route, FromStatus(page.status()));
+    out->offset = static_cast<int>(std::min<int64_t>(offset, INT32_MAX));
+    return std::nullopt;
+  }
+
+  restinio::request_handling_status_t ListTasks(req_t req) {
+    const std::string route = "GET /api/v1/tasks";
+    ListTasksRequest request;
+    if (auto e = ParseListQuery(req->header().query(), &request)) {
+      SendError(req, route, *e);
       return restinio::request_accepted();
     }
-    // Overlay what the core holds now (pending reasons, fresher states).
-    d.loop->Post([this, req, route, page = std::move(*page)](CoreLoop::Context& c) {
-      json tasks = json::array();
-      for (const auto& t : page.tasks) {
-        const core::Task* live = c.core.FindTask(t.id);
-        tasks.push_back(live != nullptr ? TaskToJson(*live, c.core.ReasonOf(*live))
-                                        : TaskToJson(t, core::PendingReason::kNone));
-      }
-      Send(req, route, 200,
-           json{{"tasks", std::move(tasks)}, {"total", page.total}}.dump(
-               -1, ' ', false, json::error_handler_t::replace));
-    });
+    d.app->ListTasks(
+        CallerOf(req), request, Answer<TaskPage>(req, route, [](const TaskPage& page) {
+          json tasks = json::array();
+          for (const auto& v : page.tasks) tasks.push_back(TaskToJson(*v.task, v.reason));
+          return std::pair(200, Dump({{"tasks", std::move(tasks)}, {"total", page.total}}));
+        }));
     return restinio::request_accepted();
   }
 
-  // The query of a cancellation: only grace_seconds, an integer from 0 to 86400 (seconds between
-  // SIGTERM and SIGKILL); without it the agent's own grace period (-1).
-  static std::optional<ApiError> ParseCancelQuery(std::string_view query, int32_t* grace) {
-    constexpr int32_t kMaxGraceSeconds = 86400;
+  // The query of a cancellation: only grace_seconds, an integer (seconds between SIGTERM and
+  // SIGKILL; the application checks its bounds); without it the agent's own grace period.
+  static std::optional<ApiError> ParseCancelQuery(std::string_view query,
+                                                  std::optional<int32_t>* grace) {
     try {
       for (const auto& [key, value] : restinio::parse_query(query)) {
         std::string k(key.data(), key.size());
@@ -287,8 +265,9 @@ struct RestServer::Impl {
         int32_t x = -1;
         const char* end = value.data() + value.size();
         auto [ptr, ec] = std::from_chars(value.data(), end, x);
-        if (ec != std::errc() || ptr != end || x < 0 || x > kMaxGraceSeconds) {
-          return InvalidField("grace_seconds must be an integer from 0 to 86400");
+        if (ec != std::errc() || ptr != end) {
+          return InvalidField("grace_seconds must be an integer from 0 to " +
+                              std::to_string(kMaxGraceSeconds));
         }
         *grace = x;
       }
@@ -300,60 +279,24 @@ struct RestServer::Impl {
 
   restinio::request_handling_status_t Cancel(req_t req, const params_t& params) {
     const std::string route = "DELETE /api/v1/tasks/{id}";
-    std::string id_text(params["id"]);
-    auto n = core::ParseTaskId(id_text);
-    if (!n) {
-      SendError(req, route, {404, "not_found", "task " + id_text + " not found"});
-      return restinio::request_accepted();
-    }
-    int32_t grace = -1;
-    if (auto error = ParseCancelQuery(req->header().query(), &grace)) {
+    auto n = TaskIdOf(req, route, params);
+    if (!n) return restinio::request_accepted();
+    CancelRequest request{*n, std::nullopt};
+    if (auto error = ParseCancelQuery(req->header().query(), &request.grace_seconds)) {
       SendError(req, route, *error);
       return restinio::request_accepted();
     }
-    if (RefuseWrite(req, route)) return restinio::request_accepted();
-    d.loop->Post([this, req, route, n = *n, id_text, grace](CoreLoop::Context& c) {
-      Status s = c.core.Cancel(n, c.now, grace);
-      if (s.code() == StatusCode::kNotFound) {
-        d.readers->Post([this, req, route, n, id_text] { RefuseCancel(req, route, n, id_text); });
-        return;
-      }
-      if (!s.ok()) {
-        SendError(req, route, FromStatus(s));
-        return;
-      }
-      c.OnDurable([this, req, route](Status st) {
-        if (st.ok()) {
-          Send(req, route, 200,
-               json{{"message", "Task cancelled"}}.dump(-1, ' ', false,
-                                                        json::error_handler_t::replace));
-        } else {
-          SendError(req, route, {503, "storage_unavailable", st.message()});
-        }
-      });
-    });
+    d.app->Cancel(CallerOf(req), request, Answer<Done>(req, route, [](const Done&) {
+                    return std::pair(200, Dump({{"message", "Task cancelled"}}));
+                  }));
     return restinio::request_accepted();
   }
 
-  // Reader thread: a task the core does not hold cannot be cancelled; 409 if it finished.
-  void RefuseCancel(const req_t& req, const std::string& route, core::TaskNumber n,
-                    const std::string& id_text) {
-    auto stored = d.db->GetTask(n);
-    if (stored.ok() && stored->has_value()) {
-      SendError(req, route,
-                {409, "conflict",
-                 id_text + " already finished with status " +
-                     std::string(core::ToString((*stored)->status))});
-    } else {
-      SendError(req, route, {404, "not_found", "task " + id_text + " not found"});
-    }
-  }
-
   restinio::request_handling_status_t Gpus(req_t req) {
-    d.loop->Post([this, req](CoreLoop::Context& c) {
+    auto body = [](const std::vector<core::GpuView>& all) {
       json gpus = json::array();
       int idle = 0, busy = 0, offline = 0;
-      for (const auto& g : c.core.Gpus()) {
+      for (const auto& g : all) {
         (g.status == core::GpuStatus::kIdle   ? idle
          : g.status == core::GpuStatus::kBusy ? busy
                                               : offline)++;
@@ -367,66 +310,53 @@ struct RestServer::Impl {
              {"current_task",
               g.current_task == 0 ? json(nullptr) : json(core::FormatTaskId(g.current_task))}});
       }
-      json body = {{"total", gpus.size()},
-                   {"idle", idle},
-                   {"busy", busy},
-                   {"offline", offline},
-                   {"gpus", std::move(gpus)}};
-      Send(req, "GET /api/v1/gpus", 200, body.dump(-1, ' ', false, json::error_handler_t::replace));
-    });
+      return std::pair(200, Dump({{"total", gpus.size()},
+                                  {"idle", idle},
+                                  {"busy", busy},
+                                  {"offline", offline},
+                                  {"gpus", std::move(gpus)}}));
+    };
+    d.app->ListGpus(CallerOf(req),
+                    Answer<std::vector<core::GpuView>>(req, "GET /api/v1/gpus", std::move(body)));
     return restinio::request_accepted();
   }
 
   restinio::request_handling_status_t GetQuota(req_t req) {
-    d.loop->Post([this, req](CoreLoop::Context& c) {
-      json body = QuotaToJson(c.core.Quota());
-      body["online_percent"] = c.core.online_percent();
-      body["batch_percent"] = 1.0 - c.core.online_percent();
-      Send(req, "GET /api/v1/quota", 200,
-           body.dump(-1, ' ', false, json::error_handler_t::replace));
-    });
+    d.app->GetQuota(CallerOf(req),
+                    Answer<QuotaState>(req, "GET /api/v1/quota", [](const QuotaState& q) {
+                      json body = QuotaToJson(q.quota);
+                      body["online_percent"] = q.online_percent;
+                      body["batch_percent"] = 1.0 - q.online_percent;
+                      return std::pair(200, Dump(body));
+                    }));
     return restinio::request_accepted();
   }
 
   restinio::request_handling_status_t PutQuota(req_t req) {
     const std::string route = "PUT /api/v1/quota";
     if (req->body().size() > kMaxBodyBytes) {
-      SendError(req, route, {413, "payload_too_large", "request body is over 1 MiB"});
+      SendError(req, route, ApiError{413, "payload_too_large", "request body is over 1 MiB"});
       return restinio::request_accepted();
     }
     if (auto e = CheckJsonContentType(Header(req, restinio::http_field::content_type))) {
       SendError(req, route, *e);
       return restinio::request_accepted();
     }
-    double online = 0;
-    if (auto e = ParseQuotaRequest(req->body(), &online)) {
+    QuotaRequest request;
+    if (auto e = ParseQuotaRequest(req->body(), &request.online_percent)) {
       SendError(req, route, *e);
       return restinio::request_accepted();
     }
-    if (RefuseWrite(req, route)) return restinio::request_accepted();
-    d.loop->Post([this, req, route, online](CoreLoop::Context& c) {
-      Status s = c.core.SetOnlinePercent(online, c.now);
-      if (!s.ok()) {
-        SendError(req, route, FromStatus(s));
-        return;
-      }
-      c.OnDurable([this, req, route](Status st) {
-        if (st.ok()) {
-          Send(req, route, 200,
-               json{{"message", "Quota updated"}}.dump(-1, ' ', false,
-                                                       json::error_handler_t::replace));
-        } else {
-          SendError(req, route, {503, "storage_unavailable", st.message()});
-        }
-      });
-    });
+    d.app->SetQuota(CallerOf(req), request, Answer<Done>(req, route, [](const Done&) {
+                      return std::pair(200, Dump({{"message", "Quota updated"}}));
+                    }));
     return restinio::request_accepted();
   }
 
   restinio::request_handling_status_t Agents(req_t req) {
-    d.loop->Post([this, req](CoreLoop::Context& c) {
+    auto body = [](const std::vector<core::NodeView>& nodes) {
       json agents = json::array();
-      for (const auto& n : c.core.Nodes()) {
+      for (const auto& n : nodes) {
         agents.push_back({{"id", n.id},
                           {"address", n.address},
                           {"status", n.online ? "online" : "offline"},
@@ -436,36 +366,27 @@ struct RestServer::Impl {
                                                  ? json(nullptr)
                                                  : json(common::FormatRfc3339(n.last_heartbeat))}});
       }
-      Send(
-          req, "GET /api/v1/agents", 200,
-          json{{"agents", std::move(agents)}}.dump(-1, ' ', false, json::error_handler_t::replace));
-    });
+      return std::pair(200, Dump({{"agents", std::move(agents)}}));
+    };
+    d.app->ListAgents(CallerOf(req), Answer<std::vector<core::NodeView>>(req, "GET /api/v1/agents",
+                                                                         std::move(body)));
     return restinio::request_accepted();
   }
 
   restinio::request_handling_status_t Ready(req_t req) {
-    json body = {{"role", d.leader->is_leader() ? "leader" : "standby"},
-                 {"epoch", d.leader->epoch()}};
-    Status h = d.journal->health();
-    body["storage"] = h.ok() ? "ok" : h.message();
-    std::string detail = d.leader->detail();
-    if (!detail.empty()) body["detail"] = detail;
-    bool ready = d.leader->is_leader() && h.ok();
-    body["status"] = ready ? "ready" : "not_ready";
-    Send(req, "GET /readyz", ready ? 200 : 503,
-         body.dump(-1, ' ', false, json::error_handler_t::replace));
+    const Readiness r = d.app->Ready();
+    json body = {{"role", r.leader ? "leader" : "standby"}, {"epoch", r.epoch}};
+    body["storage"] = r.storage.ok() ? "ok" : r.storage.message();
+    if (!r.detail.empty()) body["detail"] = r.detail;
+    body["status"] = r.ready() ? "ready" : "not_ready";
+    Send(req, "GET /readyz", r.ready() ? 200 : 503, Dump(body));
     return restinio::request_accepted();
   }
 
   restinio::request_handling_status_t MetricsPage(req_t req) {
-    d.loop->Post([this, req](CoreLoop::Context& c) {
-      GaugeSnapshot g = TakeGaugeSnapshot(c.core);
-      g.is_leader = d.leader->is_leader();
-      g.epoch = d.leader->epoch();
-      auto js = d.journal->stats();
-      g.journal_batches = js.batches_committed;
-      g.journal_mean_batch = js.MeanBatchSize();
-      Send(req, "GET /metrics", 200, d.metrics->Render(g), "text/plain; version=0.0.4");
+    d.app->Gauges(CallerOf(req), [this, req](const Result<GaugeSnapshot>& g) {
+      if (!g.ok()) return SendError(req, "GET /metrics", g.error());
+      Send(req, "GET /metrics", 200, d.metrics->Render(g.value()), "text/plain; version=0.0.4");
     });
     return restinio::request_accepted();
   }

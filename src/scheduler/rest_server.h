@@ -1,29 +1,22 @@
-// The REST API on RESTinio (asio, keep-alive, a small thread pool). Handlers parse and validate
-// on the HTTP threads, post the command to the CoreLoop and answer asynchronously: a write is
-// answered once it is durable. A task the core no longer holds (finished and durable) is read
-// from the database on a reader thread, never on the owner thread.
+// The REST API on RESTinio (asio, keep-alive, a small thread pool). Handlers parse the request on
+// the HTTP threads (api_json), call the Application's use case and map its result onto an HTTP
+// status and body; they answer asynchronously, from whichever thread the use case answers on.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "base/status.h"
-#include "scheduler/core_loop.h"
+#include "scheduler/application.h"
 #include "scheduler/leader_state.h"
 #include "scheduler/metrics.h"
-#include "scheduler/worker_pool.h"
-#include "store/database.h"
-#include "store/journal.h"
 
 namespace dgpu::scheduler {
 
 struct RestDeps {
-  CoreLoop* loop;
-  LeaderState* leader;
-  store::Database* db;
-  WorkerPool* readers;  // Runs the reads of stored tasks, off the owner thread.
-  store::Journal* journal;
-  Metrics* metrics;
+  Application* app;
+  LeaderState* leader;  // For the X-Dgpu-Stale and X-Leader headers.
+  Metrics* metrics;     // Counts requests by route and HTTP status.
 };
 
 class RestServer {

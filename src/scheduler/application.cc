@@ -1,0 +1,475 @@
+#include "scheduler/application.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "common/task_env.h"
+#include "scheduler/api_json.h"
+
+namespace dgpu::scheduler {
+namespace {
+
+Error MakeError(ErrorCode code, StatusCode cause, std::string message, std::string field = {}) {
+  return Error{code, std::move(field), std::move(message), cause};
+}
+
+Error InvalidArgumentError(std::string field, std::string message) {
+  return MakeError(ErrorCode::kInvalidArgument, StatusCode::kInvalidArgument, std::move(message),
+                   std::move(field));
+}
+
+Error StorageError(const Status& s) {
+  return MakeError(ErrorCode::kStorageUnavailable, s.code(), s.message());
+}
+
+// An agent's command on a standby.
+Error AgentNotLeader() {
+  return MakeError(ErrorCode::kNotLeader, StatusCode::kUnavailable, "not the leader");
+}
+
+std::optional<Error> ValidateGrace(const std::optional<int32_t>& grace) {
+  if (grace && (*grace < 0 || *grace > kMaxGraceSeconds)) {
+    return InvalidArgumentError("grace_seconds", "grace_seconds must be an integer from 0 to " +
+                                                     std::to_string(kMaxGraceSeconds));
+  }
+  return std::nullopt;
+}
+
+std::optional<Error> ValidateOnlinePercent(double online_percent) {
+  if (!(online_percent >= 0.0 && online_percent <= 1.0)) {
+    return InvalidArgumentError(
+        "online_percent",
+        fmt::format("online_percent must be between 0 and 1, got {}", online_percent));
+  }
+  return std::nullopt;
+}
+
+Target SubmissionTarget(core::Priority priority) {
+  Target t;
+  t.priority = priority;
+  return t;
+}
+
+Target TaskTarget(core::TaskNumber task) {
+  Target t;
+  t.task = task;
+  return t;
+}
+
+Target NodeTarget(std::string node_id, core::TaskNumber task = 0) {
+  Target t;
+  t.task = task;
+  t.node_id = std::move(node_id);
+  return t;
+}
+
+// An agent's start confirmation: the task's start time becomes the agent's.
+Status RecordStart(core::SchedulerCore& core, const std::string& node_id,
+                   const StartsRequest::Start& start) {
+  auto n = core::ParseTaskId(start.task_id);
+  if (!n) return InvalidArgument("task_id \"" + start.task_id + "\" is not a task id");
+  if (start.started_at <= 0)
+    return InvalidArgument(start.task_id + " has no started_at_unix_micros");
+  return core.TaskStarted(*n, node_id, start.started_at);
+}
+
+// Whether the agent may run `t` there: a member of it runs (or is being stopped) on that node.
+bool RunsOn(const core::Task* t, const std::string& node_id) {
+  return t != nullptr && (t->status == core::TaskStatus::kRunning || t->stopping) &&
+         core::RunningMemberOn(t->allocation, node_id) >= 0;
+}
+
+}  // namespace
+
+std::string_view ToString(Action action) {
+  switch (action) {
+    case Action::kSubmitTask:
+      return "submit_task";
+    case Action::kCancelTask:
+      return "cancel_task";
+    case Action::kReadTasks:
+      return "read_tasks";
+    case Action::kSetQuota:
+      return "set_quota";
+    case Action::kReadCluster:
+      return "read_cluster";
+    case Action::kRegisterNode:
+      return "register_node";
+    case Action::kNodeHeartbeat:
+      return "node_heartbeat";
+    case Action::kReportStart:
+      return "report_start";
+    case Action::kReportFinish:
+      return "report_finish";
+  }
+  return "unknown";
+}
+
+Error ErrorFromStatus(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument:
+      return MakeError(ErrorCode::kInvalidArgument, s.code(), s.message());
+    case StatusCode::kNotFound:
+      return MakeError(ErrorCode::kNotFound, s.code(), s.message());
+    case StatusCode::kFailedPrecondition:
+      return MakeError(ErrorCode::kConflict, s.code(), s.message());
+    case StatusCode::kAlreadyExists:
+      return MakeError(ErrorCode::kAlreadyExists, s.code(), s.message());
+    case StatusCode::kPermissionDenied:
+      return MakeError(ErrorCode::kForbidden, s.code(), s.message());
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kUnavailable:
+    case StatusCode::kDataLoss:
+      return MakeError(ErrorCode::kUnavailable, s.code(), s.message());
+    default:
+      return MakeError(ErrorCode::kInternal, s.code(), s.message());
+  }
+}
+
+std::optional<Error> ValidateTaskSpec(const core::TaskSpec& spec) {
+  for (const auto& [name, value] : spec.env) {
+    if (common::IsReservedTaskEnvName(name)) {
+      return InvalidArgumentError("env." + name, "env." + name +
+                                                     " is set by dgpu for GPU isolation and "
+                                                     "cannot be given");
+    }
+  }
+  return std::nullopt;
+}
+
+// --- Shared steps ------------------------------------------------------------------------------
+
+std::optional<Error> Application::Authorize(const Caller& caller, Action action,
+                                            const Target& target) const {
+  Status s = d_.authorizer->Authorize(caller, action, target);
+  if (s.ok()) return std::nullopt;
+  return MakeError(ErrorCode::kForbidden, StatusCode::kPermissionDenied, s.message());
+}
+
+// A client's write needs the leader and working storage.
+std::optional<Error> Application::RefuseClientWrite() const {
+  if (!d_.leader->is_leader()) {
+    std::string leader = d_.leader->leader_http();
+    return MakeError(ErrorCode::kNotLeader, StatusCode::kUnavailable,
+                     "this scheduler is a standby" +
+                         (leader.empty() ? std::string() : "; the leader is at " + leader));
+  }
+  if (Status h = d_.journal->health(); !h.ok()) return StorageError(h);
+  return std::nullopt;
+}
+
+template <typename T>
+void Application::ReplyWhenDurable(CoreLoop::Context& c, T value, Reply<T> reply,
+                                   std::function<Error(const Status&)> on_failure) {
+  c.OnDurable([value = std::move(value), reply = std::move(reply),
+               on_failure = std::move(on_failure)](Status s) {
+    if (s.ok()) {
+      reply(value);
+    } else {
+      reply(on_failure ? on_failure(s) : StorageError(s));
+    }
+  });
+}
+
+// --- Client commands ---------------------------------------------------------------------------
+
+void Application::Submit(const Caller& caller, SubmitRequest request, Reply<Submitted> reply) {
+  if (auto e = ValidateTaskSpec(request.spec)) return reply(*e);
+  if (auto e = Authorize(caller, Action::kSubmitTask, SubmissionTarget(request.spec.priority))) {
+    return reply(*e);
+  }
+  if (auto e = RefuseClientWrite()) return reply(*e);
+  d_.loop->Post([this, spec = std::move(request.spec),
+                 reply = std::move(reply)](CoreLoop::Context& c) mutable {
+    if (Status h = c.journal().health(); !h.ok()) return reply(StorageError(h));
+    auto id = c.core.Submit(spec, c.now);
+    if (!id.ok()) return reply(ErrorFromStatus(id.status()));
+    const core::TaskNumber n = *id;
+    // Not durable: tell the client, and make sure the task does not run.
+    auto withdraw = [loop = d_.loop, n](const Status& s) {
+      loop->Post([n](CoreLoop::Context& cc) {
+        if (Status cancelled = cc.core.Cancel(n, cc.now); !cancelled.ok()) {
+          spdlog::warn("cannot withdraw {}, which could not be stored: {}", core::FormatTaskId(n),
+                       cancelled.message());
+        }
+      });
+      return MakeError(ErrorCode::kStorageUnavailable, s.code(),
+                       "the task could not be stored (" + s.message() + "); it was not accepted");
+    };
+    ReplyWhenDurable(c, Submitted{n, c.now}, std::move(reply), std::move(withdraw));
+  });
+}
+
+void Application::Cancel(const Caller& caller, const CancelRequest& request, Reply<Done> reply) {
+  if (auto e = ValidateGrace(request.grace_seconds)) return reply(*e);
+  if (auto e = Authorize(caller, Action::kCancelTask, TaskTarget(request.task))) return reply(*e);
+  if (auto e = RefuseClientWrite()) return reply(*e);
+  d_.loop->Post([this, n = request.task, grace = request.grace_seconds.value_or(-1),
+                 reply = std::move(reply)](CoreLoop::Context& c) mutable {
+    Status s = c.core.Cancel(n, c.now, grace);
+    if (s.code() == StatusCode::kNotFound) return AnswerCancelOfUnknown(n, std::move(reply));
+    if (!s.ok()) return reply(ErrorFromStatus(s));
+    ReplyWhenDurable(c, Done{}, std::move(reply));
+  });
+}
+
+// A task the core does not hold cannot be cancelled: conflict if it finished (read on a reader
+// thread), else not found.
+void Application::AnswerCancelOfUnknown(core::TaskNumber n, Reply<Done> reply) {
+  d_.readers->Post([db = d_.db, n, reply = std::move(reply)] {
+    const std::string id = core::FormatTaskId(n);
+    auto stored = db->GetTask(n);
+    if (stored.ok() && stored->has_value()) {
+      reply(MakeError(
+          ErrorCode::kConflict, StatusCode::kFailedPrecondition,
+          id + " already finished with status " + std::string(core::ToString((*stored)->status))));
+    } else {
+      reply(MakeError(ErrorCode::kNotFound, StatusCode::kNotFound, "task " + id + " not found"));
+    }
+  });
+}
+
+void Application::GetTask(const Caller& caller, core::TaskNumber n, Reply<TaskView> reply) {
+  if (auto e = Authorize(caller, Action::kReadTasks, TaskTarget(n))) return reply(*e);
+  d_.loop->Post([this, n, reply = std::move(reply)](CoreLoop::Context& c) mutable {
+    if (const core::Task* t = c.core.FindTask(n)) return reply(TaskView{t, c.core.ReasonOf(*t)});
+    // Not in memory: finished and durable (a task leaves memory only then), or unknown.
+    d_.readers->Post([db = d_.db, n, reply = std::move(reply)] {
+      auto stored = db->GetTask(n);
+      if (!stored.ok()) return reply(ErrorFromStatus(stored.status()));
+      if (!stored->has_value()) {
+        return reply(MakeError(ErrorCode::kNotFound, StatusCode::kNotFound,
+                               "task " + core::FormatTaskId(n) + " not found"));
+      }
+      reply(TaskView{&**stored, core::PendingReason::kNone});
+    });
+  });
+}
+
+void Application::ListTasks(const Caller& caller, const ListTasksRequest& request,
+                            Reply<TaskPage> reply) {
+  if (auto e = Authorize(caller, Action::kReadTasks, {})) return reply(*e);
+  auto page = d_.db->ListTasks(request.status, request.priority, request.limit, request.offset);
+  if (!page.ok()) return reply(ErrorFromStatus(page.status()));
+  // Overlay what the core holds now (pending reasons, fresher states).
+  d_.loop->Post([stored = std::move(*page), reply = std::move(reply)](CoreLoop::Context& c) {
+    TaskPage out;
+    out.total = stored.total;
+    out.tasks.reserve(stored.tasks.size());
+    for (const auto& t : stored.tasks) {
+      const core::Task* live = c.core.FindTask(t.id);
+      out.tasks.push_back(live != nullptr ? TaskView{live, c.core.ReasonOf(*live)}
+                                          : TaskView{&t, core::PendingReason::kNone});
+    }
+    reply(out);
+  });
+}
+
+void Application::SetQuota(const Caller& caller, const QuotaRequest& request, Reply<Done> reply) {
+  if (auto e = ValidateOnlinePercent(request.online_percent)) return reply(*e);
+  if (auto e = Authorize(caller, Action::kSetQuota, {})) return reply(*e);
+  if (auto e = RefuseClientWrite()) return reply(*e);
+  d_.loop->Post(
+      [online = request.online_percent, reply = std::move(reply)](CoreLoop::Context& c) mutable {
+        Status s = c.core.SetOnlinePercent(online, c.now);
+        if (!s.ok()) return reply(ErrorFromStatus(s));
+        ReplyWhenDurable(c, Done{}, std::move(reply));
+      });
+}
+
+void Application::GetQuota(const Caller& caller, Reply<QuotaState> reply) {
+  if (auto e = Authorize(caller, Action::kReadCluster, {})) return reply(*e);
+  d_.loop->Post([reply = std::move(reply)](CoreLoop::Context& c) {
+    reply(QuotaState{c.core.Quota(), c.core.online_percent()});
+  });
+}
+
+void Application::ListGpus(const Caller& caller, Reply<std::vector<core::GpuView>> reply) {
+  if (auto e = Authorize(caller, Action::kReadCluster, {})) return reply(*e);
+  d_.loop->Post([reply = std::move(reply)](CoreLoop::Context& c) { reply(c.core.Gpus()); });
+}
+
+void Application::ListAgents(const Caller& caller, Reply<std::vector<core::NodeView>> reply) {
+  if (auto e = Authorize(caller, Action::kReadCluster, {})) return reply(*e);
+  d_.loop->Post([reply = std::move(reply)](CoreLoop::Context& c) { reply(c.core.Nodes()); });
+}
+
+void Application::Gauges(const Caller& caller, Reply<GaugeSnapshot> reply) {
+  if (auto e = Authorize(caller, Action::kReadCluster, {})) return reply(*e);
+  d_.loop->Post([this, reply = std::move(reply)](CoreLoop::Context& c) {
+    GaugeSnapshot g = TakeGaugeSnapshot(c.core);
+    g.is_leader = d_.leader->is_leader();
+    g.epoch = d_.leader->epoch();
+    auto js = d_.journal->stats();
+    g.journal_batches = js.batches_committed;
+    g.journal_mean_batch = js.MeanBatchSize();
+    reply(g);
+  });
+}
+
+Readiness Application::Ready() const {
+  return Readiness{d_.leader->is_leader(), d_.leader->epoch(), d_.journal->health(),
+                   d_.leader->detail()};
+}
+
+// --- Agent commands ----------------------------------------------------------------------------
+
+void Application::RegisterNode(const Caller& caller, RegisterRequest request,
+                               Reply<Registered> reply) {
+  d_.leader->ObserveEpoch(request.epoch);
+  if (!d_.leader->is_leader()) return reply(AgentNotLeader());
+  if (request.agent_id.empty())
+    return reply(InvalidArgumentError("agent_id", "agent_id is required"));
+  if (auto e = Authorize(caller, Action::kRegisterNode, NodeTarget(request.agent_id))) {
+    return reply(*e);
+  }
+  std::vector<core::RunningReport> running;
+  std::vector<std::string> unparsable;  // Not ours: stopped.
+  for (auto& r : request.running) {
+    if (auto n = core::ParseTaskId(r.task_id)) {
+      running.push_back({*n, std::move(r.gpu_indices)});
+    } else {
+      unparsable.push_back(std::move(r.task_id));
+    }
+  }
+  // Every finish is acknowledged: those the core can take, then those it cannot.
+  std::vector<core::FinishReport> finished;
+  Registered registered;
+  std::vector<std::string> unknown_finishes;
+  for (auto& f : request.finished) {
+    auto n = core::ParseTaskId(f.task_id);
+    if (!n) {
+      unknown_finishes.push_back(std::move(f.task_id));
+      continue;
+    }
+    finished.push_back({*n, f.success, f.exit_code, std::move(f.error), f.finished_at});
+    registered.acknowledged_finishes.push_back(std::move(f.task_id));
+  }
+  for (auto& t : unknown_finishes) registered.acknowledged_finishes.push_back(std::move(t));
+  std::string address = request.address.empty() ? caller.peer : std::move(request.address);
+  d_.loop->Post([this, id = std::move(request.agent_id), address = std::move(address),
+                 gpus = std::move(request.gpus), running = std::move(running),
+                 finished = std::move(finished), unparsable = std::move(unparsable),
+                 registered = std::move(registered),
+                 reply = std::move(reply)](CoreLoop::Context& c) mutable {
+    d_.agents->ForgetBacklog(id);  // The registration reconciles everything decided before it.
+    Status s = c.core.RegisterNode(id, address, gpus, running, finished, c.now);
+    if (!s.ok()) return reply(ErrorFromStatus(s));
+    if (!unparsable.empty()) d_.agents->OrderStops(id, unparsable, core::StopReason::kReconcile);
+    registered.epoch = d_.leader->epoch();
+    ReplyWhenDurable(c, std::move(registered), std::move(reply));
+  });
+}
+
+void Application::Heartbeat(const Caller& caller, HeartbeatReport report,
+                            Reply<HeartbeatAnswer> reply) {
+  d_.leader->ObserveEpoch(report.epoch);
+  if (auto e = Authorize(caller, Action::kNodeHeartbeat, NodeTarget(report.agent_id))) {
+    return reply(*e);
+  }
+  for (const auto& g : report.gpus) {
+    if (g.utilization_pct >= 0) {
+      d_.metrics->GpuUtilization(GpuId(report.agent_id, g.index), g.model,
+                                 g.utilization_pct / 100.0);
+    }
+  }
+  d_.loop->Post([this, report = std::move(report), reply = std::move(reply)](CoreLoop::Context& c) {
+    HeartbeatAnswer answer;
+    answer.epoch = d_.leader->epoch();
+    if (!c.core.Heartbeat(report.agent_id, c.now).ok()) {
+      answer.reregister = true;
+      return reply(answer);
+    }
+    // Tasks the agent runs that are not ours to run there any more are stopped.
+    for (const auto& tid : report.running_task_ids) {
+      auto n = core::ParseTaskId(tid);
+      if (!RunsOn(n ? c.core.FindTask(*n) : nullptr, report.agent_id)) {
+        answer.stop_tasks.push_back(tid);
+      }
+    }
+    reply(answer);
+  });
+}
+
+void Application::ReportStarts(const Caller& caller, StartsRequest request, Reply<Done> reply) {
+  d_.leader->ObserveEpoch(request.epoch);
+  if (auto e = Authorize(caller, Action::kReportStart, NodeTarget(request.agent_id))) {
+    return reply(*e);
+  }
+  d_.loop->Post([request = std::move(request), reply = std::move(reply)](CoreLoop::Context& c) {
+    for (const auto& start : request.starts) {
+      Status s = RecordStart(c.core, request.agent_id, start);
+      if (!s.ok()) {
+        spdlog::warn("ignored start confirmation from {}: {}", request.agent_id, s.message());
+      }
+    }
+    reply(Done{});
+  });
+}
+
+void Application::ReportFinish(const Caller& caller, const FinishRequest& request,
+                               Reply<FinishRecorded> reply) {
+  d_.leader->ObserveEpoch(request.epoch);
+  if (!d_.leader->is_leader()) return reply(AgentNotLeader());
+  auto n = core::ParseTaskId(request.task_id);
+  if (!n) {
+    return reply(
+        InvalidArgumentError("task_id", "task_id \"" + request.task_id + "\" is not a task id"));
+  }
+  if (auto e = Authorize(caller, Action::kReportFinish, NodeTarget(request.agent_id, *n))) {
+    return reply(*e);
+  }
+  core::FinishReport report{*n, request.success, request.exit_code, request.error,
+                            request.finished_at};
+  d_.loop->Post([this, report = std::move(report), agent = request.agent_id,
+                 reply = std::move(reply)](CoreLoop::Context& c) mutable {
+    FinishRecorded recorded{d_.leader->epoch()};
+    if (!c.core.FindNode(agent)) {
+      spdlog::warn("TaskFinished from unregistered agent {} for {}", agent,
+                   core::FormatTaskId(report.task));
+      return reply(MakeError(ErrorCode::kConflict, StatusCode::kFailedPrecondition,
+                             "agent " + agent + " is not registered"));
+    }
+    Status s = c.core.TaskFinished(agent, report, c.now);
+    if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kFailedPrecondition) {
+      // A duplicate of a finish already recorded? A task leaves memory only once its finish is
+      // durable, so one not in memory is looked up in the database, on a reader thread.
+      if (const core::Task* t = c.core.FindTask(report.task)) {
+        return AnswerRefusedFinish(agent, report.task, t, s, reply);
+      }
+      d_.readers->Post([this, agent, task = report.task, s, reply = std::move(reply)] {
+        auto stored = d_.db->GetTask(task);
+        AnswerRefusedFinish(agent, task, stored.ok() && stored->has_value() ? &**stored : nullptr,
+                            s, reply);
+      });
+      return;
+    }
+    if (!s.ok()) return reply(ErrorFromStatus(s));
+    // Counted and logged from the core's events (a finish, or the end of a stop).
+    ReplyWhenDurable(c, recorded, std::move(reply));
+  });
+}
+
+// A finish report the core refused with `refused`: already exists when `t` (null if unknown)
+// shows that this agent's finish of the task is recorded already.
+void Application::AnswerRefusedFinish(const std::string& agent, core::TaskNumber task,
+                                      const core::Task* t, const Status& refused,
+                                      const Reply<FinishRecorded>& reply) const {
+  // A member of a multi-node task that has ended has had its finish recorded too.
+  const bool member_ended = t != nullptr && std::any_of(t->allocation.begin(), t->allocation.end(),
+                                                        [&](const core::NodeAllocation& m) {
+                                                          return m.ended && m.node_id == agent;
+                                                        });
+  if (member_ended || (t != nullptr && core::IsFinished(t->status) && !t->stopping &&
+                       core::HasMemberOn(t->allocation, agent))) {
+    return reply(MakeError(ErrorCode::kAlreadyExists, StatusCode::kAlreadyExists,
+                           core::FormatTaskId(task) + " finish already recorded"));
+  }
+  spdlog::warn("rejected TaskFinished from {}: {}", agent, refused.message());
+  reply(ErrorFromStatus(refused));
+}
+
+}  // namespace dgpu::scheduler

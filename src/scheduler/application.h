@@ -1,0 +1,308 @@
+// Application: the commands the scheduler daemon offers, between the transports and the core.
+//
+// The REST server and the gRPC agent service parse a request into one of the plain structs
+// below, say who asks (Caller), call a use case and turn its Result into an HTTP status or a
+// grpc::Status. Everything between is here, once for both transports:
+//   1. validation of what is not syntax (reserved env names, grace bounds, task ids of agents);
+//   2. the authorization hook (Authorizer), asked before a use case acts;
+//   3. the availability checks (leader, storage) and the work on the owner thread (CoreLoop),
+//      with reads of stored tasks on the reader pool;
+//   4. request metrics (GPU utilization reported by agents);
+//   5. the durable reply: a mutating use case answers only once its changes are durable, and
+//      acknowledged by the standby when one counts (CoreLoop::Context::OnDurable).
+//
+// Every use case answers exactly once through its callback: on the calling thread when it is
+// refused before anything is posted, else on the owner thread, a reader thread or the journal's
+// writer thread. Task pointers in a reply are valid during the callback only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "base/status.h"
+#include "core/scheduler_core.h"
+#include "core/types.h"
+#include "scheduler/core_loop.h"
+#include "scheduler/leader_state.h"
+#include "scheduler/metrics.h"
+#include "scheduler/worker_pool.h"
+#include "store/database.h"
+#include "store/journal.h"
+
+namespace dgpu::scheduler {
+
+// --- Who asks, for what ------------------------------------------------------------------------
+
+// The caller of a use case: for now the transport and the peer's address.
+struct Caller {
+  enum class Transport { kRest, kGrpc };
+  Transport transport = Transport::kRest;
+  std::string peer;
+};
+
+enum class Action {
+  kSubmitTask,
+  kCancelTask,
+  kReadTasks,
+  kSetQuota,
+  kReadCluster,  // GPUs, agents, quota, metrics.
+  kRegisterNode,
+  kNodeHeartbeat,
+  kReportStart,
+  kReportFinish,
+};
+std::string_view ToString(Action action);
+
+// What an action is about; fields that do not apply stay empty.
+struct Target {
+  core::TaskNumber task = 0;
+  std::optional<core::Priority> priority;  // Of a task being submitted.
+  std::string node_id;                     // Of an agent's actions.
+};
+
+// Decides whether a caller may do an action. OK allows it; any error refuses it and its message
+// says why. Called on the transport's thread, before the use case changes anything.
+class Authorizer {
+ public:
+  virtual ~Authorizer() = default;
+  virtual Status Authorize(const Caller& caller, Action action, const Target& target) const = 0;
+};
+
+// Today's contract: everyone may do everything.
+class AllowAllAuthorizer final : public Authorizer {
+ public:
+  Status Authorize(const Caller&, Action, const Target&) const override { return OkStatus(); }
+};
+
+// --- Results -----------------------------------------------------------------------------------
+
+enum class ErrorCode {
+  kInvalidArgument,     // REST 400 invalid_field.
+  kNotFound,            // REST 404 not_found.
+  kAlreadyExists,       // REST 409 already_exists.
+  kConflict,            // REST 409 conflict (a failed precondition).
+  kForbidden,           // REST 403 forbidden.
+  kNotLeader,           // REST 503 not_leader.
+  kUnavailable,         // REST 503 unavailable.
+  kStorageUnavailable,  // REST 503 storage_unavailable: not durable, or storage is failing.
+  kInternal,            // REST 500 internal.
+};
+
+struct Error {
+  ErrorCode code = ErrorCode::kInternal;
+  std::string field;  // The request field at fault; empty when none is.
+  std::string message;
+  // The status code the error came from; gRPC answers with it as it is.
+  StatusCode cause = StatusCode::kInternal;
+};
+
+// The error a core or store Status stands for (InvalidArgument -> kInvalidArgument, ...).
+Error ErrorFromStatus(const Status& status);
+
+template <typename T>
+class Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit like StatusOr
+  Result(Error error) : v_(std::move(error)) {}  // NOLINT
+  bool ok() const { return v_.index() == 0; }
+  const T& value() const { return std::get<0>(v_); }
+  const Error& error() const { return std::get<1>(v_); }
+
+ private:
+  std::variant<T, Error> v_;
+};
+
+template <typename T>
+using Reply = std::function<void(const Result<T>&)>;
+
+// A command that answers nothing but its success.
+struct Done {};
+
+// --- Requests and answers ----------------------------------------------------------------------
+
+inline constexpr int32_t kMaxGraceSeconds = 86400;
+
+struct SubmitRequest {
+  core::TaskSpec spec;
+};
+struct Submitted {
+  core::TaskNumber task = 0;
+  core::TimeMicros created_at = 0;
+};
+
+struct CancelRequest {
+  core::TaskNumber task = 0;
+  std::optional<int32_t> grace_seconds;  // 0..kMaxGraceSeconds; none: the agent's own.
+};
+
+struct TaskView {
+  const core::Task* task = nullptr;
+  core::PendingReason reason = core::PendingReason::kNone;
+};
+
+struct ListTasksRequest {
+  std::optional<core::TaskStatus> status;
+  std::optional<core::Priority> priority;
+  int limit = 50;
+  int offset = 0;
+};
+struct TaskPage {
+  std::vector<TaskView> tasks;
+  int64_t total = 0;
+};
+
+struct QuotaRequest {
+  double online_percent = 0;
+};
+struct QuotaState {
+  core::QuotaView quota;
+  double online_percent = 0;
+};
+
+struct Readiness {
+  bool leader = false;
+  uint64_t epoch = 0;
+  Status storage;
+  std::string detail;
+  bool ready() const { return leader && storage.ok(); }
+};
+
+// Agents report task ids as text; the use cases parse them.
+struct RegisterRequest {
+  struct Running {
+    std::string task_id;
+    std::vector<int> gpu_indices;
+  };
+  struct Finished {
+    std::string task_id;
+    bool success = false;
+    int32_t exit_code = 0;
+    std::string error;
+    core::TimeMicros finished_at = 0;
+  };
+  std::string agent_id;
+  std::string address;  // Empty: the caller's peer address.
+  uint64_t epoch = 0;
+  std::vector<core::GpuInfo> gpus;
+  std::vector<Running> running;
+  std::vector<Finished> finished;
+};
+struct Registered {
+  uint64_t epoch = 0;
+  std::vector<std::string> acknowledged_finishes;
+};
+
+struct HeartbeatReport {
+  struct Gpu {
+    int index = 0;
+    std::string model;
+    double utilization_pct = -1;  // Below 0: not known.
+  };
+  std::string agent_id;
+  uint64_t epoch = 0;
+  std::vector<std::string> running_task_ids;
+  std::vector<Gpu> gpus;
+};
+struct HeartbeatAnswer {
+  uint64_t epoch = 0;
+  bool reregister = false;              // The node is not known online: register again.
+  std::vector<std::string> stop_tasks;  // Runs there but is not the agent's to run.
+};
+
+struct StartsRequest {
+  struct Start {
+    std::string task_id;
+    core::TimeMicros started_at = 0;
+  };
+  std::string agent_id;
+  uint64_t epoch = 0;
+  std::vector<Start> starts;
+};
+
+struct FinishRequest {
+  std::string agent_id;
+  uint64_t epoch = 0;
+  std::string task_id;
+  bool success = false;
+  int32_t exit_code = 0;
+  std::string error;
+  core::TimeMicros finished_at = 0;
+};
+struct FinishRecorded {
+  uint64_t epoch = 0;
+};
+
+// Orders to agents outside a scheduling pass (registration), on the owner thread.
+class AgentChannel {
+ public:
+  virtual ~AgentChannel() = default;
+  // Drops what waits for an agent that registers again: its registration reconciles it.
+  virtual void ForgetBacklog(const std::string& agent_id) = 0;
+  virtual void OrderStops(const std::string& agent_id, const std::vector<std::string>& task_ids,
+                          core::StopReason reason) = 0;
+};
+
+// The semantic checks of a task spec, for every transport: a task's env may not give the names
+// dgpu sets (common/task_env.h).
+std::optional<Error> ValidateTaskSpec(const core::TaskSpec& spec);
+
+struct ApplicationDeps {
+  CoreLoop* loop;
+  LeaderState* leader;
+  store::Database* db;
+  WorkerPool* readers;  // Reads of stored tasks, off the owner thread.
+  store::Journal* journal;
+  Metrics* metrics;
+  AgentChannel* agents;
+  const Authorizer* authorizer;
+};
+
+class Application {
+ public:
+  explicit Application(ApplicationDeps deps) : d_(deps) {}
+
+  // Client commands: validation, then authorization, then the leader and storage checks.
+  void Submit(const Caller& caller, SubmitRequest request, Reply<Submitted> reply);
+  void Cancel(const Caller& caller, const CancelRequest& request, Reply<Done> reply);
+  void GetTask(const Caller& caller, core::TaskNumber task, Reply<TaskView> reply);
+  // The page is read from the database on the calling thread, then overlaid with the core's view.
+  void ListTasks(const Caller& caller, const ListTasksRequest& request, Reply<TaskPage> reply);
+  void SetQuota(const Caller& caller, const QuotaRequest& request, Reply<Done> reply);
+  void GetQuota(const Caller& caller, Reply<QuotaState> reply);
+  void ListGpus(const Caller& caller, Reply<std::vector<core::GpuView>> reply);
+  void ListAgents(const Caller& caller, Reply<std::vector<core::NodeView>> reply);
+  void Gauges(const Caller& caller, Reply<GaugeSnapshot> reply);
+  // Answers at once, without the core.
+  Readiness Ready() const;
+
+  // Agent commands: the epoch is observed first (fencing), then the leader check, validation and
+  // authorization.
+  void RegisterNode(const Caller& caller, RegisterRequest request, Reply<Registered> reply);
+  void Heartbeat(const Caller& caller, HeartbeatReport report, Reply<HeartbeatAnswer> reply);
+  // Starts the core cannot apply (unknown task, not running on this agent, no time) are logged
+  // and dropped; the reply says only whether the report was taken.
+  void ReportStarts(const Caller& caller, StartsRequest request, Reply<Done> reply);
+  void ReportFinish(const Caller& caller, const FinishRequest& request,
+                    Reply<FinishRecorded> reply);
+
+ private:
+  std::optional<Error> Authorize(const Caller& caller, Action action, const Target& target) const;
+  std::optional<Error> RefuseClientWrite() const;
+  // The durable reply of every mutating use case: `reply` gets `value` once the batch's changes
+  // are durable (and replicated when a standby counts), else `on_failure(status)` (default: the
+  // storage error as kStorageUnavailable).
+  template <typename T>
+  static void ReplyWhenDurable(CoreLoop::Context& c, T value, Reply<T> reply,
+                               std::function<Error(const Status&)> on_failure = nullptr);
+  void AnswerCancelOfUnknown(core::TaskNumber task, Reply<Done> reply);
+  void AnswerRefusedFinish(const std::string& agent, core::TaskNumber task, const core::Task* t,
+                           const Status& refused, const Reply<FinishRecorded>& reply) const;
+
+  ApplicationDeps d_;
+};
+
+}  // namespace dgpu::scheduler

@@ -1,0 +1,394 @@
+// The application layer, driven as the transports drive it: a real CoreLoop, a real journal on a
+// temporary SQLite file, and fakes only for the agents' side (dispatch, stop orders).
+#include "scheduler/application.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <future>
+#include <mutex>
+
+#include "common/time_util.h"
+
+namespace dgpu::scheduler {
+namespace {
+
+class FakeDispatcher : public Dispatcher {
+ public:
+  void Dispatch(const core::SchedulerCore&, const std::vector<core::Decision>& decisions) override {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& d : decisions) started.push_back(d.task);
+  }
+  std::mutex mu;
+  std::vector<core::TaskNumber> started;  // GUARDED_BY(mu)
+};
+
+class FakeAgentChannel : public AgentChannel {
+ public:
+  void ForgetBacklog(const std::string& agent_id) override { forgotten.push_back(agent_id); }
+  void OrderStops(const std::string& agent_id, const std::vector<std::string>& task_ids,
+                  core::StopReason reason) override {
+    stops.push_back({agent_id, task_ids, reason});
+  }
+  struct Stop {
+    std::string agent;
+    std::vector<std::string> tasks;
+    core::StopReason reason;
+  };
+  std::vector<std::string> forgotten;  // Owner thread only.
+  std::vector<Stop> stops;             // Owner thread only.
+};
+
+// Refuses everything when `deny` is set, and remembers what it was asked.
+class RecordingAuthorizer : public Authorizer {
+ public:
+  Status Authorize(const Caller& caller, Action action, const Target& target) const override {
+    std::lock_guard<std::mutex> lock(mu);
+    asked.push_back({caller.peer, action, target});
+    if (deny) return PermissionDenied(std::string(ToString(action)) + " is not allowed for you");
+    return OkStatus();
+  }
+  struct Ask {
+    std::string peer;
+    Action action;
+    Target target;
+  };
+  bool deny = false;
+  mutable std::mutex mu;
+  mutable std::vector<Ask> asked;  // GUARDED_BY(mu)
+};
+
+// Calls a use case and waits for its one answer.
+template <typename T, typename Start>
+Result<T> Await(Start start) {
+  std::promise<Result<T>> answer;
+  std::future<Result<T>> f = answer.get_future();
+  start([&answer](const Result<T>& r) { answer.set_value(r); });
+  return f.get();
+}
+
+core::TaskSpec Spec(int gpus = 1) {
+  core::TaskSpec s;
+  s.command = "true";
+  s.priority = core::Priority::kHigh;
+  s.gpu_count = gpus;
+  return s;
+}
+
+class ApplicationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/application_test_" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir_);
+    auto db = store::Database::Open(dir_);
+    ASSERT_TRUE(db.ok()) << db.status().message();
+    db_ = std::move(*db);
+    journal_ = std::make_unique<store::Journal>(db_.get(), 0);
+    loop_ = std::make_unique<CoreLoop>(std::make_unique<core::SchedulerCore>(), journal_.get(),
+                                       &dispatcher_, nullptr, &common::SystemClock::Instance());
+    leader_.Set(true, 7);
+    loop_->Start();
+    app_ = std::make_unique<Application>(ApplicationDeps{loop_.get(), &leader_, db_.get(),
+                                                         &readers_, journal_.get(), &metrics_,
+                                                         &agents_, &authorizer_});
+  }
+  void TearDown() override {
+    readers_.Stop();
+    loop_->Stop();
+    journal_->Shutdown();
+    db_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  Result<Submitted> Submit(core::TaskSpec spec) {
+    return Await<Submitted>([&](Reply<Submitted> r) { app_->Submit(caller_, {spec}, r); });
+  }
+  Result<Done> Cancel(core::TaskNumber n, std::optional<int32_t> grace = std::nullopt) {
+    return Await<Done>([&](Reply<Done> r) { app_->Cancel(caller_, {n, grace}, r); });
+  }
+  Result<Done> SetQuota(double online) {
+    return Await<Done>([&](Reply<Done> r) { app_->SetQuota(caller_, {online}, r); });
+  }
+  Result<Registered> Register(const std::string& agent, int gpus,
+                              std::vector<RegisterRequest::Running> running = {}) {
+    RegisterRequest req;
+    req.agent_id = agent;
+    req.epoch = 7;
+    for (int i = 0; i < gpus; ++i) req.gpus.push_back({i, "A100", 40960, "", true, ""});
+    req.running = std::move(running);
+    return Await<Registered>(
+        [&](Reply<Registered> r) { app_->RegisterNode(agent_caller_, std::move(req), r); });
+  }
+  Result<FinishRecorded> Finish(const std::string& agent, const std::string& task_id) {
+    FinishRequest req{agent, 7, task_id, true, 0, "", common::NowMicros()};
+    return Await<FinishRecorded>(
+        [&](Reply<FinishRecorded> r) { app_->ReportFinish(agent_caller_, req, r); });
+  }
+  size_t TasksInCore() {
+    size_t n = 0;
+    loop_->RunAndWait([&](CoreLoop::Context& c) { n = c.core.TaskCount(); });
+    return n;
+  }
+  uint64_t Appended() { return journal_->stats().last_appended_seq; }
+
+  std::string dir_;
+  std::unique_ptr<store::Database> db_;
+  std::unique_ptr<store::Journal> journal_;
+  FakeDispatcher dispatcher_;
+  std::unique_ptr<CoreLoop> loop_;
+  LeaderState leader_;
+  WorkerPool readers_{1};
+  Metrics metrics_;
+  FakeAgentChannel agents_;
+  RecordingAuthorizer authorizer_;
+  std::unique_ptr<Application> app_;
+  Caller caller_{Caller::Transport::kRest, "127.0.0.1:5000"};
+  Caller agent_caller_{Caller::Transport::kGrpc, "ipv4:10.0.0.5:4000"};
+};
+
+TEST_F(ApplicationTest, SubmitAnswersOnceTheTaskIsDurable) {
+  std::optional<core::Task> stored_at_reply;
+  std::promise<Result<Submitted>> answer;
+  app_->Submit(caller_, {Spec()}, [&](const Result<Submitted>& r) {
+    auto stored = db_->GetTask(1);  // On the journal's thread, as the reply is sent.
+    if (stored.ok()) stored_at_reply = *stored;
+    answer.set_value(r);
+  });
+  Result<Submitted> r = answer.get_future().get();
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r.value().task, 1u);
+  EXPECT_EQ(core::FormatTaskId(r.value().task), "task-1");
+  EXPECT_GT(r.value().created_at, 0);
+  ASSERT_TRUE(stored_at_reply.has_value()) << "answered before the task was stored";
+  EXPECT_EQ(stored_at_reply->status, core::TaskStatus::kPending);
+  EXPECT_EQ(stored_at_reply->created_at, r.value().created_at);
+
+  Result<Submitted> second = Submit(Spec());
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second.value().task, 2u);
+}
+
+TEST_F(ApplicationTest, SubmitWithAReservedEnvNameIsRefusedNamingTheField) {
+  core::TaskSpec spec = Spec();
+  spec.env = {{"CUDA_VISIBLE_DEVICES", "0"}};
+  Result<Submitted> r = Submit(spec);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(r.error().field, "env.CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(r.error().message,
+            "env.CUDA_VISIBLE_DEVICES is set by dgpu for GPU isolation and cannot be given");
+  EXPECT_EQ(TasksInCore(), 0u);
+  EXPECT_EQ(Appended(), 0u);
+}
+
+TEST_F(ApplicationTest, CancelOfAnUnknownTaskIsNotFound) {
+  Result<Done> r = Cancel(99);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(r.error().cause, StatusCode::kNotFound);
+  EXPECT_EQ(r.error().message, "task task-99 not found");
+  EXPECT_EQ(Appended(), 0u);
+}
+
+TEST_F(ApplicationTest, CancelOfAStoredFinishedTaskIsAConflict) {
+  ASSERT_TRUE(Submit(Spec()).ok());
+  ASSERT_TRUE(Cancel(1).ok());
+  // Once durable, the finished task leaves memory; then only the database knows it.
+  for (int i = 0; i < 200 && TasksInCore() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(TasksInCore(), 0u);
+  Result<Done> r = Cancel(1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kConflict);
+  EXPECT_EQ(r.error().message, "task-1 already finished with status cancelled");
+  // A stored task is read on a reader thread; the view is valid during the callback only.
+  std::optional<core::TaskStatus> status;
+  Result<Done> read = Await<Done>([&](Reply<Done> reply) {
+    app_->GetTask(caller_, 1, [&status, reply](const Result<TaskView>& got) {
+      if (!got.ok()) return reply(got.error());
+      status = got.value().task->status;
+      reply(Done{});
+    });
+  });
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  EXPECT_EQ(status, core::TaskStatus::kCancelled);
+}
+
+TEST_F(ApplicationTest, GraceOutsideItsBoundsIsRefusedNamingTheField) {
+  ASSERT_TRUE(Submit(Spec()).ok());
+  const uint64_t appended = Appended();
+  for (int32_t grace : {-1, kMaxGraceSeconds + 1}) {
+    Result<Done> r = Cancel(1, grace);
+    ASSERT_FALSE(r.ok()) << grace;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_EQ(r.error().field, "grace_seconds");
+    EXPECT_EQ(r.error().message, "grace_seconds must be an integer from 0 to 86400");
+  }
+  EXPECT_EQ(Appended(), appended);
+  EXPECT_TRUE(Cancel(1, kMaxGraceSeconds).ok());
+}
+
+TEST_F(ApplicationTest, InvalidQuotaIsRefusedNamingTheField) {
+  for (double online : {1.5, -0.25}) {
+    Result<Done> r = SetQuota(online);
+    ASSERT_FALSE(r.ok()) << online;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_EQ(r.error().field, "online_percent");
+  }
+  EXPECT_EQ(SetQuota(1.5).error().message, "online_percent must be between 0 and 1, got 1.5");
+  EXPECT_EQ(Appended(), 0u);
+  ASSERT_TRUE(SetQuota(0.25).ok());
+  auto stored = db_->ReadMeta();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->online_percent, 0.25);
+}
+
+TEST_F(ApplicationTest, WritesOnAStandbyNameTheLeader) {
+  leader_.Set(false, 7);
+  leader_.set_leader_http("10.0.0.1:8080");
+  Result<Submitted> r = Submit(Spec());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kNotLeader);
+  EXPECT_EQ(r.error().message, "this scheduler is a standby; the leader is at 10.0.0.1:8080");
+  Result<FinishRecorded> f = Finish("a1", "task-1");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.error().cause, StatusCode::kUnavailable);
+  EXPECT_EQ(f.error().message, "not the leader");
+  EXPECT_EQ(Appended(), 0u);
+}
+
+TEST_F(ApplicationTest, AnAgentsFinishIsRecordedOnceAndItsDuplicateRecognised) {
+  Result<Registered> reg = Register("a1", 1, {{"bogus", {0}}});
+  ASSERT_TRUE(reg.ok()) << reg.error().message;
+  EXPECT_EQ(reg.value().epoch, 7u);
+  loop_->RunAndWait([&](CoreLoop::Context&) {
+    EXPECT_EQ(agents_.forgotten, std::vector<std::string>{"a1"});
+    ASSERT_EQ(agents_.stops.size(), 1u);
+    EXPECT_EQ(agents_.stops[0].tasks, std::vector<std::string>{"bogus"});
+    EXPECT_EQ(agents_.stops[0].reason, core::StopReason::kReconcile);
+  });
+  ASSERT_TRUE(Submit(Spec()).ok());
+  loop_->RunAndWait([](CoreLoop::Context&) {});  // The pass after the submission has run.
+  {
+    std::lock_guard<std::mutex> lock(dispatcher_.mu);
+    EXPECT_EQ(dispatcher_.started, std::vector<core::TaskNumber>{1});
+  }
+  Result<FinishRecorded> f = Finish("a1", "task-1");
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(f.value().epoch, 7u);
+  auto stored = db_->GetTask(1);
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->status, core::TaskStatus::kSuccess);
+
+  Result<FinishRecorded> again = Finish("a1", "task-1");
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code, ErrorCode::kAlreadyExists);
+  EXPECT_EQ(again.error().message, "task-1 finish already recorded");
+  Result<FinishRecorded> stranger = Finish("a2", "task-1");
+  ASSERT_FALSE(stranger.ok());
+  EXPECT_EQ(stranger.error().cause, StatusCode::kFailedPrecondition);
+  EXPECT_EQ(stranger.error().message, "agent a2 is not registered");
+  Result<FinishRecorded> garbled = Finish("a1", "task-x");
+  ASSERT_FALSE(garbled.ok());
+  EXPECT_EQ(garbled.error().field, "task_id");
+  EXPECT_EQ(garbled.error().message, "task_id \"task-x\" is not a task id");
+}
+
+// A denying authorizer: each use case answers forbidden, and nothing changed anywhere.
+class DeniedTest : public ApplicationTest {
+ protected:
+  void SetUp() override {
+    ApplicationTest::SetUp();
+    ASSERT_TRUE(Submit(Spec()).ok());  // task-1, pending (no nodes).
+    ASSERT_TRUE(Register("a1", 0).ok());
+    authorizer_.deny = true;
+    appended_ = Appended();
+  }
+  template <typename T>
+  void ExpectDenied(const Result<T>& r, Action action) {
+    ASSERT_FALSE(r.ok()) << ToString(action);
+    EXPECT_EQ(r.error().code, ErrorCode::kForbidden);
+    EXPECT_EQ(r.error().cause, StatusCode::kPermissionDenied);
+    EXPECT_EQ(r.error().message, std::string(ToString(action)) + " is not allowed for you");
+    std::lock_guard<std::mutex> lock(authorizer_.mu);
+    ASSERT_FALSE(authorizer_.asked.empty());
+    EXPECT_EQ(authorizer_.asked.back().action, action);
+  }
+  void ExpectNothingChanged() {
+    EXPECT_EQ(Appended(), appended_) << "a refused command reached the journal";
+    EXPECT_EQ(TasksInCore(), 1u);
+    auto second = db_->GetTask(2);
+    ASSERT_TRUE(second.ok());
+    EXPECT_FALSE(second->has_value());
+    auto first = db_->GetTask(1);
+    ASSERT_TRUE(first.ok() && first->has_value());
+    EXPECT_EQ((*first)->status, core::TaskStatus::kPending);
+    auto meta = db_->ReadMeta();
+    ASSERT_TRUE(meta.ok());
+    EXPECT_FALSE(meta->online_percent.has_value());
+  }
+  uint64_t appended_ = 0;
+};
+
+TEST_F(DeniedTest, SubmitLeavesNoTaskAndNoJournalEntry) {
+  core::TaskSpec spec = Spec(2);
+  spec.priority = core::Priority::kLow;
+  ExpectDenied(Submit(spec), Action::kSubmitTask);
+  {
+    std::lock_guard<std::mutex> lock(authorizer_.mu);
+    EXPECT_EQ(authorizer_.asked.back().target.priority, core::Priority::kLow);
+    EXPECT_EQ(authorizer_.asked.back().peer, "127.0.0.1:5000");
+  }
+  ExpectNothingChanged();
+}
+
+TEST_F(DeniedTest, CancelLeavesTheTaskPending) {
+  ExpectDenied(Cancel(1), Action::kCancelTask);
+  {
+    std::lock_guard<std::mutex> lock(authorizer_.mu);
+    EXPECT_EQ(authorizer_.asked.back().target.task, 1u);
+  }
+  ExpectNothingChanged();
+}
+
+TEST_F(DeniedTest, SetQuotaLeavesTheQuota) {
+  ExpectDenied(SetQuota(0.2), Action::kSetQuota);
+  ExpectNothingChanged();
+}
+
+TEST_F(DeniedTest, AgentCommandsChangeNothing) {
+  ExpectDenied(Register("a2", 4), Action::kRegisterNode);
+  ExpectDenied(Finish("a1", "task-1"), Action::kReportFinish);
+  ExpectDenied(Await<HeartbeatAnswer>([&](Reply<HeartbeatAnswer> r) {
+                 app_->Heartbeat(agent_caller_, {"a1", 7, {}, {}}, r);
+               }),
+               Action::kNodeHeartbeat);
+  ExpectDenied(Await<Done>([&](Reply<Done> r) {
+                 app_->ReportStarts(agent_caller_, {"a1", 7, {{"task-1", 1}}}, r);
+               }),
+               Action::kReportStart);
+  loop_->RunAndWait([](CoreLoop::Context& c) { EXPECT_FALSE(c.core.FindNode("a2").has_value()); });
+  ExpectNothingChanged();
+}
+
+TEST_F(DeniedTest, ReadsAreRefusedToo) {
+  ExpectDenied(Await<TaskView>([&](Reply<TaskView> r) { app_->GetTask(caller_, 1, r); }),
+               Action::kReadTasks);
+  ExpectDenied(Await<TaskPage>([&](Reply<TaskPage> r) { app_->ListTasks(caller_, {}, r); }),
+               Action::kReadTasks);
+  ExpectDenied(Await<QuotaState>([&](Reply<QuotaState> r) { app_->GetQuota(caller_, r); }),
+               Action::kReadCluster);
+  ExpectDenied(Await<std::vector<core::GpuView>>(
+                   [&](Reply<std::vector<core::GpuView>> r) { app_->ListGpus(caller_, r); }),
+               Action::kReadCluster);
+  ExpectDenied(Await<std::vector<core::NodeView>>(
+                   [&](Reply<std::vector<core::NodeView>> r) { app_->ListAgents(caller_, r); }),
+               Action::kReadCluster);
+  ExpectDenied(Await<GaugeSnapshot>([&](Reply<GaugeSnapshot> r) { app_->Gauges(caller_, r); }),
+               Action::kReadCluster);
+}
+
+}  // namespace
+}  // namespace dgpu::scheduler
