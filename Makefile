@@ -1,9 +1,10 @@
-# dgpu front door: make deps | build | test | run | bench | fmt | fmt-check | lint
+# dgpu front door: make deps | build | test | test-asan | test-tsan | run | bench | fmt | fmt-check |
+# tidy
 PRESET ?= release
 BUILD_DIR := $(if $(filter release,$(PRESET)),build,build-$(PRESET))
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test run bench fmt fmt-check lint clean
+.PHONY: all deps configure build test test-asan test-tsan run bench fmt fmt-check tidy lint clean
 
 all: build
 
@@ -21,6 +22,24 @@ build: configure
 test: build
 	ctest --preset $(PRESET) -j $(JOBS)
 
+# The C++ unit tests (ctest label "unit") built with AddressSanitizer and UBSan (build-asan); the
+# test preset sets ASAN_OPTIONS and UBSAN_OPTIONS so that the first report fails the test.
+test-asan:
+	cmake --preset asan
+	cmake --build --preset asan -j $(JOBS)
+	ctest --preset asan -j $(JOBS)
+
+# The daemon binaries built with ThreadSanitizer (build-tsan) under the integration and HA suites
+# (ctest labels "integration" and "ha"). Reports go to build-tsan/tsan-reports/; any report, or a
+# failed test, fails the target and prints them.
+TSAN_REPORTS := build-tsan/tsan-reports
+test-tsan:
+	cmake --preset tsan
+	cmake --build --preset tsan -j $(JOBS)
+	rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
+	ctest --preset tsan -j $(JOBS) || { cat $(TSAN_REPORTS)/* 2>/dev/null; exit 1; }
+	@if [ -n "$$(ls -A $(TSAN_REPORTS))" ]; then cat $(TSAN_REPORTS)/*; exit 1; fi
+
 run: deps build
 	bash scripts/run-local-cluster.sh
 
@@ -34,8 +53,14 @@ fmt:
 fmt-check:
 	git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 
-lint: configure
-	git ls-files 'src/*.cc' 'sim/*.cc' | xargs clang-tidy -p $(BUILD_DIR) --quiet
+# clang-tidy with the repository's .clang-tidy (every kept check is an error) over dgpu's sources
+# through the compile database; src/core/ is left out for now. Needs the build for the generated
+# protobuf headers.
+TIDY_SOURCES := '^$(CURDIR)/(src/(base|common|store|scheduler|agent|ctl)|sim)/[^/]+\.cc$$'
+tidy: build
+	run-clang-tidy -p $(BUILD_DIR) -j $(JOBS) -quiet $(TIDY_SOURCES)
+
+lint: tidy
 
 clean:
-	rm -rf build build-debug build-asan
+	rm -rf build build-debug build-asan build-tsan

@@ -143,8 +143,9 @@ int Run(int argc, char** argv) {
   });
   int rc = session.Run();
   if (rc != 0) {
-    // Run failed early: wake the waiter so the process can exit.
-    pthread_kill(waiter.native_handle(), SIGTERM);
+    // Run failed early: wake the waiter so the process can exit. SIGTERM is blocked in every
+    // thread and taken by the waiter's sigwait, so it ends nothing.
+    pthread_kill(waiter.native_handle(), SIGTERM);  // NOLINT(bugprone-bad-signal-to-kill-thread)
   }
   waiter.join();
   common::FlushLogs();

@@ -116,12 +116,14 @@ struct TaskSpec {
   int64_t timeout_seconds = 0;                           // 0: no limit.
   Priority priority = Priority::kLow;
   int gpu_count = 1;
+  bool operator==(const TaskSpec&) const = default;
 };
 
-// Member order is for the scheduling core's cache use: a start and a finish read and write only
-// the last ~150 bytes (the end of the spec and everything from `error` on), next to the core's
-// own per-task fields, which follow a Task in memory. Names are what other code uses. A new
-// member must also be reset where the core recycles task records (TaskPool::Delete).
+// Plain data: a task as the core, the store, replication and the API see it. The core's own
+// per-task state (node slot, queue, spare buffers) lives in its private record, not here.
+// Member order is only a hint for the core's cache use: a start and a finish read and write the
+// last ~150 bytes (the end of the spec and everything from `error` on), next to the core's own
+// fields, which follow a Task in memory.
 struct Task {
   TaskSpec spec;
   std::string error;  // Empty, or a machine word such as "agent_lost" / "timeout".
@@ -142,6 +144,7 @@ struct Task {
   StopReason stop_reason = StopReason::kNone;  // Set while stopping.
 
   int TotalGpus() const { return spec.gpu_count; }
+  bool operator==(const Task&) const = default;
 };
 
 struct GpuInfo {

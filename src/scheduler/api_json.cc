@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <restinio/uri_helpers.hpp>
 
+#include "common/number.h"
 #include "common/time_util.h"
 
 namespace dgpu::scheduler {
@@ -266,6 +269,99 @@ nlohmann::json QuotaToJson(const core::QuotaView& q) {
                 {"available", std::max(0, q.quota[p] - q.used[p])}};
   };
   return json{{"total_gpus", q.total_gpus}, {"online", cls(0)}, {"batch", cls(1)}};
+}
+
+ApiError ToApiError(const Error& e) {
+  switch (e.code) {
+    case ErrorCode::kInvalidArgument:
+      return {400, "invalid_field", e.message};
+    case ErrorCode::kNotFound:
+      return {404, "not_found", e.message};
+    case ErrorCode::kAlreadyExists:
+      return {409, "already_exists", e.message};
+    case ErrorCode::kConflict:
+      return {409, "conflict", e.message};
+    case ErrorCode::kForbidden:
+      return {403, "forbidden", e.message};
+    case ErrorCode::kNotLeader:
+      return {503, "not_leader", e.message};
+    case ErrorCode::kUnavailable:
+      return {503, "unavailable", e.message};
+    case ErrorCode::kStorageUnavailable:
+      return {503, "storage_unavailable", e.message};
+    case ErrorCode::kInternal:
+      break;
+  }
+  return {500, "internal", e.message};
+}
+
+std::optional<ApiError> ParseListQuery(std::string_view query, ListTasksRequest* out) {
+  int64_t limit = out->limit, offset = out->offset;
+  try {
+    for (const auto& [key, value] : restinio::parse_query(query)) {
+      std::string k(key.data(), key.size());
+      std::string v(value.data(), value.size());
+      auto parse_int = [&](int64_t lo, int64_t hi, int64_t* x) -> bool {
+        StatusOr<int64_t> parsed = common::ParseInt64(v, k);
+        if (!parsed.ok() || *parsed < lo || *parsed > hi) return false;
+        *x = *parsed;
+        return true;
+      };
+      if (k == "status") {
+        if (v.empty()) continue;
+        out->status = core::ParseTaskStatus(v);
+        if (!out->status) {
+          return InvalidField(
+              "status must be one of pending, running, success, failed, cancelled; got \"" + v +
+              "\"");
+        }
+      } else if (k == "priority") {
+        if (v.empty()) continue;
+        out->priority = core::ParsePriority(v);
+        if (!out->priority) {
+          return InvalidField("priority must be high or low; got \"" + v + "\"");
+        }
+      } else if (k == "limit") {
+        if (!parse_int(1, 1000, &limit)) {
+          return InvalidField("limit must be an integer from 1 to 1000");
+        }
+      } else if (k == "offset") {
+        if (!parse_int(0, INT64_MAX / 2, &offset)) {
+          return InvalidField("offset must be a non-negative integer");
+        }
+      } else {
+        return ApiError{400, "unknown_field", "unknown query parameter \"" + k + "\""};
+      }
+    }
+  } catch (const std::exception& e) {
+    return InvalidField(std::string("malformed query string: ") + e.what());
+  }
+  out->limit = static_cast<int>(limit);
+  // An offset past INT_MAX is past every task: clamp it rather than let the cast wrap it.
+  out->offset = static_cast<int>(std::min<int64_t>(offset, INT32_MAX));
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseCancelQuery(std::string_view query, std::optional<int32_t>* grace) {
+  try {
+    for (const auto& [key, value] : restinio::parse_query(query)) {
+      std::string k(key.data(), key.size());
+      if (k != "grace_seconds") {
+        return ApiError{400, "unknown_field", "unknown query parameter \"" + k + "\""};
+      }
+      int32_t x = -1;
+      const char* end = value.data() + value.size();
+      auto [ptr, ec] = std::from_chars(value.data(), end, x);
+      if (ec != std::errc() || ptr != end) {
+        return InvalidField("grace_seconds must be an integer from 0 to " +
+                            std::to_string(kMaxGraceSeconds));
+      }
+      *grace = x;
+    }
+  } catch (const std::exception& e) {
+    return InvalidField(std::string("malformed query string: ") + e.what());
+  }
+  return std::nullopt;
 }
 
 }  // namespace dgpu::scheduler

@@ -12,6 +12,7 @@
 #include "base/status.h"
 #include "core/scheduler_core.h"
 #include "core/types.h"
+#include "scheduler/application.h"
 
 namespace dgpu::scheduler {
 
@@ -41,6 +42,17 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
 
 // Parses a PUT /quota body: {"online_percent": x} with x in [0, 1].
 std::optional<ApiError> ParseQuotaRequest(std::string_view body, double* online_percent);
+
+// Parses the query of GET /tasks: status, priority, limit (1 to 1000) and offset, into `out`
+// (which holds the defaults).
+std::optional<ApiError> ParseListQuery(std::string_view query, ListTasksRequest* out);
+
+// Parses the query of DELETE /tasks/{id}: only grace_seconds, an integer (the application
+// checks its bounds); left unset without it.
+std::optional<ApiError> ParseCancelQuery(std::string_view query, std::optional<int32_t>* grace);
+
+// The contract's HTTP status and error word for an application error.
+ApiError ToApiError(const Error& e);
 
 // `<node_id>-gpu-<index>`.
 std::string GpuId(const std::string& node_id, int index);

@@ -53,8 +53,9 @@ struct JournalStats {
 
   // Appends per committed batch: the group-commit factor.
   double MeanBatchSize() const {
-    return batches_committed == 0 ? 0.0
-                                  : static_cast<double>(appends_committed) / batches_committed;
+    return batches_committed == 0
+               ? 0.0
+               : static_cast<double>(appends_committed) / static_cast<double>(batches_committed);
   }
 };
 
