@@ -54,9 +54,9 @@ fmt-check:
 	git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 
 # clang-tidy with the repository's .clang-tidy (every kept check is an error) over dgpu's sources
-# through the compile database; src/core/ is left out for now. Needs the build for the generated
+# through the compile database. Needs the build for the generated
 # protobuf headers.
-TIDY_SOURCES := '^$(CURDIR)/(src/(base|common|store|scheduler|agent|ctl)|sim)/[^/]+\.cc$$'
+TIDY_SOURCES := '^$(CURDIR)/(src/(base|common|core|store|scheduler|agent|ctl)|sim)/[^/]+\.cc$$'
 tidy: build
 	run-clang-tidy -p $(BUILD_DIR) -j $(JOBS) -quiet $(TIDY_SOURCES)
 

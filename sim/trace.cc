@@ -110,7 +110,7 @@ std::optional<int64_t> ParseUtcTimestamp(std::string_view s) {
   int max_day = kDaysIn[month - 1] + (month == 2 && IsLeap(year) ? 1 : 0);
   if (day < 1 || day > max_day || hour > 23 || minute > 59 || second > 59) return std::nullopt;
   return DaysFromCivil(year, static_cast<unsigned>(month), static_cast<unsigned>(day)) * 86400 +
-         hour * 3600 + minute * 60 + second;
+         int64_t{hour} * 3600 + int64_t{minute} * 60 + second;
 }
 
 std::optional<core::TimeMicros> ParseSeconds(std::string_view s) {

@@ -8,7 +8,7 @@
 
 namespace dgpu::core {
 
-SchedulerCore::SchedulerCore(CoreConfig config) : config_(config) {
+SchedulerCore::SchedulerCore(CoreConfig config) : config_(std::move(config)) {
   for (auto& q : queues_) q = std::make_unique<PriorityQueue>();
   class_node_[PrioIndex(Priority::kHigh)] = quota_tree_.Add("online", QuotaTree::kRoot);
   class_node_[PrioIndex(Priority::kLow)] = quota_tree_.Add("batch", QuotaTree::kRoot);

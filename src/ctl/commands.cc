@@ -43,10 +43,10 @@ std::string Field(const json& object, const char* key) {
   return it == object.end() ? "" : Text(*it);
 }
 
-std::string OrDash(std::string text) { return text.empty() ? "-" : text; }
+std::string OrDash(const std::string& text) { return text.empty() ? "-" : text; }
 
 // Table cells must stay on one line.
-std::string Cell(std::string text) {
+std::string Cell(const std::string& text) {
   std::string clean;
   for (char c : text) {
     if (c == '\n') {

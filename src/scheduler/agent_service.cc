@@ -130,7 +130,8 @@ class HeartbeatReactor : public QueuedBidiReactor<HeartbeatRequest, HeartbeatRes
 // ----------------------------------------------------------------------------------------------
 // AgentHub
 
-void AgentHub::Attach(const std::string& agent_id, std::shared_ptr<HeartbeatReactor> stream) {
+void AgentHub::Attach(const std::string& agent_id,
+                      const std::shared_ptr<HeartbeatReactor>& stream) {
   std::deque<HeartbeatResponse> backlog;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -32,7 +32,7 @@ class AgentHub : public Dispatcher, public AgentChannel {
                 const std::vector<core::Decision>& decisions) override;
   // Sends a message on the agent's stream; false if it has none open.
   bool Send(const std::string& agent_id, dgpu::v1::HeartbeatResponse msg);
-  void Attach(const std::string& agent_id, std::shared_ptr<HeartbeatReactor> stream);
+  void Attach(const std::string& agent_id, const std::shared_ptr<HeartbeatReactor>& stream);
   void Detach(const std::string& agent_id, const HeartbeatReactor* stream);
   // Drops messages waiting for an agent whose stream is not open (it is registering again).
   void ForgetBacklog(const std::string& agent_id) override;

@@ -16,8 +16,8 @@
 
 namespace dgpu::scheduler {
 
-inline constexpr size_t kMaxBodyBytes = 1 << 20;       // 1 MiB: larger bodies get 413.
-inline constexpr size_t kMaxCommandBytes = 64 * 1024;  // 64 KiB.
+inline constexpr size_t kMaxBodyBytes = 1 << 20;               // 1 MiB: larger bodies get 413.
+inline constexpr size_t kMaxCommandBytes = size_t{64} * 1024;  // 64 KiB.
 inline constexpr int kMaxGpuCount = 1024;
 inline constexpr size_t kMaxEnvEntries = 256;
 inline constexpr size_t kMaxShortField = 256;  // name, gpu_model, env keys.

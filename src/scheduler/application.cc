@@ -165,7 +165,7 @@ template <typename T>
 void Application::ReplyWhenDurable(CoreLoop::Context& c, T value, Reply<T> reply,
                                    std::function<Error(const Status&)> on_failure) {
   c.OnDurable([value = std::move(value), reply = std::move(reply),
-               on_failure = std::move(on_failure)](Status s) {
+               on_failure = std::move(on_failure)](const Status& s) {
     if (s.ok()) {
       reply(value);
     } else {
@@ -349,7 +349,8 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
     registered.acknowledged_finishes.push_back(std::move(f.task_id));
   }
   for (auto& t : unknown_finishes) registered.acknowledged_finishes.push_back(std::move(t));
-  std::string address = request.address.empty() ? caller.peer : std::move(request.address);
+  std::string address =
+      request.address.empty() ? caller.peer : std::string(std::move(request.address));
   d_.loop->Post([this, id = std::move(request.agent_id), address = std::move(address),
                  gpus = std::move(request.gpus), running = std::move(running),
                  finished = std::move(finished), unparsable = std::move(unparsable),

@@ -109,7 +109,7 @@ void CoreLoop::RunBatch(std::vector<Fn>& batch, bool run_timers) {
   }
   if (!changes.empty() || !ctx.callbacks_.empty()) {
     auto done = [this, cbs = std::move(ctx.callbacks_),
-                 finished = std::move(finished)](Status s) mutable {
+                 finished = std::move(finished)](const Status& s) mutable {
       for (auto& cb : cbs) cb(s);
       if (s.ok() && !finished.empty()) {
         Post([finished = std::move(finished)](Context& c) {
@@ -126,12 +126,12 @@ void CoreLoop::RunBatch(std::vector<Fn>& batch, bool run_timers) {
       const uint64_t seq = journal_->stats().last_appended_seq + 1;
       std::vector<core::Change> published = changes;  // The standby gets the same batch.
       auto shared_done = std::make_shared<decltype(done)>(std::move(done));
-      journal_->Append(std::move(changes), [rep, shared_done, seq](Status s) {
+      journal_->Append(std::move(changes), [rep, shared_done, seq](const Status& s) {
         if (!s.ok()) {
           (*shared_done)(s);
           return;
         }
-        rep->WhenReplicated(seq, [shared_done](Status r) { (*shared_done)(r); });
+        rep->WhenReplicated(seq, [shared_done](const Status& r) { (*shared_done)(r); });
       });
       rep->Publish(seq, published);
     }

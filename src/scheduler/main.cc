@@ -145,7 +145,7 @@ int Run(int argc, char** argv) {
   loop.AddTimer(std::chrono::seconds(1), [&journal](CoreLoop::Context& c) {
     TickNodes(c);
     // While storage is failing, keep retrying the kept changes.
-    if (!journal.health().ok()) c.OnDurable([](Status) {});
+    if (!journal.health().ok()) c.OnDurable([](const Status&) {});
   });
   // The safety-net pass: every batch ends with a pass, so an empty batch is enough.
   loop.AddTimer(cfg.scheduler.schedule_interval, [](CoreLoop::Context&) {});

@@ -123,7 +123,7 @@ struct RestServer::Impl {
 
   // --- Handlers --------------------------------------------------------------------------------
 
-  restinio::request_handling_status_t Submit(req_t req) {
+  restinio::request_handling_status_t Submit(const req_t& req) {
     const std::string route = "POST /api/v1/tasks";
     if (req->body().size() > kMaxBodyBytes) {
       SendError(req, route,
@@ -154,7 +154,7 @@ struct RestServer::Impl {
     return {200, Dump(TaskToJson(*v.task, v.reason))};
   }
 
-  restinio::request_handling_status_t GetTask(req_t req, const params_t& params) {
+  restinio::request_handling_status_t GetTask(const req_t& req, const params_t& params) {
     const std::string route = "GET /api/v1/tasks/{id}";
     auto n = TaskIdOf(req, route, params);
     if (!n) return restinio::request_accepted();
@@ -162,7 +162,7 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t ListTasks(req_t req) {
+  restinio::request_handling_status_t ListTasks(const req_t& req) {
     const std::string route = "GET /api/v1/tasks";
     ListTasksRequest request;
     if (auto e = ParseListQuery(req->header().query(), &request)) {
@@ -178,7 +178,7 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t Cancel(req_t req, const params_t& params) {
+  restinio::request_handling_status_t Cancel(const req_t& req, const params_t& params) {
     const std::string route = "DELETE /api/v1/tasks/{id}";
     auto n = TaskIdOf(req, route, params);
     if (!n) return restinio::request_accepted();
@@ -193,7 +193,7 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t Gpus(req_t req) {
+  restinio::request_handling_status_t Gpus(const req_t& req) {
     auto body = [](const std::vector<core::GpuView>& all) {
       json gpus = json::array();
       int idle = 0, busy = 0, offline = 0;
@@ -222,7 +222,7 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t GetQuota(req_t req) {
+  restinio::request_handling_status_t GetQuota(const req_t& req) {
     d.app->GetQuota(CallerOf(req),
                     Answer<QuotaState>(req, "GET /api/v1/quota", [](const QuotaState& q) {
                       json body = QuotaToJson(q.quota);
@@ -233,7 +233,7 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t PutQuota(req_t req) {
+  restinio::request_handling_status_t PutQuota(const req_t& req) {
     const std::string route = "PUT /api/v1/quota";
     if (req->body().size() > kMaxBodyBytes) {
       SendError(req, route, ApiError{413, "payload_too_large", "request body is over 1 MiB"});
@@ -254,7 +254,7 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t Agents(req_t req) {
+  restinio::request_handling_status_t Agents(const req_t& req) {
     auto body = [](const std::vector<core::NodeView>& nodes) {
       json agents = json::array();
       for (const auto& n : nodes) {
@@ -274,7 +274,7 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t Ready(req_t req) {
+  restinio::request_handling_status_t Ready(const req_t& req) {
     const Readiness r = d.app->Ready();
     json body = {{"role", r.leader ? "leader" : "standby"}, {"epoch", r.epoch}};
     body["storage"] = r.storage.ok() ? "ok" : r.storage.message();
@@ -284,7 +284,7 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t MetricsPage(req_t req) {
+  restinio::request_handling_status_t MetricsPage(const req_t& req) {
     d.app->Gauges(CallerOf(req), [this, req](const Result<GaugeSnapshot>& g) {
       if (!g.ok()) return SendError(req, "GET /metrics", g.error());
       Send(req, "GET /metrics", 200, d.metrics->Render(g.value()), "text/plain; version=0.0.4");
@@ -295,7 +295,7 @@ struct RestServer::Impl {
   std::unique_ptr<router_t> MakeRouter() {
     auto r = std::make_unique<router_t>();
     auto not_allowed = [this](const char* route) {
-      return [this, route](req_t req, params_t) {
+      return [this, route](const req_t& req, params_t) {
         SendError(req, route,
                   ApiError{405, "method_not_allowed",
                            std::string(req->header().method().c_str()) + " is not allowed on " +
@@ -310,36 +310,37 @@ struct RestServer::Impl {
     using restinio::http_method_put;
     using restinio::router::none_of_methods;
 
-    r->http_post("/api/v1/tasks", [this](req_t q, params_t) { return Submit(q); });
-    r->http_get("/api/v1/tasks", [this](req_t q, params_t) { return ListTasks(q); });
+    r->http_post("/api/v1/tasks", [this](const req_t& q, params_t) { return Submit(q); });
+    r->http_get("/api/v1/tasks", [this](const req_t& q, params_t) { return ListTasks(q); });
     r->add_handler(none_of_methods(http_method_get(), http_method_post()), "/api/v1/tasks",
                    not_allowed("/api/v1/tasks"));
-    r->http_get("/api/v1/tasks/:id", [this](req_t q, params_t p) { return GetTask(q, p); });
-    r->http_delete("/api/v1/tasks/:id", [this](req_t q, params_t p) { return Cancel(q, p); });
+    r->http_get("/api/v1/tasks/:id", [this](const req_t& q, params_t p) { return GetTask(q, p); });
+    r->http_delete("/api/v1/tasks/:id",
+                   [this](const req_t& q, params_t p) { return Cancel(q, p); });
     r->add_handler(none_of_methods(http_method_get(), http_method_delete()), "/api/v1/tasks/:id",
                    not_allowed("/api/v1/tasks/{id}"));
-    r->http_get("/api/v1/gpus", [this](req_t q, params_t) { return Gpus(q); });
+    r->http_get("/api/v1/gpus", [this](const req_t& q, params_t) { return Gpus(q); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/gpus", not_allowed("/api/v1/gpus"));
-    r->http_get("/api/v1/quota", [this](req_t q, params_t) { return GetQuota(q); });
-    r->http_put("/api/v1/quota", [this](req_t q, params_t) { return PutQuota(q); });
+    r->http_get("/api/v1/quota", [this](const req_t& q, params_t) { return GetQuota(q); });
+    r->http_put("/api/v1/quota", [this](const req_t& q, params_t) { return PutQuota(q); });
     r->add_handler(none_of_methods(http_method_get(), http_method_put()), "/api/v1/quota",
                    not_allowed("/api/v1/quota"));
-    r->http_get("/api/v1/agents", [this](req_t q, params_t) { return Agents(q); });
+    r->http_get("/api/v1/agents", [this](const req_t& q, params_t) { return Agents(q); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/agents",
                    not_allowed("/api/v1/agents"));
     for (const char* p : {"/healthz", "/api/v1/healthz"}) {
-      r->http_get(p, [this](req_t q, params_t) {
+      r->http_get(p, [this](const req_t& q, params_t) {
         Send(q, "GET /healthz", 200, R"({"status":"ok"})");
         return restinio::request_accepted();
       });
     }
     for (const char* p : {"/readyz", "/api/v1/readyz"}) {
-      r->http_get(p, [this](req_t q, params_t) { return Ready(q); });
+      r->http_get(p, [this](const req_t& q, params_t) { return Ready(q); });
     }
     for (const char* p : {"/metrics", "/api/v1/metrics"}) {
-      r->http_get(p, [this](req_t q, params_t) { return MetricsPage(q); });
+      r->http_get(p, [this](const req_t& q, params_t) { return MetricsPage(q); });
     }
-    r->non_matched_request_handler([this](req_t q) {
+    r->non_matched_request_handler([this](const req_t& q) {
       SendError(q, "unmatched",
                 {404, "not_found", "no such endpoint: " + std::string(q->header().path())});
       return restinio::request_accepted();
