@@ -120,7 +120,9 @@ struct TaskSpec {
 };
 
 // Plain data: a task as the core, the store, replication and the API see it. The core's own
-// per-task state (node slot, queue, spare buffers) lives in its private record, not here.
+// per-task state (node slot, queue, spare buffers) lives in its private record, not here. A
+// new member is reset where records are recycled (TaskPool::Delete); a test compares a
+// recycled record with a new one.
 // Member order is only a hint for the core's cache use: a start and a finish read and write the
 // last ~150 bytes (the end of the spec and everything from `error` on), next to the core's own
 // fields, which follow a Task in memory.
