@@ -61,7 +61,7 @@ class CoreLoop {
     core::TimeMicros now;
     // Runs cb(status) once this batch's changes are durable (or failed to be).
     void OnDurable(std::function<void(Status)> cb) { callbacks_.push_back(std::move(cb)); }
-    // Asks for a scheduling pass at the end of this batch (every batch gets one anyway).
+    // The journal the batch's changes go to (for its health and statistics).
     const store::Journal& journal() const { return journal_; }
 
    private:
