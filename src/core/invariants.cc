@@ -42,9 +42,6 @@ Status SchedulerCore::CheckInvariants() const {
     if (!held) continue;
     used[p] += t.spec.gpu_count;
     if (t.allocation.empty()) return Internal(FormatTaskId(id) + " holds GPUs but no allocation");
-    if (t.allocation.size() == 1 && t.allocation[0].ended) {
-      return Internal(FormatTaskId(id) + " runs on one node whose member has ended");
-    }
     if (std::all_of(t.allocation.begin(), t.allocation.end(),
                     [](const NodeAllocation& a) { return a.ended; })) {
       return Internal(FormatTaskId(id) + " holds GPUs but every member has ended");

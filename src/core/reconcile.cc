@@ -32,7 +32,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     TaskRecord* found = tasks_.Find(f.task);
     if (found == nullptr) continue;
     Task& t = *found;
-    const int member = MemberOn(t, node_id);
+    const int member = RunningMemberOn(t.allocation, node_id);
     bool held_here = (t.status == TaskStatus::kRunning || t.stopping) && member >= 0;
     if (held_here && t.allocation.size() > 1) {
       (void)FinishMember(t, member, f, now);
@@ -113,7 +113,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     if (!seen.insert(r.task).second) continue;
     reported.insert(r.task);
     Task* t = tasks_.Find(r.task);
-    const int member = t == nullptr ? -1 : MemberOn(*t, node_id);
+    const int member = t == nullptr ? -1 : RunningMemberOn(t->allocation, node_id);
     bool held_here =
         t != nullptr && (t->status == TaskStatus::kRunning || t->stopping) && member >= 0;
     if (held_here && claim(t->allocation[static_cast<size_t>(member)].gpu_indices, t->id)) {
@@ -205,9 +205,6 @@ Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
     if (std::all_of(task.allocation.begin(), task.allocation.end(),
                     [](const NodeAllocation& a) { return a.ended; })) {
       return InvalidArgument(FormatTaskId(task.id) + " is running but every member has ended");
-    }
-    if (task.allocation.size() == 1 && task.allocation[0].ended) {
-      return InvalidArgument(FormatTaskId(task.id) + " runs on one node whose member has ended");
     }
     for (const NodeAllocation& member : task.allocation) {
       const NodeState* node = FindNodeState(member.node_id);

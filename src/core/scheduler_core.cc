@@ -50,10 +50,6 @@ Event& SchedulerCore::EmitNodeEvent(Event::Kind kind, const std::string& node_id
   return e;
 }
 
-int SchedulerCore::MemberOn(const Task& t, std::string_view node_id) {
-  return RunningMemberOn(t.allocation, node_id);
-}
-
 bool SchedulerCore::EndMember(Task& t, int member) {
   NodeAllocation& m = t.allocation[static_cast<size_t>(member)];
   if (NodeState* n = FindNodeState(m.node_id)) ReleaseOnNode(*n, t.id);
@@ -69,34 +65,6 @@ void SchedulerCore::OrderStops(Task& t, int32_t grace_seconds, TimeMicros now) {
         Decision{Decision::Kind::kStop, t.id, na.node_id, {}, t.stop_reason, grace_seconds});
     EmitEvent(Event::Kind::kTaskStopping, t, now, na.node_id);
   }
-}
-
-void SchedulerCore::LoseMember(Task& t, int member, TimeMicros now, const std::string& node) {
-  const bool last = EndMember(t, member);
-  if (last) {
-    // Nothing of it runs any more: as a single-node task whose node is gone.
-    if (t.stopping && t.status == TaskStatus::kRunning &&
-        t.stop_reason != StopReason::kMemberLost) {
-      const StopReason reason = t.stop_reason;
-      ReleaseGpus(t);
-      EndStop(t, reason, now, node);
-    } else if (t.stopping && t.status != TaskStatus::kRunning) {
-      EmitEvent(Event::Kind::kTaskStopped, t, now, node, "agent_lost");
-      ReleaseGpus(t);
-      Emit(t);
-    } else {
-      RequeueOrFail(t, now, "agent_lost");
-    }
-    return;
-  }
-  if (!t.stopping) {
-    // The others cannot go on without it: they are stopped, and the task goes back to the head
-    // of its queue (a lost attempt) once they have ended.
-    t.stopping = true;
-    t.stop_reason = StopReason::kMemberLost;
-    OrderStops(t, -1, now);
-  }
-  Emit(t);
 }
 
 Status SchedulerCore::FinishMember(Task& t, int member, const FinishReport& report,
@@ -127,9 +95,20 @@ Status SchedulerCore::FinishMember(Task& t, int member, const FinishReport& repo
 
 void SchedulerCore::LoseHeld(Task& t, TimeMicros now, const std::string& node) {
   if (t.allocation.size() > 1) {
-    const int member = MemberOn(t, node);
-    if (member >= 0) LoseMember(t, member, now, node);
-    return;
+    const int member = RunningMemberOn(t.allocation, node);
+    if (member < 0) return;
+    if (!EndMember(t, member)) {
+      // The others cannot go on without it: they are stopped, and the task goes back to the head
+      // of its queue (a lost attempt, EndStop) once they have ended.
+      if (!t.stopping) {
+        t.stopping = true;
+        t.stop_reason = StopReason::kMemberLost;
+        OrderStops(t, -1, now);
+      }
+      Emit(t);
+      return;
+    }
+    // Nothing of it runs any more: it ends as a single-node task whose node is gone.
   }
   if (!t.stopping) {
     RequeueOrFail(t, now, "agent_lost");
@@ -302,7 +281,7 @@ Status SchedulerCore::TaskStarted(TaskNumber id, const std::string& node_id, Tim
   TaskRecord* found = tasks_.Find(id);
   if (found == nullptr) return NotFound(FormatTaskId(id) + " not found");
   Task& t = *found;
-  if (t.status != TaskStatus::kRunning || MemberOn(t, node_id) < 0) {
+  if (t.status != TaskStatus::kRunning || RunningMemberOn(t.allocation, node_id) < 0) {
     return FailedPrecondition(FormatTaskId(id) + " is not running on node " + node_id);
   }
   // A task on several nodes started when its last member did: the latest confirmation.
@@ -356,7 +335,7 @@ Status SchedulerCore::TaskFinished(const std::string& node_id, const FinishRepor
     held_on = &t.allocation[0].node_id;
   }
   const bool multi = t.allocation.size() > 1;
-  const int member = multi ? MemberOn(t, node_id) : 0;
+  const int member = multi ? RunningMemberOn(t.allocation, node_id) : 0;
   if (!held || t.allocation.empty() || held_on == nullptr || member < 0 ||
       (!multi && *held_on != node_id)) {
     return FailedPrecondition(FormatTaskId(report.task) + " is not running on node " + node_id +

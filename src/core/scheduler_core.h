@@ -278,18 +278,15 @@ class SchedulerCore {
   // or failed, as the reason says (see StopTask).
   void EndStop(Task& t, StopReason reason, TimeMicros now, std::string_view node);
   // t held GPUs on `node`, which is gone or came back without it: a stop ends as if confirmed,
-  // a cancelled task's GPUs are free, a running one is requeued or fails (agent_lost).
+  // a cancelled task's GPUs are free, a running one is requeued or fails (agent_lost). On
+  // several nodes, only its member there ends, and the others are stopped (member_lost) until
+  // the last one has.
   void LoseHeld(Task& t, TimeMicros now, const std::string& node);
-  // Tasks on several nodes (one member per node): the member of t on node_id that has not
-  // ended, or -1.
-  static int MemberOn(const Task& t, std::string_view node_id);
+  // Tasks on several nodes (one member per node, see RunningMemberOn).
   // Frees the member's GPUs and marks it ended; returns whether it was the last one running.
   bool EndMember(Task& t, int member);
   // Stop orders for every member still running, with t's stop reason.
   void OrderStops(Task& t, int32_t grace_seconds, TimeMicros now);
-  // A member's node is gone: the others are stopped and the task is requeued (a lost attempt)
-  // once they have ended.
-  void LoseMember(Task& t, int member, TimeMicros now, const std::string& node);
   // A member's agent reports its end: the task succeeds once all have, and the first failure
   // stops the others and fails it (member_failed:<node>).
   Status FinishMember(Task& t, int member, const FinishReport& report, TimeMicros now);
