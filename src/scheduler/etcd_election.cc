@@ -89,8 +89,9 @@ StatusOr<std::string> EtcdClient::Post(const std::string& path, const std::strin
                                        long timeout_ms, const std::atomic<bool>* cancel) {
   if (endpoints_.empty()) return Unavailable("no etcd endpoints configured");
   std::string last_error;
+  const size_t first = preferred_.load(std::memory_order_relaxed);
   for (size_t k = 0; k < endpoints_.size(); ++k) {
-    size_t idx = (preferred_ + k) % endpoints_.size();
+    size_t idx = (first + k) % endpoints_.size();
     CURL* curl = curl_easy_init();
     if (curl == nullptr) return Internal("curl_easy_init failed");
     std::string url = endpoints_[idx] + "/v3/" + path;
@@ -114,7 +115,7 @@ StatusOr<std::string> EtcdClient::Post(const std::string& path, const std::strin
     curl_slist_free_all(headers);
     curl_easy_cleanup(curl);
     if (rc == CURLE_OK && code == 200) {
-      preferred_ = idx;
+      preferred_.store(idx, std::memory_order_relaxed);
       return out;
     }
     if (rc == CURLE_ABORTED_BY_CALLBACK) return Unavailable("cancelled");

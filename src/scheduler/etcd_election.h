@@ -22,7 +22,7 @@
 
 namespace dgpu::scheduler {
 
-// Minimal etcd v3 JSON gateway client.
+// Minimal etcd v3 JSON gateway client. Thread-safe: every request has its own curl handle.
 class EtcdClient {
  public:
   explicit EtcdClient(std::vector<std::string> endpoints) : endpoints_(std::move(endpoints)) {}
@@ -40,7 +40,8 @@ class EtcdClient {
 
  private:
   std::vector<std::string> endpoints_;
-  size_t preferred_ = 0;
+  // The endpoint that answered last; the election and its keep-alive thread both post.
+  std::atomic<size_t> preferred_ = 0;
 };
 
 // An integer of an etcd reply: the gateway writes 64-bit integers as JSON strings ("12"); plain
