@@ -425,12 +425,24 @@ void HaController::CompleteAttach(SyncStreamReactor& r, uint64_t seq, size_t tas
 }
 
 void HaController::Detach(SyncStreamReactor* r) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (attaching_.stream == r) attaching_ = Attaching{};
-  if (standby_ == r) {
+  std::vector<std::function<void(Status)>> released;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (attaching_.stream == r) attaching_ = Attaching{};
+    if (standby_ != r) return;
     standby_ = nullptr;
-    spdlog::warn("standby stream closed");
+    // Nobody acknowledges these any more: the leader continues alone at once, as it does for
+    // every write while no standby is attached, instead of after `sync_timeout`.
+    for (auto& [seq, waiter] : waiting_) released.push_back(std::move(waiter.cb));
+    waiting_.clear();
   }
+  if (released.empty()) {
+    spdlog::warn("standby stream closed");
+  } else {
+    spdlog::warn("standby stream closed: {} writes waiting for it continue without it",
+                 released.size());
+  }
+  for (auto& cb : released) cb(OkStatus());
 }
 
 void HaController::Publish(uint64_t seq, const std::vector<core::Change>& changes) {
