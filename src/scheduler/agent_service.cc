@@ -147,9 +147,22 @@ void AgentHub::Detach(const std::string& agent_id, const HeartbeatReactor* strea
   if (it != streams_.end() && it->second.get() == stream) streams_.erase(it);
 }
 
-void AgentHub::ForgetBacklog(const std::string& agent_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  backlog_.erase(agent_id);
+void AgentHub::BeginSession(const std::string& agent_id) {
+  std::shared_ptr<HeartbeatReactor> previous;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    backlog_.erase(agent_id);
+    auto it = streams_.find(agent_id);
+    if (it != streams_.end()) {
+      // A process that died (or restarted quickly) leaves its stream open until gRPC notices;
+      // orders sent on it would be lost.
+      previous = std::move(it->second);
+      streams_.erase(it);
+    }
+  }
+  if (previous) {
+    previous->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "agent registered again"));
+  }
 }
 
 void AgentHub::OrderStops(const std::string& agent_id, const std::vector<std::string>& task_ids,

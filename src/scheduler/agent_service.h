@@ -34,8 +34,7 @@ class AgentHub : public Dispatcher, public AgentChannel {
   bool Send(const std::string& agent_id, dgpu::v1::HeartbeatResponse msg);
   void Attach(const std::string& agent_id, const std::shared_ptr<HeartbeatReactor>& stream);
   void Detach(const std::string& agent_id, const HeartbeatReactor* stream);
-  // Drops messages waiting for an agent whose stream is not open (it is registering again).
-  void ForgetBacklog(const std::string& agent_id) override;
+  void BeginSession(const std::string& agent_id) override;
   void OrderStops(const std::string& agent_id, const std::vector<std::string>& task_ids,
                   core::StopReason reason) override;
   size_t open_streams() const;

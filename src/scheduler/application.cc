@@ -356,7 +356,7 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
                  finished = std::move(finished), unparsable = std::move(unparsable),
                  registered = std::move(registered),
                  reply = std::move(reply)](CoreLoop::Context& c) mutable {
-    d_.agents->ForgetBacklog(id);  // The registration reconciles everything decided before it.
+    d_.agents->BeginSession(id);
     Status s = c.core.RegisterNode(id, address, gpus, running, finished, c.now);
     if (!s.ok()) return reply(ErrorFromStatus(s));
     if (!unparsable.empty()) d_.agents->OrderStops(id, unparsable, core::StopReason::kReconcile);

@@ -240,8 +240,10 @@ struct FinishRecorded {
 class AgentChannel {
  public:
   virtual ~AgentChannel() = default;
-  // Drops what waits for an agent that registers again: its registration reconciles it.
-  virtual void ForgetBacklog(const std::string& agent_id) = 0;
+  // An agent registers (again): its registration reconciles everything decided before, so what
+  // waits for it is dropped, and a stream still open from its previous process is closed; what
+  // is decided from now on waits for the stream that the new registration opens.
+  virtual void BeginSession(const std::string& agent_id) = 0;
   virtual void OrderStops(const std::string& agent_id, const std::vector<std::string>& task_ids,
                           core::StopReason reason) = 0;
 };

@@ -26,7 +26,7 @@ class FakeDispatcher : public Dispatcher {
 
 class FakeAgentChannel : public AgentChannel {
  public:
-  void ForgetBacklog(const std::string& agent_id) override { forgotten.push_back(agent_id); }
+  void BeginSession(const std::string& agent_id) override { sessions.push_back(agent_id); }
   void OrderStops(const std::string& agent_id, const std::vector<std::string>& task_ids,
                   core::StopReason reason) override {
     stops.push_back({agent_id, task_ids, reason});
@@ -36,8 +36,8 @@ class FakeAgentChannel : public AgentChannel {
     std::vector<std::string> tasks;
     core::StopReason reason;
   };
-  std::vector<std::string> forgotten;  // Owner thread only.
-  std::vector<Stop> stops;             // Owner thread only.
+  std::vector<std::string> sessions;  // Owner thread only.
+  std::vector<Stop> stops;            // Owner thread only.
 };
 
 // Refuses everything when `deny` is set, and remembers what it was asked.
@@ -264,7 +264,7 @@ TEST_F(ApplicationTest, AnAgentsFinishIsRecordedOnceAndItsDuplicateRecognised) {
   ASSERT_TRUE(reg.ok()) << reg.error().message;
   EXPECT_EQ(reg.value().epoch, 7u);
   loop_->RunAndWait([&](CoreLoop::Context&) {
-    EXPECT_EQ(agents_.forgotten, std::vector<std::string>{"a1"});
+    EXPECT_EQ(agents_.sessions, std::vector<std::string>{"a1"});
     ASSERT_EQ(agents_.stops.size(), 1u);
     EXPECT_EQ(agents_.stops[0].tasks, std::vector<std::string>{"bogus"});
     EXPECT_EQ(agents_.stops[0].reason, core::StopReason::kReconcile);
