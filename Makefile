@@ -30,15 +30,15 @@ test-asan:
 	ctest --preset asan -j $(JOBS)
 
 # The daemon binaries built with ThreadSanitizer (build-tsan) under the integration and HA suites
-# (ctest labels "integration" and "ha"). Reports go to build-tsan/tsan-reports/; any report, or a
-# failed test, fails the target and prints them.
+# (ctest labels "integration" and "ha"). Reports go to build-tsan/tsan-reports/; tests/pylib/tsan_triage.py
+# fails the target on any report in dgpu's own code (and prints it), as a failed test does.
 TSAN_REPORTS := build-tsan/tsan-reports
 test-tsan:
 	cmake --preset tsan
 	cmake --build --preset tsan -j $(JOBS)
 	rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
-	ctest --preset tsan -j $(JOBS) || { cat $(TSAN_REPORTS)/* 2>/dev/null; exit 1; }
-	@if [ -n "$$(ls -A $(TSAN_REPORTS))" ]; then cat $(TSAN_REPORTS)/*; exit 1; fi
+	status=0; ctest --preset tsan -j $(JOBS) || status=$$?; \
+	  python3 tests/pylib/tsan_triage.py $(TSAN_REPORTS) || status=1; exit $$status
 
 run: deps build
 	bash scripts/run-local-cluster.sh

@@ -65,33 +65,32 @@ StartsRequest ToStarts(const HeartbeatRequest& req) {
 
 }  // namespace
 
-// One agent's Heartbeat stream. Owns itself until OnDone; the hub holds a shared reference so
+// One agent's Heartbeat stream. Owns itself until StreamDone; the hub holds a shared reference so
 // that decisions can be pushed at any time. One write in flight at a time.
 class HeartbeatReactor : public QueuedBidiReactor<HeartbeatRequest, HeartbeatResponse> {
  public:
   HeartbeatReactor(AgentService* svc, std::string peer) : svc_(svc), peer_(std::move(peer)) {}
   void Begin(std::shared_ptr<HeartbeatReactor> self) {
     self_ = std::move(self);
-    StartRead(&req_);
+    Read(&req_);
   }
 
-  void OnReadDone(bool ok) override {
+ private:
+  void ReadDone(bool ok) override {
     if (!ok) {
       Close(grpc::Status::OK);
       return;
     }
     HandleHeartbeat(req_);
-    StartRead(&req_);
+    Read(&req_);
   }
 
-  void OnDone() override {
+  void StreamDone() override {
     if (!agent_id_.empty()) svc_->hub_->Detach(agent_id_, this);
-    MarkDone();
     // `self` may be the last reference: this object is destroyed on return.
     std::shared_ptr<HeartbeatReactor> self = std::move(self_);
   }
 
- private:
   void HandleHeartbeat(const HeartbeatRequest& req) {
     if (req.agent_id().empty()) return;
     if (agent_id_.empty()) {
@@ -123,7 +122,7 @@ class HeartbeatReactor : public QueuedBidiReactor<HeartbeatRequest, HeartbeatRes
   const std::string peer_;
   HeartbeatRequest req_;
   std::string agent_id_;  // Reactor callbacks only.
-  // Set in Begin, released in OnDone (both reactor callbacks, never concurrent).
+  // Set in Begin, released in StreamDone (both reactor callbacks, never concurrent).
   std::shared_ptr<HeartbeatReactor> self_;
 };
 

@@ -1,8 +1,9 @@
 // QueuedBidiReactor: a server bidi stream that any thread may write to.
 //
 // gRPC's callback API allows one write in flight per stream; Send() queues messages and writes
-// them one after the other. Close() finishes the stream once. Derived reactors keep themselves
-// alive (a shared_ptr to self) until OnDone, and call MarkDone() there. Thread-safe.
+// them one after the other. Close() finishes the stream once. Derived reactors read with Read(),
+// handle reads in ReadDone() and keep themselves alive (a shared_ptr to self) until StreamDone(),
+// the last callback. Thread-safe.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -11,6 +12,8 @@
 #include <deque>
 #include <limits>
 #include <mutex>
+
+#include "base/happens_before.h"
 
 namespace dgpu::scheduler {
 
@@ -24,12 +27,14 @@ class QueuedBidiReactor : public grpc::ServerBidiReactor<Req, Resp> {
     if (finished_) return;
     if (out_.size() >= max_queued) {
       finished_ = true;
+      happens_before::Release(this);
       this->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "peer too far behind"));
       return;
     }
     out_.push_back(std::move(msg));
     if (!writing_) {
       writing_ = true;
+      happens_before::Release(this);
       this->StartWrite(&out_.front());
     }
   }
@@ -39,25 +44,47 @@ class QueuedBidiReactor : public grpc::ServerBidiReactor<Req, Resp> {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     finished_ = true;
+    happens_before::Release(this);
     this->Finish(status);
   }
 
-  void OnWriteDone(bool ok) override {
+  // gRPC's callbacks, each ordered after the operation it completes (see happens_before.h).
+  void OnReadDone(bool ok) final {
+    happens_before::Acquire(this);
+    ReadDone(ok);
+  }
+
+  void OnWriteDone(bool ok) final {
+    happens_before::Acquire(this);
     std::lock_guard<std::mutex> lock(mu_);
     out_.pop_front();
     if (!ok || finished_ || out_.empty()) {
       writing_ = false;
       return;
     }
+    happens_before::Release(this);
     this->StartWrite(&out_.front());
   }
 
- protected:
-  // From OnDone: nothing may be written any more.
-  void MarkDone() {
-    std::lock_guard<std::mutex> lock(mu_);
-    finished_ = true;
+  void OnDone() final {
+    happens_before::Acquire(this);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      finished_ = true;  // Nothing may be written any more.
+    }
+    StreamDone();
   }
+
+ protected:
+  // Starts the next read; its result comes to ReadDone. One read in flight at a time.
+  void Read(Req* req) {
+    happens_before::Release(this);
+    this->StartRead(req);
+  }
+
+  virtual void ReadDone(bool ok) = 0;
+  // The stream's last callback: every operation has completed. The object may destroy itself.
+  virtual void StreamDone() = 0;
 
  private:
   std::mutex mu_;

@@ -135,13 +135,16 @@ class SyncStreamReactor : public QueuedBidiReactor<SyncRequest, SyncResponse> {
   explicit SyncStreamReactor(HaController* ha) : ha_(ha) {}
   void Begin(std::shared_ptr<SyncStreamReactor> self) {
     self_ = std::move(self);
-    StartRead(&req_);
+    Read(&req_);
   }
 
   // A standby this far behind is dropped; it reconnects and resyncs from a snapshot.
   void Send(SyncResponse m) { QueuedBidiReactor::Send(std::move(m), kMaxQueuedMessages); }
 
-  void OnReadDone(bool ok) override {
+  const std::string& standby_id() const { return standby_id_; }
+
+ private:
+  void ReadDone(bool ok) override {
     if (!ok) {
       Close(grpc::Status::OK);
       return;
@@ -161,23 +164,19 @@ class SyncStreamReactor : public QueuedBidiReactor<SyncRequest, SyncResponse> {
     } else {
       ha_->FireReplicated(req_.acked_seq());
     }
-    StartRead(&req_);
+    Read(&req_);
   }
 
-  void OnDone() override {
+  void StreamDone() override {
     ha_->Detach(this);
-    MarkDone();
     std::shared_ptr<SyncStreamReactor> self = std::move(self_);
   }
 
-  const std::string& standby_id() const { return standby_id_; }
-
- private:
   HaController* ha_;
   SyncRequest req_;
   bool first_ = true;
   std::string standby_id_;
-  // Set in Begin, released in OnDone (reactor callbacks); read by the posted Attach, which
+  // Set in Begin, released in StreamDone (reactor callbacks); read by the posted Attach, which
   // holds its own reference.
   std::shared_ptr<SyncStreamReactor> self_;
 };
