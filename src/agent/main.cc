@@ -68,6 +68,7 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGCHLD);
+  sigaddset(&signals, SIGHUP);  // Reopens the log file (logrotate).
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   common::AgentConfig cfg;
@@ -137,7 +138,13 @@ int Run(int argc, char** argv) {
                        *epoch);
   std::thread waiter([&] {
     int sig = 0;
-    while (sigwait(&signals, &sig) == 0 && sig == SIGCHLD) session.Wake();
+    while (sigwait(&signals, &sig) == 0 && (sig == SIGCHLD || sig == SIGHUP)) {
+      if (sig == SIGCHLD) {
+        session.Wake();
+      } else {
+        common::ReopenLogsOnSighup();
+      }
+    }
     spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     session.Stop();
   });

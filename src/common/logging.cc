@@ -1,7 +1,8 @@
 #include "common/logging.h"
 
+#include <spdlog/details/file_helper.h>
 #include <spdlog/formatter.h>
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 #include "common/time_util.h"
@@ -26,6 +28,45 @@ constexpr char kStructuredMarker[] = "dgpu-structured-record";
 
 // The logger SetupLogging installed; structured payloads are only sent to it.
 std::atomic<const spdlog::logger*> g_structured_logger{nullptr};
+
+// A file appended to, that can be reopened at its path (spdlog's basic_file_sink cannot).
+class ReopenableFileSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit ReopenableFileSink(const std::string& path) : file_(Open(path)) {}
+
+  Status Reopen() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_ptr<spdlog::details::file_helper> next;
+    try {
+      next = Open(file_->filename());
+    } catch (const std::exception& e) {
+      return Unavailable("cannot reopen the log file \"" + file_->filename() + "\": " + e.what());
+    }
+    file_->flush();
+    file_ = std::move(next);  // The old file is closed here.
+    return OkStatus();
+  }
+
+ private:
+  static std::unique_ptr<spdlog::details::file_helper> Open(const std::string& path) {
+    auto file = std::make_unique<spdlog::details::file_helper>();
+    file->open(path, /*truncate=*/false);
+    return file;
+  }
+
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    file_->write(line);
+  }
+  void flush_() override { file_->flush(); }
+
+  std::unique_ptr<spdlog::details::file_helper> file_;  // GUARDED_BY(mutex_)
+};
+
+// The file sink of the installed logger, if it writes to a file.
+std::mutex g_file_sink_mu;
+std::shared_ptr<ReopenableFileSink> g_file_sink;  // GUARDED_BY(g_file_sink_mu)
 
 spdlog::level::level_enum ToSpdlog(LogLevel level) {
   switch (level) {
@@ -405,14 +446,15 @@ void Emit(LogLevel level, std::string_view first_key, std::string_view first_val
 
 Status SetupLogging(const LoggingConfig& config, std::string_view component) {
   spdlog::sink_ptr sink;
+  std::shared_ptr<ReopenableFileSink> file_sink;
   try {
     if (config.output == "stdout") {
       sink = std::make_shared<spdlog::sinks::stdout_sink_mt>();
     } else if (config.output == "stderr") {
       sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
     } else {
-      sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(config.output,
-                                                                 /*truncate=*/false);
+      file_sink = std::make_shared<ReopenableFileSink>(config.output);
+      sink = file_sink;
     }
   } catch (const std::exception& e) {
     return InvalidArgument("logging.output: cannot open \"" + config.output + "\": " + e.what());
@@ -427,7 +469,26 @@ Status SetupLogging(const LoggingConfig& config, std::string_view component) {
   logger->flush_on(spdlog::level::trace);
   g_structured_logger.store(logger.get(), std::memory_order_release);
   spdlog::set_default_logger(std::move(logger));
+  std::lock_guard<std::mutex> lock(g_file_sink_mu);
+  g_file_sink = std::move(file_sink);
   return OkStatus();
+}
+
+Status ReopenLogs() {
+  std::shared_ptr<ReopenableFileSink> sink;
+  {
+    std::lock_guard<std::mutex> lock(g_file_sink_mu);
+    sink = g_file_sink;
+  }
+  return sink ? sink->Reopen() : OkStatus();
+}
+
+void ReopenLogsOnSighup() {
+  if (Status s = ReopenLogs(); !s.ok()) {
+    spdlog::error("SIGHUP: {}", s.message());
+    return;
+  }
+  spdlog::info("SIGHUP: log file reopened");
 }
 
 bool LogEnabled(LogLevel level) {

@@ -51,6 +51,15 @@ Status SetupLogging(const LoggingConfig& config, std::string_view component);
 // True when a line at `level` would be written.
 bool LogEnabled(LogLevel level);
 
+// Reopens the log file when logging.output is a path, so that a file that logrotate moved away
+// is replaced by a new one at that path (the daemons call it on SIGHUP); lines logged meanwhile
+// go to the old file or the new one, none is lost. Nothing to do for stdout/stderr. Errors:
+// kUnavailable "cannot reopen the log file ..."; the previous file then stays in use.
+Status ReopenLogs();
+// ReopenLogs for a daemon that got SIGHUP: logs the outcome ("SIGHUP: log file reopened", or
+// the error).
+void ReopenLogsOnSighup();
+
 // Writes buffered lines out (lines are flushed as written; this is for belt and braces before
 // exit).
 void FlushLogs();

@@ -64,6 +64,7 @@ int Run(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);  // Reopens the log file (logrotate).
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -223,7 +224,7 @@ int Run(int argc, char** argv) {
                leader.is_leader() ? "leader" : "standby", leader.epoch());
 
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) common::ReopenLogsOnSighup();
   spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   rest.Stop();
   if (ha) ha->Stop();

@@ -139,6 +139,52 @@ TEST_F(LoggingTest, PlainSpdlogCallsUseTheSameFormat) {
   EXPECT_EQ(objects[0]["msg"], "listening on :8080");
 }
 
+TEST_F(LoggingTest, ReopenAfterTheFileWasMovedWritesToANewFileAtThePath) {
+  Setup(LogLevel::kInfo, LogFormat::kText, "scheduler");
+  spdlog::info("before the rotation");
+  const std::string rotated = path_ + ".1";
+  std::filesystem::rename(path_, rotated);  // What logrotate does before it signals.
+  spdlog::info("after the move, before the reopen");
+  ASSERT_TRUE(ReopenLogs().ok());
+  spdlog::info("after the reopen");
+  FlushLogs();
+
+  std::vector<std::string> now = ReadLines();
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_NE(now[0].find("after the reopen"), std::string::npos) << now[0];
+  std::ifstream old(rotated);
+  std::vector<std::string> before;
+  for (std::string line; std::getline(old, line);) before.push_back(line);
+  ASSERT_EQ(before.size(), 2u);
+  EXPECT_NE(before[0].find("before the rotation"), std::string::npos) << before[0];
+  EXPECT_NE(before[1].find("after the move, before the reopen"), std::string::npos) << before[1];
+}
+
+TEST_F(LoggingTest, ReopenThatCannotOpenKeepsThePreviousFile) {
+  Setup(LogLevel::kInfo, LogFormat::kText, "scheduler");
+  spdlog::info("one");
+  const std::string rotated = path_ + ".1";
+  std::filesystem::rename(path_, rotated);
+  std::filesystem::create_directory(path_);  // Nothing can open it as a file, not even root.
+  const Status status = ReopenLogs();
+  EXPECT_EQ(status.code(), StatusCode::kUnavailable);
+  EXPECT_NE(status.message().find("cannot reopen the log file \"" + path_ + "\""),
+            std::string::npos)
+      << status.message();
+  spdlog::info("two");  // Still written, to the file in use.
+  FlushLogs();
+  std::ifstream old(rotated);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(old, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("two"), std::string::npos) << lines[1];
+}
+
+TEST_F(LoggingTest, ReopenWithoutAFileDoesNothing) {
+  ASSERT_TRUE(SetupLogging({LogLevel::kInfo, LogFormat::kText, "stderr"}, "test").ok());
+  EXPECT_TRUE(ReopenLogs().ok());
+}
+
 TEST_F(LoggingTest, LevelFiltersLines) {
   Setup(LogLevel::kWarn, LogFormat::kJson, "scheduler");
   EXPECT_FALSE(LogEnabled(LogLevel::kDebug));
