@@ -484,9 +484,9 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   DGPU_CONFIG_RETURN_IF_ERROR(server.ReadAddress("grpc_address", &c.server.grpc_address, false));
   DGPU_CONFIG_RETURN_IF_ERROR(server.ReadAddress("http_address", &c.server.http_address, false));
 
-  DGPU_OPEN_SECTION(
-      scheduler, root, "scheduler",
-      {"role", "schedule_interval", "snapshot_interval", "max_attempts", "max_bypass", "id"});
+  DGPU_OPEN_SECTION(scheduler, root, "scheduler",
+                    {"role", "schedule_interval", "snapshot_interval", "max_attempts", "max_bypass",
+                     "id", "task_log_lines_per_second"});
   SchedulingConfig& s = c.scheduler;
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadEnum("role", kRoles, &s.role));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("schedule_interval", &s.schedule_interval));
@@ -494,6 +494,8 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadInt("max_attempts", 1, 1000, &s.max_attempts));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadInt("max_bypass", 0, 1'000'000, &s.max_bypass));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadString("id", &s.id));
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      scheduler.ReadInt("task_log_lines_per_second", 0, 1'000'000, &s.task_log_lines_per_second));
 
   DGPU_OPEN_SECTION(replication, root, "replication",
                     {"enabled", "peer_address", "heartbeat_interval", "heartbeat_timeout", "mode",

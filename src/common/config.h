@@ -72,6 +72,9 @@ struct SchedulingConfig {
   int max_attempts = 3;                    // runs of a task before it fails for good; 1..1000
   int max_bypass = 16;  // times a queue head may be overtaken by smaller tasks; 0..1000000
   std::string id;       // empty: the host name (see IdOrHostname)
+  // Per-task log lines (task_submitted, task_scheduled, ...) written a second at most; the
+  // rest are summed up in one line a second. 0: no limit. 0..1000000.
+  int task_log_lines_per_second = 100;
   bool operator==(const SchedulingConfig&) const = default;
 };
 

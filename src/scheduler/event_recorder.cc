@@ -34,22 +34,60 @@ int AttemptsOf(const core::SchedulerCore& core, core::TaskNumber task) {
   return t == nullptr ? 0 : t->attempts;
 }
 
+constexpr std::array<std::string_view, 7> kTaskLineNames = {
+    "task_submitted", "task_scheduled", "task_adopted", "task_stopping",
+    "task_stopped",   "task_requeued",  "task_finished"};
+
 }  // namespace
 
 void EventRecorder::OnPass(const core::SchedulerCore& core, const std::vector<core::Decision>&,
                            const std::vector<core::Change>&, const std::vector<core::Event>& events,
-                           double pass_seconds, core::TimeMicros) {
+                           double pass_seconds, core::TimeMicros now) {
   metrics_->pass_duration().Observe(pass_seconds);
-  for (const core::Event& e : events) Record(core, e);
+  // Every batch passes here, the loop's 1 s timer included: a summary waits at most that long.
+  RollWindow(now);
+  for (const core::Event& e : events) Record(core, e, now);
 }
 
-void EventRecorder::Record(const core::SchedulerCore& core, const core::Event& e) {
-  const bool info = common::LogEnabled(common::LogLevel::kInfo);
+void EventRecorder::RollWindow(core::TimeMicros now) {
+  static_assert(kTaskLineNames.size() == kTaskLines);
+  constexpr core::TimeMicros kSecond = 1'000'000;
+  if (now < window_start_ + kSecond) return;
+  int64_t total = 0;
+  for (int64_t n : suppressed_) total += n;
+  if (total > 0) {
+    std::vector<common::LogField> fields;
+    fields.push_back({"suppressed", total});
+    for (size_t i = 0; i < kTaskLines; ++i) {
+      if (suppressed_[i] > 0) fields.push_back({kTaskLineNames[i], suppressed_[i]});
+    }
+    fields.push_back({"limit_per_second", task_lines_per_second_});
+    common::LogEvent("task_lines_suppressed", fields);
+  }
+  window_start_ = now;
+  written_in_window_ = 0;
+  suppressed_.fill(0);
+}
+
+bool EventRecorder::AdmitTaskLine(TaskLine line, core::TimeMicros now) {
+  if (!common::LogEnabled(common::LogLevel::kInfo)) return false;
+  if (task_lines_per_second_ <= 0) return true;
+  RollWindow(now);
+  if (written_in_window_ < task_lines_per_second_) {
+    ++written_in_window_;
+    return true;
+  }
+  ++suppressed_[line];
+  return false;
+}
+
+void EventRecorder::Record(const core::SchedulerCore& core, const core::Event& e,
+                           core::TimeMicros now) {
   const std::string task_id = e.task != 0 ? core::FormatTaskId(e.task) : std::string();
   switch (e.kind) {
     case Kind::kTaskSubmitted:
       metrics_->TaskSubmitted(e.priority);
-      if (info) {
+      if (AdmitTaskLine(kSubmitted, now)) {
         common::LogEvent(common::events::kTaskSubmitted, {{"task_id", task_id},
                                                           {"priority", core::ToString(e.priority)},
                                                           {"gpu_count", e.gpus}});
@@ -58,7 +96,7 @@ void EventRecorder::Record(const core::SchedulerCore& core, const core::Event& e
     case Kind::kTaskScheduled:
       if (e.detail == "adopted") {
         // A queued task found running at registration: a previous leader scheduled it.
-        if (info) {
+        if (AdmitTaskLine(kAdopted, now)) {
           common::LogEvent("task_adopted", {{"task_id", task_id},
                                             {"node", e.node_id},
                                             {"gpus", GpusOn(core, e.task, e.node_id)}});
@@ -67,7 +105,7 @@ void EventRecorder::Record(const core::SchedulerCore& core, const core::Event& e
       }
       metrics_->TaskScheduled(e.priority);
       metrics_->start_latency().Observe(static_cast<double>(e.time - e.created_at) / 1e6);
-      if (info) {
+      if (AdmitTaskLine(kScheduled, now)) {
         common::LogEvent(common::events::kTaskScheduled, {{"task_id", task_id},
                                                           {"node", e.node_id},
                                                           {"gpus", GpusOn(core, e.task, e.node_id)},
@@ -80,14 +118,14 @@ void EventRecorder::Record(const core::SchedulerCore& core, const core::Event& e
                        common::LogLevel::kDebug);
       return;
     case Kind::kTaskStopping:
-      if (info) {
+      if (AdmitTaskLine(kStopping, now)) {
         common::LogEvent(
             "task_stopping",
             {{"task_id", task_id}, {"node", e.node_id}, {"reason", core::ToString(e.reason)}});
       }
       return;
     case Kind::kTaskStopped:
-      if (info) {
+      if (AdmitTaskLine(kStopped, now)) {
         common::LogEvent("task_stopped", {{"task_id", task_id},
                                           {"node", e.node_id},
                                           {"reason", core::ToString(e.reason)},
@@ -96,7 +134,7 @@ void EventRecorder::Record(const core::SchedulerCore& core, const core::Event& e
       }
       return;
     case Kind::kTaskRequeued:
-      if (info) {
+      if (AdmitTaskLine(kRequeued, now)) {
         common::LogEvent("task_requeued", {{"task_id", task_id},
                                            {"node", e.node_id},
                                            {"reason", e.detail},
@@ -105,7 +143,7 @@ void EventRecorder::Record(const core::SchedulerCore& core, const core::Event& e
       return;
     case Kind::kTaskFinished:
       metrics_->TaskFinished(e.priority, e.status);
-      if (info) {
+      if (AdmitTaskLine(kFinished, now)) {
         common::LogEvent(common::events::kTaskFinished, {{"task_id", task_id},
                                                          {"node", e.node_id},
                                                          {"status", core::ToString(e.status)},

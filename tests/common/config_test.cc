@@ -55,6 +55,7 @@ TEST(SchedulerConfigTest, DefaultsAreTheDocumentedValues) {
   EXPECT_EQ(c.scheduler.snapshot_interval, milliseconds{30'000});
   EXPECT_EQ(c.scheduler.max_attempts, 3);
   EXPECT_EQ(c.scheduler.max_bypass, 16);
+  EXPECT_EQ(c.scheduler.task_log_lines_per_second, 100);
   EXPECT_EQ(c.scheduler.id, "");
   EXPECT_FALSE(c.replication.enabled);
   EXPECT_EQ(c.replication.peer_address, "");
@@ -133,6 +134,7 @@ scheduler:
   max_attempts: 5
   max_bypass: 0
   id: sched-a
+  task_log_lines_per_second: 0
 replication:
   enabled: true
   peer_address: "sched-b:9090"
@@ -168,6 +170,7 @@ logging:
   EXPECT_EQ(c.scheduler.max_attempts, 5);
   EXPECT_EQ(c.scheduler.max_bypass, 0);
   EXPECT_EQ(c.scheduler.id, "sched-a");
+  EXPECT_EQ(c.scheduler.task_log_lines_per_second, 0);
   EXPECT_TRUE(c.replication.enabled);
   EXPECT_EQ(c.replication.peer_address, "sched-b:9090");
   EXPECT_EQ(c.replication.heartbeat_interval, milliseconds{500});
@@ -329,6 +332,9 @@ TEST(SchedulerConfigTest, WrongTypesAndRangesAreExplained) {
       {"scheduler: {max_bypass: -1}",
        "scheduler.max_bypass: must be an integer in [0, 1000000], got \"-1\""},
       {"scheduler: {id: {a: 1}}", "scheduler.id: must be a string, got a mapping"},
+      {"scheduler: {task_log_lines_per_second: 2000000}",
+       "scheduler.task_log_lines_per_second: must be an integer in [0, 1000000], got "
+       "\"2000000\""},
       {"server: {grpc_address: \"9090\"}",
        "server.grpc_address: must be \"host:port\" or \":port\", got \"9090\""},
       {"server: {http_address: \":99999\"}",

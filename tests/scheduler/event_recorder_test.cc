@@ -136,5 +136,49 @@ TEST_F(EventRecorderTest, AQuotaChangeIsLoggedWithTheNewQuotas) {
       << Log();
 }
 
+TEST_F(EventRecorderTest, PerTaskLinesPastTheLimitAreSummedUpOnceTheSecondIsOver) {
+  EventRecorder limited(&metrics_, 3);
+  const auto batch = [&] {
+    core_->Schedule(now_);
+    std::vector<core::Decision> decisions = core_->TakeDecisions();
+    std::vector<core::Change> changes = core_->TakeChanges();
+    std::vector<core::Event> events = core_->TakeEvents();
+    limited.OnPass(*core_, decisions, changes, events, 0.001, now_);
+  };
+  ASSERT_TRUE(core_->RegisterNode("n1", "n1:1", Gpus(2), {}, {}, now_).ok());
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(core_->Submit(Spec(core::Priority::kHigh), now_).ok());
+  batch();  // 10 submitted and 1 scheduled (the quota gives high 1 GPU): 3 lines written.
+  std::string log = Log();
+  EXPECT_EQ(Count(log, "event=agent_registered"), 1u) << log;  // never limited
+  EXPECT_EQ(Count(log, "event=task_submitted"), 3u) << log;
+  EXPECT_EQ(Count(log, "event=task_submitted task_id=task-3 "), 1u) << log;
+  EXPECT_EQ(Count(log, "event=task_scheduled"), 0u) << log;
+  EXPECT_EQ(Count(log, "task_lines_suppressed"), 0u) << log;
+
+  now_ += 500'000;  // Same second: still over the limit, nothing more, no summary yet.
+  ASSERT_TRUE(core_->Submit(Spec(core::Priority::kLow), now_).ok());
+  batch();
+  EXPECT_EQ(Count(Log(), "event=task_submitted"), 3u) << Log();
+
+  now_ += 600'000;  // The second is over: an empty batch (the loop's timer) sums it up.
+  batch();
+  log = Log();
+  EXPECT_EQ(Count(log,
+                  "event=task_lines_suppressed suppressed=10 task_submitted=8 "
+                  "task_scheduled=2 limit_per_second=3"),
+            1u)
+      << log;
+  // The metrics count every task whatever was logged.
+  EXPECT_NE(RenderMetrics().find("dgpu_tasks_submitted_total{priority=\"high\"} 10\n"),
+            std::string::npos);
+
+  ASSERT_TRUE(core_->Submit(Spec(core::Priority::kLow), now_).ok());
+  batch();  // A new second: lines again.
+  EXPECT_EQ(Count(Log(), "event=task_submitted task_id=task-12 "), 1u) << Log();
+  now_ += 2'000'000;
+  batch();
+  EXPECT_EQ(Count(Log(), "task_lines_suppressed"), 1u) << Log();  // nothing suppressed since
+}
+
 }  // namespace
 }  // namespace dgpu::scheduler
