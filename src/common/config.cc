@@ -486,7 +486,7 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
 
   DGPU_OPEN_SECTION(scheduler, root, "scheduler",
                     {"role", "schedule_interval", "snapshot_interval", "max_attempts", "max_bypass",
-                     "id", "task_log_lines_per_second"});
+                     "id", "task_log_lines_per_second", "shutdown_timeout"});
   SchedulingConfig& s = c.scheduler;
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadEnum("role", kRoles, &s.role));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("schedule_interval", &s.schedule_interval));
@@ -496,6 +496,7 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadString("id", &s.id));
   DGPU_CONFIG_RETURN_IF_ERROR(
       scheduler.ReadInt("task_log_lines_per_second", 0, 1'000'000, &s.task_log_lines_per_second));
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("shutdown_timeout", &s.shutdown_timeout));
 
   DGPU_OPEN_SECTION(replication, root, "replication",
                     {"enabled", "peer_address", "heartbeat_interval", "heartbeat_timeout", "mode",

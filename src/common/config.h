@@ -75,6 +75,9 @@ struct SchedulingConfig {
   // Per-task log lines (task_submitted, task_scheduled, ...) written a second at most; the
   // rest are summed up in one line a second. 0: no limit. 0..1000000.
   int task_log_lines_per_second = 100;
+  // SIGTERM to exit at most, whatever the queue: durable writes in flight finish; the final
+  // state.json is skipped when it does not fit (the database holds everything). > 0.
+  milliseconds shutdown_timeout{5'000};
   bool operator==(const SchedulingConfig&) const = default;
 };
 

@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -226,10 +228,20 @@ int Run(int argc, char** argv) {
   int sig = 0;
   while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) common::ReopenLogsOnSighup();
   spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  const common::Clock& clock = common::SystemClock::Instance();
+  const int64_t shutdown_start = clock.MonotonicMicros();
+  const std::atomic<int64_t> shutdown_deadline{
+      shutdown_start +
+      std::chrono::duration_cast<std::chrono::microseconds>(cfg.scheduler.shutdown_timeout)
+          .count()};
+  state_file.Abandon();  // A periodic write under way: the final one replaces it.
   rest.Stop();
   if (ha) ha->Stop();
   hub.CloseAll();
-  grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Calls in flight get a part of the time; the agents reconnect to whoever leads next.
+  grpc_server->Shutdown(std::chrono::system_clock::now() +
+                        std::min<std::chrono::milliseconds>(std::chrono::seconds(2),
+                                                            cfg.scheduler.shutdown_timeout / 4));
   StateHeader final_state;
   loop.RunAndWait(
       [&](CoreLoop::Context& c) { final_state = TakeStateHeader(c.core, leader.epoch(), c.now); });
@@ -237,13 +249,20 @@ int Run(int argc, char** argv) {
   background.Stop();  // A snapshot being written finishes first.
   loop.Stop();
   journal.Shutdown();
-  // Everything is durable now: the final file holds it all.
-  if (Status s = WriteStateFile(snapshot_dir, final_state, *db); !s.ok()) {
+  // Everything is durable now: the final file holds it all, if there is time for it.
+  if (Status s = WriteStateFile(snapshot_dir, final_state, *db, &shutdown_deadline);
+      s.code() == StatusCode::kDeadlineExceeded) {
+    spdlog::warn(
+        "final state snapshot skipped: scheduler.shutdown_timeout ({} ms) reached; the database "
+        "holds every task",
+        cfg.scheduler.shutdown_timeout.count());
+  } else if (!s.ok()) {
     spdlog::warn("final state snapshot failed: {}", s.message());
   }
   stop_pruner = true;
   pruner.join();
-  spdlog::info("dgpu-scheduler stopped");
+  spdlog::info("dgpu-scheduler stopped in {} ms",
+               (clock.MonotonicMicros() - shutdown_start) / 1000);
   common::FlushLogs();
   return 0;
 }

@@ -98,6 +98,25 @@ Status WriteTasks(const StateHeader& header, store::ReadSnapshot& snapshot,
   return OkStatus();
 }
 
+Status WriteFromSnapshot(const std::string& dir, const StateHeader& header,
+                         store::ReadSnapshot& snapshot) {
+  StatusOr<std::unique_ptr<common::AtomicFileWriter>> file = store::OpenStateFile(dir);
+  if (!file.ok()) return file.status();
+  common::AtomicFileWriter& out = **file;
+  out.Write("{\n  \"epoch\": " + json(header.epoch).dump());
+  out.Write(",\n  \"next_task_number\": " + json(header.next_task_number).dump());
+  out.Write(",\n  \"nodes\": " + Nested(NodesToJson(header.nodes), 1));
+  out.Write(",\n  \"online_percent\": " + json(header.online_percent).dump());
+  out.Write(",\n  \"queues\": ");
+  if (Status s = WriteQueues(snapshot, out); !s.ok()) return s;
+  out.Write(",\n  \"quota\": " + Nested(QuotaToJson(header.quota), 1));
+  out.Write(",\n  \"tasks\": ");
+  if (Status s = WriteTasks(header, snapshot, out); !s.ok()) return s;
+  out.Write(",\n  \"written_at\": " + json(common::FormatRfc3339(header.written_at)).dump());
+  out.Write("\n}\n");
+  return out.Commit();
+}
+
 }  // namespace
 
 StateHeader TakeStateHeader(const core::SchedulerCore& core, uint64_t epoch, core::TimeMicros now) {
@@ -114,31 +133,33 @@ StateHeader TakeStateHeader(const core::SchedulerCore& core, uint64_t epoch, cor
   return h;
 }
 
-Status WriteStateFile(const std::string& dir, const StateHeader& header, store::Database& db) {
+Status WriteStateFile(const std::string& dir, const StateHeader& header, store::Database& db,
+                      const std::atomic<int64_t>* deadline) {
+  const auto expired = [deadline] {
+    if (deadline == nullptr) return false;
+    const int64_t at = deadline->load(std::memory_order_relaxed);
+    return at != 0 && common::SystemClock::Instance().MonotonicMicros() >= at;
+  };
+  if (expired()) return Status(StatusCode::kDeadlineExceeded, "state.json: no time left");
   StatusOr<std::unique_ptr<store::ReadSnapshot>> snapshot = db.OpenReadSnapshot();
   if (!snapshot.ok()) return snapshot.status();
-  StatusOr<std::unique_ptr<common::AtomicFileWriter>> file = store::OpenStateFile(dir);
-  if (!file.ok()) return file.status();
-  common::AtomicFileWriter& out = **file;
-  out.Write("{\n  \"epoch\": " + json(header.epoch).dump());
-  out.Write(",\n  \"next_task_number\": " + json(header.next_task_number).dump());
-  out.Write(",\n  \"nodes\": " + Nested(NodesToJson(header.nodes), 1));
-  out.Write(",\n  \"online_percent\": " + json(header.online_percent).dump());
-  out.Write(",\n  \"queues\": ");
-  if (Status s = WriteQueues(**snapshot, out); !s.ok()) return s;
-  out.Write(",\n  \"quota\": " + Nested(QuotaToJson(header.quota), 1));
-  out.Write(",\n  \"tasks\": ");
-  if (Status s = WriteTasks(header, **snapshot, out); !s.ok()) return s;
-  out.Write(",\n  \"written_at\": " + json(common::FormatRfc3339(header.written_at)).dump());
-  out.Write("\n}\n");
-  return out.Commit();
+  (*snapshot)->InterruptWhen(expired);
+  Status written = WriteFromSnapshot(dir, header, **snapshot);
+  if (!written.ok() && expired()) {
+    return Status(StatusCode::kDeadlineExceeded, "state.json: stopped, no time left");
+  }
+  return written;
 }
 
 bool StateFileWriter::Request(StateHeader header) {
   if (writing_.exchange(true)) return false;
   worker_->Post([this, header = std::move(header)] {
-    Status s = WriteStateFile(dir_, header, *db_);
-    if (!s.ok()) spdlog::warn("state snapshot failed: {}", s.message());
+    Status s = WriteStateFile(dir_, header, *db_, &deadline_);
+    if (s.code() == StatusCode::kDeadlineExceeded) {
+      spdlog::info("state snapshot abandoned: shutting down");
+    } else if (!s.ok()) {
+      spdlog::warn("state snapshot failed: {}", s.message());
+    }
     writing_.store(false);
   });
   return true;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -40,8 +41,11 @@ struct StateHeader {
 StateHeader TakeStateHeader(const core::SchedulerCore& core, uint64_t epoch, core::TimeMicros now);
 
 // Writes `<dir>/state.json` atomically (temp file, fsync, rename) from `header` and one read
-// snapshot of `db`. On error the previous file is untouched.
-Status WriteStateFile(const std::string& dir, const StateHeader& header, store::Database& db);
+// snapshot of `db`. On error the previous file is untouched. `deadline`, when given and not 0,
+// is a monotonic time in microseconds (common::Clock::MonotonicMicros) that it may be changed
+// to at any time: once it has passed, the write stops and returns kDeadlineExceeded.
+Status WriteStateFile(const std::string& dir, const StateHeader& header, store::Database& db,
+                      const std::atomic<int64_t>* deadline = nullptr);
 
 // The periodic writes: one at a time, on `worker`.
 class StateFileWriter {
@@ -52,11 +56,15 @@ class StateFileWriter {
   // Owner thread: starts a write, or returns false while the previous one is still running.
   bool Request(StateHeader header);
 
+  // Shutdown: a write under way stops at once (the previous file stays), later ones too.
+  void Abandon() { deadline_.store(1); }  // A monotonic time long past.
+
  private:
   const std::string dir_;
   store::Database* const db_;
   WorkerPool* const worker_;
   std::atomic<bool> writing_{false};
+  std::atomic<int64_t> deadline_{0};  // 0: none
 };
 
 }  // namespace dgpu::scheduler

@@ -85,6 +85,8 @@ Status SqliteStatus(int rc, const std::string& context, const char* detail) {
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
       return DataLoss(message);
+    case SQLITE_INTERRUPT:
+      return Status(StatusCode::kCancelled, "interrupted: " + message);
     default:
       return Internal(message);
   }
@@ -938,7 +940,21 @@ Status Database::ReplaceAll(const StoreMeta& meta, const std::vector<core::Task>
 ReadSnapshot::ReadSnapshot(std::unique_ptr<SqliteConnection> conn) : conn_(std::move(conn)) {}
 
 ReadSnapshot::~ReadSnapshot() {
-  if (conn_) conn_->RollbackIfActive();
+  if (!conn_) return;
+  sqlite3_progress_handler(conn_->db(), 0, nullptr, nullptr);
+  conn_->RollbackIfActive();
+}
+
+void ReadSnapshot::InterruptWhen(std::function<bool()> stop) {
+  stop_ = std::move(stop);
+  if (!stop_) {
+    sqlite3_progress_handler(conn_->db(), 0, nullptr, nullptr);
+    return;
+  }
+  constexpr int kInstructions = 1000;
+  sqlite3_progress_handler(
+      conn_->db(), kInstructions,
+      [](void* self) { return static_cast<ReadSnapshot*>(self)->stop_() ? 1 : 0; }, this);
 }
 
 // The snapshot is taken by the first read after BEGIN: the meta values.

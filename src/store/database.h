@@ -182,6 +182,11 @@ class ReadSnapshot {
   // Every task (finished ones included), in id order.
   Status ForEachTask(const std::function<void(const core::Task&)>& fn);
 
+  // From now on a read that is under way stops, with kCancelled, as soon as `stop` says true:
+  // SQLite asks it every thousand or so of its instructions, so it also cuts a long sort
+  // before the first row. An empty function removes the check.
+  void InterruptWhen(std::function<bool()> stop);
+
  private:
   friend class Database;
   explicit ReadSnapshot(std::unique_ptr<SqliteConnection> conn);
@@ -189,6 +194,7 @@ class ReadSnapshot {
 
   std::unique_ptr<SqliteConnection> conn_;
   StoreMeta meta_;
+  std::function<bool()> stop_;
 };
 
 }  // namespace dgpu::store

@@ -56,6 +56,7 @@ TEST(SchedulerConfigTest, DefaultsAreTheDocumentedValues) {
   EXPECT_EQ(c.scheduler.max_attempts, 3);
   EXPECT_EQ(c.scheduler.max_bypass, 16);
   EXPECT_EQ(c.scheduler.task_log_lines_per_second, 100);
+  EXPECT_EQ(c.scheduler.shutdown_timeout, milliseconds{5'000});
   EXPECT_EQ(c.scheduler.id, "");
   EXPECT_FALSE(c.replication.enabled);
   EXPECT_EQ(c.replication.peer_address, "");
@@ -135,6 +136,7 @@ scheduler:
   max_bypass: 0
   id: sched-a
   task_log_lines_per_second: 0
+  shutdown_timeout: 750ms
 replication:
   enabled: true
   peer_address: "sched-b:9090"
@@ -171,6 +173,7 @@ logging:
   EXPECT_EQ(c.scheduler.max_bypass, 0);
   EXPECT_EQ(c.scheduler.id, "sched-a");
   EXPECT_EQ(c.scheduler.task_log_lines_per_second, 0);
+  EXPECT_EQ(c.scheduler.shutdown_timeout, milliseconds{750});
   EXPECT_TRUE(c.replication.enabled);
   EXPECT_EQ(c.replication.peer_address, "sched-b:9090");
   EXPECT_EQ(c.replication.heartbeat_interval, milliseconds{500});
@@ -332,6 +335,8 @@ TEST(SchedulerConfigTest, WrongTypesAndRangesAreExplained) {
       {"scheduler: {max_bypass: -1}",
        "scheduler.max_bypass: must be an integer in [0, 1000000], got \"-1\""},
       {"scheduler: {id: {a: 1}}", "scheduler.id: must be a string, got a mapping"},
+      {"scheduler: {shutdown_timeout: 0}",
+       "scheduler.shutdown_timeout: must be a positive duration, got \"0\""},
       {"scheduler: {task_log_lines_per_second: 2000000}",
        "scheduler.task_log_lines_per_second: must be an integer in [0, 1000000], got "
        "\"2000000\""},

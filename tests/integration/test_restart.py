@@ -86,6 +86,27 @@ class SchedulerRestartTest(ClusterTestCase):
     def test_scheduler_sigterm_while_tasks_run(self):
         self.run_restart("term")
 
+    def test_sigterm_past_shutdown_timeout_skips_the_final_state_file(self):
+        # With no time left for it, the final state.json is skipped, not waited for: the exit
+        # is prompt and clean, and the database holds everything for the next start.
+        self.assertEqual(self.c.scheduler.stop(timeout=15), 0)
+        self.c.start_scheduler(heartbeat_timeout=10,
+                               extra={"scheduler": {"shutdown_timeout": "1ms"}})
+        ids = [self.c.submit("true", gpu_count=5, priority="low") for _ in range(30)]
+        state_file = os.path.join(self.c.tmp, "state", "state.json")
+        before = os.stat(state_file).st_mtime_ns  # The previous process's final file.
+        start = time.monotonic()
+        self.assertEqual(self.c.scheduler.stop(timeout=15), 0, "SIGTERM exit code")
+        self.assertLess(time.monotonic() - start, 3.0)
+        log = open(self.c.scheduler.stdout_path, encoding="utf-8").read()
+        self.assertIn("final state snapshot skipped: scheduler.shutdown_timeout (1 ms) reached; "
+                      "the database holds every task", log)
+        self.assertIn("dgpu-scheduler stopped in ", log)
+        self.assertEqual(os.stat(state_file).st_mtime_ns, before)
+        self.c.start_scheduler(heartbeat_timeout=10)
+        listed = self.c.tasks("?limit=1000")
+        self.assertEqual(sorted(t["task_id"] for t in listed["tasks"]), sorted(ids))
+
     def test_tasks_acknowledged_before_kill_survive(self):
         # A burst of submissions, SIGKILL right after the last 201: all of them are kept.
         ids = [self.c.submit("true", gpu_count=5, priority="low") for _ in range(25)]
