@@ -12,7 +12,7 @@ PACKAGES=(
   libcli11-dev libcurl4-openssl-dev curl
   libgtest-dev libgmock-dev libbenchmark-dev
   wrk prometheus etcd-server etcd-client
-  python3 python3-yaml procps psmisc util-linux iproute2 systemd
+  python3 python3-yaml python3-jsonschema procps psmisc util-linux iproute2 systemd
 )
 
 missing=()
