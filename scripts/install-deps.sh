@@ -12,7 +12,8 @@ PACKAGES=(
   libcli11-dev libcurl4-openssl-dev curl
   libgtest-dev libgmock-dev libbenchmark-dev
   wrk prometheus etcd-server etcd-client
-  python3 python3-yaml python3-jsonschema procps psmisc util-linux iproute2 systemd
+  python3 python3-yaml python3-jsonschema python3-pytest python3-pip python3-setuptools
+  procps psmisc util-linux iproute2 systemd
 )
 # make lint-api runs @redocly/cli on Node.js: Debian's nodejs and npm unless a Node.js with npm
 # is installed already (e.g. from NodeSource, whose nodejs package carries npm).
