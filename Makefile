@@ -64,8 +64,10 @@ tidy: build
 # tools/package-lock.json and installed under tools/node_modules (git-ignored) by `npm ci`; the
 # rules are in api/redocly.yaml.
 REDOCLY := tools/node_modules/.bin/redocly
+# The stamp tells scripts/install-deps.sh which lock file is installed.
 $(REDOCLY): tools/package.json tools/package-lock.json
 	npm ci --prefix tools --no-audit --no-fund
+	cp tools/package-lock.json tools/node_modules/.dgpu-installed-lock
 	touch $@
 
 lint-api: $(REDOCLY)
