@@ -1,10 +1,10 @@
 # dgpu front door: make deps | build | test | test-asan | test-tsan | run | bench | fmt | fmt-check |
-# tidy
+# tidy | lint-api | lint
 PRESET ?= release
 BUILD_DIR := $(if $(filter release,$(PRESET)),build,build-$(PRESET))
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test test-asan test-tsan run bench fmt fmt-check tidy lint clean
+.PHONY: all deps configure build test test-asan test-tsan run bench fmt fmt-check tidy lint-api lint clean
 
 all: build
 
@@ -60,7 +60,20 @@ TIDY_SOURCES := '^$(CURDIR)/(src/(base|common|core|store|scheduler|agent|ctl)|si
 tidy: build
 	run-clang-tidy -p $(BUILD_DIR) -j $(JOBS) -quiet $(TIDY_SOURCES)
 
-lint: tidy
+# The OpenAPI description (api/openapi.yaml) linted by @redocly/cli, pinned by
+# tools/package-lock.json and installed under tools/node_modules (git-ignored) by `npm ci`; the
+# rules are in api/redocly.yaml.
+REDOCLY := tools/node_modules/.bin/redocly
+# The stamp tells scripts/install-deps.sh which lock file is installed.
+$(REDOCLY): tools/package.json tools/package-lock.json
+	npm ci --prefix tools --no-audit --no-fund
+	cp tools/package-lock.json tools/node_modules/.dgpu-installed-lock
+	touch $@
+
+lint-api: $(REDOCLY)
+	$(REDOCLY) lint --config api/redocly.yaml api/openapi.yaml
+
+lint: tidy lint-api
 
 clean:
 	rm -rf build build-debug build-asan build-tsan

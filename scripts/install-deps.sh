@@ -12,10 +12,30 @@ PACKAGES=(
   libcli11-dev libcurl4-openssl-dev curl
   libgtest-dev libgmock-dev libbenchmark-dev
   wrk prometheus etcd-server etcd-client
-  python3 python3-yaml procps psmisc util-linux iproute2 systemd
+  python3 python3-yaml python3-jsonschema python3-pytest python3-pip python3-setuptools
+  procps psmisc util-linux iproute2 systemd
 )
+# make lint-api runs @redocly/cli on Node.js: Debian's nodejs and npm unless a Node.js with npm
+# is installed already (e.g. from NodeSource, whose nodejs package carries npm).
+NODE_PACKAGES=()
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  NODE_PACKAGES=(nodejs npm)
+fi
 
-missing=()
+# The pinned @redocly/cli (tools/package-lock.json) under tools/node_modules, when that is not
+# what is installed there yet.
+install_node_tools() {
+  local tools
+  tools="$(cd "$(dirname "$0")/.." && pwd)/tools"
+  if cmp -s "$tools/package-lock.json" "$tools/node_modules/.dgpu-installed-lock"; then
+    return
+  fi
+  echo "install-deps: npm ci in tools/"
+  npm ci --prefix "$tools" --no-audit --no-fund
+  cp "$tools/package-lock.json" "$tools/node_modules/.dgpu-installed-lock"
+}
+
+missing=("${NODE_PACKAGES[@]}")
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
@@ -24,6 +44,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
+  install_node_tools
   exit 0
 fi
 
@@ -38,4 +59,5 @@ $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
   $SUDO systemctl disable --now prometheus etcd >/dev/null 2>&1 || true
 fi
+install_node_tools
 echo "install-deps: done"

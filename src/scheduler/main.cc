@@ -43,8 +43,15 @@ void TickNodes(CoreLoop::Context& c) { c.core.Tick(c.now); }
 
 int Run(int argc, char** argv) {
   common::DaemonFlagsSpec spec{
-      "dgpu-scheduler", "Central scheduler of dgpu: REST API for users, gRPC for agents.", {}};
+      "dgpu-scheduler",
+      "Central scheduler of dgpu: REST API for users, gRPC for agents.",
+      {{"print-routes", "Print the REST routes served (METHOD PATH per line) and exit", false}}};
   common::DaemonFlags flags = common::ParseDaemonFlagsOrExit(argc, argv, spec);
+  if (flags.extra.count("print-routes") != 0) {
+    for (const RestRoute& r : RestServer::Routes()) std::cout << r.method << ' ' << r.path << '\n';
+    std::cout.flush();
+    return 0;
+  }
   common::SchedulerConfig cfg;
   if (!flags.config_path.empty()) {
     auto loaded = common::LoadSchedulerConfig(flags.config_path);

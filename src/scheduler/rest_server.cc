@@ -6,6 +6,7 @@
 
 #include "common/logging.h"
 #include "scheduler/api_json.h"
+#include "scheduler/openapi_spec.h"
 
 namespace dgpu::scheduler {
 namespace {
@@ -292,8 +293,32 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
+  // Every route goes through Route(), which also records it in `routes`: the table that
+  // --print-routes prints and the contract test compares with api/openapi.yaml.
+  std::vector<RestRoute> routes;
+
+  template <typename Handler>
+  void Route(router_t& r, restinio::http_method_id_t method, const std::string& path,
+             Handler handler) {
+    // RESTinio's ":name" parameters are OpenAPI's "{name}".
+    std::string described;
+    for (size_t i = 0; i < path.size(); ++i) {
+      if (path[i] != ':') {
+        described += path[i];
+        continue;
+      }
+      size_t end = path.find('/', i);
+      if (end == std::string::npos) end = path.size();
+      described += "{" + path.substr(i + 1, end - i - 1) + "}";
+      i = end - 1;
+    }
+    routes.push_back({method.c_str(), described});
+    r.add_handler(method, path, std::move(handler));
+  }
+
   std::unique_ptr<router_t> MakeRouter() {
     auto r = std::make_unique<router_t>();
+    routes.clear();
     auto not_allowed = [this](const char* route) {
       return [this, route](const req_t& req, params_t) {
         SendError(req, route,
@@ -305,40 +330,52 @@ struct RestServer::Impl {
     };
     using restinio::http_method_delete;
     using restinio::http_method_get;
-    using restinio::http_method_head;
     using restinio::http_method_post;
     using restinio::http_method_put;
     using restinio::router::none_of_methods;
 
-    r->http_post("/api/v1/tasks", [this](const req_t& q, params_t) { return Submit(q); });
-    r->http_get("/api/v1/tasks", [this](const req_t& q, params_t) { return ListTasks(q); });
+    Route(*r, http_method_post(), "/api/v1/tasks",
+          [this](const req_t& q, params_t) { return Submit(q); });
+    Route(*r, http_method_get(), "/api/v1/tasks",
+          [this](const req_t& q, params_t) { return ListTasks(q); });
     r->add_handler(none_of_methods(http_method_get(), http_method_post()), "/api/v1/tasks",
                    not_allowed("/api/v1/tasks"));
-    r->http_get("/api/v1/tasks/:id", [this](const req_t& q, params_t p) { return GetTask(q, p); });
-    r->http_delete("/api/v1/tasks/:id",
-                   [this](const req_t& q, params_t p) { return Cancel(q, p); });
+    Route(*r, http_method_get(), "/api/v1/tasks/:id",
+          [this](const req_t& q, params_t p) { return GetTask(q, p); });
+    Route(*r, http_method_delete(), "/api/v1/tasks/:id",
+          [this](const req_t& q, params_t p) { return Cancel(q, p); });
     r->add_handler(none_of_methods(http_method_get(), http_method_delete()), "/api/v1/tasks/:id",
                    not_allowed("/api/v1/tasks/{id}"));
-    r->http_get("/api/v1/gpus", [this](const req_t& q, params_t) { return Gpus(q); });
+    Route(*r, http_method_get(), "/api/v1/gpus",
+          [this](const req_t& q, params_t) { return Gpus(q); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/gpus", not_allowed("/api/v1/gpus"));
-    r->http_get("/api/v1/quota", [this](const req_t& q, params_t) { return GetQuota(q); });
-    r->http_put("/api/v1/quota", [this](const req_t& q, params_t) { return PutQuota(q); });
+    Route(*r, http_method_get(), "/api/v1/quota",
+          [this](const req_t& q, params_t) { return GetQuota(q); });
+    Route(*r, http_method_put(), "/api/v1/quota",
+          [this](const req_t& q, params_t) { return PutQuota(q); });
     r->add_handler(none_of_methods(http_method_get(), http_method_put()), "/api/v1/quota",
                    not_allowed("/api/v1/quota"));
-    r->http_get("/api/v1/agents", [this](const req_t& q, params_t) { return Agents(q); });
+    Route(*r, http_method_get(), "/api/v1/agents",
+          [this](const req_t& q, params_t) { return Agents(q); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/agents",
                    not_allowed("/api/v1/agents"));
+    Route(*r, http_method_get(), "/api/v1/openapi.yaml", [this](const req_t& q, params_t) {
+      Send(q, "GET /api/v1/openapi.yaml", 200, std::string(OpenApiYaml()), "application/yaml");
+      return restinio::request_accepted();
+    });
+    r->add_handler(none_of_methods(http_method_get()), "/api/v1/openapi.yaml",
+                   not_allowed("/api/v1/openapi.yaml"));
     for (const char* p : {"/healthz", "/api/v1/healthz"}) {
-      r->http_get(p, [this](const req_t& q, params_t) {
+      Route(*r, http_method_get(), p, [this](const req_t& q, params_t) {
         Send(q, "GET /healthz", 200, R"({"status":"ok"})");
         return restinio::request_accepted();
       });
     }
     for (const char* p : {"/readyz", "/api/v1/readyz"}) {
-      r->http_get(p, [this](const req_t& q, params_t) { return Ready(q); });
+      Route(*r, http_method_get(), p, [this](const req_t& q, params_t) { return Ready(q); });
     }
     for (const char* p : {"/metrics", "/api/v1/metrics"}) {
-      r->http_get(p, [this](const req_t& q, params_t) { return MetricsPage(q); });
+      Route(*r, http_method_get(), p, [this](const req_t& q, params_t) { return MetricsPage(q); });
     }
     r->non_matched_request_handler([this](const req_t& q) {
       SendError(q, "unmatched",
@@ -370,6 +407,12 @@ Status RestServer::Start(const std::string& host, uint16_t port, size_t threads)
                        e.what());
   }
   return OkStatus();
+}
+
+std::vector<RestRoute> RestServer::Routes() {
+  Impl impl;
+  impl.MakeRouter();
+  return impl.routes;
 }
 
 void RestServer::Stop() {

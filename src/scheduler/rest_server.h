@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "scheduler/application.h"
@@ -14,13 +15,23 @@
 namespace dgpu::scheduler {
 
 struct RestDeps {
-  Application* app;
-  LeaderState* leader;  // For the X-Dgpu-Stale and X-Leader headers.
-  Metrics* metrics;     // Counts requests by route and HTTP status.
+  Application* app = nullptr;
+  LeaderState* leader = nullptr;  // For the X-Dgpu-Stale and X-Leader headers.
+  Metrics* metrics = nullptr;     // Counts requests by route and HTTP status.
+};
+
+// One (method, path) the router serves; the path in OpenAPI form ("/api/v1/tasks/{id}").
+struct RestRoute {
+  std::string method;
+  std::string path;
 };
 
 class RestServer {
  public:
+  // The routes the router registers, in registration order, from the very code that builds the
+  // router (not a copy of it). Other methods on these paths answer 405; other paths 404.
+  static std::vector<RestRoute> Routes();
+
   explicit RestServer(RestDeps deps);
   ~RestServer();
   // Binds host:port and starts `threads` HTTP threads. Unavailable if it cannot listen.

@@ -18,6 +18,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from dgpu_testlib import bin_path, free_port, wait_until  # noqa: E402
+import api_contract  # noqa: E402
 
 
 def to_yaml(value):
@@ -55,6 +56,8 @@ class Http:
         except Exception:
             self.close()
             raise
+        # Every response is checked against api/openapi.yaml (tests/pylib/api_contract.py).
+        api_contract.check_response(method, path, resp.status, resp.getheader("Content-Type"), raw)
         text = raw.decode("utf-8", "replace")
         try:
             parsed = json.loads(text) if text else None

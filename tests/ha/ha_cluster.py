@@ -23,6 +23,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from dgpu_testlib import bin_path, free_port, pid_alive, wait_until  # noqa: E402
+import api_contract  # noqa: E402
 
 
 _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z")
@@ -77,6 +78,8 @@ class Http:
         except Exception:
             self.close()
             raise
+        # Every response is checked against api/openapi.yaml (tests/pylib/api_contract.py).
+        api_contract.check_response(method, path, resp.status, resp.getheader("Content-Type"), raw)
         text = raw.decode("utf-8", "replace")
         try:
             parsed = json.loads(text) if text else None

@@ -28,6 +28,7 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 from dgpu_testlib import bin_dir, bin_path, free_port, pid_alive, wait_until  # noqa: E402,F401
+import api_contract  # noqa: E402
 
 BIN_DIR = bin_dir()
 SCHEDULER_BIN = bin_path("dgpu-scheduler", must_exist=False)
@@ -117,7 +118,9 @@ class HttpResult:
 
 def http(base, method, path, body=None, raw=None, headers=None, timeout=10):
     """One HTTP request. `body` is JSON-encoded (Content-Type application/json); `raw` is sent as
-    is (bytes or str) with the given headers. Returns HttpResult; HTTP errors are results too."""
+    is (bytes or str) with the given headers. Returns HttpResult; HTTP errors are results too.
+    Every response is checked against api/openapi.yaml (api_contract): one that the description
+    does not allow raises ContractViolation."""
     hdrs = dict(headers or {})
     data = None
     if raw is not None:
@@ -128,11 +131,14 @@ def http(base, method, path, body=None, raw=None, headers=None, timeout=10):
     req = urllib.request.Request(base + path, data=data, method=method, headers=hdrs)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return HttpResult(resp.status, resp.headers, resp.read())
+            result = HttpResult(resp.status, resp.headers, resp.read())
     except urllib.error.HTTPError as e:
         payload = e.read()
         e.close()
-        return HttpResult(e.code, e.headers, payload)
+        result = HttpResult(e.code, e.headers, payload)
+    api_contract.check_response(method, path, result.status, result.headers.get("Content-Type"),
+                                result.body)
+    return result
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,28 @@
+"""dgpu: the Python client of the dgpu GPU scheduler's REST API (v1).
+
+    import dgpu
+    c = dgpu.Client()                      # $DGPU_SERVER, else http://127.0.0.1:8080
+    t = c.submit("python train.py", gpu_count=1, priority="high")
+    print(c.wait(t.task_id, timeout=3600).exit_code)
+"""
+
+from .client import DEFAULT_SERVER, Client, TaskPage, resolve_server
+from .errors import (AlreadyExists, ApiError, Conflict, ConnectionFailed, DgpuError, Forbidden,
+                     Internal, InvalidField,
+                     InvalidJson, MethodNotAllowed, NotFound, NotLeader, PayloadTooLarge,
+                     StorageUnavailable, Unavailable, UnknownField, UnsupportedMediaType,
+                     WaitTimeout)
+from .models import (FINISHED, PENDING_REASONS, PRIORITIES, STATUSES, Agent, Gpu, GpuList,
+                     NodeAllocation, Quota, QuotaClass, Submitted, Task)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "TaskPage", "DEFAULT_SERVER", "resolve_server",
+    "DgpuError", "ApiError", "ConnectionFailed", "WaitTimeout",
+    "InvalidJson", "InvalidField", "UnknownField", "NotFound", "MethodNotAllowed", "Conflict",
+    "PayloadTooLarge", "UnsupportedMediaType", "NotLeader", "Unavailable", "StorageUnavailable",
+    "Internal", "Forbidden", "AlreadyExists",
+    "Task", "NodeAllocation", "Submitted", "Gpu", "GpuList", "Quota", "QuotaClass", "Agent",
+    "PRIORITIES", "STATUSES", "FINISHED", "PENDING_REASONS",
+]

@@ -1,0 +1,261 @@
+"""The client of the dgpu scheduler's REST API (v1), standard library only.
+
+    import dgpu
+    c = dgpu.Client()                      # $DGPU_SERVER, else http://127.0.0.1:8080
+    t = c.submit("python train.py", gpu_count=1, priority="high")
+    print(c.wait(t.task_id, timeout=3600).exit_code)
+
+The API is described in api/openapi.yaml (served at GET /api/v1/openapi.yaml).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from email.message import Message
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from .errors import ApiError, Conflict, ConnectionFailed, WaitTimeout, error_from_response
+from .models import Agent, GpuList, Quota, Submitted, Task
+
+__all__ = ["Client", "TaskPage", "DEFAULT_SERVER", "resolve_server"]
+
+DEFAULT_SERVER = "http://127.0.0.1:8080"
+API = "/api/v1"
+SUBMIT_FIELDS = ("priority", "gpu_count", "command", "gpu_model", "env", "name",
+                 "timeout_seconds", "image")
+
+
+def resolve_server(server: Optional[str] = None) -> str:
+    """The scheduler URL the way dgpuctl finds it: `server`, else $DGPU_SERVER (when set and not
+    empty), else http://127.0.0.1:8080; trailing slashes are dropped and a URL without a scheme
+    gets ``http://``."""
+    if not server:
+        server = os.environ.get("DGPU_SERVER") or DEFAULT_SERVER
+    server = server.rstrip("/")
+    if "://" not in server:
+        server = "http://" + server
+    return server
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    """One page of ``GET /api/v1/tasks``: the tasks (newest first) and the number of tasks that
+    match the filters over all pages."""
+    tasks: List[Task]
+    total: int
+
+
+class Client:
+    """A connection to one scheduler.
+
+    Args:
+        server: the scheduler URL; None reads it as dgpuctl does (see resolve_server).
+        token: sent as ``Authorization: Bearer <token>``; None reads $DGPU_TOKEN (unset or empty:
+            no header). The v1 scheduler does not check it.
+        ca_file: a PEM bundle to verify an https:// scheduler against; None uses the system's.
+        timeout: seconds one HTTP request may take.
+        retries: how many times an idempotent call (GET, PUT, DELETE) is repeated after a
+            connection error or a 503; a submit (POST) is never repeated.
+        backoff: the first delay between tries, in seconds; it doubles each try (with jitter) up
+            to `max_backoff`.
+
+    Errors: every call raises a subclass of dgpu.ApiError for an error answer (one class per
+    error code) and dgpu.ConnectionFailed when no answer came. A Client may be shared by
+    threads: it holds no connection between calls.
+    """
+
+    def __init__(self, server: Optional[str] = None, token: Optional[str] = None,
+                 ca_file: Optional[str] = None, *, timeout: float = 10.0, retries: int = 4,
+                 backoff: float = 0.2, max_backoff: float = 5.0) -> None:
+        self.server = resolve_server(server)
+        self.token = token if token is not None else (os.environ.get("DGPU_TOKEN") or None)
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._ssl: Optional[ssl.SSLContext] = None
+        if self.server.startswith("https://"):
+            self._ssl = ssl.create_default_context(cafile=ca_file)
+        elif ca_file is not None:
+            raise ValueError("ca_file is given but the server %s is not https" % self.server)
+
+    # -- tasks ---------------------------------------------------------------------------------
+
+    def submit(self, command: str, *, gpu_count: int, priority: str,
+               gpu_model: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+               name: Optional[str] = None, timeout_seconds: Optional[int] = None,
+               image: Optional[str] = None) -> Submitted:
+        """Submits a task (``POST /api/v1/tasks``); returns its id, status and creation time.
+
+        `priority` is ``"high"`` (online quota) or ``"low"`` (batch quota). Optional fields left
+        None are not sent. Never retried: a ConnectionFailed leaves it unknown whether the task
+        was accepted."""
+        body: Dict[str, Any] = {"priority": priority, "gpu_count": gpu_count, "command": command}
+        for key, value in (("gpu_model", gpu_model), ("env", env), ("name", name),
+                           ("timeout_seconds", timeout_seconds), ("image", image)):
+            if value is not None:
+                body[key] = dict(value) if key == "env" else value
+        doc = self._call("POST", API + "/tasks", body=body, idempotent=False,
+                         fields=SUBMIT_FIELDS)
+        return Submitted.from_json(doc)
+
+    def get(self, task_id: str) -> Task:
+        """The task (``GET /api/v1/tasks/{id}``). NotFound for an unknown id."""
+        return Task.from_json(self._call("GET", self._task_path(task_id)))
+
+    def page(self, status: Optional[str] = None, priority: Optional[str] = None,
+             limit: int = 50, offset: int = 0) -> TaskPage:
+        """One page of tasks, newest first (``GET /api/v1/tasks``); `limit` is 1 to 1000."""
+        query: List[Tuple[str, str]] = []
+        if status is not None:
+            query.append(("status", status))
+        if priority is not None:
+            query.append(("priority", priority))
+        query += [("limit", str(limit)), ("offset", str(offset))]
+        doc = self._call("GET", API + "/tasks", query=query,
+                         fields=("status", "priority", "limit", "offset"))
+        return TaskPage(tasks=[Task.from_json(t) for t in doc["tasks"]], total=doc["total"])
+
+    def list(self, status: Optional[str] = None, priority: Optional[str] = None,
+             page_size: int = 100) -> Iterator[Task]:
+        """Every task that matches the filters, newest first, read page by page as the
+        iteration goes (tasks submitted meanwhile may shift the pages)."""
+        offset = 0
+        while True:
+            p = self.page(status=status, priority=priority, limit=page_size, offset=offset)
+            yield from p.tasks
+            offset += len(p.tasks)
+            if not p.tasks or offset >= p.total:
+                return
+
+    def cancel(self, task_id: str, grace_seconds: Optional[int] = None) -> None:
+        """Cancels a task (``DELETE /api/v1/tasks/{id}``): a pending one leaves the queue, a
+        running one is stopped (SIGTERM, SIGKILL after `grace_seconds`). Conflict when it
+        already finished. Retried like a read: when a repeated try finds the task cancelled (the
+        first try took effect, its answer was lost), the call succeeds."""
+        query = [("grace_seconds", str(grace_seconds))] if grace_seconds is not None else []
+        path = self._task_path(task_id)
+        try:
+            self._call("DELETE", path, query=query, fields=("grace_seconds",))
+        except Conflict as e:
+            if not e.retried:
+                raise
+            if self.get(task_id).status != "cancelled":
+                raise
+
+    def wait(self, task_id: str, timeout: Optional[float] = None,
+             poll_interval: float = 0.5) -> Task:
+        """Polls the task until it finished (success, failed or cancelled) and returns it.
+        WaitTimeout (a TimeoutError) after `timeout` seconds; None waits for ever."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            task = self.get(task_id)
+            if task.finished:
+                return task
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(task_id, timeout or 0.0, task)
+            delay = poll_interval
+            if deadline is not None:
+                delay = max(0.0, min(delay, deadline - time.monotonic()))
+            time.sleep(delay)
+
+    # -- cluster -------------------------------------------------------------------------------
+
+    def quota(self) -> Quota:
+        """The online/batch quota (``GET /api/v1/quota``)."""
+        return Quota.from_json(self._call("GET", API + "/quota"))
+
+    def set_quota(self, online_percent: Optional[float] = None,
+                  batch_percent: Optional[float] = None) -> None:
+        """Changes the split (``PUT /api/v1/quota``): fractions in [0, 1]; given both, they must
+        add up to 1. Running tasks are never stopped by it."""
+        body: Dict[str, Any] = {}
+        if online_percent is not None:
+            body["online_percent"] = online_percent
+        if batch_percent is not None:
+            body["batch_percent"] = batch_percent
+        self._call("PUT", API + "/quota", body=body, fields=("online_percent", "batch_percent"))
+
+    def gpus(self) -> GpuList:
+        """Every GPU of every agent, and the counts by status (``GET /api/v1/gpus``)."""
+        return GpuList.from_json(self._call("GET", API + "/gpus"))
+
+    def agents(self) -> List[Agent]:
+        """Every agent (``GET /api/v1/agents``)."""
+        return [Agent.from_json(a) for a in self._call("GET", API + "/agents")["agents"]]
+
+    # -- transport -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _task_path(task_id: str) -> str:
+        return API + "/tasks/" + urllib.parse.quote(task_id, safe="")
+
+    def _call(self, method: str, path: str, query: Sequence[Tuple[str, str]] = (),
+              body: Optional[Mapping[str, Any]] = None, idempotent: bool = True,
+              fields: Sequence[str] = ()) -> Any:
+        """One API call: the parsed JSON of a 2xx answer; raises ApiError or ConnectionFailed.
+        An idempotent call is repeated after a connection error or a 503."""
+        url = self.server + path
+        if query:
+            url += "?" + urllib.parse.urlencode(list(query))
+        data = json.dumps(body).encode("utf-8") if body is not None else None
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        tries = 0
+        while True:
+            retry = idempotent and tries < self.retries
+            try:
+                status, answer_headers, raw = self._send(method, url, data, headers)
+            except (OSError, http.client.HTTPException) as e:
+                if retry:
+                    tries += 1
+                    self._sleep(tries)
+                    continue
+                reason = getattr(e, "reason", None) or e
+                raise ConnectionFailed(self.server, str(reason)) from e
+            if status == 503 and retry:
+                tries += 1
+                self._sleep(tries)
+                continue
+            try:
+                doc = json.loads(raw.decode("utf-8")) if raw else None
+            except (ValueError, UnicodeDecodeError):
+                doc = None
+            if status >= 400:
+                err = error_from_response(status, doc, leader=answer_headers.get("X-Leader"),
+                                          fields=fields)
+                err.retried = tries > 0
+                raise err
+            if doc is None:
+                raise ApiError("HTTP %d with a body that is not JSON" % status, status)
+            return doc
+
+    def _send(self, method: str, url: str, data: Optional[bytes],
+              headers: Mapping[str, str]) -> Tuple[int, Message, bytes]:
+        """One HTTP exchange: status, response headers and body. Raises OSError or
+        HTTPException when no answer came."""
+        req = urllib.request.Request(url, data=data, method=method, headers=dict(headers))
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl) as resp:
+                return resp.status, resp.headers, resp.read()
+        except urllib.error.HTTPError as e:
+            try:
+                return e.code, e.headers, e.read()
+            finally:
+                e.close()
+
+    def _sleep(self, tries: int) -> None:
+        delay = min(self.max_backoff, self.backoff * (2 ** (tries - 1)))
+        time.sleep(delay * random.uniform(0.5, 1.0))

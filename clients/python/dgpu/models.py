@@ -1,0 +1,172 @@
+"""Typed views of the REST API's objects (api/openapi.yaml, components/schemas).
+
+Each class has every field of its JSON object; ``from_json`` builds it from the parsed body.
+Times are timezone-aware ``datetime`` objects in UTC, or None where the API sends null.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Dict, List, Mapping, Optional
+
+__all__ = ["PRIORITIES", "STATUSES", "FINISHED", "PENDING_REASONS", "NodeAllocation", "Task",
+           "Submitted", "Gpu", "GpuList", "QuotaClass", "Quota", "Agent", "parse_time"]
+
+PRIORITIES = ("high", "low")
+STATUSES = ("pending", "running", "success", "failed", "cancelled")
+FINISHED = ("success", "failed", "cancelled")
+PENDING_REASONS = ("queued", "quota_exhausted", "no_node_fits", "no_gpu_model",
+                   "exceeds_cluster")
+
+
+def parse_time(text: Optional[str]) -> Optional[datetime]:
+    """An RFC 3339 UTC time of the API (``2026-01-05T10:00:00.123Z``), or None for null."""
+    if text is None:
+        return None
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    return datetime.fromisoformat(text)
+
+
+@dataclass(frozen=True)
+class NodeAllocation:
+    """The GPUs a task holds on one node."""
+    node_id: str
+    gpu_indices: List[int]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "NodeAllocation":
+        return cls(node_id=d["node_id"], gpu_indices=list(d["gpu_indices"]))
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task, as ``GET /api/v1/tasks/{id}`` returns it."""
+    task_id: str
+    name: str
+    priority: str
+    gpu_count: int
+    gpu_model: str
+    command: str
+    env: Dict[str, str]
+    timeout_seconds: int
+    image: str
+    status: str
+    node_id: Optional[str]
+    allocated_gpus: List[str]
+    allocation: List[NodeAllocation]
+    pending_reason: Optional[str]
+    attempts: int
+    exit_code: Optional[int]
+    error: str
+    created_at: Optional[datetime]
+    started_at: Optional[datetime]
+    finished_at: Optional[datetime]
+
+    @property
+    def finished(self) -> bool:
+        """True once the task is success, failed or cancelled."""
+        return self.status in FINISHED
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Task":
+        return cls(
+            task_id=d["task_id"], name=d["name"], priority=d["priority"],
+            gpu_count=d["gpu_count"], gpu_model=d["gpu_model"], command=d["command"],
+            env=dict(d["env"]), timeout_seconds=d["timeout_seconds"], image=d["image"],
+            status=d["status"], node_id=d["node_id"], allocated_gpus=list(d["allocated_gpus"]),
+            allocation=[NodeAllocation.from_json(a) for a in d["allocation"]],
+            pending_reason=d["pending_reason"], attempts=d["attempts"], exit_code=d["exit_code"],
+            error=d["error"], created_at=parse_time(d["created_at"]),
+            started_at=parse_time(d["started_at"]), finished_at=parse_time(d["finished_at"]))
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """The answer to a submit: the new task's id, status (``pending``) and creation time."""
+    task_id: str
+    status: str
+    created_at: datetime
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Submitted":
+        created = parse_time(d["created_at"])
+        assert created is not None
+        return cls(task_id=d["task_id"], status=d["status"], created_at=created)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU of an agent; ``id`` is ``<node_id>-gpu-<index>``."""
+    id: str
+    node_id: str
+    index: int
+    model: str
+    memory_mb: int
+    status: str
+    current_task: Optional[str]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Gpu":
+        return cls(id=d["id"], node_id=d["node_id"], index=d["index"], model=d["model"],
+                   memory_mb=d["memory_mb"], status=d["status"], current_task=d["current_task"])
+
+
+@dataclass(frozen=True)
+class GpuList:
+    """Every GPU and the counts by status (``offline`` includes unhealthy GPUs)."""
+    total: int
+    idle: int
+    busy: int
+    offline: int
+    gpus: List[Gpu] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "GpuList":
+        return cls(total=d["total"], idle=d["idle"], busy=d["busy"], offline=d["offline"],
+                   gpus=[Gpu.from_json(g) for g in d["gpus"]])
+
+
+@dataclass(frozen=True)
+class QuotaClass:
+    """GPUs of one class (online or batch): its quota, how many are used, how many are left."""
+    quota: int
+    used: int
+    available: int
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "QuotaClass":
+        return cls(quota=d["quota"], used=d["used"], available=d["available"])
+
+
+@dataclass(frozen=True)
+class Quota:
+    """The online/batch split of the cluster's GPUs."""
+    total_gpus: int
+    online: QuotaClass
+    batch: QuotaClass
+    online_percent: float
+    batch_percent: float
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Quota":
+        return cls(total_gpus=d["total_gpus"], online=QuotaClass.from_json(d["online"]),
+                   batch=QuotaClass.from_json(d["batch"]), online_percent=d["online_percent"],
+                   batch_percent=d["batch_percent"])
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One agent (node) as the scheduler sees it."""
+    id: str
+    address: str
+    status: str
+    gpus: int
+    free_gpus: int
+    last_heartbeat: Optional[datetime]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Agent":
+        return cls(id=d["id"], address=d["address"], status=d["status"], gpus=d["gpus"],
+                   free_gpus=d["free_gpus"], last_heartbeat=parse_time(d["last_heartbeat"]))
