@@ -791,29 +791,38 @@ StatusOr<LoadedState> Database::Load() {
   return state;
 }
 
-StatusOr<TaskPage> Database::ListTasks(std::optional<core::TaskStatus> status,
-                                       std::optional<core::Priority> priority, int limit,
-                                       int offset) {
-  if (limit < 0) return InvalidArgument("limit must not be negative");
-  if (offset < 0) return InvalidArgument("offset must not be negative");
-  // One statement pair per filter combination, so that each uses its own index.
+StatusOr<TaskPage> Database::ListTasks(const TaskQuery& query) {
+  if (query.limit < 0) return InvalidArgument("limit must not be negative");
+  if (query.offset < 0) return InvalidArgument("offset must not be negative");
+  if (query.offset > 0 && query.before) {
+    return InvalidArgument("offset and before cannot be combined");
+  }
+  // One statement per filter combination, so that each uses its own index; the total is summed
+  // over the kept counts of the matching (status, priority) pairs.
   static const std::string kWhere[4] = {"", "WHERE status = ?1 ", "WHERE priority = ?2 ",
                                         "WHERE status = ?1 AND priority = ?2 "};
-  const int variant = (status ? 1 : 0) + (priority ? 2 : 0);
-  const std::string count_sql = "SELECT count(*) FROM tasks " + kWhere[variant];
-  const std::string page_sql = TaskSelect(kWhere[variant] + "ORDER BY id DESC LIMIT ?3 OFFSET ?4");
+  static const std::string kAnd[4] = {"WHERE ", "WHERE status = ?1 AND ",
+                                      "WHERE priority = ?2 AND ",
+                                      "WHERE status = ?1 AND priority = ?2 AND "};
+  const int variant = (query.status ? 1 : 0) + (query.priority ? 2 : 0);
+  const std::string count_sql = "SELECT coalesce(sum(n), 0) FROM task_counts " + kWhere[variant];
+  const std::string page_sql =
+      query.before ? TaskSelect(kAnd[variant] + "id < ?5 ORDER BY id DESC LIMIT ?3")
+                   : TaskSelect(kWhere[variant] + "ORDER BY id DESC LIMIT ?3 OFFSET ?4");
 
   std::lock_guard<std::mutex> lock(reader_mu_);
   SqliteConnection& conn = *reader_;
   Transaction txn(conn);
   if (Status s = txn.BeginRead(); !s.ok()) return s;
   auto bind_filters = [&](sqlite3_stmt* stmt) {
-    if (status)
-      sqlite3_bind_text(stmt, 1, core::ToString(*status).data(),
-                        static_cast<int>(core::ToString(*status).size()), SQLITE_STATIC);
-    if (priority)
-      sqlite3_bind_text(stmt, 2, core::ToString(*priority).data(),
-                        static_cast<int>(core::ToString(*priority).size()), SQLITE_STATIC);
+    if (query.status) {
+      const std::string_view text = core::ToString(*query.status);
+      sqlite3_bind_text(stmt, 1, text.data(), static_cast<int>(text.size()), SQLITE_STATIC);
+    }
+    if (query.priority) {
+      const std::string_view text = core::ToString(*query.priority);
+      sqlite3_bind_text(stmt, 2, text.data(), static_cast<int>(text.size()), SQLITE_STATIC);
+    }
   };
   TaskPage page;
   {
@@ -825,15 +834,25 @@ StatusOr<TaskPage> Database::ListTasks(std::optional<core::TaskStatus> status,
     if (rc != SQLITE_ROW) return conn.Error(rc, "counting tasks in");
     page.total = sqlite3_column_int64(*stmt, 0);
   }
-  if (limit == 0) return page;
+  if (query.limit == 0) return page;
   StatusOr<sqlite3_stmt*> stmt = conn.Prepare(page_sql);
   if (!stmt.ok()) return stmt.status();
   StatementScope scope(*stmt);
   bind_filters(*stmt);
-  sqlite3_bind_int(*stmt, 3, limit);
-  sqlite3_bind_int(*stmt, 4, offset);
+  // One row more than the page says whether another page follows.
+  sqlite3_bind_int64(*stmt, 3, static_cast<int64_t>(query.limit) + 1);
+  if (query.before) {
+    const uint64_t max = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    sqlite3_bind_int64(*stmt, 5, ToInt64(std::min(*query.before, max)));
+  } else {
+    sqlite3_bind_int(*stmt, 4, query.offset);
+  }
   Status s = ForEachRow(conn, *stmt, [&](core::Task&& t) { page.tasks.push_back(std::move(t)); });
   if (!s.ok()) return s;
+  if (page.tasks.size() > static_cast<size_t>(query.limit)) {
+    page.tasks.pop_back();
+    page.next = page.tasks.back().id;
+  }
   return page;
 }
 

@@ -78,9 +78,24 @@ struct LoadedState : StoreMeta {
   std::vector<core::Task> tasks;
 };
 
+// Which tasks a page holds: the filters, then (highest id first) either `offset` rows skipped
+// or, by keyset, only the tasks numbered below `before`; at most `limit` of them.
+struct TaskQuery {
+  std::optional<core::TaskStatus> status;
+  std::optional<core::Priority> priority;
+  int limit = 50;
+  int offset = 0;
+  std::optional<core::TaskNumber> before;
+};
+
 struct TaskPage {
   std::vector<core::Task> tasks;  // Highest id first.
-  int64_t total = 0;              // Rows matching the filter, ignoring limit and offset.
+  // Rows matching the filters, ignoring limit, offset and before; kept by the database's
+  // triggers in table task_counts, so reading it costs the same at any table size.
+  int64_t total = 0;
+  // When more rows match past this page: the number of its last task, the `before` of the
+  // next page. 0 on the last page.
+  core::TaskNumber next = 0;
 };
 
 // Checks what Apply would refuse without touching storage: a task numbered 0 or above
@@ -117,11 +132,10 @@ class Database {
   StatusOr<LoadedState> Load();
   StatusOr<StoreMeta> ReadMeta();
 
-  // Tasks matching the optional filters, highest id first, `limit` rows after skipping
-  // `offset`. Served from indexes; never loads the history. InvalidArgument for a negative
-  // limit or offset.
-  StatusOr<TaskPage> ListTasks(std::optional<core::TaskStatus> status,
-                               std::optional<core::Priority> priority, int limit, int offset);
+  // The page of `query` (see TaskQuery), one read transaction. Served from indexes: a keyset
+  // page costs the same wherever it is in the table, an offset page grows with its offset.
+  // InvalidArgument for a negative limit or offset, or both offset and before.
+  StatusOr<TaskPage> ListTasks(const TaskQuery& query);
   StatusOr<std::optional<core::Task>> GetTask(core::TaskNumber id);
 
   // Deletes finished tasks (success, failed, cancelled and not stopping) whose finished_at is

@@ -78,7 +78,7 @@ TEST(DatabaseTest, UpsertReplacesTheRow) {
   running.allocation = {{"n1", {1}}};
   running.attempts = 1;
   ASSERT_TRUE(db->Apply({Upsert(t), Upsert(running)}, 1).ok());
-  StatusOr<TaskPage> page = db->ListTasks(std::nullopt, std::nullopt, 10, 0);
+  StatusOr<TaskPage> page = db->ListTasks({.limit = 10});
   ASSERT_TRUE(page.ok());
   EXPECT_EQ(page->total, 1);
   ASSERT_EQ(page->tasks.size(), 1u);
@@ -198,18 +198,126 @@ TEST_F(ListTasksTest, FiltersPagesAndCountsExactly) {
                  << "status=" << (c.status ? core::ToString(*c.status) : "any")
                  << " priority=" << (c.priority ? core::ToString(*c.priority) : "any")
                  << " limit=" << c.limit << " offset=" << c.offset);
-    StatusOr<TaskPage> page = db_->ListTasks(c.status, c.priority, c.limit, c.offset);
+    StatusOr<TaskPage> page =
+        db_->ListTasks({c.status, c.priority, c.limit, c.offset, std::nullopt});
     ASSERT_TRUE(page.ok()) << page.status().ToString();
     EXPECT_EQ(page->total, static_cast<int64_t>(matching.size()));
     EXPECT_EQ(Ids(page->tasks), want);
+    const bool more = c.limit > 0 && c.offset + want.size() < matching.size();
+    EXPECT_EQ(page->next, more ? want.back() : 0);
   }
 }
 
+TEST_F(ListTasksTest, KeysetPagesReturnEveryMatchingTaskOnceInOrder) {
+  for (std::optional<TaskStatus> status :
+       {std::optional<TaskStatus>(), std::optional(TaskStatus::kPending),
+        std::optional(TaskStatus::kFailed)}) {
+    for (std::optional<Priority> priority :
+         {std::optional<Priority>(), std::optional(Priority::kLow)}) {
+      for (int limit : {1, 4, 6, 30}) {
+        std::vector<core::TaskNumber> matching;
+        for (core::TaskNumber id = 30; id >= 1; --id) {
+          if (status && *status != kStatuses[id % 5]) continue;
+          if (priority && *priority != (id % 2 ? Priority::kLow : Priority::kHigh)) continue;
+          matching.push_back(id);
+        }
+        SCOPED_TRACE(::testing::Message()
+                     << "status=" << (status ? core::ToString(*status) : "any") << " priority="
+                     << (priority ? core::ToString(*priority) : "any") << " limit=" << limit);
+        std::vector<core::TaskNumber> walked;
+        std::optional<core::TaskNumber> before;
+        int pages = 0;
+        while (true) {
+          StatusOr<TaskPage> page = db_->ListTasks({status, priority, limit, 0, before});
+          ASSERT_TRUE(page.ok()) << page.status().ToString();
+          EXPECT_EQ(page->total, static_cast<int64_t>(matching.size()));
+          ASSERT_LE(page->tasks.size(), static_cast<size_t>(limit));
+          for (const core::Task& t : page->tasks) walked.push_back(t.id);
+          ++pages;
+          if (page->next == 0) break;
+          EXPECT_EQ(page->next, page->tasks.back().id);
+          before = page->next;
+        }
+        EXPECT_EQ(walked, matching);
+        // Exactly as many pages as needed: a full last page does not leave an empty one after it.
+        const int want_pages =
+            matching.empty() ? 1 : static_cast<int>((matching.size() + limit - 1) / limit);
+        EXPECT_EQ(pages, want_pages);
+      }
+    }
+  }
+}
+
+TEST_F(ListTasksTest, KeysetPastTheEndOrBeyondEveryIdIsExact) {
+  StatusOr<TaskPage> page = db_->ListTasks({.limit = 5, .before = 1});
+  ASSERT_TRUE(page.ok());
+  EXPECT_TRUE(page->tasks.empty());
+  EXPECT_EQ(page->next, 0u);
+  EXPECT_EQ(page->total, 30);
+  page = db_->ListTasks({.limit = 2, .before = ~core::TaskNumber{0}});
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(Ids(page->tasks), (std::vector<core::TaskNumber>{30, 29}));
+  EXPECT_EQ(page->next, 29u);
+}
+
+TEST_F(ListTasksTest, KeptCountsFollowEveryKindOfChange) {
+  // Checks every filter's kept total against a count of the rows themselves.
+  auto expect_counts_exact = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    std::vector<core::Task> all = *db_->AllTasks();
+    for (std::optional<TaskStatus> status :
+         {std::optional<TaskStatus>(), std::optional(TaskStatus::kPending),
+          std::optional(TaskStatus::kRunning), std::optional(TaskStatus::kSuccess),
+          std::optional(TaskStatus::kFailed), std::optional(TaskStatus::kCancelled)}) {
+      for (std::optional<Priority> priority :
+           {std::optional<Priority>(), std::optional(Priority::kLow),
+            std::optional(Priority::kHigh)}) {
+        int64_t want = 0;
+        for (const core::Task& t : all) {
+          want += (!status || t.status == *status) && (!priority || t.spec.priority == *priority);
+        }
+        StatusOr<TaskPage> page = db_->ListTasks({status, priority, 0, 0, std::nullopt});
+        ASSERT_TRUE(page.ok());
+        EXPECT_EQ(page->total, want) << (status ? core::ToString(*status) : "any") << "/"
+                                     << (priority ? core::ToString(*priority) : "any");
+      }
+    }
+  };
+  expect_counts_exact("as filled");
+  // Status changes, a priority change, a repeated upsert that changes nothing, new rows.
+  core::Task moved = SimpleTask(5, TaskStatus::kRunning, Priority::kHigh);
+  core::Task flipped = SimpleTask(6, kStatuses[6 % 5], Priority::kLow);
+  ASSERT_TRUE(
+      db_->Apply({Upsert(SimpleTask(1, TaskStatus::kSuccess, Priority::kLow, 1, 10)), Upsert(moved),
+                  Upsert(moved), Upsert(flipped), Upsert(SimpleTask(31, TaskStatus::kPending)),
+                  Upsert(SimpleTask(32, TaskStatus::kPending, Priority::kHigh))},
+                 2)
+          .ok());
+  expect_counts_exact("after upserts");
+  // A batch that fails leaves the counts as they were.
+  ASSERT_FALSE(db_->Apply({Upsert(SimpleTask(33, TaskStatus::kPending)),
+                           Upsert(SimpleTask(0, TaskStatus::kPending))},
+                          3)
+                   .ok());
+  expect_counts_exact("after a refused batch");
+  ASSERT_TRUE(db_->PruneFinished(std::numeric_limits<core::TimeMicros>::max(), 3).ok());
+  expect_counts_exact("after pruning");
+  StoreMeta meta = *db_->ReadMeta();
+  ASSERT_TRUE(db_->ReplaceAll(meta, {SimpleTask(40, TaskStatus::kPending),
+                                     SimpleTask(41, TaskStatus::kFailed, Priority::kHigh)})
+                  .ok());
+  expect_counts_exact("after a replacement");
+  StatusOr<TaskPage> page = db_->ListTasks({.limit = 0});
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->total, 2);
+}
+
 TEST_F(ListTasksTest, RejectsNegativeLimitOrOffset) {
-  EXPECT_THAT(db_->ListTasks(std::nullopt, std::nullopt, -1, 0),
-              StatusIs(StatusCode::kInvalidArgument, "limit"));
-  EXPECT_THAT(db_->ListTasks(std::nullopt, std::nullopt, 10, -1),
+  EXPECT_THAT(db_->ListTasks({.limit = -1}), StatusIs(StatusCode::kInvalidArgument, "limit"));
+  EXPECT_THAT(db_->ListTasks({.limit = 10, .offset = -1}),
               StatusIs(StatusCode::kInvalidArgument, "offset"));
+  EXPECT_THAT(db_->ListTasks({.limit = 10, .offset = 2, .before = 9}),
+              StatusIs(StatusCode::kInvalidArgument, "offset and before cannot be combined"));
 }
 
 TEST(DatabaseTest, PruneDeletesOnlyFinishedTasksOlderThanTheCutoffInBatches) {

@@ -112,7 +112,7 @@ TEST(JournalTest, ShutdownDrainsTheQueue) {
     }
   }  // Destructor: drain, then stop.
   EXPECT_EQ(ok_callbacks, 50);
-  StatusOr<TaskPage> page = db->ListTasks(std::nullopt, std::nullopt, 0, 0);
+  StatusOr<TaskPage> page = db->ListTasks({.limit = 0});
   ASSERT_TRUE(page.ok());
   EXPECT_EQ(page->total, 50);
   StatusOr<StoreMeta> meta = db->ReadMeta();

@@ -146,7 +146,7 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   ASSERT_NE(db, nullptr);
   ASSERT_TRUE(db->upgrade().has_value());
   EXPECT_EQ(db->upgrade()->from_version, 1);
-  EXPECT_EQ(db->upgrade()->to_version, 2);
+  EXPECT_EQ(db->upgrade()->to_version, 3);
   EXPECT_EQ(db->upgrade()->backup_path, path + ".v1.bak");
 
   StatusOr<std::vector<core::Task>> tasks = db->AllTasks();
@@ -191,8 +191,8 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   EXPECT_EQ(loaded->online_percent, 0.25);
   db.reset();
 
-  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("2"));
-  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("2"));
+  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("3"));
+  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("3"));
   // The backup is a version 1 database holding what the file held before.
   EXPECT_THAT(BackupFiles(dir), ElementsAre("dgpu.db.v1.bak"));
   EXPECT_EQ(V1Content(path + ".v1.bak"), v1_content);
@@ -209,6 +209,32 @@ TEST(MigrationTest, UpgradedDatabaseHasTheLayoutOfANewOne) {
   const std::vector<std::string> layout = Rows(fresh.Sub(kDatabaseFileName), kLayout);
   EXPECT_EQ(Rows(old.Sub(kDatabaseFileName), kLayout), layout);
   EXPECT_THAT(layout, ::testing::Contains(HasSubstr("stop_reason TEXT NOT NULL DEFAULT ''")));
+}
+
+TEST(MigrationTest, UpgradeCountsTheExistingTasksAndKeepsCountingThem) {
+  TempDir dir;
+  const std::string path = MakeV1Database(dir);
+  auto db = OpenOrDie(dir.path());
+  ASSERT_NE(db, nullptr);
+  EXPECT_THAT(Rows(path, "SELECT status, priority, n FROM task_counts ORDER BY status, priority"),
+              ElementsAre("cancelled|low|1", "pending|high|1", "running|low|1", "success|high|1"));
+  StatusOr<TaskPage> low = db->ListTasks({.priority = core::Priority::kLow, .limit = 0});
+  ASSERT_TRUE(low.ok());
+  EXPECT_EQ(low->total, 2);
+  // The pending task starts, a new one arrives: the triggers move the counts.
+  core::Task started = **db->GetTask(1);
+  started.status = TaskStatus::kRunning;
+  core::Task added = started;
+  added.id = 5;
+  added.status = TaskStatus::kPending;
+  std::vector<core::Change> changes(2);
+  changes[0].kind = changes[1].kind = core::Change::Kind::kTaskUpsert;
+  changes[0].task = started;
+  changes[1].task = added;
+  ASSERT_TRUE(db->Apply(changes, 10).ok());
+  EXPECT_THAT(Rows(path, "SELECT status, priority, n FROM task_counts ORDER BY status, priority"),
+              ElementsAre("cancelled|low|1", "pending|high|1", "running|high|1", "running|low|1",
+                          "success|high|1"));
 }
 
 TEST(MigrationTest, ReopeningAnUpgradedDatabaseDoesNothingMore) {
@@ -232,11 +258,11 @@ TEST(MigrationTest, NewDatabaseIsAtTheLatestVersionWithoutBackup) {
   ASSERT_NE(db, nullptr);
   EXPECT_FALSE(db->upgrade().has_value());
   db.reset();
-  EXPECT_EQ(kSchemaVersion, 2);
-  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("2"));
+  EXPECT_EQ(kSchemaVersion, 3);
+  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("3"));
   EXPECT_THAT(
       Rows(dir.Sub(kDatabaseFileName), "SELECT value FROM meta WHERE key = 'schema_version'"),
-      ElementsAre("2"));
+      ElementsAre("3"));
   EXPECT_TRUE(BackupFiles(dir).empty());
 }
 
@@ -294,8 +320,8 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
   ASSERT_FALSE(db.ok());
   EXPECT_EQ(db.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(db.status().message(), path +
-                                       " has schema version 3; this dgpu-scheduler reads "
-                                       "versions up to 2: use a newer binary");
+                                       " has schema version 4; this dgpu-scheduler reads "
+                                       "versions up to 3: use a newer binary");
   EXPECT_EQ(ReadBytes(path), before);
   // The read-only check of a WAL-mode file may leave an empty WAL beside it, never content.
   EXPECT_EQ(ReadBytes(path + "-wal"), "");
@@ -305,11 +331,11 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
 INSTANTIATE_TEST_SUITE_P(
     Versions, NewerDatabaseTest,
     ::testing::Values(NewerCase{"Both",
-                                "UPDATE meta SET value = 3 WHERE key = 'schema_version'; "
-                                "PRAGMA user_version = 3;"},
-                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 3;"},
+                                "UPDATE meta SET value = 4 WHERE key = 'schema_version'; "
+                                "PRAGMA user_version = 4;"},
+                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 4;"},
                       NewerCase{"MetaOnly",
-                                "UPDATE meta SET value = 3 WHERE key = 'schema_version';"}),
+                                "UPDATE meta SET value = 4 WHERE key = 'schema_version';"}),
     [](const ::testing::TestParamInfo<NewerCase>& info) { return info.param.name; });
 
 TEST(MigrationTest, DisagreeingVersionsAreRefusedUnmodified) {
