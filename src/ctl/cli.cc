@@ -90,8 +90,13 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
       ->check(CLI::IsMember({"high", "low"}));
   get_tasks->add_option("--limit", list.limit, "At most this many tasks (server default 50)")
       ->check(CLI::Range(1, 1000));
-  get_tasks->add_option("--offset", list.offset, "Skip this many tasks")
-      ->check(CLI::NonNegativeNumber);
+  CLI::Option* offset_opt = get_tasks->add_option("--offset", list.offset, "Skip this many tasks")
+                                ->check(CLI::NonNegativeNumber);
+  get_tasks
+      ->add_option("--after", list.after,
+                   "Only tasks older than this task id (the next page's start, as printed); the "
+                   "same cost at any depth, unlike --offset")
+      ->excludes(offset_opt);
   get_tasks->add_option("id", list_id, "Describe this task instead of listing");
   std::string task_id;
   CLI::App* get_task = get_cmd->add_subcommand("task", "Describe one task");

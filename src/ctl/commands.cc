@@ -267,6 +267,7 @@ int GetTasks(const CtlContext& ctx, const ListTasksOptions& options) {
   if (!options.priority.empty()) query.emplace_back("priority", options.priority);
   if (options.limit) query.emplace_back("limit", std::to_string(*options.limit));
   if (options.offset) query.emplace_back("offset", std::to_string(*options.offset));
+  if (!options.after.empty()) query.emplace_back("after", options.after);
   std::string path = "/tasks";
   for (size_t i = 0; i < query.size(); ++i) {
     path += (i == 0 ? '?' : '&') + query[i].first + "=" + UrlEncode(query[i].second);
@@ -317,13 +318,27 @@ int GetTasks(const CtlContext& ctx, const ListTasksOptions& options) {
     *ctx.out << table.Render(!ctx.no_headers);
   }
   auto total_it = reply->find("total");
-  if (total_it != reply->end() && total_it->is_number_integer()) {
-    int64_t total = total_it->get<int64_t>();
-    int64_t first = options.offset.value_or(0);
-    int64_t shown = static_cast<int64_t>(tasks.size());
-    if (shown > 0 && first + shown < total) {
-      *ctx.err << "showing tasks " << first + 1 << "-" << first + shown << " of " << total
-               << "; use --limit and --offset to see more\n";
+  auto next_it = reply->find("next");
+  const int64_t shown = static_cast<int64_t>(tasks.size());
+  if (total_it != reply->end() && total_it->is_number_integer() && shown > 0) {
+    const int64_t total = total_it->get<int64_t>();
+    const bool more = next_it != reply->end() && next_it->is_string();
+    if (!options.after.empty()) {
+      // Where a keyset page sits in the list is not known, only what follows it.
+      if (more) {
+        *ctx.err << "showing " << shown << " of " << total << " tasks; the next page: --after "
+                 << next_it->get<std::string>() << "\n";
+      }
+    } else {
+      const int64_t first = options.offset.value_or(0);
+      if (more) {
+        *ctx.err << "showing tasks " << first + 1 << "-" << first + shown << " of " << total
+                 << "; the next page: --after " << next_it->get<std::string>() << "\n";
+      } else if (next_it == reply->end() && first + shown < total) {
+        // A scheduler that does not page by keyset.
+        *ctx.err << "showing tasks " << first + 1 << "-" << first + shown << " of " << total
+                 << "; use --limit and --offset to see more\n";
+      }
     }
   }
   return kExitOk;

@@ -81,6 +81,7 @@ struct ListTasksOptions {
   std::string priority;
   std::optional<int> limit;
   std::optional<int> offset;
+  std::string after;  // A task id: only older tasks (keyset paging).
 };
 
 struct WaitOptions {

@@ -329,12 +329,24 @@ std::optional<ApiError> ParseListQuery(std::string_view query, ListTasksRequest*
         if (!parse_int(0, INT64_MAX / 2, &offset)) {
           return InvalidField("offset must be a non-negative integer");
         }
+      } else if (k == "after") {
+        if (v.empty()) continue;
+        out->after = core::ParseTaskId(v);
+        if (!out->after) {
+          return InvalidField("after must be a task id like task-42 (the next of a page); got \"" +
+                              v + "\"");
+        }
       } else {
         return ApiError{400, "unknown_field", "unknown query parameter \"" + k + "\""};
       }
     }
   } catch (const std::exception& e) {
     return InvalidField(std::string("malformed query string: ") + e.what());
+  }
+  if (out->after && offset > 0) {
+    return InvalidField(
+        "after and offset cannot be combined: after already says where the page "
+        "starts");
   }
   out->limit = static_cast<int>(limit);
   // An offset past INT_MAX is past every task: clamp it rather than let the cast wrap it.

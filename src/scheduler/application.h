@@ -149,10 +149,12 @@ struct ListTasksRequest {
   std::optional<core::Priority> priority;
   int limit = 50;
   int offset = 0;
+  std::optional<core::TaskNumber> after;  // Keyset: only tasks older (numbered lower) than it.
 };
 struct TaskPage {
   std::vector<TaskView> tasks;
   int64_t total = 0;
+  core::TaskNumber next = 0;  // The `after` of the next page; 0 on the last one.
 };
 
 struct QuotaRequest {

@@ -174,7 +174,11 @@ struct RestServer::Impl {
         CallerOf(req), request, Answer<TaskPage>(req, route, [](const TaskPage& page) {
           json tasks = json::array();
           for (const auto& v : page.tasks) tasks.push_back(TaskToJson(*v.task, v.reason));
-          return std::pair(200, Dump({{"tasks", std::move(tasks)}, {"total", page.total}}));
+          return std::pair(
+              200, Dump({{"tasks", std::move(tasks)},
+                         {"total", page.total},
+                         {"next",
+                          page.next == 0 ? json(nullptr) : json(core::FormatTaskId(page.next))}}));
         }));
     return restinio::request_accepted();
   }

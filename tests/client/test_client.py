@@ -128,6 +128,14 @@ def test_page_and_list_iterate_over_every_page(client):
     assert all(t.status == "success" and t.priority == "low" for t in p.tasks)
     assert p.total == len(list(client.list(status="success", priority="low")))
     assert list(client.list(status="running", priority="high")) == []
+    # Keyset: the page after a page's `next` starts right behind it; the last has no next.
+    first = client.page(limit=2)
+    assert first.next == first.tasks[-1].task_id
+    second = client.page(limit=2, after=first.next)
+    assert [t.task_id for t in first.tasks + second.tasks] == \
+        [t.task_id for t in client.page(limit=4).tasks]
+    last = client.page(limit=2, after=all_tasks[-2].task_id)
+    assert ([t.task_id for t in last.tasks], last.next) == ([all_tasks[-1].task_id], None)
 
 
 def test_gpus_agents_and_quota(client):

@@ -204,6 +204,33 @@ TEST_F(CtlTest, GetTasksTellsWhenMoreArePaged) {
   EXPECT_EQ(r.err, "showing tasks 1-1 of 3; use --limit and --offset to see more\n");
 }
 
+TEST_F(CtlTest, GetTasksNamesTheNextKeysetPage) {
+  http_.Answer(Method::kGet, Url("/tasks?limit=1"), 200,
+               R"({"tasks":[{"task_id":"task-9","status":"running"}],"total":3,"next":"task-9"})");
+  Outcome r = Run({"get", "tasks", "--limit", "1"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_EQ(r.err, "showing tasks 1-1 of 3; the next page: --after task-9\n");
+
+  http_.Answer(Method::kGet, Url("/tasks?limit=1&after=task-9"), 200,
+               R"({"tasks":[{"task_id":"task-5","status":"pending"}],"total":3,"next":"task-5"})");
+  r = Run({"get", "tasks", "--limit", "1", "--after", "task-9"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_EQ(r.err, "showing 1 of 3 tasks; the next page: --after task-5\n");
+
+  // The last page says nothing more.
+  http_.Answer(Method::kGet, Url("/tasks?limit=1&after=task-5"), 200,
+               R"({"tasks":[{"task_id":"task-1","status":"pending"}],"total":3,"next":null})");
+  r = Run({"get", "tasks", "--limit", "1", "--after", "task-5"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(CtlTest, GetTasksRefusesAfterWithOffset) {
+  Outcome r = Run({"get", "tasks", "--after", "task-9", "--offset", "2"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--offset excludes --after"), std::string::npos) << r.err;
+}
+
 TEST_F(CtlTest, GetTaskDescribesAPendingTask) {
   http_.Answer(Method::kGet, Url("/tasks/task-2"), 200, R"({"task_id":"task-2","name":"x",
     "priority":"low","gpu_count":4,"gpu_model":"H100","command":"run","env":{},

@@ -237,6 +237,15 @@ TEST(ApiJsonTest, ListQueryRefusalsNameTheParameter) {
       {"limit=ten", {400, "invalid_field", "limit must be an integer from 1 to 1000"}},
       {"offset=-1", {400, "invalid_field", "offset must be a non-negative integer"}},
       {"sort=id", {400, "unknown_field", "unknown query parameter \"sort\""}},
+      {"after=42",
+       {400, "invalid_field",
+        "after must be a task id like task-42 (the next of a page); got \"42\""}},
+      {"after=task-0",
+       {400, "invalid_field",
+        "after must be a task id like task-42 (the next of a page); got \"task-0\""}},
+      {"after=task-9&offset=3",
+       {400, "invalid_field",
+        "after and offset cannot be combined: after already says where the page starts"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.query);
@@ -257,9 +266,14 @@ TEST(ApiJsonTest, ListQueryReadsEveryParameter) {
   EXPECT_EQ(request.priority, core::Priority::kHigh);
   EXPECT_EQ(request.limit, 5);
   EXPECT_EQ(request.offset, INT32_MAX) << "an offset past every task is clamped";
+  EXPECT_EQ(request.after, std::nullopt);
+  ListTasksRequest keyset;
+  ASSERT_EQ(ParseListQuery("after=task-1041&limit=2&offset=0", &keyset), std::nullopt);
+  EXPECT_EQ(keyset.after, 1041u);
+  EXPECT_EQ(keyset.offset, 0);
   ListTasksRequest empty;
   const ListTasksRequest defaults;
-  ASSERT_EQ(ParseListQuery("status=&priority=", &empty), std::nullopt);
+  ASSERT_EQ(ParseListQuery("status=&priority=&after=", &empty), std::nullopt);
   EXPECT_EQ(empty.status, std::nullopt);
   EXPECT_EQ(empty.limit, defaults.limit);
 }

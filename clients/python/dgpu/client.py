@@ -48,10 +48,12 @@ def resolve_server(server: Optional[str] = None) -> str:
 
 @dataclass(frozen=True)
 class TaskPage:
-    """One page of ``GET /api/v1/tasks``: the tasks (newest first) and the number of tasks that
-    match the filters over all pages."""
+    """One page of ``GET /api/v1/tasks``: the tasks (newest first), the number of tasks that
+    match the filters over all pages, and `next`: the id to pass as `after` for the next page
+    (None on the last page)."""
     tasks: List[Task]
     total: int
+    next: Optional[str] = None
 
 
 class Client:
@@ -113,29 +115,37 @@ class Client:
         return Task.from_json(self._call("GET", self._task_path(task_id)))
 
     def page(self, status: Optional[str] = None, priority: Optional[str] = None,
-             limit: int = 50, offset: int = 0) -> TaskPage:
-        """One page of tasks, newest first (``GET /api/v1/tasks``); `limit` is 1 to 1000."""
+             limit: int = 50, offset: int = 0, after: Optional[str] = None) -> TaskPage:
+        """One page of tasks, newest first (``GET /api/v1/tasks``); `limit` is 1 to 1000.
+        `after` (a task id, usually the `next` of the page before) starts the page past that
+        task, at the same cost at any depth; it cannot be combined with a non-zero `offset`."""
         query: List[Tuple[str, str]] = []
         if status is not None:
             query.append(("status", status))
         if priority is not None:
             query.append(("priority", priority))
-        query += [("limit", str(limit)), ("offset", str(offset))]
+        query.append(("limit", str(limit)))
+        if after is not None:
+            query.append(("after", after))
+        if offset or after is None:
+            query.append(("offset", str(offset)))
         doc = self._call("GET", API + "/tasks", query=query,
-                         fields=("status", "priority", "limit", "offset"))
-        return TaskPage(tasks=[Task.from_json(t) for t in doc["tasks"]], total=doc["total"])
+                         fields=("status", "priority", "limit", "offset", "after"))
+        return TaskPage(tasks=[Task.from_json(t) for t in doc["tasks"]], total=doc["total"],
+                        next=doc.get("next"))
 
     def list(self, status: Optional[str] = None, priority: Optional[str] = None,
              page_size: int = 100) -> Iterator[Task]:
-        """Every task that matches the filters, newest first, read page by page as the
-        iteration goes (tasks submitted meanwhile may shift the pages)."""
-        offset = 0
+        """Every task that matches the filters, newest first, read page by page (by keyset) as
+        the iteration goes: each task that existed when the iteration started and still matches
+        is seen exactly once; tasks submitted meanwhile are newer and not part of it."""
+        after: Optional[str] = None
         while True:
-            p = self.page(status=status, priority=priority, limit=page_size, offset=offset)
+            p = self.page(status=status, priority=priority, limit=page_size, after=after)
             yield from p.tasks
-            offset += len(p.tasks)
-            if not p.tasks or offset >= p.total:
+            if p.next is None:
                 return
+            after = p.next
 
     def cancel(self, task_id: str, grace_seconds: Optional[int] = None) -> None:
         """Cancels a task (``DELETE /api/v1/tasks/{id}``): a pending one leaves the queue, a
