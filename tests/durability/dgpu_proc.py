@@ -10,9 +10,11 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 
@@ -228,6 +230,49 @@ class Agent(Daemon):
 
 def task_number(task_id):
     return int(task_id.rsplit("-", 1)[1])
+
+
+PRELOAD_COLUMNS = ("id, name, priority, gpu_count, gpu_model, command, env, timeout_seconds, "
+                   "image, status, queue_seq, allocation, attempts, exit_code, error, created_at, "
+                   "started_at, finished_at, stopping")
+
+
+def preload_pending(db_path, n):
+    """Writes n pending tasks (task-1 .. task-n, every fourth one high) into a stopped
+    scheduler's database, straight into SQLite: the fast way to a large queue."""
+    created = int(time.time() * 1e6)
+    rows = ((i, "bulk-%d" % i, "high" if i % 4 == 0 else "low", 1 + i % 2, "", "true", "[]", 0,
+             "", "pending", i, "[]", 0, 0, "", created, 0, 0, 0) for i in range(1, n + 1))
+    con = sqlite3.connect(db_path)
+    try:
+        with con:
+            con.executemany("INSERT INTO tasks (%s) VALUES (%s)"
+                            % (PRELOAD_COLUMNS, ", ".join("?" * 19)), rows)
+            con.execute("UPDATE meta SET value = ? WHERE key = 'next_task_number'", (n + 1,))
+    finally:
+        con.close()
+
+
+class RepeatingClient(threading.Thread):
+    """Repeats one request on a keep-alive connection, recording (sent, latency, status)."""
+
+    def __init__(self, port, method, path, body=None):
+        super().__init__(daemon=True)
+        self.http = Http(port, timeout=60.0)
+        self.method, self.path, self.body = method, path, body
+        self.samples = []
+        self.acked = []  # (task number, wall time of the 201), for submissions.
+        self.stop = False
+
+    def run(self):
+        while not self.stop:
+            sent = time.time()
+            status, body = self.http.request(self.method, self.path, self.body)
+            done = time.time()
+            self.samples.append((sent, done - sent, status))
+            if status == 201:
+                self.acked.append((task_number(body["task_id"]), done))
+        self.http.close()
 
 
 class TempDir:

@@ -17,8 +17,6 @@ another keeps submitting. Checked:
 import datetime
 import json
 import os
-import sqlite3
-import threading
 import time
 import unittest
 
@@ -28,50 +26,8 @@ TASKS = int(os.environ.get("DGPU_STATE_TASKS", "150000"))
 FILES = 3  # File versions checked.
 MIN_WRITE_SECONDS = 0.5  # Shorter writes leave nothing to measure.
 
-COLUMNS = ("id, name, priority, gpu_count, gpu_model, command, env, timeout_seconds, image, "
-           "status, queue_seq, allocation, attempts, exit_code, error, created_at, started_at, "
-           "finished_at, stopping")
-
-
-def preload(db_path, n):
-    """Writes n pending tasks into the scheduler's (stopped) database."""
-    created = int(time.time() * 1e6)
-    rows = ((i, "bulk-%d" % i, "high" if i % 4 == 0 else "low", 1 + i % 2, "", "true", "[]", 0,
-             "", "pending", i, "[]", 0, 0, "", created, 0, 0, 0) for i in range(1, n + 1))
-    con = sqlite3.connect(db_path)
-    try:
-        with con:
-            con.executemany("INSERT INTO tasks (%s) VALUES (%s)"
-                            % (COLUMNS, ", ".join("?" * 19)), rows)
-            con.execute("UPDATE meta SET value = ? WHERE key = 'next_task_number'", (n + 1,))
-    finally:
-        con.close()
-
-
 def parse_time(text):
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-class Client(threading.Thread):
-    """Repeats one request on a keep-alive connection, recording (sent, latency, status)."""
-
-    def __init__(self, port, method, path, body=None):
-        super().__init__(daemon=True)
-        self.http = dp.Http(port, timeout=60.0)
-        self.method, self.path, self.body = method, path, body
-        self.samples = []
-        self.acked = []  # (task number, wall time of the 201), for submissions.
-        self.stop = False
-
-    def run(self):
-        while not self.stop:
-            sent = time.time()
-            status, body = self.http.request(self.method, self.path, self.body)
-            done = time.time()
-            self.samples.append((sent, done - sent, status))
-            if status == 201:
-                self.acked.append((dp.task_number(body["task_id"]), done))
-        self.http.close()
 
 
 class StateFileTest(unittest.TestCase):
@@ -93,7 +49,7 @@ class StateFileTest(unittest.TestCase):
         self.sched.start()
         self.sched.wait_ready()
         self.assertEqual(self.sched.stop(), 0)
-        preload(os.path.join(self.sched.state_dir, "dgpu.db"), TASKS)
+        dp.preload_pending(os.path.join(self.sched.state_dir, "dgpu.db"), TASKS)
         os.unlink(self.state_path())
         self.sched.start()
         self.sched.wait_ready(timeout=120)
@@ -148,8 +104,8 @@ class StateFileTest(unittest.TestCase):
 
     def test_files_are_written_while_the_api_keeps_answering(self):
         self.start_with_preloaded_tasks()
-        quota = Client(self.sched.http_port, "GET", "/api/v1/quota")
-        submit = Client(self.sched.http_port, "POST", "/api/v1/tasks",
+        quota = dp.RepeatingClient(self.sched.http_port, "GET", "/api/v1/quota")
+        submit = dp.RepeatingClient(self.sched.http_port, "POST", "/api/v1/tasks",
                         dp.submit_body(gpu_count=1, priority="high"))
         self.clients = [quota, submit]
         for c in self.clients:
