@@ -545,6 +545,20 @@ Status CopyDatabase(const std::string& from, const std::string& to) {
   return mode.ok() ? OkStatus() : mode.status();
 }
 
+// Removes the snapshot files (see Database::Snapshot) that a process ended before removing; the
+// caller holds the directory's lock, so none of them is being written or sent.
+void RemoveLeftoverSnapshots(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(std::string(kDatabaseFileName) + ".")) continue;
+    if (name.ends_with(kSnapshotFileSuffix) ||
+        name.ends_with(std::string(kSnapshotFileSuffix) + "-journal")) {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+}
+
 // Writes the copy of `path` that an upgrade keeps (see FreeBackupPath) under a temporary name,
 // fsyncs it and renames it into place; returns its path.
 StatusOr<std::string> WriteBackup(const std::string& dir, const std::string& path, int version) {
@@ -648,6 +662,7 @@ StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& dir, bool 
     return Unavailable("cannot lock " + lock_path + ": " + ErrnoText(errno));
   }
 
+  RemoveLeftoverSnapshots(dir);
   if (!exists) {
     if (Status s = CreateDatabase(path); !s.ok()) return s;
   }
@@ -927,6 +942,40 @@ StatusOr<std::unique_ptr<ReadSnapshot>> Database::OpenReadSnapshot() {
   std::unique_ptr<ReadSnapshot> snapshot(new ReadSnapshot(std::move(*conn)));
   if (Status s = snapshot->Begin(); !s.ok()) return s;
   return snapshot;
+}
+
+StatusOr<SnapshotFile> Database::Snapshot() {
+  SnapshotFile file;
+  file.path = path_ + "." + std::to_string(snapshots_.fetch_add(1) + 1) + kSnapshotFileSuffix;
+  auto remove = [&] {
+    ::unlink(file.path.c_str());
+    ::unlink((file.path + "-journal").c_str());
+  };
+  remove();
+  Status s = CopyDatabase(path_, file.path);
+  if (s.ok()) {
+    // What the copy holds, read from the copy itself.
+    StatusOr<std::unique_ptr<SqliteConnection>> copy =
+        SqliteConnection::Open(file.path, SQLITE_OPEN_READONLY);
+    s = copy.status();
+    if (s.ok()) s = ReadMetaRows(**copy, &file.meta);
+    if (s.ok()) {
+      StatusOr<std::string> tasks = (*copy)->QueryText(
+          "SELECT coalesce(sum(n), 0) FROM task_counts", "counting the tasks of");
+      s = tasks.status();
+      if (s.ok()) file.tasks = std::stoll(*tasks);
+    }
+  }
+  struct stat st {};
+  if (s.ok() && ::stat(file.path.c_str(), &st) != 0) {
+    s = Unavailable("cannot inspect " + file.path + ": " + ErrnoText(errno));
+  }
+  if (!s.ok()) {
+    remove();
+    return Status(s.code(), "cannot take a snapshot of " + path_ + ": " + s.message());
+  }
+  file.bytes = st.st_size;
+  return file;
 }
 
 StatusOr<std::vector<core::Task>> Database::AllTasks() {

@@ -36,6 +36,7 @@
 // connection of their own, so point reads never wait behind them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -98,6 +99,18 @@ struct TaskPage {
   core::TaskNumber next = 0;
 };
 
+// A copy of the whole database made by Database::Snapshot.
+struct SnapshotFile {
+  std::string path;   // The new file; its owner removes it.
+  int64_t bytes = 0;  // Its size.
+  int64_t tasks = 0;  // The tasks it holds, finished ones included.
+  StoreMeta meta;     // Its meta values (last_applied_seq says which write it ends with).
+};
+
+// The name of a snapshot's temporary file beside dgpu.db ends with this; Open removes any that
+// a process left behind.
+inline constexpr char kSnapshotFileSuffix[] = ".snapshot.tmp";
+
 // Checks what Apply would refuse without touching storage: a task numbered 0 or above
 // INT64_MAX, an online_percent outside [0, 1]. InvalidArgument naming the problem.
 Status ValidateChanges(const std::vector<core::Change>& changes);
@@ -154,6 +167,12 @@ class Database {
   Status ForEachTask(const std::function<void(const core::Task&)>& fn, StoreMeta* meta = nullptr);
   // A read transaction on a connection of its own (see ReadSnapshot).
   StatusOr<std::unique_ptr<ReadSnapshot>> OpenReadSnapshot();
+  // A consistent copy of the whole database, as of one read transaction, through SQLite's
+  // online backup API, into a new file beside it (`dgpu.db.<n>.snapshot.tmp`); writers go on
+  // meanwhile. The copy is a rollback-journal database that needs no WAL beside it: `sqlite3`
+  // opens it, and as the dgpu.db of an empty state directory it restores this state. Runs on
+  // the calling thread, on a connection of its own; the caller removes the file.
+  StatusOr<SnapshotFile> Snapshot();
   // ForEachTask into a vector.
   StatusOr<std::vector<core::Task>> AllTasks();
 
@@ -170,6 +189,7 @@ class Database {
   const std::string path_;
   const int lock_fd_;
   const std::optional<SchemaUpgrade> upgrade_;
+  std::atomic<uint64_t> snapshots_{0};  // Numbers the snapshot files of this process.
   std::mutex writer_mu_;
   std::unique_ptr<SqliteConnection> writer_;  // GUARDED_BY(writer_mu_)
   std::mutex reader_mu_;
