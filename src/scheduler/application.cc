@@ -96,6 +96,8 @@ std::string_view ToString(Action action) {
       return "set_quota";
     case Action::kReadCluster:
       return "read_cluster";
+    case Action::kTakeSnapshot:
+      return "take_snapshot";
     case Action::kRegisterNode:
       return "register_node";
     case Action::kNodeHeartbeat:
@@ -267,6 +269,25 @@ void Application::ListTasks(const Caller& caller, const ListTasksRequest& reques
                                           : TaskView{&t, core::PendingReason::kNone});
     }
     reply(out);
+  });
+}
+
+void Application::Snapshot(const Caller& caller, Reply<store::SnapshotFile> reply) {
+  if (auto e = Authorize(caller, Action::kTakeSnapshot, {})) return reply(*e);
+  if (snapshotting_.exchange(true)) {
+    return reply(MakeError(ErrorCode::kUnavailable, StatusCode::kUnavailable,
+                           "a snapshot is being taken; ask again once it is done"));
+  }
+  d_.background->Post([this, reply = std::move(reply)] {
+    StatusOr<store::SnapshotFile> file = d_.db->Snapshot();
+    snapshotting_.store(false);
+    if (!file.ok()) {
+      spdlog::error("{}", file.status().message());
+      return reply(ErrorFromStatus(file.status()));
+    }
+    spdlog::info("snapshot of {} tasks up to journal seq {}: {} bytes", file->tasks,
+                 file->meta.last_applied_seq, file->bytes);
+    reply(*file);
   });
 }
 

@@ -16,6 +16,7 @@
 // writer thread. Task pointers in a reply are valid during the callback only.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -49,7 +50,8 @@ enum class Action {
   kCancelTask,
   kReadTasks,
   kSetQuota,
-  kReadCluster,  // GPUs, agents, quota, metrics.
+  kReadCluster,   // GPUs, agents, quota, metrics.
+  kTakeSnapshot,  // A copy of the whole database.
   kRegisterNode,
   kNodeHeartbeat,
   kReportStart,
@@ -263,6 +265,7 @@ struct ApplicationDeps {
   Metrics* metrics;
   AgentChannel* agents;
   const Authorizer* authorizer;
+  WorkerPool* background;  // Long jobs (database snapshots), off the owner and reader threads.
 };
 
 class Application {
@@ -280,6 +283,10 @@ class Application {
   void ListGpus(const Caller& caller, Reply<std::vector<core::GpuView>> reply);
   void ListAgents(const Caller& caller, Reply<std::vector<core::NodeView>> reply);
   void Gauges(const Caller& caller, Reply<GaugeSnapshot> reply);
+  // A consistent copy of the database in a new file (store::Database::Snapshot), taken on the
+  // background pool; the caller owns the file. One at a time: while one is taken, another is
+  // refused as unavailable.
+  void Snapshot(const Caller& caller, Reply<store::SnapshotFile> reply);
   // Answers at once, without the core.
   Readiness Ready() const;
 
@@ -307,6 +314,7 @@ class Application {
                            const Status& refused, const Reply<FinishRecorded>& reply) const;
 
   ApplicationDeps d_;
+  std::atomic<bool> snapshotting_{false};
 };
 
 }  // namespace dgpu::scheduler

@@ -183,7 +183,8 @@ int Run(int argc, char** argv) {
 
   // The use cases both transports call.
   AllowAllAuthorizer authorizer;
-  Application app({&loop, &leader, db.get(), &readers, &journal, &metrics, &hub, &authorizer});
+  Application app(
+      {&loop, &leader, db.get(), &readers, &journal, &metrics, &hub, &authorizer, &background});
 
   // gRPC.
   AgentService agent_service(&app, &hub,

@@ -1,7 +1,10 @@
 #include "scheduler/rest_server.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <optional>
 #include <restinio/all.hpp>
 
 #include "common/logging.h"
@@ -37,8 +40,9 @@ struct RestServer::Impl {
       std::make_shared<restinio::asio_ns::io_context>();
   RunningServer server;
 
-  void Send(const req_t& req, const std::string& route, int status, std::string body,
-            const char* content_type = "application/json") {
+  // A response with its status line, content type and, on a standby, the headers that say so.
+  auto StartResponse(const req_t& req, const std::string& route, int status,
+                     const char* content_type) {
     d.metrics->HttpRequest(route, status);
     auto resp = req->create_response(restinio::http_status_line_t{
         restinio::http_status_code_t{static_cast<std::uint16_t>(status)}, ReasonPhrase(status)});
@@ -48,6 +52,12 @@ struct RestServer::Impl {
       std::string leader = d.leader->leader_http();
       if (!leader.empty()) resp.append_header("X-Leader", leader);
     }
+    return resp;
+  }
+
+  void Send(const req_t& req, const std::string& route, int status, std::string body,
+            const char* content_type = "application/json") {
+    auto resp = StartResponse(req, route, status, content_type);
     resp.set_body(std::move(body));
     resp.done();
   }
@@ -180,6 +190,40 @@ struct RestServer::Impl {
                          {"next",
                           page.next == 0 ? json(nullptr) : json(core::FormatTaskId(page.next))}}));
         }));
+    return restinio::request_accepted();
+  }
+
+  // The whole database as one SQLite file: taken on the background pool, sent from the file with
+  // sendfile(2), unlinked as soon as it is open so that nothing is left behind whatever happens to
+  // the connection.
+  restinio::request_handling_status_t Snapshot(const req_t& req) {
+    const std::string route = "GET /api/v1/snapshot";
+    d.app->Snapshot(CallerOf(req), [this, req, route](const Result<store::SnapshotFile>& r) {
+      if (!r.ok()) return SendError(req, route, r.error());
+      const store::SnapshotFile& file = r.value();
+      std::optional<restinio::sendfile_t> body;
+      try {
+        body.emplace(restinio::sendfile(file.path));
+      } catch (const std::exception& e) {
+        ::unlink(file.path.c_str());
+        spdlog::error("cannot send the snapshot {}: {}", file.path, e.what());
+        return SendError(
+            req, route,
+            ApiError{500, "internal", "cannot open the snapshot file: " + std::string(e.what())});
+      }
+      ::unlink(file.path.c_str());
+      // A slow reader gets a minute plus a second per MiB before the server gives up on it.
+      body->timelimit(std::chrono::seconds(60 + file.bytes / (1 << 20)));
+      auto resp = StartResponse(req, route, 200, "application/vnd.sqlite3");
+      resp.append_header(restinio::http_field::content_disposition,
+                         "attachment; filename=\"dgpu-snapshot-" +
+                             std::to_string(file.meta.last_applied_seq) + ".db\"");
+      resp.append_header("X-Dgpu-Snapshot-Tasks", std::to_string(file.tasks));
+      resp.append_header("X-Dgpu-Snapshot-Seq", std::to_string(file.meta.last_applied_seq));
+      resp.append_header("X-Dgpu-Snapshot-Epoch", std::to_string(file.meta.epoch));
+      resp.set_body(std::move(*body));
+      resp.done();
+    });
     return restinio::request_accepted();
   }
 
@@ -363,6 +407,10 @@ struct RestServer::Impl {
           [this](const req_t& q, params_t) { return Agents(q); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/agents",
                    not_allowed("/api/v1/agents"));
+    Route(*r, http_method_get(), "/api/v1/snapshot",
+          [this](const req_t& q, params_t) { return Snapshot(q); });
+    r->add_handler(none_of_methods(http_method_get()), "/api/v1/snapshot",
+                   not_allowed("/api/v1/snapshot"));
     Route(*r, http_method_get(), "/api/v1/openapi.yaml", [this](const req_t& q, params_t) {
       Send(q, "GET /api/v1/openapi.yaml", 200, std::string(OpenApiYaml()), "application/yaml");
       return restinio::request_accepted();

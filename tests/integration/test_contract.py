@@ -187,12 +187,16 @@ class LiveTest(NeedsModules, ClusterTestCase):
         call("PUT", API + "/quota", 415, raw="{}", headers={"Content-Type": "text/plain"})
         call("GET", API + "/agents", 200)
         call("GET", API + "/openapi.yaml", 200)
+        snap = call("GET", API + "/snapshot", 200)
+        self.assertEqual(snap.body[:16], b"SQLite format 3\x00")
+        self.assertEqual(snap.headers["Content-Type"], "application/vnd.sqlite3")
         for p in ("/healthz", API + "/healthz", "/readyz", API + "/readyz", "/metrics",
                   API + "/metrics"):
             call("GET", p, 200)
         for method, path in (("PATCH", API + "/tasks"), ("PUT", API + "/tasks/" + tid),
                              ("POST", API + "/gpus"), ("DELETE", API + "/quota"),
-                             ("POST", API + "/agents")):
+                             ("POST", API + "/agents"),
+                             ("POST", API + "/snapshot")):
             r = self.c.request(method, path, {})
             self.assertApiError(r, 405, "method_not_allowed")
         r = self.c.get("/api/v2/tasks")

@@ -91,9 +91,10 @@ class ApplicationTest : public ::testing::Test {
     loop_->Start();
     app_ = std::make_unique<Application>(ApplicationDeps{loop_.get(), &leader_, db_.get(),
                                                          &readers_, journal_.get(), &metrics_,
-                                                         &agents_, &authorizer_});
+                                                         &agents_, &authorizer_, &background_});
   }
   void TearDown() override {
+    background_.Stop();
     readers_.Stop();
     loop_->Stop();
     journal_->Shutdown();
@@ -139,6 +140,7 @@ class ApplicationTest : public ::testing::Test {
   std::unique_ptr<CoreLoop> loop_;
   LeaderState leader_;
   WorkerPool readers_{1};
+  WorkerPool background_{1};
   Metrics metrics_;
   FakeAgentChannel agents_;
   RecordingAuthorizer authorizer_;
@@ -167,6 +169,64 @@ TEST_F(ApplicationTest, SubmitAnswersOnceTheTaskIsDurable) {
   Result<Submitted> second = Submit(Spec());
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second.value().task, 2u);
+}
+
+TEST_F(ApplicationTest, SnapshotCopiesTheDatabaseOnTheBackgroundPool) {
+  ASSERT_TRUE(Submit(Spec()).ok());
+  ASSERT_TRUE(Submit(Spec()).ok());
+  std::thread::id ran_on;
+  Result<store::SnapshotFile> r = Await<store::SnapshotFile>([&](Reply<store::SnapshotFile> reply) {
+    app_->Snapshot(caller_, [&, reply](const Result<store::SnapshotFile>& got) {
+      ran_on = std::this_thread::get_id();
+      reply(got);
+    });
+  });
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(r.value().tasks, 2);
+  EXPECT_EQ(r.value().meta.last_applied_seq, Appended());
+  EXPECT_TRUE(std::filesystem::exists(r.value().path));
+  EXPECT_EQ(static_cast<int64_t>(std::filesystem::file_size(r.value().path)), r.value().bytes);
+  std::filesystem::remove(r.value().path);
+  {
+    std::lock_guard<std::mutex> lock(authorizer_.mu);
+    EXPECT_EQ(authorizer_.asked.back().action, Action::kTakeSnapshot);
+  }
+}
+
+TEST_F(ApplicationTest, ASecondSnapshotWhileOneIsTakenIsUnavailable) {
+  // The background pool is held, so the first snapshot waits there.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  background_.Post([released] { released.wait(); });
+  std::promise<Result<store::SnapshotFile>> first;
+  app_->Snapshot(caller_, [&](const Result<store::SnapshotFile>& r) { first.set_value(r); });
+  Result<store::SnapshotFile> second = Await<store::SnapshotFile>(
+      [&](Reply<store::SnapshotFile> reply) { app_->Snapshot(caller_, reply); });
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(second.error().message, "a snapshot is being taken; ask again once it is done");
+  release.set_value();
+  Result<store::SnapshotFile> done = first.get_future().get();
+  ASSERT_TRUE(done.ok()) << done.error().message;
+  std::filesystem::remove(done.value().path);
+  // Once it is done, the next is taken.
+  Result<store::SnapshotFile> third = Await<store::SnapshotFile>(
+      [&](Reply<store::SnapshotFile> reply) { app_->Snapshot(caller_, reply); });
+  ASSERT_TRUE(third.ok()) << third.error().message;
+  std::filesystem::remove(third.value().path);
+}
+
+TEST_F(ApplicationTest, SnapshotRefusedByTheAuthorizerTakesNothing) {
+  authorizer_.deny = true;
+  Result<store::SnapshotFile> r = Await<store::SnapshotFile>(
+      [&](Reply<store::SnapshotFile> reply) { app_->Snapshot(caller_, reply); });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kForbidden);
+  EXPECT_EQ(r.error().message, "take_snapshot is not allowed for you");
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    EXPECT_EQ(e.path().filename().string().find("snapshot"), std::string::npos) << e.path();
+  }
 }
 
 TEST_F(ApplicationTest, SubmitWithAReservedEnvNameIsRefusedNamingTheField) {
