@@ -17,7 +17,7 @@ _dgpuctl() {
   ((COMP_CWORD > 0)) && prev="${COMP_WORDS[COMP_CWORD - 1]}"
   local global_opts="--server -o --output --timeout --request-timeout --no-headers --help --version"
   local value_opts=" --server -o --output --timeout --request-timeout --gpus --priority --model \
---name --env --image --status --limit --offset --interval --online "
+--name --env --image --status --limit --offset --after --interval --online --grace "
 
   # Find the command, its subcommand and --server, skipping options and their values.
   local cmd="" sub="" server="" i=1 word
@@ -64,7 +64,7 @@ _dgpuctl() {
   local words=""
   case "$cmd" in
     "")
-      words="submit get quota cancel wait logs completion"
+      words="submit get quota snapshot cancel wait logs completion"
       [[ $cur == -* ]] && words="$global_opts"
       ;;
     submit)
@@ -73,7 +73,7 @@ _dgpuctl() {
     get)
       case "$sub" in
         "") words="tasks task gpus agents" ;;
-        tasks) words="--status --priority --limit --offset --help" ;;
+        tasks) words="--status --priority --limit --offset --after --help" ;;
         task)
           if [[ $cur == -* ]]; then
             words="--help"
@@ -95,10 +95,18 @@ _dgpuctl() {
         case "$cmd" in
           wait) words="--timeout --interval --help" ;;
           logs) words="-f --follow --interval --help" ;;
-          *) words="--help" ;;
+          *) words="--grace --help" ;;
         esac
       else
         words="$(_dgpuctl_task_ids "$server")"
+      fi
+      ;;
+    snapshot)
+      if [[ $cur == -* ]]; then
+        words="--force --help"
+      else
+        COMPREPLY=($(compgen -f -- "$cur"))
+        return 0
       fi
       ;;
     completion)

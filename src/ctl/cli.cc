@@ -113,6 +113,14 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
       ->required()
       ->check(CLI::Range(0.0, 1.0));
 
+  // snapshot
+  SnapshotOptions snapshot;
+  CLI::App* snapshot_cmd = app.add_subcommand(
+      "snapshot", "Save a consistent copy of the scheduler's database (a SQLite file)");
+  snapshot_cmd->add_option("file", snapshot.path, "The file to write, e.g. dgpu-backup.db")
+      ->required();
+  snapshot_cmd->add_flag("--force", snapshot.force, "Replace the file if it exists");
+
   // cancel
   std::vector<std::string> cancel_ids;
   std::optional<int> cancel_grace;
@@ -206,6 +214,7 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
     if (get_agents->parsed()) return GetAgents(ctx);
   }
   if (quota_cmd->parsed()) return quota_set->parsed() ? SetQuota(ctx, online) : ShowQuota(ctx);
+  if (snapshot_cmd->parsed()) return Snapshot(ctx, snapshot);
   if (cancel_cmd->parsed()) return Cancel(ctx, cancel_ids, cancel_grace);
   if (wait_cmd->parsed()) {
     WaitOptions options;

@@ -106,6 +106,14 @@ int SetQuota(const CtlContext& ctx, double online_percent);
 int Cancel(const CtlContext& ctx, const std::vector<std::string>& ids,
            std::optional<int> grace_seconds = std::nullopt);
 int Wait(const CtlContext& ctx, const std::string& id, const WaitOptions& options);
+// Saves GET /api/v1/snapshot (the whole database as one SQLite file) to `path`: downloaded to
+// `<path>.part`, checked to be a SQLite database, fsynced and renamed over `path`. An existing
+// `path` is refused unless `force`.
+struct SnapshotOptions {
+  std::string path;
+  bool force = false;
+};
+int Snapshot(const CtlContext& ctx, const SnapshotOptions& options);
 int Logs(const CtlContext& ctx, const std::string& id, const LogsOptions& options);
 
 // Renders a task as the multi-line description printed by `get task ID`.

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -42,6 +45,31 @@ size_t WriteHeader(char* data, size_t size, size_t count, void* user) {
   return size * count;
 }
 
+bool IsSuccess(long status) { return status >= 200 && status < 300; }
+
+// Where a download's body goes: the file for a 2xx answer, memory for any other.
+struct DownloadSink {
+  CURL* curl = nullptr;
+  std::FILE* file = nullptr;
+  std::string* body = nullptr;
+  int error = 0;  // errno of a failed write to the file.
+};
+
+size_t WriteDownload(char* data, size_t size, size_t count, void* user) {
+  auto* sink = static_cast<DownloadSink*>(user);
+  long status = 0;
+  curl_easy_getinfo(sink->curl, CURLINFO_RESPONSE_CODE, &status);
+  if (!IsSuccess(status)) {
+    sink->body->append(data, size * count);
+    return size * count;
+  }
+  if (std::fwrite(data, 1, size * count, sink->file) != size * count) {
+    sink->error = errno != 0 ? errno : EIO;
+    return 0;  // Aborts the transfer.
+  }
+  return size * count;
+}
+
 struct CurlDeleter {
   void operator()(CURL* curl) const { curl_easy_cleanup(curl); }
 };
@@ -68,6 +96,26 @@ std::string_view HttpMethodName(HttpMethod method) {
 std::string HttpResponse::Header(std::string_view name) const {
   auto it = headers.find(ToLower(name));
   return it == headers.end() ? std::string() : it->second;
+}
+
+HttpResult HttpClient::Download(const std::string& url, const std::string& path) {
+  HttpResult result = Send(HttpMethod::kGet, url, "");
+  if (!result.has_response() || !IsSuccess(result.response->status)) return result;
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  const std::string& body = result.response->body;
+  const bool written =
+      file != nullptr && std::fwrite(body.data(), 1, body.size(), file) == body.size();
+  const int err = errno;
+  if (file != nullptr && std::fclose(file) != 0 && written) {
+    std::remove(path.c_str());
+    return {std::nullopt, "cannot write " + path + ": " + std::strerror(errno)};
+  }
+  if (!written) {
+    if (file != nullptr) std::remove(path.c_str());
+    return {std::nullopt, "cannot write " + path + ": " + std::strerror(err)};
+  }
+  result.response->body.clear();
+  return result;
 }
 
 CurlHttpClient::CurlHttpClient(std::chrono::milliseconds timeout) : timeout_(timeout) {}
@@ -116,6 +164,59 @@ HttpResult CurlHttpClient::Send(HttpMethod method, const std::string& url,
   }
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &response.status);
   result.response = std::move(response);
+  return result;
+}
+
+}  // namespace dgpu::ctl
+
+namespace dgpu::ctl {
+
+HttpResult CurlHttpClient::Download(const std::string& url, const std::string& path) {
+  HttpResult result;
+  std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
+  if (!curl) {
+    result.transport_error = "cannot initialize libcurl";
+    return result;
+  }
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) {
+    result.transport_error = "cannot create " + path + ": " + std::strerror(errno);
+    return result;
+  }
+  HttpResponse response;
+  DownloadSink sink{curl.get(), file, &response.body, 0};
+  char error_buffer[CURL_ERROR_SIZE] = {0};
+  std::unique_ptr<curl_slist, SlistDeleter> headers(curl_slist_append(nullptr, "Expect:"));
+
+  CURL* h = curl.get();
+  const long quiet_seconds = std::max(60L, static_cast<long>((timeout_.count() + 999) / 1000));
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error_buffer);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_.count()));
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, quiet_seconds);
+  curl_easy_setopt(h, CURLOPT_USERAGENT, "dgpuctl/" DGPU_VERSION);
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteDownload);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, WriteHeader);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, &response.headers);
+
+  const CURLcode code = curl_easy_perform(h);
+  const bool closed = std::fclose(file) == 0;
+  const int close_error = errno;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &response.status);
+  if (code != CURLE_OK || !closed || !IsSuccess(response.status)) std::remove(path.c_str());
+  if (sink.error != 0) {
+    result.transport_error = "cannot write " + path + ": " + std::strerror(sink.error);
+  } else if (code != CURLE_OK) {
+    result.transport_error = error_buffer[0] != '\0' ? error_buffer : curl_easy_strerror(code);
+  } else if (!closed) {
+    result.transport_error = "cannot write " + path + ": " + std::strerror(close_error);
+  } else {
+    result.response = std::move(response);
+  }
   return result;
 }
 

@@ -50,6 +50,12 @@ class HttpClient {
     return Send(HttpMethod::kPut, url, body);
   }
   HttpResult Delete(const std::string& url) { return Send(HttpMethod::kDelete, url, ""); }
+
+  // GET whose 2xx body goes to the new file `path` (created, or truncated) instead of memory; the
+  // response's body then stays empty. Any other answer keeps its body in memory and leaves no
+  // file. A transport error leaves no file either. This default sends with Send and writes the
+  // body; CurlHttpClient streams it, with no limit on the transfer's total time.
+  virtual HttpResult Download(const std::string& url, const std::string& path);
 };
 
 // libcurl implementation. curl_global_init must have been called by the program (main does it);
@@ -59,6 +65,8 @@ class CurlHttpClient : public HttpClient {
   explicit CurlHttpClient(std::chrono::milliseconds timeout);
 
   HttpResult Send(HttpMethod method, const std::string& url, const std::string& body) override;
+  // Gives up when no byte arrives for max(timeout, 60 s), however long the whole transfer takes.
+  HttpResult Download(const std::string& url, const std::string& path) override;
 
  private:
   std::chrono::milliseconds timeout_;

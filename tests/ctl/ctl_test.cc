@@ -1,6 +1,10 @@
 // dgpuctl command logic, driven through its command line with an in-memory HTTP client.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -229,6 +233,99 @@ TEST_F(CtlTest, GetTasksRefusesAfterWithOffset) {
   Outcome r = Run({"get", "tasks", "--after", "task-9", "--offset", "2"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_NE(r.err.find("--offset excludes --after"), std::string::npos) << r.err;
+}
+
+// A file name in a fresh temporary directory.
+class SnapshotCtlTest : public CtlTest {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("dgpuctl-snapshot-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  static std::string Read(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  std::vector<std::string> Files() const {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+      names.push_back(e.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  std::filesystem::path dir_;
+};
+
+const std::string kSqliteBody = std::string("SQLite format 3\0rest of the file", 32);
+
+TEST_F(SnapshotCtlTest, SavesTheFileAndSaysWhatItHolds) {
+  http_.Answer(Method::kGet, Url("/snapshot"), 200, kSqliteBody,
+               {{"x-dgpu-snapshot-tasks", "1200"},
+                {"x-dgpu-snapshot-seq", "5120"},
+                {"x-dgpu-snapshot-epoch", "3"}});
+  Outcome r = Run({"snapshot", Path("backup.db")});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "saved a snapshot of 1200 tasks (journal seq 5120, epoch 3) to " +
+                       Path("backup.db") + ", 32 bytes\n");
+  EXPECT_EQ(Read(Path("backup.db")), kSqliteBody);
+  EXPECT_EQ(Files(), std::vector<std::string>{"backup.db"});
+
+  r = Run({"-o", "json", "snapshot", "--force", Path("backup.db")});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out), (nlohmann::json{{"path", Path("backup.db")},
+                                                          {"bytes", 32},
+                                                          {"tasks", 1200},
+                                                          {"last_applied_seq", 5120},
+                                                          {"epoch", 3}}));
+}
+
+TEST_F(SnapshotCtlTest, AnExistingFileIsKeptWithoutForce) {
+  std::ofstream(Path("backup.db")) << "precious";
+  Outcome r = Run({"snapshot", Path("backup.db")});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err, "error: " + Path("backup.db") + " exists; give --force to replace it\n");
+  EXPECT_EQ(Read(Path("backup.db")), "precious");
+  EXPECT_TRUE(http_.requests().empty());
+
+  r = Run({"snapshot", dir_.string()});
+  EXPECT_EQ(r.code, kExitUsage);
+  r = Run({"snapshot", "--force", dir_.string()});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err, "error: " + dir_.string() + " is a directory; give the file to write\n");
+  EXPECT_EQ(Run({"snapshot"}).code, kExitUsage);
+}
+
+TEST_F(SnapshotCtlTest, AnErrorAnswerOrABodyThatIsNotADatabaseLeavesNoFile) {
+  std::ofstream(Path("backup.db")) << "precious";
+  http_.Answer(
+      Method::kGet, Url("/snapshot"), 503,
+      R"({"error":{"code":"unavailable","message":"a snapshot is being taken; ask again once it is done"}})");
+  // Queued answers are used in order.
+  http_.Answer(Method::kGet, Url("/snapshot"), 200, "<html>a proxy's page</html>");
+  Outcome r = Run({"snapshot", "--force", Path("backup.db")});
+  EXPECT_EQ(r.code, kExitApiError);
+  EXPECT_EQ(
+      r.err,
+      "error: a snapshot is being taken; ask again once it is done (unavailable, HTTP 503)\n");
+  EXPECT_EQ(Read(Path("backup.db")), "precious");
+  EXPECT_EQ(Files(), std::vector<std::string>{"backup.db"});
+
+  r = Run({"snapshot", "--force", Path("backup.db")});
+  EXPECT_EQ(r.code, kExitApiError);
+  EXPECT_NE(r.err.find("the snapshot is not a SQLite database"), std::string::npos) << r.err;
+  EXPECT_EQ(Read(Path("backup.db")), "precious");
+  EXPECT_EQ(Files(), std::vector<std::string>{"backup.db"});
+
+  http_.Unreachable("Connection refused");
+  r = Run({"snapshot", Path("other.db")});
+  EXPECT_EQ(r.code, kExitApiError);
+  EXPECT_EQ(Files(), std::vector<std::string>{"backup.db"});
 }
 
 TEST_F(CtlTest, GetTaskDescribesAPendingTask) {

@@ -399,8 +399,10 @@ TEST_F(DgpuctlProcessTest, CompletionScriptMatchesTheDeployedFileAndCompletes) {
                       {"DGPU_SERVER=" + server_->url(), "PATH=/usr/bin:/bin"})
         .out;
   };
-  EXPECT_EQ(complete("dgpuctl ''", 1), "submit get quota cancel wait logs completion\n");
+  EXPECT_EQ(complete("dgpuctl ''", 1), "submit get quota snapshot cancel wait logs completion\n");
   EXPECT_EQ(complete("dgpuctl get ''", 2), "tasks task gpus agents\n");
+  EXPECT_EQ(complete("dgpuctl snapshot --", 2), "--force --help\n");
+  EXPECT_EQ(complete("dgpuctl get tasks --a", 3), "--after\n");
   EXPECT_EQ(complete("dgpuctl -o json get tasks --status r", 6), "running\n");
   EXPECT_EQ(complete(std::string(DGPUCTL_BIN) + " cancel ''", 2), "task-4 task-3 task-2 task-1\n");
 }
