@@ -38,5 +38,5 @@ start_scheduler() {
 # metric NAME: sum of the samples of a metric (all label sets).
 metric() {
   curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" |
-    awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $2 } END { printf "%.6g\n", s + 0 }'
+    awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $2 } END { printf "%.15g\n", s + 0 }'
 }

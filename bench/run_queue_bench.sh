@@ -17,6 +17,8 @@ source "$(dirname "$0")/bench_lib.sh"
 N=${N:-1000000}; INTERVAL=${INTERVAL:-5s}; WINDOW=${WINDOW:-60}; RATE_SECONDS=${RATE_SECONDS:-5}
 SMALL=10000
 URL=""
+# dgpu_tasks_pending as an integer.
+pending_now() { metric dgpu_tasks_pending | awk '{ printf "%d", $1 }'; }
 
 make_work
 CONFIG=("logging: { level: warn, format: text }" "scheduler: { snapshot_interval: $INTERVAL }")
@@ -30,13 +32,13 @@ rss_empty=$(rss)
 # is interrupted once they are answered).
 fill_to() {
   local want=$1 have
-  have=$(metric dgpu_tasks_pending); have=${have%.*}
+  have=$(pending_now)
   (( want > have )) || return 0
   TOTAL=$((want - have)) THREADS=2 wrk -t2 -c64 -d3600s -s "$REPO/bench/rest_submit.lua" "$URL" \
     > "$WORK/fill.out" 2>&1 &
   local filler=$! start
   start=$(date +%s.%N)
-  until [[ $(metric dgpu_tasks_pending | cut -d. -f1) -ge $want ]]; do
+  until [[ $(pending_now) -ge $want ]]; do
     kill -0 "$filler" 2>/dev/null || { cat "$WORK/fill.out"; echo "wrk exited" >&2; exit 1; }
     sleep 0.2
   done
@@ -57,7 +59,7 @@ rate_small=$(rate)
 echo "submission rate at $SMALL pending: $rate_small/s"
 fill_to "$N"
 rss_filled=$(rss)
-pending=$(metric dgpu_tasks_pending | cut -d. -f1)
+pending=$(pending_now)
 
 python3 - "$HTTP_PORT" "$SCHED_PID" "$WINDOW" "$pending" <<'PY'
 import http.client, random, sys, threading, time
@@ -132,7 +134,7 @@ echo "submission rate at $pending pending: $rate_large/s ($(awk -v a="$rate_larg
 awk -v e="$rss_empty" -v f="$rss_filled" -v n="$pending" \
   'BEGIN { printf "scheduler RSS: %d MB empty, %d MB at %d pending: %.0f bytes per pending task\n", e, f, n, (f - e) * 1048576 / n }'
 
-pending=$(metric dgpu_tasks_pending | cut -d. -f1)
+pending=$(pending_now)
 ls -l "$WORK/state/"
 t0=$(date +%s.%N)
 kill -TERM "$SCHED_PID"
@@ -150,7 +152,7 @@ until curl -fsS "$URL/readyz" > /dev/null 2>&1 && curl -fsS "$URL/api/v1/quota" 
   sleep 0.01
 done
 t1=$(date +%s.%N)
-after=$(metric dgpu_tasks_pending | cut -d. -f1)
+after=$(pending_now)
 awk -v s="$t0" -v e="$t1" -v n="$after" -v r="$(rss)" \
   'BEGIN { printf "restart to serving: %.2f s, %d pending, RSS %d MB\n", e - s, n, r }'
 [[ "$after" == "$pending" ]] || { echo "pending after the restart: $after, before: $pending" >&2; exit 1; }
