@@ -182,7 +182,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   return OkStatus();
 }
 
-Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
+Status SchedulerCore::Restore(Task task, TimeMicros now) {
   pass_needed_ = true;
   structure_seq_ = ++change_seq_;
   if (task.id == 0) return InvalidArgument("task number must not be 0");
@@ -214,7 +214,7 @@ Status SchedulerCore::Restore(const Task& task, TimeMicros now) {
     }
   }
   TaskRecord& t = *NewTask(task.id);
-  static_cast<Task&>(t) = task;
+  static_cast<Task&>(t) = std::move(task);
   if (!t.stopping) t.stop_reason = StopReason::kNone;
   next_number_ = std::max(next_number_, t.id + 1);
   if (t.status == TaskStatus::kPending) {

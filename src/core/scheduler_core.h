@@ -162,7 +162,8 @@ class SchedulerCore {
   // allocation once its node registers; finished: kept for lookups). Its node need not be known
   // yet: running tasks whose node never comes back are lost after heartbeat_timeout from
   // `now` (see ExpectNodes).
-  Status Restore(const Task& task, TimeMicros now);
+  // Taken by value: a task moved in is not copied.
+  Status Restore(Task task, TimeMicros now);
   void SetNextTaskNumber(TaskNumber next);
   // Drops a finished task from memory (history stays in the database).
   void Forget(TaskNumber task);

@@ -105,25 +105,40 @@ core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r) {
   return t;
 }
 
-StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
-    store::Database* db, const common::SchedulerConfig& cfg, core::TimeMicros now,
-    store::StoreMeta* meta) {
-  auto state = db->Load();
-  if (!state.ok()) return state.status();
+namespace {
+
+core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::StoreMeta& meta) {
   core::CoreConfig core_cfg;
-  core_cfg.online_percent = state->online_percent.value_or(cfg.quota.online_percent);
+  core_cfg.online_percent = meta.online_percent.value_or(cfg.quota.online_percent);
   core_cfg.max_attempts = cfg.scheduler.max_attempts;
   core_cfg.max_bypass = cfg.scheduler.max_bypass;
   core_cfg.heartbeat_timeout = cfg.agent.heartbeat_timeout.count() * 1000;
-  auto core = std::make_unique<core::SchedulerCore>(core_cfg);
-  for (const auto& t : state->tasks) {
-    if (Status s = core->Restore(t, now); !s.ok()) {
-      return Internal("cannot restore " + core::FormatTaskId(t.id) + ": " + s.message());
-    }
-  }
-  core->SetNextTaskNumber(state->next_task_number);
-  core->TakeChanges();                  // Restoring changes nothing on disk.
-  if (meta != nullptr) *meta = *state;  // The meta values read with the tasks.
+  return core_cfg;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
+    store::Database* db, const common::SchedulerConfig& cfg, core::TimeMicros now,
+    store::StoreMeta* meta) {
+  // The tasks go from the database into the core one by one: no vector of them all.
+  std::unique_ptr<core::SchedulerCore> core;
+  store::StoreMeta state;
+  Status s = db->LoadEach(
+      [&](core::Task&& t) {
+        if (core == nullptr) core = std::make_unique<core::SchedulerCore>(CoreConfigOf(cfg, state));
+        const core::TaskNumber id = t.id;
+        if (Status r = core->Restore(std::move(t), now); !r.ok()) {
+          return Internal("cannot restore " + core::FormatTaskId(id) + ": " + r.message());
+        }
+        return OkStatus();
+      },
+      &state);
+  if (!s.ok()) return s;
+  if (core == nullptr) core = std::make_unique<core::SchedulerCore>(CoreConfigOf(cfg, state));
+  core->SetNextTaskNumber(state.next_task_number);
+  core->TakeChanges();                 // Restoring changes nothing on disk.
+  if (meta != nullptr) *meta = state;  // The meta values read with the tasks.
   return core;
 }
 

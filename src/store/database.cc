@@ -365,6 +365,25 @@ Status ForEachRow(SqliteConnection& conn, sqlite3_stmt* stmt,
   }
 }
 
+// The unfinished tasks (see LoadedState) in queue order, each handed to `fn` as it is read;
+// the first error, of reading or of `fn`, ends the walk.
+Status ForEachUnfinished(SqliteConnection& conn, const std::function<Status(core::Task&&)>& fn) {
+  static const std::string kLoadSql =
+      "SELECT " + std::string(kTaskColumns) +
+      " FROM tasks WHERE status IN ('pending', 'running') OR stopping = 1 ORDER BY queue_seq, id";
+  StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kLoadSql);
+  if (!stmt.ok()) return stmt.status();
+  StatementScope scope(*stmt);
+  while (true) {
+    int rc = sqlite3_step(*stmt);
+    if (rc == SQLITE_DONE) return OkStatus();
+    if (rc != SQLITE_ROW) return conn.Error(rc, "reading tasks from");
+    StatusOr<core::Task> task = ReadTask(*stmt, conn.path());
+    if (!task.ok()) return task.status();
+    if (Status s = fn(std::move(*task)); !s.ok()) return s;
+  }
+}
+
 Status ReadMetaRows(SqliteConnection& conn, StoreMeta* meta) {
   StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kReadMetaSql);
   if (!stmt.ok()) return stmt.status();
@@ -796,14 +815,21 @@ StatusOr<LoadedState> Database::Load() {
   if (Status s = txn.BeginRead(); !s.ok()) return s;
   LoadedState state;
   if (Status s = ReadMetaRows(conn, &state); !s.ok()) return s;
-  static const std::string kLoadSql =
-      TaskSelect("WHERE status IN ('pending', 'running') OR stopping = 1 ORDER BY queue_seq, id");
-  StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kLoadSql);
-  if (!stmt.ok()) return stmt.status();
-  StatementScope scope(*stmt);
-  Status s = ForEachRow(conn, *stmt, [&](core::Task&& t) { state.tasks.push_back(std::move(t)); });
+  Status s = ForEachUnfinished(conn, [&](core::Task&& t) {
+    state.tasks.push_back(std::move(t));
+    return OkStatus();
+  });
   if (!s.ok()) return s;
   return state;
+}
+
+Status Database::LoadEach(const std::function<Status(core::Task&&)>& fn, StoreMeta* meta) {
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  SqliteConnection& conn = *reader_;
+  Transaction txn(conn);
+  if (Status s = txn.BeginRead(); !s.ok()) return s;
+  if (Status s = ReadMetaRows(conn, meta); !s.ok()) return s;
+  return ForEachUnfinished(conn, fn);
 }
 
 StatusOr<TaskPage> Database::ListTasks(const TaskQuery& query) {

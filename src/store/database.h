@@ -143,6 +143,10 @@ class Database {
 
   // State for a restart (see LoadedState).
   StatusOr<LoadedState> Load();
+  // The same, streamed: `meta` gets the meta values, then `fn` each unfinished task in queue
+  // order as it is read, all from one read transaction, without a vector of the tasks; the
+  // first error (of `fn` too) ends it and is returned. `fn` runs on the calling thread.
+  Status LoadEach(const std::function<Status(core::Task&&)>& fn, StoreMeta* meta);
   StatusOr<StoreMeta> ReadMeta();
 
   // The page of `query` (see TaskQuery), one read transaction. Served from indexes: a keyset

@@ -112,6 +112,42 @@ TEST(DatabaseTest, LoadReturnsExactlyTheUnfinishedTasksInQueueOrder) {
                           loaded->tasks[3]);
 }
 
+TEST(DatabaseTest, LoadEachStreamsTheSameTasksAndStopsAtTheFirstError) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  ASSERT_TRUE(
+      db->Apply({Upsert(SimpleTask(1, TaskStatus::kPending, Priority::kLow, 5)),
+                 Upsert(SimpleTask(2, TaskStatus::kRunning, Priority::kHigh, 2)),
+                 Upsert(SimpleTask(3, TaskStatus::kSuccess, Priority::kLow, 1, 900)),
+                 Upsert(SimpleTask(7, TaskStatus::kPending, Priority::kHigh, -1)), Quota(0.25)},
+                42)
+          .ok());
+  StoreMeta meta;
+  std::vector<core::TaskNumber> seen;
+  Status s = db->LoadEach(
+      [&](core::Task&& t) {
+        seen.push_back(t.id);
+        return OkStatus();
+      },
+      &meta);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_THAT(seen, ElementsAre(7, 2, 1));
+  EXPECT_EQ(meta.online_percent, 0.25);
+  EXPECT_EQ(meta.next_task_number, 8u);
+  EXPECT_EQ(meta.last_applied_seq, 42u);
+
+  seen.clear();
+  s = db->LoadEach(
+      [&](core::Task&& t) {
+        seen.push_back(t.id);
+        return t.id == 2 ? InvalidArgument("task-2 refused") : OkStatus();
+      },
+      &meta);
+  EXPECT_THAT(s, StatusIs(StatusCode::kInvalidArgument, "task-2 refused"));
+  EXPECT_EQ(s.message(), "task-2 refused");
+  EXPECT_THAT(seen, ElementsAre(7, 2));
+}
+
 TEST(DatabaseTest, NextTaskNumberNeverDecreasesAndSurvivesPruning) {
   TempDir dir;
   {
