@@ -257,9 +257,17 @@ int Run(int argc, char** argv) {
   background.Stop();  // A snapshot being written finishes first.
   loop.Stop();
   journal.Shutdown();
-  // Everything is durable now: the final file holds it all, if there is time for it.
-  if (Status s = WriteStateFile(snapshot_dir, final_state, *db, &shutdown_deadline);
-      s.code() == StatusCode::kDeadlineExceeded) {
+  // Everything is durable now: the final file holds it all, if there is time for it. One that
+  // the last periodic write says cannot fit is not begun.
+  const int64_t time_left = shutdown_deadline.load() - clock.MonotonicMicros();
+  if (state_file.last_write_micros() > 0 && state_file.last_write_micros() > time_left) {
+    spdlog::warn(
+        "final state snapshot skipped: the last one took {:.1f} ms, more than the {:.1f} ms left "
+        "of scheduler.shutdown_timeout; the database holds every task",
+        static_cast<double>(state_file.last_write_micros()) / 1000,
+        static_cast<double>(std::max<int64_t>(time_left, 0)) / 1000);
+  } else if (Status s = WriteStateFile(snapshot_dir, final_state, *db, &shutdown_deadline);
+             s.code() == StatusCode::kDeadlineExceeded) {
     spdlog::warn(
         "final state snapshot skipped: scheduler.shutdown_timeout ({} ms) reached; the database "
         "holds every task",

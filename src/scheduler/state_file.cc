@@ -154,7 +154,10 @@ Status WriteStateFile(const std::string& dir, const StateHeader& header, store::
 bool StateFileWriter::Request(StateHeader header) {
   if (writing_.exchange(true)) return false;
   worker_->Post([this, header = std::move(header)] {
+    const common::Clock& clock = common::SystemClock::Instance();
+    const int64_t start = clock.MonotonicMicros();
     Status s = WriteStateFile(dir_, header, *db_, &deadline_);
+    if (s.ok()) last_write_micros_.store(clock.MonotonicMicros() - start);
     if (s.code() == StatusCode::kDeadlineExceeded) {
       spdlog::info("state snapshot abandoned: shutting down");
     } else if (!s.ok()) {

@@ -59,12 +59,16 @@ class StateFileWriter {
   // Shutdown: a write under way stops at once (the previous file stays), later ones too.
   void Abandon() { deadline_.store(1); }  // A monotonic time long past.
 
+  // How long the last completed write took, in microseconds; 0 before the first one.
+  int64_t last_write_micros() const { return last_write_micros_.load(); }
+
  private:
   const std::string dir_;
   store::Database* const db_;
   WorkerPool* const worker_;
   std::atomic<bool> writing_{false};
   std::atomic<int64_t> deadline_{0};  // 0: none
+  std::atomic<int64_t> last_write_micros_{0};
 };
 
 }  // namespace dgpu::scheduler

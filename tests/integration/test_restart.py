@@ -2,6 +2,7 @@
 their agents, the agents reconnect by themselves, the finishes arrive after the restart, and
 every task acknowledged with 201 before the kill is still there."""
 
+import json
 import os
 import time
 import unittest
@@ -103,6 +104,35 @@ class SchedulerRestartTest(ClusterTestCase):
                       "the database holds every task", log)
         self.assertIn("dgpu-scheduler stopped in ", log)
         self.assertEqual(os.stat(state_file).st_mtime_ns, before)
+        self.c.start_scheduler(heartbeat_timeout=10)
+        listed = self.c.tasks("?limit=1000")
+        self.assertEqual(sorted(t["task_id"] for t in listed["tasks"]), sorted(ids))
+
+    def test_sigterm_skips_a_final_state_file_that_the_last_one_says_cannot_fit(self):
+        # A periodic state.json was written; at SIGTERM less time is left than it took, so the
+        # final one is not begun at all.
+        self.assertEqual(self.c.scheduler.stop(timeout=15), 0)
+        self.c.start_scheduler(heartbeat_timeout=10,
+                               extra={"scheduler": {"shutdown_timeout": "1ms",
+                                                    "snapshot_interval": "100ms"}})
+        ids = [self.c.submit("true", gpu_count=5, priority="low") for _ in range(30)]
+        state_file = os.path.join(self.c.tmp, "state", "state.json")
+        log_path = self.c.scheduler.stdout_path
+
+        def rewritten_with_every_task():
+            try:
+                with open(state_file, encoding="utf-8") as f:
+                    doc = json.load(f)
+            except (OSError, ValueError):
+                return False
+            return doc["next_task_number"] > int(ids[-1].rsplit("-", 1)[1])
+
+        wait_until(rewritten_with_every_task, 10, "a periodic state.json with every task")
+        self.assertEqual(self.c.scheduler.stop(timeout=15), 0, "SIGTERM exit code")
+        log = open(log_path, encoding="utf-8").read()
+        self.assertRegex(log, r"final state snapshot skipped: the last one took [0-9]+\.[0-9] ms, "
+                              r"more than the 0\.0 ms left of scheduler\.shutdown_timeout; the "
+                              r"database holds every task")
         self.c.start_scheduler(heartbeat_timeout=10)
         listed = self.c.tasks("?limit=1000")
         self.assertEqual(sorted(t["task_id"] for t in listed["tasks"]), sorted(ids))
