@@ -8,6 +8,7 @@
 #     `status=pending&limit=50`, the last page by keyset (`after=task-51`) and the last page by
 #     offset; each probe on its own keep-alive connection, one request every 20 ms;
 #   - the scheduler's RSS (empty, filled, peak during the window) and bytes per pending task;
+#   - the time of GET /api/v1/snapshot (a copy of the whole database) at N pending;
 #   - SIGTERM to exit, and restart to serving (GET /readyz 200 and GET /api/v1/quota answered).
 #   bench/run_queue_bench.sh                       # N=1000000 INTERVAL=5s WINDOW=60
 #   DGPU_BIN_DIR=/path/to/other/build/bin bench/run_queue_bench.sh    # another binary
@@ -62,7 +63,9 @@ rss_filled=$(rss)
 pending=$(pending_now)
 
 python3 - "$HTTP_PORT" "$SCHED_PID" "$WINDOW" "$pending" <<'PY'
-import http.client, random, sys, threading, time
+# Each probe runs in a process of its own, so that one probe's client never waits for another's
+# (threads would share the interpreter lock); the parent samples the RSS.
+import http.client, multiprocessing, random, sys, time
 
 port, pid, window, pending = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 
@@ -72,62 +75,64 @@ def rss_mb():
             if line.startswith("VmRSS"):
                 return int(line.split()[1]) / 1024.0
 
-peak = [rss_mb()]
-stop = False
-def sample_rss():
-    while not stop:
-        peak[0] = max(peak[0], rss_mb())
-        time.sleep(0.05)
-
-rng = random.Random(7)
-probes = [
-    ("GET /api/v1/quota", lambda: "/api/v1/quota"),
-    ("GET /api/v1/tasks/{id}", lambda: "/api/v1/tasks/task-%d" % rng.randint(1, pending)),
-    ("first page, status=pending&limit=50", lambda: "/api/v1/tasks?status=pending&limit=50"),
+PROBES = [
+    ("GET /api/v1/quota", lambda rng: "/api/v1/quota"),
+    ("GET /api/v1/tasks/{id}", lambda rng: "/api/v1/tasks/task-%d" % rng.randint(1, pending)),
+    ("first page, status=pending&limit=50", lambda rng: "/api/v1/tasks?status=pending&limit=50"),
     ("last page by keyset (after=task-51)",
-     lambda: "/api/v1/tasks?status=pending&limit=50&after=task-51"),
-    ("last page by offset", lambda: "/api/v1/tasks?status=pending&limit=50&offset=%d" % (pending - 50)),
+     lambda rng: "/api/v1/tasks?status=pending&limit=50&after=task-51"),
+    ("last page by offset",
+     lambda rng: "/api/v1/tasks?status=pending&limit=50&offset=%d" % (pending - 50)),
 ]
-results = {name: [] for name, _ in probes}
-codes = {name: {} for name, _ in probes}
 
-def probe(name, path):
+def probe(index):
+    _, path = PROBES[index]
+    rng = random.Random(7 + index)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    latencies, codes = [], {}
     end = time.monotonic() + window
     while time.monotonic() < end:
         t0 = time.monotonic()
         try:
-            conn.request("GET", path())
+            conn.request("GET", path(rng))
             r = conn.getresponse()
             r.read()
         except (OSError, http.client.HTTPException):
-            codes[name]["closed"] = codes[name].get("closed", 0) + 1
+            codes["closed"] = codes.get("closed", 0) + 1
             conn.close()
             continue
-        results[name].append(time.monotonic() - t0)
-        codes[name][r.status] = codes[name].get(r.status, 0) + 1
+        latencies.append(time.monotonic() - t0)
+        codes[r.status] = codes.get(r.status, 0) + 1
         time.sleep(0.02)
+    return latencies, codes
 
-threads = [threading.Thread(target=sample_rss, daemon=True)]
-threads += [threading.Thread(target=probe, args=p, daemon=True) for p in probes]
-for t in threads:
-    t.start()
-for t in threads[1:]:
-    t.join()
-stop = True
-threads[0].join()
+peak = rss_mb()
+with multiprocessing.Pool(len(PROBES)) as pool:
+    pending_results = pool.map_async(probe, range(len(PROBES)))
+    while not pending_results.ready():
+        peak = max(peak, rss_mb())
+        pending_results.wait(0.05)
+    results = pending_results.get()
 print("== %.0f s at %d pending, state.json written meanwhile ==" % (window, pending))
 print("%-40s %8s %8s %8s %8s  %s" % ("request", "answers", "worst", "p99", "p50", "status codes"))
-for name, _ in probes:
-    lat = sorted(results[name])
+for (name, _), (lat, codes) in zip(PROBES, results):
+    lat = sorted(lat)
     if not lat:
-        print("%-40s %8d %8s %8s %8s  %s" % (name, 0, "-", "-", "-", codes[name]))
+        print("%-40s %8d %8s %8s %8s  %s" % (name, 0, "-", "-", "-", codes))
         continue
     print("%-40s %8d %6.1fms %6.1fms %6.2fms  %s" % (
         name, len(lat), 1e3 * lat[-1], 1e3 * lat[int(0.99 * (len(lat) - 1))],
-        1e3 * lat[len(lat) // 2], codes[name]))
-print("RSS peak during the window: %.0f MB" % peak[0])
+        1e3 * lat[len(lat) // 2], codes))
+print("RSS peak during the window: %.0f MB" % peak)
 PY
+
+# A copy of the whole database (dgpuctl snapshot's request), timed; 404 on a binary without it.
+t0=$(date +%s.%N)
+code=$(curl -s -o "$WORK/snapshot.db" -w '%{http_code}' "$URL/api/v1/snapshot")
+t1=$(date +%s.%N)
+awk -v s="$t0" -v e="$t1" -v c="$code" -v b="$(stat -c %s "$WORK/snapshot.db")" -v r="$(rss)" \
+  'BEGIN { printf "GET /api/v1/snapshot: HTTP %s, %.0f MB in %.2f s; RSS after it %d MB\n", c, b / 1048576, e - s, r }'
+rm -f "$WORK/snapshot.db"
 
 rate_large=$(rate)
 echo "submission rate at $pending pending: $rate_large/s ($(awk -v a="$rate_large" -v b="$rate_small" 'BEGIN { printf "%.2f", a / b }')x the rate at $SMALL)"
