@@ -717,27 +717,47 @@ StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& dir, bool 
       !s.ok()) {
     return s;
   }
-  StatusOr<std::unique_ptr<SqliteConnection>> reader =
-      SqliteConnection::Open(path, SQLITE_OPEN_READONLY);
-  if (!reader.ok()) return reader.status();
+  std::vector<std::unique_ptr<SqliteConnection>> readers;
+  for (int i = 0; i < kReaderConnections; ++i) {
+    StatusOr<std::unique_ptr<SqliteConnection>> reader =
+        SqliteConnection::Open(path, SQLITE_OPEN_READONLY);
+    if (!reader.ok()) return reader.status();
+    readers.push_back(std::move(*reader));
+  }
 
   return std::unique_ptr<Database>(new Database(dir, path, lock.Release(), std::move(*writer),
-                                                std::move(*reader), std::move(upgrade)));
+                                                std::move(readers), std::move(upgrade)));
 }
 
 Database::Database(std::string dir, std::string path, int lock_fd,
                    std::unique_ptr<SqliteConnection> writer,
-                   std::unique_ptr<SqliteConnection> reader, std::optional<SchemaUpgrade> upgrade)
+                   std::vector<std::unique_ptr<SqliteConnection>> readers,
+                   std::optional<SchemaUpgrade> upgrade)
     : dir_(std::move(dir)),
       path_(std::move(path)),
       lock_fd_(lock_fd),
       upgrade_(std::move(upgrade)),
       writer_(std::move(writer)),
-      reader_(std::move(reader)) {}
+      readers_(std::move(readers)) {}
+
+Database::ReaderLease::ReaderLease(Database* db) : db_(db) {
+  std::unique_lock<std::mutex> lock(db_->reader_mu_);
+  db_->reader_cv_.wait(lock, [&] { return !db_->readers_.empty(); });
+  conn_ = std::move(db_->readers_.back());
+  db_->readers_.pop_back();
+}
+
+Database::ReaderLease::~ReaderLease() {
+  {
+    std::lock_guard<std::mutex> lock(db_->reader_mu_);
+    db_->readers_.push_back(std::move(conn_));
+  }
+  db_->reader_cv_.notify_one();
+}
 
 Database::~Database() {
   // The writer closes last: as the last connection it checkpoints the WAL into the file.
-  reader_.reset();
+  readers_.clear();
   writer_.reset();
   ::close(lock_fd_);
 }
@@ -802,15 +822,15 @@ Status Database::Apply(const std::vector<core::Change>& changes, uint64_t last_s
 }
 
 StatusOr<StoreMeta> Database::ReadMeta() {
-  std::lock_guard<std::mutex> lock(reader_mu_);
+  ReaderLease reader(this);
   StoreMeta meta;
-  if (Status s = ReadMetaRows(*reader_, &meta); !s.ok()) return s;
+  if (Status s = ReadMetaRows(*reader, &meta); !s.ok()) return s;
   return meta;
 }
 
 StatusOr<LoadedState> Database::Load() {
-  std::lock_guard<std::mutex> lock(reader_mu_);
-  SqliteConnection& conn = *reader_;
+  ReaderLease reader(this);
+  SqliteConnection& conn = *reader;
   Transaction txn(conn);
   if (Status s = txn.BeginRead(); !s.ok()) return s;
   LoadedState state;
@@ -824,8 +844,8 @@ StatusOr<LoadedState> Database::Load() {
 }
 
 Status Database::LoadEach(const std::function<Status(core::Task&&)>& fn, StoreMeta* meta) {
-  std::lock_guard<std::mutex> lock(reader_mu_);
-  SqliteConnection& conn = *reader_;
+  ReaderLease reader(this);
+  SqliteConnection& conn = *reader;
   Transaction txn(conn);
   if (Status s = txn.BeginRead(); !s.ok()) return s;
   if (Status s = ReadMetaRows(conn, meta); !s.ok()) return s;
@@ -851,8 +871,8 @@ StatusOr<TaskPage> Database::ListTasks(const TaskQuery& query) {
       query.before ? TaskSelect(kAnd[variant] + "id < ?5 ORDER BY id DESC LIMIT ?3")
                    : TaskSelect(kWhere[variant] + "ORDER BY id DESC LIMIT ?3 OFFSET ?4");
 
-  std::lock_guard<std::mutex> lock(reader_mu_);
-  SqliteConnection& conn = *reader_;
+  ReaderLease reader(this);
+  SqliteConnection& conn = *reader;
   Transaction txn(conn);
   if (Status s = txn.BeginRead(); !s.ok()) return s;
   auto bind_filters = [&](sqlite3_stmt* stmt) {
@@ -902,8 +922,8 @@ StatusOr<std::optional<core::Task>> Database::GetTask(core::TaskNumber id) {
     return std::optional<core::Task>();
   }
   static const std::string kGetSql = TaskSelect("WHERE id = ?1");
-  std::lock_guard<std::mutex> lock(reader_mu_);
-  SqliteConnection& conn = *reader_;
+  ReaderLease reader(this);
+  SqliteConnection& conn = *reader;
   StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kGetSql);
   if (!stmt.ok()) return stmt.status();
   StatementScope scope(*stmt);

@@ -37,6 +37,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -187,7 +188,25 @@ class Database {
 
  private:
   Database(std::string dir, std::string path, int lock_fd, std::unique_ptr<SqliteConnection> writer,
-           std::unique_ptr<SqliteConnection> reader, std::optional<SchemaUpgrade> upgrade);
+           std::vector<std::unique_ptr<SqliteConnection>> readers,
+           std::optional<SchemaUpgrade> upgrade);
+
+  // Read connections, each used by one call at a time: a slow read (a deep offset page) takes
+  // one and leaves the others to the rest.
+  static constexpr int kReaderConnections = 4;
+  // Borrows a read connection for the scope, waiting while all are borrowed.
+  class ReaderLease {
+   public:
+    explicit ReaderLease(Database* db);
+    ~ReaderLease();
+    ReaderLease(const ReaderLease&) = delete;
+    ReaderLease& operator=(const ReaderLease&) = delete;
+    SqliteConnection& operator*() const { return *conn_; }
+
+   private:
+    Database* const db_;
+    std::unique_ptr<SqliteConnection> conn_;
+  };
 
   const std::string dir_;
   const std::string path_;
@@ -197,7 +216,8 @@ class Database {
   std::mutex writer_mu_;
   std::unique_ptr<SqliteConnection> writer_;  // GUARDED_BY(writer_mu_)
   std::mutex reader_mu_;
-  std::unique_ptr<SqliteConnection> reader_;  // GUARDED_BY(reader_mu_)
+  std::condition_variable reader_cv_;
+  std::vector<std::unique_ptr<SqliteConnection>> readers_;  // GUARDED_BY(reader_mu_): the free ones
 };
 
 // One consistent view of the database, on its own connection: every call reads the state as of
