@@ -254,21 +254,24 @@ void Application::GetTask(const Caller& caller, core::TaskNumber n, Reply<TaskVi
 void Application::ListTasks(const Caller& caller, const ListTasksRequest& request,
                             Reply<TaskPage> reply) {
   if (auto e = Authorize(caller, Action::kReadTasks, {})) return reply(*e);
-  auto page = d_.db->ListTasks(
-      {request.status, request.priority, request.limit, request.offset, request.after});
-  if (!page.ok()) return reply(ErrorFromStatus(page.status()));
-  // Overlay what the core holds now (pending reasons, fresher states).
-  d_.loop->Post([stored = std::move(*page), reply = std::move(reply)](CoreLoop::Context& c) {
-    TaskPage out;
-    out.total = stored.total;
-    out.next = stored.next;
-    out.tasks.reserve(stored.tasks.size());
-    for (const auto& t : stored.tasks) {
-      const core::Task* live = c.core.FindTask(t.id);
-      out.tasks.push_back(live != nullptr ? TaskView{live, c.core.ReasonOf(*live)}
-                                          : TaskView{&t, core::PendingReason::kNone});
-    }
-    reply(out);
+  // Read on the readers pool, so that the transport's threads never wait for the database.
+  d_.readers->Post([loop = d_.loop, db = d_.db, request, reply = std::move(reply)]() mutable {
+    auto page = db->ListTasks(
+        {request.status, request.priority, request.limit, request.offset, request.after});
+    if (!page.ok()) return reply(ErrorFromStatus(page.status()));
+    // Overlay what the core holds now (pending reasons, fresher states).
+    loop->Post([stored = std::move(*page), reply = std::move(reply)](CoreLoop::Context& c) {
+      TaskPage out;
+      out.total = stored.total;
+      out.next = stored.next;
+      out.tasks.reserve(stored.tasks.size());
+      for (const auto& t : stored.tasks) {
+        const core::Task* live = c.core.FindTask(t.id);
+        out.tasks.push_back(live != nullptr ? TaskView{live, c.core.ReasonOf(*live)}
+                                            : TaskView{&t, core::PendingReason::kNone});
+      }
+      reply(out);
+    });
   });
 }
 

@@ -276,7 +276,7 @@ class Application {
   void Submit(const Caller& caller, SubmitRequest request, Reply<Submitted> reply);
   void Cancel(const Caller& caller, const CancelRequest& request, Reply<Done> reply);
   void GetTask(const Caller& caller, core::TaskNumber task, Reply<TaskView> reply);
-  // The page is read from the database on the calling thread, then overlaid with the core's view.
+  // The page is read from the database on the readers pool, then overlaid with the core's view.
   void ListTasks(const Caller& caller, const ListTasksRequest& request, Reply<TaskPage> reply);
   void SetQuota(const Caller& caller, const QuotaRequest& request, Reply<Done> reply);
   void GetQuota(const Caller& caller, Reply<QuotaState> reply);

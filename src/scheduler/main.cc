@@ -162,8 +162,16 @@ int Run(int argc, char** argv) {
   const std::string snapshot_dir = cfg.storage.snapshot_dir;
   StateFileWriter state_file(snapshot_dir, db.get(), &background);
   loop.AddTimer(cfg.scheduler.snapshot_interval, [&leader, &state_file](CoreLoop::Context& c) {
-    if (!state_file.Request(TakeStateHeader(c.core, leader.epoch(), c.now))) {
-      spdlog::warn("state snapshot skipped: the previous one is still being written");
+    switch (state_file.Request(TakeStateHeader(c.core, leader.epoch(), c.now),
+                               common::SystemClock::Instance().MonotonicMicros())) {
+      case StateFileWriter::Requested::kStarted:
+        break;
+      case StateFileWriter::Requested::kBusy:
+        spdlog::warn("state snapshot skipped: the previous one is still being written");
+        break;
+      case StateFileWriter::Requested::kResting:
+        spdlog::debug("state snapshot skipped: resting as long as the previous one took");
+        break;
     }
   });
   loop.Start();

@@ -151,21 +151,24 @@ Status WriteStateFile(const std::string& dir, const StateHeader& header, store::
   return written;
 }
 
-bool StateFileWriter::Request(StateHeader header) {
-  if (writing_.exchange(true)) return false;
+StateFileWriter::Requested StateFileWriter::Request(StateHeader header, int64_t now) {
+  if (now < rest_until_.load()) return Requested::kResting;
+  if (writing_.exchange(true)) return Requested::kBusy;
   worker_->Post([this, header = std::move(header)] {
     const common::Clock& clock = common::SystemClock::Instance();
     const int64_t start = clock.MonotonicMicros();
     Status s = WriteStateFile(dir_, header, *db_, &deadline_);
-    if (s.ok()) last_write_micros_.store(clock.MonotonicMicros() - start);
+    const int64_t end = clock.MonotonicMicros();
     if (s.code() == StatusCode::kDeadlineExceeded) {
       spdlog::info("state snapshot abandoned: shutting down");
     } else if (!s.ok()) {
       spdlog::warn("state snapshot failed: {}", s.message());
     }
+    rest_until_.store(end + (end - start));
     writing_.store(false);
+    if (s.ok()) last_write_micros_.store(end - start);  // Last: what the write left is set.
   });
-  return true;
+  return Requested::kStarted;
 }
 
 }  // namespace dgpu::scheduler

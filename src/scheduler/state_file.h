@@ -47,20 +47,28 @@ StateHeader TakeStateHeader(const core::SchedulerCore& core, uint64_t epoch, cor
 Status WriteStateFile(const std::string& dir, const StateHeader& header, store::Database& db,
                       const std::atomic<int64_t>* deadline = nullptr);
 
-// The periodic writes: one at a time, on `worker`.
+// The periodic writes: one at a time, on `worker`, and at most half of the time: after a write
+// that took T, the next one begins no sooner than T after it ended. A write holds a read
+// transaction for as long as it takes, which keeps SQLite from checkpointing the WAL past it;
+// the rests let the WAL be checkpointed, so it stays bounded and reads stay fast however large
+// the queue (and state.json) grows.
 class StateFileWriter {
  public:
   StateFileWriter(std::string dir, store::Database* db, WorkerPool* worker)
       : dir_(std::move(dir)), db_(db), worker_(worker) {}
 
-  // Owner thread: starts a write, or returns false while the previous one is still running.
-  bool Request(StateHeader header);
+  enum class Requested { kStarted, kBusy, kResting };
+  // Owner thread: starts a write; kBusy while the previous one is still running, kResting
+  // while it rests after it (see above). `now` is a monotonic time in microseconds.
+  Requested Request(StateHeader header, int64_t now);
 
   // Shutdown: a write under way stops at once (the previous file stays), later ones too.
   void Abandon() { deadline_.store(1); }  // A monotonic time long past.
 
   // How long the last completed write took, in microseconds; 0 before the first one.
   int64_t last_write_micros() const { return last_write_micros_.load(); }
+  // The monotonic time (microseconds) before which requests rest; 0 before the first write.
+  int64_t rest_until_micros() const { return rest_until_.load(); }
 
  private:
   const std::string dir_;
@@ -69,6 +77,7 @@ class StateFileWriter {
   std::atomic<bool> writing_{false};
   std::atomic<int64_t> deadline_{0};  // 0: none
   std::atomic<int64_t> last_write_micros_{0};
+  std::atomic<int64_t> rest_until_{0};  // Monotonic microseconds.
 };
 
 }  // namespace dgpu::scheduler

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -93,6 +94,30 @@ TEST_F(StateFileTest, ADeadlineSetWhileTheWriteRunsStopsItPartWay) {
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
   EXPECT_EQ(ReadFile(), before);
   EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/state.json.tmp"));
+}
+
+TEST_F(StateFileTest, PeriodicWritesRestAsLongAsTheLastOneTook) {
+  WorkerPool worker(1);
+  StateFileWriter writer(dir_.path(), db_.get(), &worker);
+  EXPECT_EQ(writer.last_write_micros(), 0);
+  // A job holds the worker, so the first write is still to run when the second is asked.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  worker.Post([released] { released.wait(); });
+  EXPECT_EQ(writer.Request(header_, Now()), StateFileWriter::Requested::kStarted);
+  EXPECT_EQ(writer.Request(header_, Now()), StateFileWriter::Requested::kBusy);
+  release.set_value();
+  // Once written, the writer rests as long as the write took, then takes the next request.
+  while (writer.last_write_micros() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int64_t took = writer.last_write_micros();
+  const int64_t rest_until = writer.rest_until_micros();
+  EXPECT_EQ(ReadFile()["tasks"].size(), kTasks);
+  EXPECT_GT(took, 0);
+  EXPECT_GE(rest_until - took, Now() - 60'000'000);  // The rest began as the write ended.
+  EXPECT_LE(rest_until - took, Now());
+  EXPECT_EQ(writer.Request(header_, rest_until - 1), StateFileWriter::Requested::kResting);
+  EXPECT_EQ(writer.Request(header_, rest_until), StateFileWriter::Requested::kStarted);
+  worker.Stop();
 }
 
 }  // namespace
