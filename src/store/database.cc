@@ -352,17 +352,26 @@ StatusOr<core::Task> ReadTask(sqlite3_stmt* stmt, const std::string& path) {
   return t;
 }
 
-// Steps a task query to the end, handing each decoded row to `fn`.
-Status ForEachRow(SqliteConnection& conn, sqlite3_stmt* stmt,
-                  const std::function<void(core::Task&&)>& fn) {
+// Steps a task query to the end, handing each decoded row to `fn`; the first error, of reading
+// or of `fn`, ends it.
+Status StepRows(SqliteConnection& conn, sqlite3_stmt* stmt,
+                const std::function<Status(core::Task&&)>& fn) {
   while (true) {
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_DONE) return OkStatus();
     if (rc != SQLITE_ROW) return conn.Error(rc, "reading tasks from");
     StatusOr<core::Task> task = ReadTask(stmt, conn.path());
     if (!task.ok()) return task.status();
-    fn(std::move(*task));
+    if (Status s = fn(std::move(*task)); !s.ok()) return s;
   }
+}
+
+Status ForEachRow(SqliteConnection& conn, sqlite3_stmt* stmt,
+                  const std::function<void(core::Task&&)>& fn) {
+  return StepRows(conn, stmt, [&](core::Task&& t) {
+    fn(std::move(t));
+    return OkStatus();
+  });
 }
 
 // The unfinished tasks (see LoadedState) in queue order, each handed to `fn` as it is read;
@@ -374,14 +383,7 @@ Status ForEachUnfinished(SqliteConnection& conn, const std::function<Status(core
   StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kLoadSql);
   if (!stmt.ok()) return stmt.status();
   StatementScope scope(*stmt);
-  while (true) {
-    int rc = sqlite3_step(*stmt);
-    if (rc == SQLITE_DONE) return OkStatus();
-    if (rc != SQLITE_ROW) return conn.Error(rc, "reading tasks from");
-    StatusOr<core::Task> task = ReadTask(*stmt, conn.path());
-    if (!task.ok()) return task.status();
-    if (Status s = fn(std::move(*task)); !s.ok()) return s;
-  }
+  return StepRows(conn, *stmt, fn);
 }
 
 Status ReadMetaRows(SqliteConnection& conn, StoreMeta* meta) {

@@ -253,6 +253,28 @@ def preload_pending(db_path, n):
         con.close()
 
 
+def start_preloaded(sched, n, timeout=120):
+    """Starts `sched` on its database with n pending tasks written into it (preload_pending):
+    a first start creates the database, the tasks go in while it is stopped."""
+    sched.start()
+    sched.wait_ready()
+    if sched.stop() != 0:
+        raise RuntimeError("dgpu-scheduler did not stop cleanly: %s" % sched.stderr().strip())
+    preload_pending(os.path.join(sched.state_dir, "dgpu.db"), n)
+    sched.start()
+    sched.wait_ready(timeout=timeout)
+
+
+def start_submitter(sched, at_least=10):
+    """A RepeatingClient submitting one-GPU high tasks to `sched`, started and past `at_least`
+    acknowledgements."""
+    client = RepeatingClient(sched.http_port, "POST", "/api/v1/tasks",
+                             submit_body(gpu_count=1, priority="high"))
+    client.start()
+    wait_until(lambda: len(client.acked) >= at_least, 30.0, what="submissions")
+    return client
+
+
 class RepeatingClient(threading.Thread):
     """Repeats one request on a keep-alive connection, recording (sent, latency, status)."""
 

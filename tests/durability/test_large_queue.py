@@ -52,17 +52,8 @@ class LargeQueueTest(unittest.TestCase):
         return out
 
     def test_keyset_walk_counts_and_shutdown_with_a_large_queue(self):
-        self.sched.start()
-        self.sched.wait_ready()
-        self.assertEqual(self.sched.stop(), 0)
-        dp.preload_pending(os.path.join(self.sched.state_dir, "dgpu.db"), TASKS)
-        self.sched.start()
-        self.sched.wait_ready(timeout=120)
-
-        self.submitter = dp.RepeatingClient(self.sched.http_port, "POST", "/api/v1/tasks",
-                                            dp.submit_body(gpu_count=1, priority="high"))
-        self.submitter.start()
-        dp.wait_until(lambda: len(self.submitter.acked) >= 10, 30.0, what="submissions")
+        dp.start_preloaded(self.sched, TASKS)
+        self.submitter = dp.start_submitter(self.sched, at_least=10)
 
         walked, totals, pages = [], [], 0
         after = None

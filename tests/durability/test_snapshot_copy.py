@@ -46,17 +46,8 @@ class SnapshotCopyTest(unittest.TestCase):
                               stdin=subprocess.DEVNULL)
 
     def test_a_copy_taken_while_submissions_continue_is_one_consistent_state(self):
-        self.sched.start()
-        self.sched.wait_ready()
-        self.assertEqual(self.sched.stop(), 0)
-        dp.preload_pending(os.path.join(self.sched.state_dir, "dgpu.db"), TASKS)
-        self.sched.start()
-        self.sched.wait_ready(timeout=60)
-
-        self.submitter = dp.RepeatingClient(self.sched.http_port, "POST", "/api/v1/tasks",
-                                            dp.submit_body(gpu_count=1, priority="high"))
-        self.submitter.start()
-        dp.wait_until(lambda: len(self.submitter.acked) >= 20, 30.0, what="submissions")
+        dp.start_preloaded(self.sched, TASKS)
+        self.submitter = dp.start_submitter(self.sched, at_least=20)
 
         path = os.path.join(self.tmp.path, "backup.db")
         asked = time.time()

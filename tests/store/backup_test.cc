@@ -20,15 +20,10 @@ namespace {
 
 using core::TaskStatus;
 using testing::Ids;
+using testing::OpenOrDie;
 using testing::SimpleTask;
 using testing::TempDir;
 using testing::Upsert;
-
-std::unique_ptr<Database> OpenOrDie(const std::string& dir) {
-  StatusOr<std::unique_ptr<Database>> db = Database::Open(dir);
-  EXPECT_TRUE(db.ok()) << db.status().ToString();
-  return db.ok() ? std::move(*db) : nullptr;
-}
 
 // The first column of the first row of `sql` on the file at `path`, opened read-only.
 std::string Query(const std::string& path, const std::string& sql) {

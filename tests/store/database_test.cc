@@ -19,17 +19,12 @@ using ::testing::ElementsAre;
 using testing::FullTask;
 using testing::Ids;
 using testing::NextNumber;
+using testing::OpenOrDie;
 using testing::Quota;
 using testing::SimpleTask;
 using testing::StatusIs;
 using testing::TempDir;
 using testing::Upsert;
-
-std::unique_ptr<Database> OpenOrDie(const std::string& dir) {
-  StatusOr<std::unique_ptr<Database>> db = Database::Open(dir);
-  EXPECT_TRUE(db.ok()) << db.status().ToString();
-  return db.ok() ? std::move(*db) : nullptr;
-}
 
 TEST(DatabaseTest, NewDatabaseHasDefaultMeta) {
   TempDir dir;

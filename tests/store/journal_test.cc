@@ -15,16 +15,11 @@ namespace {
 
 using core::TaskStatus;
 using testing::Ids;
+using testing::OpenOrDie;
 using testing::SimpleTask;
 using testing::StatusIs;
 using testing::TempDir;
 using testing::Upsert;
-
-std::unique_ptr<Database> OpenOrDie(const std::string& dir) {
-  StatusOr<std::unique_ptr<Database>> db = Database::Open(dir);
-  EXPECT_TRUE(db.ok()) << db.status().ToString();
-  return db.ok() ? std::move(*db) : nullptr;
-}
 
 // What the callbacks saw; written on the writer thread, read after Flush or Shutdown.
 struct Outcome {

@@ -19,6 +19,7 @@ using core::StopReason;
 using core::TaskStatus;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::OpenOrDie;
 using testing::ReadBytes;
 using testing::RunSql;
 using testing::StatusIs;
@@ -128,12 +129,6 @@ std::vector<std::string> BackupFiles(const TempDir& dir) {
   }
   std::sort(names.begin(), names.end());
   return names;
-}
-
-std::unique_ptr<Database> OpenOrDie(const std::string& dir) {
-  StatusOr<std::unique_ptr<Database>> db = Database::Open(dir);
-  EXPECT_TRUE(db.ok()) << db.status().ToString();
-  return db.ok() ? std::move(*db) : nullptr;
 }
 
 TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {

@@ -14,12 +14,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "core/types.h"
+#include "store/database.h"
 
 namespace dgpu::store::testing {
 
@@ -91,6 +93,13 @@ class TmpfsMount {
   explicit TmpfsMount(std::string dir) : dir_(std::move(dir)) {}
   std::string dir_;
 };
+
+// Opens the database in `dir`; a failure fails the test (and gives null).
+inline std::unique_ptr<Database> OpenOrDie(const std::string& dir) {
+  StatusOr<std::unique_ptr<Database>> db = Database::Open(dir);
+  EXPECT_TRUE(db.ok()) << db.status().ToString();
+  return db.ok() ? std::move(*db) : nullptr;
+}
 
 inline bool IsRoot() { return ::geteuid() == 0; }
 
