@@ -138,6 +138,32 @@ def test_page_and_list_iterate_over_every_page(client):
     assert ([t.task_id for t in last.tasks], last.next) == ([all_tasks[-1].task_id], None)
 
 
+def test_snapshot_saves_the_database_whole(client, tmp_path):
+    import sqlite3
+    tid = client.submit("true", gpu_count=1, priority="low", name="in-the-copy").task_id
+    client.wait(tid, timeout=30, poll_interval=0.05)
+    path = str(tmp_path / "backup.db")
+    snap = client.snapshot(path)
+    assert isinstance(snap, dgpu.Snapshot)
+    assert (snap.path, snap.bytes) == (path, os.path.getsize(path))
+    con = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        count = con.execute("SELECT count(*) FROM tasks").fetchone()[0]
+        name = con.execute("SELECT name FROM tasks WHERE id = ?",
+                           (int(tid.split("-")[1]),)).fetchone()[0]
+        seq = int(con.execute("SELECT value FROM meta WHERE key = 'last_applied_seq'")
+                  .fetchone()[0])
+    finally:
+        con.close()
+    assert (snap.tasks, snap.last_applied_seq, name) == (count, seq, "in-the-copy")
+    assert snap.epoch is not None and snap.epoch >= 1
+    assert os.listdir(str(tmp_path)) == ["backup.db"]
+    with pytest.raises(FileExistsError):
+        client.snapshot(path)
+    assert client.snapshot(path, overwrite=True).tasks >= count
+
+
 def test_gpus_agents_and_quota(client):
     g = client.gpus()
     assert isinstance(g, dgpu.GpuList)

@@ -6,7 +6,7 @@
     print(c.wait(t.task_id, timeout=3600).exit_code)
 """
 
-from .client import DEFAULT_SERVER, Client, TaskPage, resolve_server
+from .client import DEFAULT_SERVER, Client, Snapshot, TaskPage, resolve_server
 from .errors import (AlreadyExists, ApiError, Conflict, ConnectionFailed, DgpuError, Forbidden,
                      Internal, InvalidField,
                      InvalidJson, MethodNotAllowed, NotFound, NotLeader, PayloadTooLarge,
@@ -18,7 +18,7 @@ from .models import (FINISHED, PENDING_REASONS, PRIORITIES, STATUSES, Agent, Gpu
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "TaskPage", "DEFAULT_SERVER", "resolve_server",
+    "Client", "TaskPage", "Snapshot", "DEFAULT_SERVER", "resolve_server",
     "DgpuError", "ApiError", "ConnectionFailed", "WaitTimeout",
     "InvalidJson", "InvalidField", "UnknownField", "NotFound", "MethodNotAllowed", "Conflict",
     "PayloadTooLarge", "UnsupportedMediaType", "NotLeader", "Unavailable", "StorageUnavailable",

@@ -26,10 +26,11 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from .errors import ApiError, Conflict, ConnectionFailed, WaitTimeout, error_from_response
 from .models import Agent, GpuList, Quota, Submitted, Task
 
-__all__ = ["Client", "TaskPage", "DEFAULT_SERVER", "resolve_server"]
+__all__ = ["Client", "TaskPage", "Snapshot", "DEFAULT_SERVER", "resolve_server"]
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 API = "/api/v1"
+SQLITE_HEADER = b"SQLite format 3\x00"
 SUBMIT_FIELDS = ("priority", "gpu_count", "command", "gpu_model", "env", "name",
                  "timeout_seconds", "image")
 
@@ -54,6 +55,17 @@ class TaskPage:
     tasks: List[Task]
     total: int
     next: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A copy of the scheduler's database saved by Client.snapshot: where it is, its size, and
+    the tasks and journal position it holds (None when the server did not say)."""
+    path: str
+    bytes: int
+    tasks: Optional[int]
+    last_applied_seq: Optional[int]
+    epoch: Optional[int]
 
 
 class Client:
@@ -202,6 +214,72 @@ class Client:
     def agents(self) -> List[Agent]:
         """Every agent (``GET /api/v1/agents``)."""
         return [Agent.from_json(a) for a in self._call("GET", API + "/agents")["agents"]]
+
+    def snapshot(self, path: str, overwrite: bool = False) -> Snapshot:
+        """Saves a consistent copy of the whole database (``GET /api/v1/snapshot``) to `path`,
+        as ``dgpuctl snapshot`` does: streamed to ``<path>.part``, checked to be a SQLite
+        database, fsynced and renamed, so `path` is the whole copy or untouched. An existing
+        `path` raises FileExistsError unless `overwrite`. A 503 (another snapshot is being
+        taken) is retried like a read."""
+        if os.path.exists(path) and not overwrite:
+            raise FileExistsError("%s exists; pass overwrite=True to replace it" % path)
+        part = path + ".part"
+        headers = {"Accept": "application/vnd.sqlite3, application/json"}
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        req = urllib.request.Request(self.server + API + "/snapshot", headers=headers)
+        tries = 0
+        while True:
+            try:
+                with urllib.request.urlopen(req, timeout=max(self.timeout, 60.0),
+                                            context=self._ssl) as resp, open(part, "wb") as out:
+                    while True:
+                        chunk = resp.read(1 << 20)
+                        if not chunk:
+                            break
+                        out.write(chunk)
+                    out.flush()
+                    os.fsync(out.fileno())
+                    answer = resp.headers
+                break
+            except urllib.error.HTTPError as e:
+                try:
+                    raw = e.read()
+                finally:
+                    e.close()
+                if e.code == 503 and tries < self.retries:
+                    tries += 1
+                    self._sleep(tries)
+                    continue
+                try:
+                    doc = json.loads(raw.decode("utf-8")) if raw else None
+                except (ValueError, UnicodeDecodeError):
+                    doc = None
+                err = error_from_response(e.code, doc, leader=e.headers.get("X-Leader"))
+                err.retried = tries > 0
+                raise err
+            except (OSError, http.client.HTTPException) as e:
+                if os.path.exists(part):
+                    os.remove(part)
+                if tries < self.retries:
+                    tries += 1
+                    self._sleep(tries)
+                    continue
+                reason = getattr(e, "reason", None) or e
+                raise ConnectionFailed(self.server, str(reason)) from e
+        with open(part, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+        if head != SQLITE_HEADER:
+            os.remove(part)
+            raise ApiError("the snapshot is not a SQLite database", 200)
+        os.replace(part, path)
+
+        def number(name: str) -> Optional[int]:
+            value = answer.get(name)
+            return int(value) if value is not None and value.isdigit() else None
+
+        return Snapshot(path, os.path.getsize(path), number("X-Dgpu-Snapshot-Tasks"),
+                        number("X-Dgpu-Snapshot-Seq"), number("X-Dgpu-Snapshot-Epoch"))
 
     # -- transport -----------------------------------------------------------------------------
 
