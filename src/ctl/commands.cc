@@ -1,7 +1,6 @@
 #include "ctl/commands.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +9,7 @@
 #include <utility>
 
 #include "common/atomic_file.h"
+#include "common/number.h"
 #include "common/time_util.h"
 #include "ctl/format.h"
 
@@ -576,11 +576,8 @@ int Snapshot(const CtlContext& ctx, const SnapshotOptions& options) {
     return kExitApiError;
   }
   auto number = [&](const char* header) -> json {
-    const std::string text = response.Header(header);
-    int64_t value = 0;
-    auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (text.empty() || err != std::errc() || end != text.data() + text.size()) return nullptr;
-    return value;
+    StatusOr<int64_t> value = common::ParseInt64(response.Header(header), header);
+    return value.ok() ? json(*value) : json(nullptr);
   };
   const json tasks = number("X-Dgpu-Snapshot-Tasks");
   const json seq = number("X-Dgpu-Snapshot-Seq");

@@ -202,16 +202,18 @@ struct RestServer::Impl {
       if (!r.ok()) return SendError(req, route, r.error());
       const store::SnapshotFile& file = r.value();
       std::optional<restinio::sendfile_t> body;
+      std::string failed;
       try {
         body.emplace(restinio::sendfile(file.path));
       } catch (const std::exception& e) {
-        ::unlink(file.path.c_str());
-        spdlog::error("cannot send the snapshot {}: {}", file.path, e.what());
-        return SendError(
-            req, route,
-            ApiError{500, "internal", "cannot open the snapshot file: " + std::string(e.what())});
+        failed = e.what();
       }
-      ::unlink(file.path.c_str());
+      ::unlink(file.path.c_str());  // Open or not, the name is gone; an open file stays readable.
+      if (!body) {
+        spdlog::error("cannot send the snapshot {}: {}", file.path, failed);
+        return SendError(req, route,
+                         ApiError{500, "internal", "cannot open the snapshot file: " + failed});
+      }
       // A slow reader gets a minute plus a second per MiB before the server gives up on it.
       body->timelimit(std::chrono::seconds(60 + file.bytes / (1 << 20)));
       auto resp = StartResponse(req, route, 200, "application/vnd.sqlite3");

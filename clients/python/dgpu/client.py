@@ -251,13 +251,7 @@ class Client:
                     tries += 1
                     self._sleep(tries)
                     continue
-                try:
-                    doc = json.loads(raw.decode("utf-8")) if raw else None
-                except (ValueError, UnicodeDecodeError):
-                    doc = None
-                err = error_from_response(e.code, doc, leader=e.headers.get("X-Leader"))
-                err.retried = tries > 0
-                raise err
+                raise self._api_error(e.code, e.headers, raw, tries)
             except (OSError, http.client.HTTPException) as e:
                 if os.path.exists(part):
                     os.remove(part)
@@ -317,18 +311,28 @@ class Client:
                 tries += 1
                 self._sleep(tries)
                 continue
-            try:
-                doc = json.loads(raw.decode("utf-8")) if raw else None
-            except (ValueError, UnicodeDecodeError):
-                doc = None
             if status >= 400:
-                err = error_from_response(status, doc, leader=answer_headers.get("X-Leader"),
-                                          fields=fields)
-                err.retried = tries > 0
-                raise err
+                raise self._api_error(status, answer_headers, raw, tries, fields)
+            doc = self._json_or_none(raw)
             if doc is None:
                 raise ApiError("HTTP %d with a body that is not JSON" % status, status)
             return doc
+
+    @staticmethod
+    def _json_or_none(raw: bytes) -> Any:
+        try:
+            return json.loads(raw.decode("utf-8")) if raw else None
+        except (ValueError, UnicodeDecodeError):
+            return None
+
+    @classmethod
+    def _api_error(cls, status: int, headers: Message, raw: bytes, tries: int,
+                   fields: Sequence[str] = ()) -> ApiError:
+        """The exception for an error answer, marked as retried when it came to a repeat."""
+        err = error_from_response(status, cls._json_or_none(raw), leader=headers.get("X-Leader"),
+                                  fields=fields)
+        err.retried = tries > 0
+        return err
 
     def _send(self, method: str, url: str, data: Optional[bytes],
               headers: Mapping[str, str]) -> Tuple[int, Message, bytes]:
