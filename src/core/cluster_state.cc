@@ -68,22 +68,13 @@ const SchedulerCore::NodeState* SchedulerCore::FindNodeState(const std::string& 
   return it == node_slots_.end() ? nullptr : nodes_[it->second].get();
 }
 
-void SchedulerCore::RecomputeQuota() {
-  int online = static_cast<int>(std::lround(total_online_gpus_ * config_.online_percent));
-  online = std::clamp(online, 0, total_online_gpus_);
-  // Strict class quotas: each class may hold exactly its guarantee.
-  quota_tree_.SetLimits(QuotaTree::kRoot, {total_online_gpus_, 0, QuotaTree::kNoCap});
-  quota_tree_.SetLimits(class_node_[PrioIndex(Priority::kHigh)], {online, 0, QuotaTree::kNoCap});
-  quota_tree_.SetLimits(class_node_[PrioIndex(Priority::kLow)],
-                        {total_online_gpus_ - online, 0, QuotaTree::kNoCap});
-}
-
 void SchedulerCore::IndexInsert(NodeState& node) {
   if (node.in_index || !node.Placeable()) return;
   for (const auto& s : node.slices) {
     if (s.capacity > 0) index_.Insert(s.model, node.Entry(), s.free, s.capacity);
   }
   node.in_index = true;
+  ReclaimInsert(node);
 }
 
 void SchedulerCore::IndexErase(NodeState& node) {
@@ -91,12 +82,19 @@ void SchedulerCore::IndexErase(NodeState& node) {
   for (const auto& s : node.slices) {
     if (s.capacity > 0) index_.Erase(s.model, node.Entry(), s.free, s.capacity);
   }
+  ReclaimErase(node);
   node.in_index = false;
 }
 
 void SchedulerCore::ReleaseGpus(Task& t) {
   pass_needed_ = true;
-  const uint32_t slot = static_cast<TaskRecord&>(t).node_slot;
+  auto& record = static_cast<TaskRecord&>(t);
+  CountEligible(record, false);
+  if (record.incoming_counted) {
+    nodes_[record.node_slot]->incoming -= t.spec.gpu_count;
+    record.incoming_counted = false;
+  }
+  const uint32_t slot = record.node_slot;
   if (t.allocation.size() == 1 && slot < nodes_.size()) {
     // node_slot is set with the allocation and names its node (CheckInvariants): no need to read
     // the allocation, the node knows which GPUs the task holds.
@@ -106,13 +104,17 @@ void SchedulerCore::ReleaseGpus(Task& t) {
       if (NodeState* node = FindNodeState(na.node_id)) ReleaseOnNode(*node, t.id);
     }
   }
-  quota_tree_.Charge(QuotaLeaf(t), -t.spec.gpu_count);
+  ChargeTask(record, -1);
   t.stopping = false;
   t.stop_reason = StopReason::kNone;
 }
 
 void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id) {
-  node.DropUnclaimed(id);
+  if (node.any_unclaimed) {
+    const size_t before = node.unclaimed.size();
+    node.DropUnclaimed(id);
+    unclaimed_tasks_ -= before - node.unclaimed.size();
+  }
   // A task's GPUs on one node share one model: one index update per node.
   NodeState::ModelSlice* slice = nullptr;
   int freed = 0;
@@ -132,6 +134,7 @@ void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id) {
     if (seqs.size() <= static_cast<size_t>(slice->free)) seqs.resize(slice->free + 1, 0);
     const uint64_t seq = ++change_seq_;
     for (int k = slice->free - freed + 1; k <= slice->free; ++k) seqs[k] = seq;
+    ReclaimSync(node);
   }
 }
 
@@ -225,8 +228,12 @@ QuotaView SchedulerCore::Quota() const {
   QuotaView v;
   v.total_gpus = total_online_gpus_;
   for (int p = 0; p < kPriorityCount; ++p) {
-    v.quota[p] = quota_tree_.Allowed(class_node_[p]);
+    v.quota[p] = quota_tree_.node(class_node_[p]).limits.guarantee;
     v.used[p] = quota_tree_.node(class_node_[p]).used;
+    v.borrowed[p] = std::max(0, v.used[p] - v.quota[p]);
+  }
+  for (int p = 0; p < kPriorityCount; ++p) {
+    v.lent[p] = std::min(std::max(0, v.quota[p] - v.used[p]), v.borrowed[1 - p]);
   }
   return v;
 }

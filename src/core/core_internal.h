@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -101,6 +102,13 @@ class TaskQueue {
 
   // The task k places behind the head (dead entries count), or nullptr.
   const Task* Peek(size_t k) const { return k < items_.size() ? items_[k].task : nullptr; }
+  // The live tasks behind the head, in order, until fn(Task&) returns false.
+  template <typename Fn>
+  void ForEachBehindHead(Fn&& fn) const {
+    for (size_t i = 1; i < items_.size(); ++i) {
+      if (items_[i].live && !fn(*items_[i].task)) return;
+    }
+  }
   // A hint: fetches the entry k places behind the head (written long ago, at submission).
   void PrefetchEntry(size_t k) const {
     if (k < items_.size()) __builtin_prefetch(&items_[k]);
@@ -129,18 +137,24 @@ class TaskQueue {
   size_t live_ = 0;
 };
 
-// Pending tasks of one priority with the same (model, GPU count), in queue order. A shape
-// stays (empty) when its last task leaves, since the same shape usually comes back soon; empty
-// shapes are dropped once they outnumber the others.
+// Pending tasks of one priority with the same (team, preemptible, model, GPU count), in queue
+// order: every task of a shape is admitted by the same quota nodes and fits the same nodes. A
+// shape stays (empty) when its last task leaves, since the same shape usually comes back soon;
+// empty shapes are dropped once they outnumber the others.
 struct SchedulerCore::Shape {
   std::string model;
   int gpu_count = 0;
+  int team = 0;  // Index in SchedulerCore::teams_.
+  bool preemptible = true;
   TaskQueue tasks;
   PendingReason reason = PendingReason::kQueued;  // Why its head did not start last pass.
   // ModelsFor(model), kept while no new model appears (model_generation_ unchanged).
   const std::vector<int>* models = nullptr;
   uint64_t models_generation = 0;
   int active_at = -1;  // Position in PriorityQueue::active while it has tasks; -1 when empty.
+  // With borrowing: the pass in which its head was tried by the guaranteed phase (the borrowing
+  // phase skips it then).
+  uint64_t tried_in_pass = 0;
   // The last time no node had room for this shape: the core's change counter then, the reason
   // Diagnose gave and the nodes that were excluded. See SchedulerCore::StillNoRoom.
   uint64_t no_room_seq = 0;  // 0: not known.
@@ -157,12 +171,15 @@ struct SchedulerCore::Shape {
   }
 };
 
-// Orders shape keys, and finds them from a task's spec without building a key string.
+// Orders shape keys (team, preemptible, model, GPU count), and finds them from a task's spec
+// without building a key string.
 struct ShapeKeyLess {
   using is_transparent = void;
-  using Key = std::pair<std::string, int>;
-  using View = std::pair<std::string_view, int>;
-  static View AsView(const Key& k) { return {k.first, k.second}; }
+  using Key = std::tuple<int, bool, std::string, int>;
+  using View = std::tuple<int, bool, std::string_view, int>;
+  static View AsView(const Key& k) {
+    return {std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k)};
+  }
   bool operator()(const Key& a, const Key& b) const { return a < b; }
   bool operator()(const Key& a, const View& b) const { return AsView(a) < b; }
   bool operator()(const View& a, const Key& b) const { return a < AsView(b); }
@@ -170,13 +187,14 @@ struct ShapeKeyLess {
 
 struct SchedulerCore::PriorityQueue {
   // Every shape, by key; a pending task also points at its own (TaskRecord::shape).
-  std::map<std::pair<std::string, int>, std::unique_ptr<Shape>, ShapeKeyLess> shapes;
+  std::map<ShapeKeyLess::Key, std::unique_ptr<Shape>, ShapeKeyLess> shapes;
   // The shapes that have tasks, in no particular order: what a pass iterates over.
   std::vector<Shape*> active;
   Shape* last_used = nullptr;  // The shape of the last submission: most are like the one before.
   // Scratch for a pass (merge of shape heads, reserved nodes to skip), kept to avoid
   // allocations per pass.
   std::vector<std::pair<TaskQueue::Key, Shape*>> heads;
+  std::vector<std::tuple<double, TaskQueue::Key, Shape*>> fair_heads;  // Borrowing phase.
   std::vector<uint32_t> excluded;
   // Starvation guard: how often the oldest pending task was overtaken.
   TaskNumber oldest = 0;
@@ -185,28 +203,30 @@ struct SchedulerCore::PriorityQueue {
 
   bool empty() const { return active.empty(); }
 
-  Shape& ShapeFor(const TaskSpec& spec) {
-    if (last_used != nullptr && last_used->gpu_count == spec.gpu_count &&
-        last_used->model == spec.gpu_model) {
+  Shape& ShapeFor(int team, const TaskSpec& spec) {
+    if (last_used != nullptr && last_used->gpu_count == spec.gpu_count && last_used->team == team &&
+        last_used->preemptible == spec.preemptible && last_used->model == spec.gpu_model) {
       return *last_used;
     }
-    Shape* s = FindShape(spec);
+    Shape* s = FindShape(team, spec);
     if (s == nullptr) {
       if (shapes.size() >= 2 * active.size() + 64) DropEmptyShapes();
-      auto& slot = shapes[{spec.gpu_model, spec.gpu_count}];
+      auto& slot = shapes[{team, spec.preemptible, spec.gpu_model, spec.gpu_count}];
       slot = std::make_unique<Shape>();
       slot->model = spec.gpu_model;
       slot->gpu_count = spec.gpu_count;
+      slot->team = team;
+      slot->preemptible = spec.preemptible;
       s = slot.get();
     }
     last_used = s;
     return *s;
   }
-  Shape* FindShape(const TaskSpec& spec) const {
-    auto it = shapes.find(ShapeKeyLess::View{spec.gpu_model, spec.gpu_count});
+  Shape* FindShape(int team, const TaskSpec& spec) const {
+    auto it =
+        shapes.find(ShapeKeyLess::View{team, spec.preemptible, spec.gpu_model, spec.gpu_count});
     return it == shapes.end() ? nullptr : it->second.get();
   }
-
   void Insert(Shape& shape, int64_t seq, Task* task) {
     shape.tasks.Insert(seq, task);
     if (shape.active_at < 0 && !shape.tasks.empty()) {
@@ -242,6 +262,11 @@ struct alignas(64) SchedulerCore::NodeState {
     int model = 0;
     int capacity = 0;
     int free = 0;
+    // With borrowing: GPUs of this model held by tasks that may be preempted (borrowed,
+    // preemptible, running, not stopping, on this node only), per priority class, and the keys
+    // the node has in the reclaim indexes (free + those of class 0, of class 1, of both).
+    int eligible[kPriorityCount] = {0, 0};
+    int reclaim_key[3] = {0, 0, 0};
   };
   // What a start or a release reads comes first, with the per-GPU arrays inline for nodes of up
   // to 8 GPUs: three adjacent cache lines of the node (it is line-aligned) instead of several
@@ -265,6 +290,10 @@ struct alignas(64) SchedulerCore::NodeState {
   // free, and does not count in the quota totals (HealthyGpus).
   std::vector<GpuInfo> gpus;
   Labels labels;
+  // Preemptions under way here: GPUs kept for tasks waiting for victims, and GPUs of victims
+  // that are stopping (they will be free once their agents confirm).
+  int promised = 0;
+  int incoming = 0;
   // Restored running tasks waiting for this node to register again: they hold no GPU position
   // yet. Every other task held here (running or stopping) holds positions in gpu_task.
   std::vector<TaskNumber> unclaimed;

@@ -1,4 +1,6 @@
 // CheckInvariants: every rule the core keeps, checked the slow way (for tests).
+#include <array>
+
 #include "core/core_internal.h"
 
 namespace dgpu::core {
@@ -16,7 +18,9 @@ Status SchedulerCore::CheckInvariants() const {
     const Shape* shape = tp->shape;
     if (t.status == TaskStatus::kPending) {
       if (shape == nullptr || shape->model != t.spec.gpu_model ||
-          shape->gpu_count != t.spec.gpu_count || queues_[p]->FindShape(t.spec) != shape) {
+          shape->gpu_count != t.spec.gpu_count || shape->team != tp->team ||
+          shape->preemptible != t.spec.preemptible ||
+          queues_[p]->FindShape(tp->team, t.spec) != shape) {
         return Internal(FormatTaskId(id) + " does not point at its queue");
       }
     } else if (shape != nullptr) {
@@ -150,7 +154,7 @@ Status SchedulerCore::CheckInvariants() const {
       return Internal("a reservation is kept for " + FormatTaskId(r.task) +
                       ", which does not wait");
     }
-    if (queues_[PrioIndex(r.priority)]->oldest != r.task) {
+    if (!r.preemption && queues_[PrioIndex(r.priority)]->oldest != r.task) {
       return Internal("a reservation is kept for " + FormatTaskId(r.task) +
                       ", which is not its queue's oldest task");
     }
@@ -161,6 +165,7 @@ Status SchedulerCore::CheckInvariants() const {
       }
     }
   }
+  if (Status s = CheckTeamInvariants(); !s.ok()) return s;
   for (const auto& q : queues_) {
     size_t active = 0;
     for (const auto& [key, shape] : q->shapes) {
@@ -171,6 +176,103 @@ Status SchedulerCore::CheckInvariants() const {
       active += listed ? 1 : 0;
     }
     if (active != q->active.size()) return Internal("active shape list out of step");
+  }
+  return OkStatus();
+}
+
+Status SchedulerCore::CheckTeamInvariants() const {
+  std::vector<int> used(teams_.size() * kPriorityCount, 0);
+  std::vector<int> borrowed(teams_.size() * kPriorityCount, 0);
+  std::vector<size_t> pending(teams_.size(), 0);
+  std::map<std::pair<uint32_t, int>, std::array<int, kPriorityCount>> eligible;
+  std::vector<int> within(groups_.size(), 0);
+  std::string problem;
+  tasks_.ForEach([&](TaskNumber id, const TaskRecord* t) {
+    if (!problem.empty()) return;
+    const int p = PrioIndex(t->spec.priority);
+    if (t->team >= teams_.size() || teams_[t->team].name != t->spec.team) {
+      problem = FormatTaskId(id) + " is not counted in its team";
+      return;
+    }
+    if (t->status == TaskStatus::kPending) pending[t->team]++;
+    const bool held = t->status == TaskStatus::kRunning || t->stopping;
+    if (!held) {
+      if (t->borrowed || t->eligible_counted)
+        problem = FormatTaskId(id) + " borrows but holds nothing";
+      return;
+    }
+    used[t->team * kPriorityCount + p] += t->spec.gpu_count;
+    if (t->borrowed) borrowed[t->team * kPriorityCount + p] += t->spec.gpu_count;
+    if (t->eligible_counted != Eligible(*t)) {
+      problem = FormatTaskId(id) + " is counted as preemptible wrongly";
+      return;
+    }
+    if (t->eligible_counted) {
+      const NodeState& n = *nodes_[t->node_slot];
+      const int model =
+          n.gpu_model[static_cast<size_t>(n.Position(t->allocation[0].gpu_indices[0]))];
+      eligible[{t->node_slot, model}][p] += t->spec.gpu_count;
+    }
+    if (!config_.borrowing) {
+      if (t->borrowed) problem = FormatTaskId(id) + " borrows without borrowing";
+      return;
+    }
+    const size_t gi = static_cast<size_t>(teams_[t->team].group[p]);
+    const Group& g = groups_[gi];
+    const std::pair<uint64_t, TaskNumber> key{t->start_order, id};
+    if ((t->borrowed ? g.borrowed.count(key) : g.within.count(key)) != 1 ||
+        (t->borrowed ? g.within.count(key) : g.borrowed.count(key)) != 0) {
+      problem =
+          FormatTaskId(id) + " is not in its group as " + (t->borrowed ? "borrowing" : "within");
+      return;
+    }
+    if (!t->borrowed) within[gi] += t->spec.gpu_count;
+  });
+  if (!problem.empty()) return Internal(problem);
+  for (size_t i = 0; i < teams_.size(); ++i) {
+    const TeamState& team = teams_[i];
+    int held = 0;
+    for (int p = 0; p < kPriorityCount; ++p) {
+      if (team.used[p] != used[i * kPriorityCount + p] ||
+          quota_tree_.node(team.leaf[p]).used != team.used[p]) {
+        return Internal("team " + team.name + " use out of step with its tasks");
+      }
+      if (team.borrowed_gpus[p] != borrowed[i * kPriorityCount + p]) {
+        return Internal("team " + team.name + " borrowed GPUs out of step with its tasks");
+      }
+      held += team.used[p];
+    }
+    if (held != team.held_gpus) return Internal("team " + team.name + " held GPUs out of step");
+    if (team.pending != pending[i]) return Internal("team " + team.name + " pending out of step");
+  }
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const Group& g = groups_[gi];
+    if (g.within_gpus != within[gi]) return Internal("a group's GPUs within out of step");
+    const int guarantee = quota_tree_.node(g.node).limits.guarantee;
+    if (g.within_gpus > guarantee) return Internal("a group holds more than its guarantee within");
+    if (!g.borrowed.empty() &&
+        g.within_gpus + g.reserved + tasks_.Find(g.borrowed.begin()->second)->spec.gpu_count <=
+            guarantee) {
+      return Internal("a group's oldest borrower fits within its guarantee but still borrows");
+    }
+  }
+  for (const auto& n : nodes_) {
+    for (const auto& s : n->slices) {
+      auto it = eligible.find({n->slot, s.model});
+      for (int p = 0; p < kPriorityCount; ++p) {
+        const int want = it == eligible.end() ? 0 : it->second[p];
+        if (s.eligible[p] != want) return Internal("preemptible GPUs out of step on node " + n->id);
+      }
+      if (config_.borrowing && n->in_index && s.capacity > 0) {
+        const int keys[3] = {s.free + s.eligible[0], s.free + s.eligible[1],
+                             s.free + s.eligible[0] + s.eligible[1]};
+        for (int i = 0; i < 3; ++i) {
+          if (s.reclaim_key[i] != std::min(keys[i], s.capacity)) {
+            return Internal("reclaim index out of step on node " + n->id);
+          }
+        }
+      }
+    }
   }
   return OkStatus();
 }

@@ -2,9 +2,10 @@
 // docs/architecture.md):
 //
 //   queue order   classes in priority order; inside one, shape heads merged by queue position
-//                 (SchedulePriority), with the starvation guard deciding who goes first
-//   admission     the quota tree: the class (later the team) stays within what it may hold
-//                 (Admit)
+//                 (SchedulePhase), with the starvation guard deciding who goes first
+//   admission     the team's cap, then the quota tree: its team and class stay within what
+//                 they may hold (Admit); with borrowing, heads within their guarantee go in a
+//                 first phase and borrowers in a second, team by team in fair-share order
 //   filter+score  nodes that can take the task (GPU model, node state, GPU health, the
 //                 config's filters) and the best fit among them (FindNode); the placement index
 //                 answers both for the default rules without looking at every node
@@ -12,8 +13,9 @@
 //                 (HoldForOldest)
 //   permit        every placement of the task is possible (all-or-nothing), then the start
 //                 (StartTask)
-//   post-filter   a head that cannot start is handed to the config's post-filter (preemption
-//                 chooses victims there) (PostFilter)
+//   post-filter   a head that cannot start is handed to the config's post-filter (PostFilter);
+//                 with borrowing, a head within its guarantee takes GPUs back from borrowers
+//                 (Reclaim, preemption.cc)
 #include "core/core_internal.h"
 
 namespace dgpu::core {
@@ -23,15 +25,16 @@ void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now)
   // need it (the task's record, the allocation's buffers, the decision) while it comes.
   NodeState& node = *nodes_[slot];
   PrefetchLines<true>(&node, kNodeHotBytes);
-  Dequeue(t);
   auto& record = static_cast<TaskRecord&>(t);
+  // Charged before it leaves its queue: room kept for it (a preemption) is its own.
+  ChargeTask(record, +1);
+  Dequeue(t);
   const int count = t.spec.gpu_count;
   t.status = TaskStatus::kRunning;
   record.node_slot = slot;
   t.attempts++;
   t.started_at = now;
   t.error.clear();
-  quota_tree_.Charge(QuotaLeaf(t), count);
   running_count_[PrioIndex(t.spec.priority)]++;
   stats_.decisions++;
   // Heads tried earlier in this pass may now wait for another reason (their class's quota).
@@ -72,6 +75,10 @@ void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now)
   const int old_free = slice->free;
   slice->free -= count;
   if (node.in_index) index_.Move(model, node.Entry(), old_free, slice->free);
+  if (config_.borrowing) {
+    UpdateEligible(record);
+    ReclaimSync(node);
+  }
   d.node_id = node.id;
   d.gpu_indices.assign(na.gpu_indices.begin(), na.gpu_indices.end());
   Emit(t);
@@ -107,24 +114,54 @@ PendingReason SchedulerCore::Diagnose(const Task& t, const std::vector<int>& mod
 
 void SchedulerCore::Schedule(TimeMicros now) {
   stats_.passes++;
+  // Fair-share usage follows time whether or not the pass has work (it decides orders).
+  if (config_.borrowing) AccrueUsage(now);
   // A pass leaves every queue head unable to start (or held back), and only the commands that
   // flag pass_needed_ can change that: another pass would decide nothing.
+  // Borrowed tasks that were too young to be preempted may not be any more.
+  if (preempt_wake_at_ != 0 && now >= preempt_wake_at_) {
+    preempt_wake_at_ = 0;
+    pass_needed_ = true;
+  }
   if (!pass_needed_) {
     stats_.passes_skipped++;
     return;
   }
   pass_needed_ = false;
   in_pass_ = true;
+  pass_first_start_ = next_start_order_;
   // Queue order, first level: classes in priority order.
-  for (int p = 0; p < kPriorityCount; ++p) SchedulePriority(p, now);
+  if (!config_.borrowing) {
+    for (int p = 0; p < kPriorityCount; ++p) SchedulePhase(p, Phase::kAll, now);
+  } else {
+    // Guarantees first, in both classes; then what is idle is lent.
+    bool held[kPriorityCount] = {false, false};
+    for (int p = 0; p < kPriorityCount; ++p) held[p] = SchedulePhase(p, Phase::kGuaranteed, now);
+    for (int p = 0; p < kPriorityCount; ++p) {
+      if (!held[p]) SchedulePhase(p, Phase::kBorrowing, now);
+    }
+  }
   in_pass_ = false;
 }
 
 // --- Admission --------------------------------------------------------------------------------
 
 bool SchedulerCore::Admit(int prio, const Shape& shape) const {
-  // Every task of a shape belongs to the shape's class: the class node decides for all of them.
-  return quota_tree_.Admits(class_node_[prio], shape.gpu_count);
+  // Every task of a shape belongs to the shape's team and class: its leaf decides for all.
+  return quota_tree_.Admits(teams_[static_cast<size_t>(shape.team)].leaf[prio], shape.gpu_count);
+}
+
+bool SchedulerCore::InPhase(const Shape& shape, Phase phase, int prio) const {
+  switch (phase) {
+    case Phase::kAll:
+      return true;
+    case Phase::kGuaranteed:
+      return WithinGuarantee(shape.team, prio, shape.gpu_count,
+                             OwnReserved(shape.tasks.front().second));
+    case Phase::kBorrowing:
+      return shape.tried_in_pass != stats_.passes;
+  }
+  return true;
 }
 
 // --- Filter and score -------------------------------------------------------------------------
@@ -150,22 +187,140 @@ std::optional<PlacementIndex::Fit> SchedulerCore::FindNode(
 // --- Permit and start -------------------------------------------------------------------------
 
 PendingReason SchedulerCore::TryStart(int prio, Shape& shape, const std::vector<uint32_t>& excluded,
-                                      TimeMicros now) {
-  stats_.shape_checks++;
+                                      TimeMicros now, Phase phase) {
   Task& t = shape.tasks.front_task();
+  // With borrowing, a head beyond its guarantee waits for the second phase (kQueued: not
+  // tried), and one tried in the first is not tried again.
+  if (phase != Phase::kAll && !InPhase(shape, phase, prio)) return PendingReason::kQueued;
+  stats_.shape_checks++;
+  PendingReason r = TryStartHead(prio, shape, t, excluded, now, phase);
+  // A head within its guarantee that waits is not tried again as a borrower in this pass.
+  if (phase == Phase::kGuaranteed && r != PendingReason::kNone) shape.tried_in_pass = stats_.passes;
+  return r;
+}
+
+PendingReason SchedulerCore::TryStartHead(int prio, Shape& shape, Task& t,
+                                          const std::vector<uint32_t>& excluded, TimeMicros now,
+                                          Phase phase) {
+  auto& record = static_cast<TaskRecord&>(t);
   const auto& models = ShapeModels(shape);
+  // Nodes kept for other tasks are skipped; its own reservation is its to use.
+  const std::vector<uint32_t>* skip = &excluded;
+  const Reservation* own = reservations_.empty() ? nullptr : ReservationOf(t.id);
+  if (own != nullptr) {
+    own_excluded_.clear();
+    for (uint32_t slot : excluded) {
+      if (std::find(own->slots.begin(), own->slots.end(), slot) == own->slots.end()) {
+        own_excluded_.push_back(slot);
+      }
+    }
+    skip = &own_excluded_;
+  }
+  const int own_gpus = own != nullptr && own->preemption ? own->gpus : 0;
+  if (PendingReason r = TeamAdmits(shape.team, shape.gpu_count, own_gpus);
+      r != PendingReason::kNone) {
+    return r;
+  }
   if (!Admit(prio, shape)) return PostFilter(t, Diagnose(t, models), now);
-  // Within quota, so Diagnose would answer from the nodes alone, which have not changed.
-  if (StillNoRoom(shape, models, excluded)) return shape.no_room_reason;
-  auto fit = FindNode(shape, t, models, excluded);
+  // A task that may not be preempted may not borrow either.
+  if (phase == Phase::kBorrowing && !shape.preemptible) return PendingReason::kQuotaExhausted;
+  // The node its victims freed, first.
+  if (own != nullptr && own->preemption) {
+    for (uint32_t slot : own->slots) {
+      NodeState& n = *nodes_[slot];
+      if (!n.in_index) continue;
+      for (int m : models) {
+        const NodeState::ModelSlice* s = n.Slice(m);
+        if (s == nullptr || s->free < shape.gpu_count) continue;
+        bool ok = true;
+        if (!config_.policies.filters.empty()) {
+          const NodeFacts facts{n.id, n.labels};
+          for (const auto& f : config_.policies.filters) ok = ok && f->Feasible(t, facts);
+        }
+        if (!ok) continue;
+        StartTask(t, slot, m, now);
+        return PendingReason::kNone;
+      }
+    }
+  }
+  std::optional<PlacementIndex::Fit> fit;
+  PendingReason r = PendingReason::kNone;
+  if (StillNoRoom(shape, models, *skip)) {
+    // Within quota, so Diagnose would answer from the nodes alone, which have not changed.
+    r = shape.no_room_reason;
+    if (phase == Phase::kAll) return r;
+  } else {
+    fit = FindNode(shape, t, models, *skip);
+    if (!fit) {
+      r = Diagnose(t, models);
+      shape.RememberNoRoom(change_seq_, *skip, r);
+      if (phase == Phase::kAll) return PostFilter(t, r, now);
+    }
+  }
   if (!fit) {
-    PendingReason r = Diagnose(t, models);
-    shape.RememberNoRoom(change_seq_, excluded, r);
-    return PostFilter(t, r, now);
+    if (!IsTransient(r)) return r;
+    // Within its guarantee: take GPUs back from borrowers. A borrower waits for idle GPUs: on
+    // some node (no_node_fits), or anywhere (quota_exhausted: nothing to borrow).
+    if (phase == Phase::kGuaranteed) return Reclaim(record, PendingReason::kNoNodeFits, *skip, now);
+    const int idle = total_online_gpus_ - quota_tree_.node(QuotaTree::kRoot).used;
+    return idle >= shape.gpu_count ? PendingReason::kNoNodeFits : PendingReason::kQuotaExhausted;
   }
   // Permit: a single-node task needs one node, which the fit is.
   StartTask(t, fit->slot, fit->model, now);
   return PendingReason::kNone;
+}
+
+void SchedulerCore::StartPreemptors(int prio, TimeMicros now) {
+  std::vector<std::pair<TaskNumber, uint32_t>> waiting;
+  for (const Reservation& r : reservations_) {
+    if (r.preemption && PrioIndex(r.priority) == prio)
+      waiting.emplace_back(r.task, r.slots.front());
+  }
+  for (const auto& [id, slot] : waiting) {
+    TaskRecord* t = tasks_.Find(id);
+    NodeState& n = *nodes_[slot];
+    if (t == nullptr || t->status != TaskStatus::kPending || t->shape == nullptr || !n.in_index) {
+      continue;
+    }
+    if (TeamAdmits(t->team, t->spec.gpu_count, OwnReserved(id)) != PendingReason::kNone) continue;
+    for (int m : ShapeModels(*t->shape)) {
+      const NodeState::ModelSlice* s = n.Slice(m);
+      if (s == nullptr || s->free < t->spec.gpu_count) continue;
+      bool ok = true;
+      if (!config_.policies.filters.empty()) {
+        const NodeFacts facts{n.id, n.labels};
+        for (const auto& f : config_.policies.filters) ok = ok && f->Feasible(*t, facts);
+      }
+      if (!ok) continue;
+      StartTask(*t, slot, m, now);
+      break;
+    }
+  }
+}
+
+// A head waiting for its victims would keep every task of its shape waiting behind it for a
+// grace period each: the tasks behind it that are within their guarantee too take GPUs back
+// in the same pass, each for itself (a bounded number per pass).
+void SchedulerCore::ReclaimBehind(int prio, Shape& shape, TimeMicros now) {
+  constexpr int kMaxBehind = 64;
+  int tried = 0;
+  std::vector<TaskRecord*> behind;
+  shape.tasks.ForEachBehindHead([&](Task& t) {
+    behind.push_back(static_cast<TaskRecord*>(&t));
+    return ++tried < kMaxBehind;
+  });
+  for (TaskRecord* t : behind) {
+    const int own = OwnReserved(t->id);
+    if (TeamAdmits(shape.team, shape.gpu_count, own) != PendingReason::kNone ||
+        !WithinGuarantee(shape.team, prio, shape.gpu_count, own)) {
+      return;
+    }
+    if (own > 0) continue;  // Already waiting for its own victims.
+    if (Reclaim(*t, PendingReason::kNoNodeFits, queues_[prio]->excluded, now) !=
+        PendingReason::kWaitingForPreemption) {
+      return;
+    }
+  }
 }
 
 // --- Post-filter ------------------------------------------------------------------------------
@@ -220,18 +375,13 @@ bool SchedulerCore::HoldForOldest(int prio, Shape& head_shape, PendingReason rea
 
 // --- Queue order inside a class ---------------------------------------------------------------
 
-void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
+bool SchedulerCore::SchedulePhase(int prio, Phase phase, TimeMicros now) {
   PriorityQueue& q = *queues_[prio];
-  if (q.empty()) return;
-  // Nodes kept for tasks of other classes.
-  std::vector<uint32_t>& excluded = q.excluded;
-  excluded.clear();
-  for (const Reservation& r : reservations_) {
-    if (r.priority != static_cast<Priority>(prio)) {
-      excluded.insert(excluded.end(), r.slots.begin(), r.slots.end());
-    }
-  }
-
+  if (q.empty()) return false;
+  // Tasks whose victims have freed their GPUs start first, whatever holds the queue: those GPUs
+  // were taken back for them and nobody else may use them.
+  if (phase == Phase::kGuaranteed && !reservations_.empty()) StartPreemptors(prio, now);
+  if (q.empty()) return false;
   // The oldest pending task of this class.
   Shape* oldest_shape = nullptr;
   for (Shape* s : q.active) {
@@ -242,44 +392,87 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
   TaskNumber oldest = oldest_shape->tasks.front().second;
   if (q.oldest != oldest) ResetGuard(q, oldest);
 
+  // Nodes kept for other tasks (each task may use its own: TryStart). The guard's node for
+  // this class's oldest task is skipped by the others once it holds (HoldForOldest).
+  std::vector<uint32_t>& excluded = q.excluded;
+  excluded.clear();
+  for (const Reservation& r : reservations_) {
+    if (r.task == q.oldest && !r.preemption) continue;
+    excluded.insert(excluded.end(), r.slots.begin(), r.slots.end());
+  }
+  // The guard acts in the phase its oldest task belongs to.
+  const bool oldest_here = InPhase(*oldest_shape, phase, prio);
+
   // The oldest task has been overtaken too often. Blocked by quota: nothing younger of this
   // class starts. Blocked by fragmentation: a node is reserved for it, and younger tasks may
   // still start on other nodes (backfill).
   Shape* held_shape = nullptr;  // Its head was tried first and waits; skip it below.
-  if (q.bypassed >= config_.max_bypass) {
-    PendingReason r = TryStart(prio, *oldest_shape, excluded, now);
+  if (oldest_here && q.bypassed >= config_.max_bypass) {
+    PendingReason r = TryStart(prio, *oldest_shape, excluded, now, phase);
+    if (r == PendingReason::kWaitingForPreemption) ReclaimBehind(prio, *oldest_shape, now);
     if (r == PendingReason::kNone) {
       // Started: the queue flows again (Dequeue reset the guard).
     } else if (IsTransient(r)) {
-      if (HoldForOldest(prio, *oldest_shape, r, excluded)) return;
+      if (HoldForOldest(prio, *oldest_shape, r, excluded)) return true;
       held_shape = oldest_shape;
     } else {
-      // Can never start as things are: it must not hold others, nor keep a node.
+      // Can never start as things are (or waits for its victims): it must not hold others,
+      // nor keep a node for the guard.
       oldest_shape->reason = r;
       ResetGuard(q, q.oldest);
     }
-    if (q.empty()) return;
+    if (q.empty()) return false;
   }
 
-  // Merge the shape heads by queue position (a min-heap; keys are unique).
+  // Shape heads in queue order; borrowers team by team, the team with the least fair-share
+  // usage over its weight first (a start raises its team's key, so teams take turns).
   auto& heads = q.heads;
   heads.clear();
+  const bool fair = phase == Phase::kBorrowing;
+  auto& fair_heads = q.fair_heads;
+  fair_heads.clear();
   for (Shape* s : q.active) {
-    if (s != held_shape) heads.emplace_back(s->tasks.front(), s);
+    if (s == held_shape) continue;
+    if (fair) {
+      if (s->tried_in_pass == stats_.passes) continue;
+      fair_heads.push_back({FairShareKey(s->team), s->tasks.front(), s});
+    } else {
+      heads.emplace_back(s->tasks.front(), s);
+    }
   }
   std::make_heap(heads.begin(), heads.end(), std::greater<>());
+  std::make_heap(fair_heads.begin(), fair_heads.end(), std::greater<>());
 
   PendingReason oldest_reason = PendingReason::kNone;
   bool oldest_waiting = false;
-  while (!heads.empty()) {
-    std::pop_heap(heads.begin(), heads.end(), std::greater<>());
-    auto [pos, shape] = heads.back();
-    heads.pop_back();
+  while (!heads.empty() || !fair_heads.empty()) {
+    Shape* shape = nullptr;
+    TaskQueue::Key pos;
+    if (fair) {
+      std::pop_heap(fair_heads.begin(), fair_heads.end(), std::greater<>());
+      auto [key, head_pos, head_shape] = fair_heads.back();
+      fair_heads.pop_back();
+      const double current = FairShareKey(head_shape->team);
+      if (current > key) {
+        // Its team started something since: back in line with its new key.
+        fair_heads.push_back({current, head_pos, head_shape});
+        std::push_heap(fair_heads.begin(), fair_heads.end(), std::greater<>());
+        continue;
+      }
+      pos = head_pos;
+      shape = head_shape;
+    } else {
+      std::pop_heap(heads.begin(), heads.end(), std::greater<>());
+      std::tie(pos, shape) = heads.back();
+      heads.pop_back();
+    }
     TaskNumber id = pos.second;
-    PendingReason r = TryStart(prio, *shape, excluded, now);
+    PendingReason r = TryStart(prio, *shape, excluded, now, phase);
+    if (r == PendingReason::kQueued) continue;  // Not this phase's.
+    if (r == PendingReason::kWaitingForPreemption) ReclaimBehind(prio, *shape, now);
     if (r != PendingReason::kNone) {
       shape->reason = r;
-      if (id == q.oldest) {
+      if (id == q.oldest && oldest_here) {
         oldest_waiting = true;
         oldest_reason = r;
       }
@@ -288,14 +481,20 @@ void SchedulerCore::SchedulePriority(int prio, TimeMicros now) {
     if (!q.holding && oldest_waiting && IsTransient(oldest_reason) &&
         ++q.bypassed >= config_.max_bypass) {
       Shape* os = tasks_.Find(q.oldest)->shape;
-      if (os != nullptr && HoldForOldest(prio, *os, oldest_reason, excluded)) return;
+      if (os != nullptr && HoldForOldest(prio, *os, oldest_reason, excluded)) return true;
     }
     // Shapes stay during a pass, even when starting their head empties them.
     if (!shape->tasks.empty()) {
-      heads.emplace_back(shape->tasks.front(), shape);
-      std::push_heap(heads.begin(), heads.end(), std::greater<>());
+      if (fair) {
+        fair_heads.push_back({FairShareKey(shape->team), shape->tasks.front(), shape});
+        std::push_heap(fair_heads.begin(), fair_heads.end(), std::greater<>());
+      } else {
+        heads.emplace_back(shape->tasks.front(), shape);
+        std::push_heap(heads.begin(), heads.end(), std::greater<>());
+      }
     }
   }
+  return false;
 }
 
 }  // namespace dgpu::core

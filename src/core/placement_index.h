@@ -76,6 +76,28 @@ class PlacementIndex {
     return best;
   }
 
+  // Calls fn(slot, model, count) for the nodes with a count >= k of one of `models`, model by
+  // model, lowest count first, then in position order (ids, then the extras), skipping
+  // `excluded`, until fn returns false.
+  template <typename Fn>
+  void ForEachFit(const std::vector<int>& models, int k, const std::vector<uint32_t>& excluded,
+                  Fn&& fn) const {
+    for (int m : models) {
+      if (m >= static_cast<int>(models_.size())) continue;
+      const auto& buckets = models_[m].by_free;
+      for (int f = std::max(k, 1); f < static_cast<int>(buckets.size()); ++f) {
+        for (uint32_t p = buckets[f].FindFrom(0); p != kNone; p = buckets[f].FindFrom(p + 1)) {
+          const uint32_t slot = slot_of_pos_[p];
+          if (!excluded.empty() &&
+              std::find(excluded.begin(), excluded.end(), slot) != excluded.end()) {
+            continue;
+          }
+          if (!fn(slot, m, f)) return;
+        }
+      }
+    }
+  }
+
   // The node with the most free GPUs among those of capacity >= k (ties: lowest id), for a
   // reservation. capacity_of(slot, model) tells a node's capacity. O(nodes) in the worst case,
   // but called only when a starving task is first held.

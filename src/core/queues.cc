@@ -6,12 +6,17 @@ namespace dgpu::core {
 
 void SchedulerCore::Enqueue(Task& t) {
   auto& q = *queues_[PrioIndex(t.spec.priority)];
-  Shape& shape = q.ShapeFor(t.spec);
+  auto& record = static_cast<TaskRecord&>(t);
+  Shape& shape = q.ShapeFor(record.team, t.spec);
   q.Insert(shape, t.queue_seq, &t);
-  static_cast<TaskRecord&>(t).shape = &shape;
+  record.shape = &shape;
   pending_count_[PrioIndex(t.spec.priority)]++;
-  // Behind the head of its shape it cannot start before the head does: no new pass needed.
-  if (shape.tasks.front().second == t.id) pass_needed_ = true;
+  teams_[record.team].pending++;
+  // Behind the head of its shape it cannot start before the head does: no new pass needed,
+  // unless the head waits for victims (the others may take GPUs back too: ReclaimBehind).
+  if (shape.tasks.front().second == t.id || shape.reason == PendingReason::kWaitingForPreemption) {
+    pass_needed_ = true;
+  }
 }
 
 void SchedulerCore::Dequeue(Task& t) {
@@ -20,6 +25,7 @@ void SchedulerCore::Dequeue(Task& t) {
   if (record.shape == nullptr) return;
   if (q.Erase(*record.shape, t.queue_seq, t.id)) {
     pending_count_[PrioIndex(t.spec.priority)]--;
+    teams_[record.team].pending--;
     PrefetchQueued(*record.shape);
   }
   record.shape = nullptr;
@@ -27,25 +33,45 @@ void SchedulerCore::Dequeue(Task& t) {
   // the next one its turn. Within one, it is a start, which only takes room.
   if (!in_pass_) pass_needed_ = true;
   if (q.oldest == t.id) ResetGuard(q, 0);
+  // A node its victims free is kept for it only while it waits.
+  if (!reservations_.empty()) DropReservation(t.id);
 }
 
 void SchedulerCore::ResetGuard(PriorityQueue& q, TaskNumber oldest) {
-  DropReservation(q.oldest);
+  // The guard's reservation goes; one made by a preemption stays while its victims stop.
+  const Reservation* r = ReservationOf(q.oldest);
+  if (r != nullptr && !r->preemption) DropReservation(q.oldest);
   q.oldest = oldest;
   q.bypassed = 0;
   q.holding = false;
 }
 
-const SchedulerCore::Reservation& SchedulerCore::Reserve(Priority p, TaskNumber task,
-                                                         uint32_t slot) {
+const SchedulerCore::Reservation& SchedulerCore::Reserve(Priority p, TaskNumber task, uint32_t slot,
+                                                         bool preemption) {
   // Other tasks see a different set of nodes: another pass may find more.
   pass_needed_ = true;
+  const TaskRecord* t = tasks_.Find(task);
   for (Reservation& r : reservations_) {
     if (r.task != task) continue;
-    if (std::find(r.slots.begin(), r.slots.end(), slot) == r.slots.end()) r.slots.push_back(slot);
+    if (preemption && !r.preemption) {
+      // Its victims' node replaces what the guard kept.
+      r.slots = {slot};
+      r.preemption = true;
+      r.gpus = t->spec.gpu_count;
+      r.team = t->team;
+      CountReservation(r, +1);
+    } else if (std::find(r.slots.begin(), r.slots.end(), slot) == r.slots.end()) {
+      r.slots.push_back(slot);
+    }
     return r;
   }
-  return reservations_.emplace_back(Reservation{p, task, {slot}});
+  Reservation& r = reservations_.emplace_back(Reservation{p, task, {slot}, preemption});
+  if (preemption) {
+    r.gpus = t->spec.gpu_count;
+    r.team = t->team;
+    CountReservation(r, +1);
+  }
+  return r;
 }
 
 const SchedulerCore::Reservation* SchedulerCore::ReservationOf(TaskNumber task) const {
@@ -60,6 +86,7 @@ void SchedulerCore::DropReservation(TaskNumber task) {
   auto it = std::find_if(reservations_.begin(), reservations_.end(),
                          [&](const Reservation& r) { return r.task == task; });
   if (it == reservations_.end()) return;
+  CountReservation(*it, -1);
   reservations_.erase(it);
   pass_needed_ = true;
 }
@@ -69,6 +96,9 @@ void SchedulerCore::DropReservationsOn(uint32_t slot) {
   auto gone = [&](const Reservation& r) {
     return std::find(r.slots.begin(), r.slots.end(), slot) != r.slots.end();
   };
+  for (const Reservation& r : reservations_) {
+    if (gone(r)) CountReservation(r, -1);
+  }
   auto it = std::remove_if(reservations_.begin(), reservations_.end(), gone);
   if (it == reservations_.end()) return;
   reservations_.erase(it, reservations_.end());
@@ -79,10 +109,15 @@ PendingReason SchedulerCore::ReasonOf(const Task& t) const {
   if (t.status != TaskStatus::kPending) return PendingReason::kNone;
   // The core's own record knows its shape; a copy is looked up by its spec.
   const TaskRecord* record = tasks_.Find(t.id);
-  const Shape* s =
-      record == &t ? record->shape : queues_[PrioIndex(t.spec.priority)]->FindShape(t.spec);
+  const Shape* s = nullptr;
+  if (record == &t) {
+    s = record->shape;
+  } else if (const int team = TeamIdOf(t.spec.team); team >= 0) {
+    s = queues_[PrioIndex(t.spec.priority)]->FindShape(team, t.spec);
+  }
   if (s == nullptr || s->tasks.empty() || s->tasks.front().second != t.id) {
-    return PendingReason::kQueued;
+    // Behind its shape's head, it may wait for victims of its own (SchedulerCore::ReclaimBehind).
+    return OwnReserved(t.id) > 0 ? PendingReason::kWaitingForPreemption : PendingReason::kQueued;
   }
   return s->reason;
 }

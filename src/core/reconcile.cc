@@ -61,6 +61,9 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     node->online = false;
   }
   std::vector<TaskNumber> held = node->HeldTasks();
+  // Its GPU table is rebuilt: what counted as eligible there is counted again below.
+  for (TaskNumber id : held) tasks_.Find(id)->eligible_counted = false;
+  unclaimed_tasks_ -= node->unclaimed.size();
   node->address = address;
   node->gpus = gpus;
   std::sort(node->gpus.begin(), node->gpus.end(),
@@ -118,7 +121,8 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
         t != nullptr && (t->status == TaskStatus::kRunning || t->stopping) && member >= 0;
     if (held_here && claim(t->allocation[static_cast<size_t>(member)].gpu_indices, t->id)) {
       if (t->stopping) {
-        decisions_.push_back({Decision::Kind::kStop, t->id, node_id, {}, t->stop_reason});
+        decisions_.push_back(
+            {Decision::Kind::kStop, t->id, node_id, {}, t->stop_reason, -1, t->preempted_by});
       }
       continue;
     }
@@ -132,7 +136,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
       t->allocation = {NodeAllocation{node_id, idx}};
       static_cast<TaskRecord*>(t)->node_slot = node->slot;
       t->error.clear();
-      quota_tree_.Charge(QuotaLeaf(*t), t->spec.gpu_count);
+      ChargeTask(*static_cast<TaskRecord*>(t), +1);
       running_count_[PrioIndex(t->spec.priority)]++;
       Emit(*t);
       EmitEvent(Event::Kind::kTaskScheduled, *t, now, node_id, "adopted");
@@ -162,6 +166,9 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   }
 
   // 5. Back in the pool (placement only if schedulable: a node keeps its mode).
+  if (config_.borrowing) {
+    for (TaskNumber id : node->HeldTasks()) UpdateEligible(*tasks_.Find(id));
+  }
   structure_seq_ = ++change_seq_;
   node->online = true;
   node->last_heartbeat = now;
@@ -213,8 +220,15 @@ Status SchedulerCore::Restore(Task task, TimeMicros now) {
       }
     }
   }
+  if (!IsValidTeamName(task.spec.team)) {
+    return InvalidArgument(FormatTaskId(task.id) + " has a team name that is not valid: '" +
+                           task.spec.team + "'");
+  }
+  const int team = TeamId(task.spec.team);
   TaskRecord& t = *NewTask(task.id);
   static_cast<Task&>(t) = std::move(task);
+  t.team = static_cast<uint16_t>(team);
+  t.borrowed = false;  // Decided again by ChargeTask below (held tasks only).
   if (!t.stopping) t.stop_reason = StopReason::kNone;
   next_number_ = std::max(next_number_, t.id + 1);
   if (t.status == TaskStatus::kPending) {
@@ -238,10 +252,24 @@ Status SchedulerCore::Restore(Task task, TimeMicros now) {
       node->last_heartbeat = now;
     }
     node->last_heartbeat = std::max(node->last_heartbeat, now);
-    if (!member.ended) node->AddUnclaimed(t.id);
+    if (!member.ended) {
+      node->AddUnclaimed(t.id);
+      unclaimed_tasks_++;
+    }
   }
   t.node_slot = FindNodeState(t.allocation[0].node_id)->slot;
-  quota_tree_.Charge(QuotaLeaf(t), t.spec.gpu_count);
+  ChargeTask(t, +1);
+  if (t.stopping && t.stop_reason == StopReason::kPreempt && t.preempted_by != 0) {
+    // Victims stopping for a task: the node they free is kept for it again (Reclaim), and the
+    // node-loss rule applies if their agents do not confirm in time.
+    const int32_t grace = t.spec.preemption_grace_seconds >= 0 ? t.spec.preemption_grace_seconds
+                                                               : config_.preemption_grace_seconds;
+    t.incoming_counted = true;
+    nodes_[t.node_slot]->incoming += t.spec.gpu_count;
+    preemptions_.push_back(
+        {t.id, t.preempted_by, t.node_slot,
+         now + std::max<int32_t>(grace, 0) * kMicrosPerSecond + config_.heartbeat_timeout});
+  }
   if (t.status == TaskStatus::kRunning) running_count_[PrioIndex(t.spec.priority)]++;
   return OkStatus();
 }

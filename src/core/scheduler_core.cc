@@ -10,9 +10,15 @@ namespace dgpu::core {
 
 SchedulerCore::SchedulerCore(CoreConfig config) : config_(std::move(config)) {
   for (auto& q : queues_) q = std::make_unique<PriorityQueue>();
-  class_node_[PrioIndex(Priority::kHigh)] = quota_tree_.Add("online", QuotaTree::kRoot);
-  class_node_[PrioIndex(Priority::kLow)] = quota_tree_.Add("batch", QuotaTree::kRoot);
-  RecomputeQuota();
+  RebuildQuotaTree();
+  TeamId(std::string(kDefaultTeam));
+  for (const auto& [name, limits] : config_.teams) {
+    TeamState& team = teams_[static_cast<size_t>(TeamId(name))];
+    team.configured = true;
+    team.limits = limits;
+  }
+  RebuildQuotaTree();
+  last_team_ = 0;
 }
 
 SchedulerCore::~SchedulerCore() = default;
@@ -61,8 +67,8 @@ bool SchedulerCore::EndMember(Task& t, int member) {
 void SchedulerCore::OrderStops(Task& t, int32_t grace_seconds, TimeMicros now) {
   for (const auto& na : t.allocation) {
     if (na.ended) continue;
-    decisions_.push_back(
-        Decision{Decision::Kind::kStop, t.id, na.node_id, {}, t.stop_reason, grace_seconds});
+    decisions_.push_back(Decision{
+        Decision::Kind::kStop, t.id, na.node_id, {}, t.stop_reason, grace_seconds, t.preempted_by});
     EmitEvent(Event::Kind::kTaskStopping, t, now, na.node_id);
   }
 }
@@ -162,8 +168,20 @@ StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now)
     return InvalidArgument("priority must be high or low");
   }
   if (spec.timeout_seconds < 0) return InvalidArgument("timeout_seconds must not be negative");
+  if (spec.preemption_grace_seconds < -1) {
+    return InvalidArgument("preemption_grace_seconds must be -1 or more");
+  }
+  if (!IsValidTeamName(spec.team))
+    return InvalidArgument("team name '" + spec.team + "' is not valid");
+  int team = TeamIdOf(spec.team);
+  if (team < 0) {
+    if (teams_.size() >= 10000) return InvalidArgument("too many teams");
+    team = TeamId(spec.team);
+  }
+  last_team_ = team;
 
   TaskRecord& t = *NewTask(next_number_++);
+  t.team = static_cast<uint16_t>(team);
   // The allocation buffers its start will reuse were last touched when the record's previous
   // task started; a task that starts soon after it is submitted finds them in cache (queue
   // heads fetch them for the others, see PrefetchQueued).
@@ -197,6 +215,7 @@ Status SchedulerCore::Cancel(TaskNumber id, TimeMicros now, int32_t grace_second
     t.stop_reason = StopReason::kCancel;
   }
   t.status = TaskStatus::kCancelled;
+  UpdateEligible(*found);
   t.error = "cancelled";
   t.finished_at = now;
   Emit(t);
@@ -225,6 +244,7 @@ Status SchedulerCore::StopTask(TaskNumber id, StopReason reason, int32_t grace_s
   if (!t.stopping) {
     t.stopping = true;
     t.stop_reason = reason;
+    UpdateEligible(*found);
     Emit(t);
   }
   OrderStops(t, grace_seconds, now);
@@ -242,6 +262,12 @@ void SchedulerCore::EndStop(Task& t, StopReason reason, TimeMicros now, std::str
   const std::string_view word = StopError(reason);
   if (!(t.error.size() > word.size() && t.error.starts_with(word) && t.error[word.size()] == ':')) {
     t.error = std::string(word);
+  }
+  if (reason == StopReason::kPreempt) {
+    // A preempted run is not a lost attempt: attempts counts the others.
+    t.preemptions++;
+    t.preempted_by = 0;
+    t.attempts = std::max(0, t.attempts - 1);
   }
   if (RequeuesWhenStopped(reason)) {
     // Back at its old place in its queue: being stopped was not its fault.
@@ -368,6 +394,17 @@ Status SchedulerCore::SetOnlinePercent(double online_percent, TimeMicros now) {
 }
 
 void SchedulerCore::Tick(TimeMicros now) {
+  if (!preemptions_.empty() || preempt_wake_at_ != 0) ExpirePreemptions(now);
+  // Fair-share usage is written out now and then, for a restart or a standby to start from.
+  if (config_.borrowing && now - usage_written_at_ >= 60 * kMicrosPerSecond) {
+    usage_written_at_ = now;
+    AccrueUsage(now);
+    for (TeamState& team : teams_) {
+      if (team.usage == team.stored_usage) continue;
+      team.stored_usage = team.usage;
+      EmitTeam(team);
+    }
+  }
   for (auto& node : nodes_) {
     bool expired = now - node->last_heartbeat > config_.heartbeat_timeout;
     if (!expired) continue;

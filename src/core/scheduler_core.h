@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "base/status.h"
 #include "core/placement_index.h"
@@ -49,12 +50,43 @@ struct CoreConfig {
   bool record_changes = true;  // Off in the simulator, which persists nothing.
   bool record_events = true;   // Off in the simulator, which keeps its own statistics.
   Policies policies;           // Extra pass stages (policy.h); none by default.
+
+  // Teams and borrowing (see "Teams, borrowing and preemption" in docs/architecture.md).
+  // Without borrowing, class quotas and team guarantees are hard caps (v1's behaviour when no
+  // team has a guarantee). With it, idle GPUs are lent beyond them and taken back by preemption.
+  bool borrowing = false;
+  int32_t preemption_grace_seconds = 30;  // A preempted task's SIGTERM-to-SIGKILL time.
+  TimeMicros min_runtime = 0;             // No task younger than this is preempted.
+  // Borrowers' usage (GPU-seconds) decays by half in this time (fair share).
+  TimeMicros fairshare_half_life = 7 * 24 * 3600 * kMicrosPerSecond;
+  // Teams named by the configuration; the API may change or delete them (RestoreTeam).
+  std::map<std::string, TeamLimits> teams;
 };
 
 struct QuotaView {
   int total_gpus = 0;  // GPUs on online nodes.
   int quota[kPriorityCount] = {0, 0};
   int used[kPriorityCount] = {0, 0};
+  // GPUs a class uses beyond its quota (borrowed from the other's idle share), and GPUs of its
+  // quota the other class uses while it leaves them idle.
+  int borrowed[kPriorityCount] = {0, 0};
+  int lent[kPriorityCount] = {0, 0};
+};
+
+struct TeamView {
+  std::string name;
+  // Limits set by the configuration or the API; a team without any exists because its tasks
+  // name it, and shares the rest of each class with the others like it.
+  bool configured = false;
+  TeamLimits limits;
+  struct ClassUse {
+    int guaranteed = 0;  // As applied: guarantees are scaled down while the class quota is short.
+    int used = 0;        // GPUs held by its running and stopping tasks of this class.
+    int borrowed = 0;    // GPUs of those that run beyond the guarantee.
+  };
+  ClassUse classes[kPriorityCount];  // By priority: online (high), batch (low).
+  size_t pending = 0;
+  double usage = 0;  // Fair-share usage: decayed GPU-seconds, as of the last pass.
 };
 
 struct GpuView {
@@ -148,6 +180,17 @@ class SchedulerCore {
   // Sets the online share in [0,1]; batch gets the rest. Running tasks are never stopped.
   Status SetOnlinePercent(double online_percent, TimeMicros now);
 
+  // Sets a team's guarantees, cap and weight (durable: a kTeamUpsert change). InvalidArgument
+  // names the field: a bad name, negative numbers, a weight <= 0, a guarantee above max_gpus, or
+  // guarantees of a class adding up to more than its quota while GPUs are online.
+  Status SetTeam(const std::string& name, const TeamLimits& limits, TimeMicros now);
+  // Removes a team's limits (its tasks, if any come later, share the rest of the classes).
+  // NotFound: no such team with limits. FailedPrecondition: it has pending or running tasks.
+  Status DeleteTeam(const std::string& name, TimeMicros now);
+  // Puts back a stored team record (start-up, promotion): limits set through the API win over
+  // the configuration's, a deletion removes the configuration's, usage is kept.
+  Status RestoreTeam(const TeamRecord& record);
+
   // Marks nodes silent for longer than heartbeat_timeout as lost.
   void Tick(TimeMicros now);
 
@@ -192,6 +235,9 @@ class SchedulerCore {
   // The task's pending reason as of the last pass (kNone if not pending).
   PendingReason ReasonOf(const Task& task) const;
   QuotaView Quota() const;
+  // Every team with limits, tasks or usage, by name.
+  std::vector<TeamView> Teams() const;
+  std::optional<TeamView> FindTeam(const std::string& name) const;
   double online_percent() const { return config_.online_percent; }
   const CoreConfig& config() const { return config_; }
   TaskNumber next_task_number() const { return next_number_; }
@@ -244,8 +290,10 @@ class SchedulerCore {
   struct Stats {
     uint64_t decisions = 0;  // Start decisions made.
     uint64_t passes = 0;
-    uint64_t shape_checks = 0;    // Shape heads examined by passes.
-    uint64_t passes_skipped = 0;  // Passes with nothing to do since the last one (see Schedule).
+    uint64_t shape_checks = 0;      // Shape heads examined by passes.
+    uint64_t passes_skipped = 0;    // Passes with nothing to do since the last one (see Schedule).
+    uint64_t preemptions = 0;       // Tasks stopped to make room for a task within its guarantee.
+    uint64_t reclaim_searches = 0;  // Victim searches (each a head within its guarantee).
   };
   const Stats& stats() const { return stats_; }
 
@@ -253,6 +301,104 @@ class SchedulerCore {
   struct Shape;
   struct NodeState;
   struct PriorityQueue;
+  struct TaskRecord;
+
+  // --- Teams, groups, borrowing (teams.cc) ---
+  // A guarantee holder in one class: a team with a guarantee there, or the class's shared part
+  // (what its teams without one share). With borrowing it knows which of its tasks run within
+  // the guarantee and which borrow, each set in start order.
+  struct Group {
+    QuotaTree::NodeId node = 0;  // Its quota node: guarantee and use.
+    int within_gpus = 0;
+    int reserved = 0;  // GPUs its tasks waiting for their victims will take.
+    absl::btree_set<std::pair<uint64_t, TaskNumber>> within;
+    absl::btree_set<std::pair<uint64_t, TaskNumber>> borrowed;
+  };
+  struct TeamState {
+    std::string name;
+    bool configured = false;  // Has limits (configuration or API).
+    bool api_set = false;     // Its limits (or deletion) came through the API and are stored.
+    bool deleted = false;     // Deleted through the API: the configuration's limits are ignored.
+    TeamLimits limits;
+    QuotaTree::NodeId leaf[kPriorityCount] = {0, 0};
+    int group[kPriorityCount] = {0, 0};  // Index in groups_.
+    int used[kPriorityCount] = {0, 0};
+    int borrowed_gpus[kPriorityCount] = {0, 0};
+    int held_gpus = 0;      // Both classes, for max_gpus.
+    int reserved_gpus = 0;  // Kept for its tasks waiting for their victims (CountReservation).
+    size_t pending = 0;
+    double usage = 0;  // Decayed GPU-seconds as of usage_at.
+    TimeMicros usage_at = 0;
+    double stored_usage = -1;  // Usage last written out (kTeamUpsert), to skip unchanged ones.
+  };
+  // The team's index, created (without limits) on first use; -1 when `create` is false and
+  // there is none.
+  int TeamId(const std::string& name, bool create = true);
+  int TeamIdOf(const std::string& name) const;
+  // Rebuilds the quota tree from the teams (root, classes, each class's shared node, a leaf per
+  // team and class) and charges it with what each team holds.
+  void RebuildQuotaTree();
+  // Holds (sign +1) or gives back (-1) t's GPUs in the quota tree, its team and its group;
+  // with borrowing, a start decides whether t borrows.
+  void ChargeTask(TaskRecord& t, int sign);
+  // Moves tasks between within and borrowed as guarantees and use change (borrowing only):
+  // the youngest within tasks borrow while a group holds more than its guarantee within, the
+  // oldest borrowers come back within while they fit.
+  void RebalanceGroup(Group& g);
+  void RebalanceGroups();
+  void SetBorrowed(TaskRecord& t, bool borrowed);
+  // Whether `gpus` more for `team` in class `prio` stay within its group's guarantee, counting
+  // what is kept for preemptors (but `own_reserved`, the asking task's own).
+  bool WithinGuarantee(int team, int prio, int gpus, int own_reserved = 0) const;
+  // Whether a head of `team` may take `gpus` more: kNone, or kTeamLimit.
+  PendingReason TeamAdmits(int team, int gpus, int own_reserved = 0) const;
+  // The GPUs kept for task `id` by a preemption (0 if none).
+  int OwnReserved(TaskNumber id) const;
+  void AccrueUsage(TimeMicros now);
+  double FairShareKey(int team) const;
+  void EmitTeam(const TeamState& team);
+  TeamView ViewOf(const TeamState& team) const;
+
+  // --- Preemption (preemption.cc) ---
+  // Whether t's GPUs may be taken back now: borrowed, preemptible, running and not stopping,
+  // on one node whose GPUs it holds. Counted per node slice (eligible), which the reclaim
+  // indexes follow.
+  bool Eligible(const TaskRecord& t) const;
+  void UpdateEligible(TaskRecord& t);
+  // Counts t's GPUs as eligible or not (false before its GPUs are released).
+  void CountEligible(TaskRecord& t, bool eligible);
+  void ReclaimSync(NodeState& node);
+  void ReclaimInsert(NodeState& node);
+  void ReclaimErase(NodeState& node);
+  // A head within its guarantee that found no room: chooses borrowed tasks to stop on one node
+  // and keeps that node for it; kWaitingForPreemption while they stop, else `why`.
+  PendingReason Reclaim(TaskRecord& t, PendingReason why, const std::vector<uint32_t>& excluded,
+                        TimeMicros now);
+  struct VictimPlan {
+    uint32_t slot = 0;
+    std::vector<TaskRecord*> victims;
+    int own_class = 0;
+    int freed = 0;
+  };
+  // The fewest eligible tasks on `node` (model slice `model`) whose GPUs give `t` room, or
+  // nullopt. `victim_class`: only that class's tasks (-1: any).
+  std::optional<VictimPlan> PlanVictims(const TaskRecord& t, const NodeState& node, int model,
+                                        int victim_class, TimeMicros now);
+  // Victims stopping for a preemptor: the node they free is kept for it; one that does not
+  // confirm within grace + heartbeat_timeout is handled by the node-loss rule.
+  struct PendingPreemption {
+    TaskNumber victim = 0;
+    TaskNumber preemptor = 0;
+    uint32_t slot = 0;
+    TimeMicros deadline = 0;
+  };
+  void ExpirePreemptions(TimeMicros now);
+  Status CheckTeamInvariants() const;
+  // GPUs of a node slice that task `task` can count on: free, plus victims' that are stopping,
+  // less what is kept for other waiting preemptors.
+  int Available(const NodeState& node, int model, TaskNumber task) const;
+  std::vector<uint32_t> reclaim_excluded_;  // Scratch for Reclaim.
+  std::vector<uint32_t> reclaim_nodes_;     // Scratch for Reclaim.
 
   void Emit(const Task& t);
   // Records an event about task t (node: where it happened, if anywhere).
@@ -296,26 +442,48 @@ class SchedulerCore {
   void TakeNodeOffline(NodeState& node, TimeMicros now, std::string_view why);
   Status ApplyFinish(Task& t, const FinishReport& report, TimeMicros now);
   // The pass's stages (pass.cc).
-  void SchedulePriority(int prio, TimeMicros now);
   bool Admit(int prio, const Shape& shape) const;
   std::optional<PlacementIndex::Fit> FindNode(const Shape& shape, const Task& t,
                                               const std::vector<int>& models,
                                               const std::vector<uint32_t>& excluded) const;
+  enum class Phase : uint8_t;
+  // Tries to start the head of `shape`; kNone when it started, else why not (kQueued: not its
+  // phase).
   PendingReason TryStart(int prio, Shape& shape, const std::vector<uint32_t>& excluded,
-                         TimeMicros now);
+                         TimeMicros now, Phase phase);
+  PendingReason TryStartHead(int prio, Shape& shape, Task& t, const std::vector<uint32_t>& excluded,
+                             TimeMicros now, Phase phase);
+  std::vector<uint32_t> own_excluded_;  // Scratch: excluded nodes minus a task's own.
+  void ReclaimBehind(int prio, Shape& shape, TimeMicros now);
+  // Starts the class's tasks waiting for victims whose node now has room for them.
+  void StartPreemptors(int prio, TimeMicros now);
   PendingReason PostFilter(const Task& t, PendingReason why, TimeMicros now);
   // Returns true when the queue holds (nothing younger starts); else adds the oldest task's
   // reserved nodes to `excluded`.
   bool HoldForOldest(int prio, Shape& head_shape, PendingReason reason,
                      std::vector<uint32_t>& excluded);
+  // Passes with borrowing run in two phases: heads within their guarantee first (the others
+  // wait for the second), then borrowers, team by team in fair-share order.
+  enum class Phase : uint8_t { kAll, kGuaranteed, kBorrowing };
+  // One class's part of a pass in one phase; returns true when its queue holds.
+  bool SchedulePhase(int prio, Phase phase, TimeMicros now);
+  bool InPhase(const Shape& shape, Phase phase, int prio) const;
 
-  // Reservations (queues.cc): nodes kept for one task; no other task may start on them.
+  // Reservations (queues.cc): nodes kept for one task; no other task may start on them. The
+  // starvation guard keeps them for a queue's oldest task; a preemption keeps the node its
+  // victims free for the task they make room for.
   struct Reservation {
     Priority priority = Priority::kLow;
     TaskNumber task = 0;
     std::vector<uint32_t> slots;
+    bool preemption = false;
+    // A preemption's: the GPUs its task will take, counted against its team's cap and its
+    // group's guarantee while its victims stop (CountReservation).
+    int gpus = 0;
+    int team = 0;
   };
-  const Reservation& Reserve(Priority p, TaskNumber task, uint32_t slot);
+  void CountReservation(const Reservation& r, int sign);
+  const Reservation& Reserve(Priority p, TaskNumber task, uint32_t slot, bool preemption = false);
   const Reservation* ReservationOf(TaskNumber task) const;
   void DropReservation(TaskNumber task);
   void DropReservationsOn(uint32_t slot);
@@ -349,7 +517,11 @@ class SchedulerCore {
     // Slot of the node in allocation[0], so that releasing GPUs needs no lookup by id string
     // (nor a read of the allocation). Set with the allocation; CheckInvariants verifies it.
     uint32_t node_slot = kNoSlot;
-    Shape* shape = nullptr;  // The queue it waits in while pending; nullptr otherwise.
+    uint16_t team = 0;              // Index in teams_.
+    bool eligible_counted = false;  // Its GPUs count in its node slice's eligible GPUs.
+    bool incoming_counted = false;  // A victim: its GPUs count in its node's incoming.
+    uint64_t start_order = 0;       // With borrowing: its key in its group's sets.
+    Shape* shape = nullptr;         // The queue it waits in while pending; nullptr otherwise.
     // The allocation of an earlier task in this slot, kept (stale) for the next start to build its
     // own in; empty while the task holds one.
     Allocation spare_allocation;
@@ -419,9 +591,23 @@ class SchedulerCore {
   // the online GPUs (RecomputeQuota); running and stopping tasks are charged to their leaf.
   QuotaTree quota_tree_;
   QuotaTree::NodeId class_node_[kPriorityCount] = {0, 0};
+  QuotaTree::NodeId shared_node_[kPriorityCount] = {0, 0};
   QuotaTree::NodeId QuotaLeaf(const Task& t) const {
-    return class_node_[static_cast<int>(t.spec.priority)];
+    return teams_[static_cast<const TaskRecord&>(t).team].leaf[static_cast<int>(t.spec.priority)];
   }
+  std::vector<TeamState> teams_;
+  absl::flat_hash_map<std::string, int> team_ids_;
+  int last_team_ = 0;  // The team of the last lookup: most submissions name the one before.
+  std::vector<Group> groups_;
+  uint64_t next_start_order_ = 1;
+  uint64_t pass_first_start_ = 1;  // The first start order of the pass under way.
+  TimeMicros usage_written_at_ = 0;
+  // Reclaim indexes (borrowing only): placeable nodes by free + eligible GPUs of class 0, of
+  // class 1, and of both, per model.
+  PlacementIndex reclaim_[3];
+  std::vector<PendingPreemption> preemptions_;
+  TimeMicros preempt_wake_at_ = 0;  // A pass is due then: tasks reach min_runtime.
+  size_t unclaimed_tasks_ = 0;      // Restored tasks still waiting for their nodes.
 
   std::vector<Reservation> reservations_;  // A handful at most.
   std::vector<Decision> decisions_;

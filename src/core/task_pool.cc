@@ -58,7 +58,14 @@ void SchedulerCore::TaskPool::Delete(TaskRecord* t) {
   t->status = TaskStatus::kPending;
   t->stopping = false;
   t->stop_reason = StopReason::kNone;
+  t->borrowed = false;
+  t->preemptions = 0;
+  t->preempted_by = 0;
   t->node_slot = kNoSlot;
+  t->team = 0;
+  t->eligible_counted = false;
+  t->incoming_counted = false;
+  t->start_order = 0;
   t->shape = nullptr;
   PrefetchLines<true>(&t->spec, sizeof(TaskSpec));
   free_.push_back(t);

@@ -36,6 +36,10 @@ std::string_view ToString(PendingReason r) {
       return "no_gpu_model";
     case PendingReason::kExceedsCluster:
       return "exceeds_cluster";
+    case PendingReason::kTeamLimit:
+      return "team_limit";
+    case PendingReason::kWaitingForPreemption:
+      return "waiting_for_preemption";
   }
   return "";
 }
@@ -119,6 +123,10 @@ std::string_view ToString(Event::Kind k) {
       return "quota_changed";
     case Event::Kind::kNodeStateChanged:
       return "node_state_changed";
+    case Event::Kind::kTaskPreempted:
+      return "task_preempted";
+    case Event::Kind::kTeamChanged:
+      return "team_changed";
   }
   return "unknown";
 }
@@ -168,7 +176,8 @@ std::optional<TaskStatus> ParseTaskStatus(std::string_view s) {
 std::optional<PendingReason> ParsePendingReason(std::string_view s) {
   for (auto r :
        {PendingReason::kNone, PendingReason::kQueued, PendingReason::kQuotaExhausted,
-        PendingReason::kNoNodeFits, PendingReason::kNoGpuModel, PendingReason::kExceedsCluster}) {
+        PendingReason::kNoNodeFits, PendingReason::kNoGpuModel, PendingReason::kExceedsCluster,
+        PendingReason::kTeamLimit, PendingReason::kWaitingForPreemption}) {
     if (ToString(r) == s) return r;
   }
   return std::nullopt;
@@ -202,6 +211,16 @@ bool HasMemberOn(const Allocation& a, std::string_view node_id) {
     if (m.node_id == node_id) return true;
   }
   return false;
+}
+
+bool IsValidTeamName(std::string_view name) {
+  if (name.empty() || name.size() > 63) return false;
+  auto lower_or_digit = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!lower_or_digit(name[0])) return false;
+  for (char c : name.substr(1)) {
+    if (!lower_or_digit(c) && c != '_' && c != '-') return false;
+  }
+  return true;
 }
 
 std::string FormatTaskId(TaskNumber n) { return "task-" + std::to_string(n); }

@@ -33,6 +33,10 @@ enum class PendingReason : uint8_t {
   kNoNodeFits,      // Enough GPUs in total, but no single node has enough free.
   kNoGpuModel,      // No online node has the requested GPU model.
   kExceedsCluster,  // Asks for more GPUs than any online node of that model has.
+  kTeamLimit,       // Its team holds max_gpus already (running and stopping tasks).
+  // Within its guarantee: borrowed tasks are being stopped to make room, and the GPUs they free
+  // are kept for it.
+  kWaitingForPreemption,
 };
 
 enum class GpuStatus : uint8_t { kIdle, kBusy, kOffline, kUnhealthy };
@@ -87,6 +91,11 @@ inline bool IsFinished(TaskStatus s) {
 
 // "task-42" <-> 42. Parse returns nullopt for anything else.
 std::string FormatTaskId(TaskNumber n);
+
+// Every task belongs to a team; a submission that names none belongs to this one.
+inline constexpr std::string_view kDefaultTeam = "default";
+// Team names: [a-z0-9][a-z0-9_-]{0,62}.
+bool IsValidTeamName(std::string_view name);
 std::optional<TaskNumber> ParseTaskId(std::string_view id);
 
 // GPUs given to a task on one node. A task's allocation is a list of these: one entry for a
@@ -109,12 +118,18 @@ bool HasMemberOn(const Allocation& a, std::string_view node_id);
 // The fields a scheduling decision reads come last, next to Task's own (see Task).
 struct TaskSpec {
   std::string name;
-  std::string gpu_model;  // Empty: any model.
+  std::string team = std::string(kDefaultTeam);  // Valid team name (IsValidTeamName).
+  std::string user;                              // Who submitted it; may be empty.
+  std::string gpu_model;                         // Empty: any model.
   std::string command;
   std::vector<std::pair<std::string, std::string>> env;  // Sorted by key, keys unique.
   std::string image;                                     // Docker executor only.
   int64_t timeout_seconds = 0;                           // 0: no limit.
+  // Seconds between SIGTERM and SIGKILL when it is preempted; -1: preemption.grace_period.
+  int32_t preemption_grace_seconds = -1;
   Priority priority = Priority::kLow;
+  // False: it never borrows GPUs beyond its team's guarantee, so it is never preempted.
+  bool preemptible = true;
   int gpu_count = 1;
   bool operator==(const TaskSpec&) const = default;
 };
@@ -144,6 +159,11 @@ struct Task {
   // confirmed it: its GPUs stay held so that nothing else is started on them.
   bool stopping = false;
   StopReason stop_reason = StopReason::kNone;  // Set while stopping.
+  // Runs beyond its team's (or its class's shared) guarantee on GPUs lent while idle, so it may
+  // be preempted. Kept by the core as guarantees free up (quota.borrowing only).
+  bool borrowed = false;
+  int preemptions = 0;          // Times it was stopped and requeued by a preemption.
+  TaskNumber preempted_by = 0;  // While stopping for a preemption: the task it makes room for.
 
   int TotalGpus() const { return spec.gpu_count; }
   bool operator==(const Task&) const = default;
@@ -184,16 +204,40 @@ struct Decision {
   std::vector<int> gpu_indices;           // kStart only.
   StopReason reason = StopReason::kNone;  // kStop only.
   int32_t grace_seconds = -1;             // kStop only; -1: the agent's own grace period.
+  TaskNumber preempted_by = 0;            // kStop for preempt: the task it makes room for.
   bool operator==(const Decision&) const = default;
 };
 
 // A state change to make durable and to replicate, in the order the core made them.
+// A team's guarantees inside the two classes, its cap and its fair-share weight.
+struct TeamLimits {
+  int online = 0;     // GPUs guaranteed to its high-priority tasks.
+  int batch = 0;      // GPUs guaranteed to its low-priority tasks.
+  int max_gpus = -1;  // Never more GPUs than this, borrowed or not; -1: no cap.
+  double weight = 1;  // Share of idle GPUs among borrowers (> 0).
+  bool operator==(const TeamLimits&) const = default;
+};
+
+// A team as it is stored: its limits, or a deletion (a team named by the configuration that was
+// deleted through the API stays deleted), and its fair-share usage.
+struct TeamRecord {
+  std::string name;
+  bool set = false;  // Limits set through the API: they win over the configuration's.
+  TeamLimits limits;
+  bool deleted = false;
+  // Decayed GPU-seconds (quota.fairshare_half_life) as of usage_at.
+  double usage = 0;
+  TimeMicros usage_at = 0;
+  bool operator==(const TeamRecord&) const = default;
+};
+
 struct Change {
-  enum class Kind : uint8_t { kTaskUpsert, kQuotaPercent, kNextTaskNumber };
+  enum class Kind : uint8_t { kTaskUpsert, kQuotaPercent, kNextTaskNumber, kTeamUpsert };
   Kind kind = Kind::kTaskUpsert;
   Task task;                   // kTaskUpsert: the task as it is after the change.
   double online_percent = 0;   // kQuotaPercent.
   TaskNumber next_number = 0;  // kNextTaskNumber.
+  TeamRecord team;             // kTeamUpsert: limits set, a deletion, or usage.
 };
 
 // Something that happened in the core, for metrics, logs and (later) audit, watchers and task
@@ -212,6 +256,10 @@ struct Event {
     kNodeLost,          // A node went offline (silent, or reported lost).
     kQuotaChanged,      // The online share changed (online_percent).
     kNodeStateChanged,  // A node's mode or a GPU's health changed (detail says what).
+    // A borrowed task is stopped to make room for a task within its guarantee (detail: that
+    // task's id, node_id: where).
+    kTaskPreempted,
+    kTeamChanged,  // A team's guarantees or cap were set, or it was deleted (detail: its name).
   };
   Kind kind = Kind::kTaskSubmitted;
   TimeMicros time = 0;

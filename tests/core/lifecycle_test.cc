@@ -61,7 +61,8 @@ TEST_F(LifecycleTest, APreemptedTaskKeepsItsGpusUntilItEndsThenGoesBackToItsPlac
   auto d = Pass();
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].task, victim);
-  EXPECT_EQ(T(victim).attempts, 2);
+  EXPECT_EQ(T(victim).attempts, 1) << "a preempted run is not a lost attempt";
+  EXPECT_EQ(T(victim).preemptions, 1);
 }
 
 TEST_F(LifecycleTest, ATimedOutOrMemberFailedTaskFails) {

@@ -50,9 +50,10 @@ std::string Describe(const Task& t) {
   std::ostringstream s;
   s << FormatTaskId(t.id) << " " << ToString(t.spec.priority) << " " << t.spec.gpu_count << "x'"
     << t.spec.gpu_model << "' " << ToString(t.status) << (t.stopping ? " stopping " : " ")
-    << ToString(t.stop_reason) << " seq " << t.queue_seq << " attempts " << t.attempts << " error '"
-    << t.error << "' exit " << t.exit_code << " created " << t.created_at << " started "
-    << t.started_at << " finished " << t.finished_at << " on";
+    << ToString(t.stop_reason) << " seq " << t.queue_seq << " attempts " << t.attempts
+    << " preemptions " << t.preemptions << " error '" << t.error << "' exit " << t.exit_code
+    << " created " << t.created_at << " started " << t.started_at << " finished " << t.finished_at
+    << " on";
   for (const auto& na : t.allocation) s << " " << na.node_id << Describe(na.gpu_indices);
   return s.str();
 }
@@ -78,8 +79,8 @@ bool Same(const Task& a, const Task& b) {
   return a.id == b.id && a.spec.priority == b.spec.priority &&
          a.spec.gpu_count == b.spec.gpu_count && a.spec.gpu_model == b.spec.gpu_model &&
          a.status == b.status && a.stopping == b.stopping && a.stop_reason == b.stop_reason &&
-         a.queue_seq == b.queue_seq && a.attempts == b.attempts && a.error == b.error &&
-         a.exit_code == b.exit_code && a.created_at == b.created_at &&
+         a.queue_seq == b.queue_seq && a.attempts == b.attempts && a.preemptions == b.preemptions &&
+         a.error == b.error && a.exit_code == b.exit_code && a.created_at == b.created_at &&
          a.started_at == b.started_at && a.finished_at == b.finished_at &&
          a.allocation == b.allocation;
 }

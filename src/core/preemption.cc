@@ -1,0 +1,326 @@
+// Preemption (quota.borrowing): a task within its guarantee that finds no room takes GPUs back
+// from borrowed tasks, on one node, no more than it needs.
+//
+// Which tasks may be taken is counted per node and model (ModelSlice::eligible, per class), and
+// three more placement indexes order the placeable nodes by free + eligible GPUs (of class 0, of
+// class 1, of both): the nodes where stopping eligible tasks could make room for k GPUs are the
+// index's nodes with a count >= k, found in a few word scans however large the cluster is.
+#include "core/core_internal.h"
+
+namespace dgpu::core {
+
+namespace {
+// At most this many nodes are looked at closely per search, and the best of the first few that
+// work is taken: a search stays in microseconds on any cluster.
+constexpr int kMaxNodesExamined = 64;
+constexpr int kMaxPlansCompared = 8;
+}  // namespace
+
+bool SchedulerCore::Eligible(const TaskRecord& t) const {
+  if (!config_.borrowing || !t.borrowed || !t.spec.preemptible ||
+      t.status != TaskStatus::kRunning || t.stopping || t.allocation.size() != 1 ||
+      t.node_slot >= nodes_.size() || t.allocation[0].gpu_indices.empty()) {
+    return false;
+  }
+  const NodeState& node = *nodes_[t.node_slot];
+  const int pos = node.Position(t.allocation[0].gpu_indices[0]);
+  return pos >= 0 && node.gpu_task[static_cast<size_t>(pos)] == t.id;
+}
+
+void SchedulerCore::UpdateEligible(TaskRecord& t) { CountEligible(t, Eligible(t)); }
+
+void SchedulerCore::CountEligible(TaskRecord& t, bool want) {
+  if (want == t.eligible_counted) return;
+  NodeState& node = *nodes_[t.node_slot];
+  const int pos = node.Position(t.allocation[0].gpu_indices[0]);
+  NodeState::ModelSlice* slice = node.Slice(node.gpu_model[static_cast<size_t>(pos)]);
+  slice->eligible[PrioIndex(t.spec.priority)] += want ? t.spec.gpu_count : -t.spec.gpu_count;
+  t.eligible_counted = want;
+  ReclaimSync(node);
+}
+
+void SchedulerCore::ReclaimSync(NodeState& node) {
+  if (!config_.borrowing || !node.in_index) return;
+  for (auto& s : node.slices) {
+    if (s.capacity <= 0) continue;
+    const int keys[3] = {s.free + s.eligible[0], s.free + s.eligible[1],
+                         s.free + s.eligible[0] + s.eligible[1]};
+    for (int i = 0; i < 3; ++i) {
+      const int key = std::min(keys[i], s.capacity);
+      if (key == s.reclaim_key[i]) continue;
+      reclaim_[i].Move(s.model, node.Entry(), s.reclaim_key[i], key);
+      s.reclaim_key[i] = key;
+    }
+  }
+}
+
+void SchedulerCore::ReclaimInsert(NodeState& node) {
+  if (!config_.borrowing) return;
+  for (auto& s : node.slices) {
+    if (s.capacity <= 0) continue;
+    const int keys[3] = {s.free + s.eligible[0], s.free + s.eligible[1],
+                         s.free + s.eligible[0] + s.eligible[1]};
+    for (int i = 0; i < 3; ++i) {
+      s.reclaim_key[i] = std::min(keys[i], s.capacity);
+      reclaim_[i].Insert(s.model, node.Entry(), s.reclaim_key[i], s.capacity);
+    }
+  }
+}
+
+void SchedulerCore::ReclaimErase(NodeState& node) {
+  if (!config_.borrowing) return;
+  for (auto& s : node.slices) {
+    if (s.capacity <= 0) continue;
+    for (int i = 0; i < 3; ++i) reclaim_[i].Erase(s.model, node.Entry(), s.reclaim_key[i], s.capacity);
+  }
+}
+
+std::optional<SchedulerCore::VictimPlan> SchedulerCore::PlanVictims(const TaskRecord& t,
+                                                                    const NodeState& node,
+                                                                    int model, int victim_class,
+                                                                    TimeMicros now) {
+  const auto* slice = const_cast<NodeState&>(node).Slice(model);
+  if (slice == nullptr) return std::nullopt;
+  // What will be free here for t: free GPUs, and those of victims stopping here, less what is
+  // kept for other tasks waiting for them.
+  const int need = t.spec.gpu_count - Available(node, model, t.id);
+  if (need <= 0) {
+    VictimPlan share;  // Room without stopping anything more.
+    share.slot = node.slot;
+    return share;
+  }
+  struct Candidate {
+    TaskRecord* task;
+    int gpus;  // Usable GPUs of `model` it frees here.
+    std::tuple<int, int, int64_t> preference;  // Lower: stopped first.
+  };
+  std::vector<Candidate> candidates;
+  int available = 0;
+  for (size_t pos = 0; pos < node.gpu_task.size(); ++pos) {
+    const TaskNumber id = node.gpu_task[pos];
+    if (id == 0 || node.gpu_model[pos] != model || !node.Usable(pos)) continue;
+    auto it = std::find_if(candidates.begin(), candidates.end(),
+                           [&](const Candidate& c) { return c.task->id == id; });
+    if (it != candidates.end()) {
+      it->gpus++;
+      available++;
+      continue;
+    }
+    TaskRecord* v = tasks_.Find(id);
+    // Never one started in this very pass.
+    if (v == nullptr || !v->eligible_counted || v->start_order >= pass_first_start_) continue;
+    const int vp = PrioIndex(v->spec.priority);
+    if (victim_class >= 0 && vp != victim_class) continue;
+    if (config_.min_runtime > 0 && v->started_at + config_.min_runtime > now) {
+      const TimeMicros ready = v->started_at + config_.min_runtime;
+      if (preempt_wake_at_ == 0 || ready < preempt_wake_at_) preempt_wake_at_ = ready;
+      continue;
+    }
+    // Other class's borrowers first, then the group most over its guarantee, then the youngest.
+    const auto& g = quota_tree_.node(
+        groups_[static_cast<size_t>(teams_[v->team].group[vp])].node);
+    const int over = g.used - g.limits.guarantee;
+    candidates.push_back(
+        {v, 1, {vp == PrioIndex(t.spec.priority) ? 1 : 0, -over,
+                -static_cast<int64_t>(v->start_order)}});
+    available++;
+  }
+  if (available < need) return std::nullopt;
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.preference != b.preference ? a.preference < b.preference
+                                        : a.task->id < b.task->id;
+  });
+  // Takes candidates in `order` until they free enough, then lets go again (last taken first)
+  // of every one the others can do without: no victim more than needed.
+  auto choose = [&](const std::vector<size_t>& order) {
+    std::vector<size_t> chosen;
+    int freed = 0;
+    for (size_t i : order) {
+      if (freed >= need) break;
+      chosen.push_back(i);
+      freed += candidates[i].gpus;
+    }
+    for (size_t j = chosen.size(); j-- > 0;) {
+      const int without = freed - candidates[chosen[j]].gpus;
+      if (without >= need) {
+        freed = without;
+        chosen.erase(chosen.begin() + static_cast<std::ptrdiff_t>(j));
+      }
+    }
+    return chosen;
+  };
+  std::vector<size_t> by_preference(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) by_preference[i] = i;
+  std::vector<size_t> by_size = by_preference;
+  std::stable_sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) {
+    return candidates[a].gpus > candidates[b].gpus;
+  });
+  std::vector<size_t> chosen = choose(by_preference);
+  std::vector<size_t> fewest = choose(by_size);
+  if (fewest.size() < chosen.size()) chosen = std::move(fewest);
+  // Stopped in preference order.
+  std::sort(chosen.begin(), chosen.end());
+  VictimPlan plan;
+  plan.slot = node.slot;
+  for (size_t i : chosen) {
+    plan.victims.push_back(candidates[i].task);
+    plan.freed += candidates[i].gpus;
+    if (PrioIndex(candidates[i].task->spec.priority) == PrioIndex(t.spec.priority)) {
+      plan.own_class++;
+    }
+  }
+  return plan;
+}
+
+int SchedulerCore::Available(const NodeState& node, int model, TaskNumber task) const {
+  const auto* slice = const_cast<NodeState&>(node).Slice(model);
+  if (slice == nullptr) return 0;
+  const int own = OwnReserved(task);
+  const Reservation* r = own > 0 ? ReservationOf(task) : nullptr;
+  const bool own_here = r != nullptr && std::find(r->slots.begin(), r->slots.end(), node.slot) !=
+                                            r->slots.end();
+  return slice->free + node.incoming - (node.promised - (own_here ? own : 0));
+}
+
+PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
+                                     const std::vector<uint32_t>& /*excluded*/, TimeMicros now) {
+  const int prio = PrioIndex(t.spec.priority);
+  const std::vector<int>& models = ModelsFor(t.spec.gpu_model);
+  auto fits_model = [&](const NodeState& node, int* model) {
+    for (int m : models) {
+      if (const auto* s = const_cast<NodeState&>(node).Slice(m); s != nullptr && s->capacity > 0) {
+        *model = m;
+        return true;
+      }
+    }
+    return false;
+  };
+  auto passes_filters = [&](const NodeState& node) {
+    if (config_.policies.filters.empty()) return true;
+    const NodeFacts facts{node.id, node.labels};
+    for (const auto& f : config_.policies.filters) {
+      if (!f->Feasible(t, facts)) return false;
+    }
+    return true;
+  };
+  // Already waiting: while the node kept for it will have room once its victims (or those it
+  // shares them with) are gone, it waits for them.
+  if (const Reservation* own = reservations_.empty() ? nullptr : ReservationOf(t.id);
+      own != nullptr && own->preemption) {
+    const NodeState& node = *nodes_[own->slots.front()];
+    int model = 0;
+    if (node.Placeable() && fits_model(node, &model) && node.incoming > 0 &&
+        Available(node, model, t.id) >= t.spec.gpu_count) {
+      return PendingReason::kWaitingForPreemption;
+    }
+    DropReservation(t.id);
+  }
+  // Victims stopping for it without a node kept for it (a new leader restored them): keep it.
+  for (const PendingPreemption& pp : preemptions_) {
+    if (pp.preemptor != t.id) continue;
+    const TaskRecord* v = tasks_.Find(pp.victim);
+    if (v == nullptr || !v->stopping || v->stop_reason != StopReason::kPreempt ||
+        v->preempted_by != t.id || !nodes_[pp.slot]->Placeable()) {
+      continue;
+    }
+    Reserve(t.spec.priority, t.id, pp.slot, true);
+    queues_[prio]->excluded.push_back(pp.slot);
+    return PendingReason::kWaitingForPreemption;
+  }
+  // Restored tasks whose nodes have not registered yet hold GPUs that are not counted: what
+  // borrows is not known until they are back.
+  if (unclaimed_tasks_ > 0) return why;
+  stats_.reclaim_searches++;
+  // Nodes the starvation guard keeps for other tasks are left alone; a node kept for other
+  // preemptors may be shared (Available counts what they were promised).
+  std::vector<uint32_t>& skip = reclaim_excluded_;
+  skip.clear();
+  for (const Reservation& r : reservations_) {
+    if (!r.preemption && r.task != t.id) skip.insert(skip.end(), r.slots.begin(), r.slots.end());
+  }
+  std::optional<VictimPlan> best;
+  auto better = [](const VictimPlan& a, const VictimPlan& b) {
+    return std::make_tuple(a.victims.size(), a.own_class, a.freed) <
+           std::make_tuple(b.victims.size(), b.own_class, b.freed);
+  };
+  // First the nodes where victims already stop: room there costs no new victim.
+  std::vector<uint32_t>& stopping_on = reclaim_nodes_;
+  stopping_on.clear();
+  for (const PendingPreemption& pp : preemptions_) {
+    if (std::find(stopping_on.begin(), stopping_on.end(), pp.slot) == stopping_on.end() &&
+        std::find(skip.begin(), skip.end(), pp.slot) == skip.end()) {
+      stopping_on.push_back(pp.slot);
+    }
+  }
+  for (uint32_t slot : stopping_on) {
+    const NodeState& node = *nodes_[slot];
+    if (node.incoming <= 0) continue;
+    int model = 0;
+    if (!node.Placeable() || !fits_model(node, &model) || !passes_filters(node)) continue;
+    auto plan = PlanVictims(t, node, model, 1 - prio, now);
+    if (plan && (!best || better(*plan, *best))) best = std::move(plan);
+  }
+  // Other class's borrowers first: only if none of them can make room, any class's.
+  for (const int victim_class : {1 - prio, -1}) {
+    if (best && best->victims.empty()) break;
+    const int index = victim_class < 0 ? 2 : victim_class;
+    int examined = 0;
+    int plans = 0;
+    reclaim_[index].ForEachFit(models, t.spec.gpu_count, skip, [&](uint32_t slot, int model,
+                                                                   int) {
+      if (++examined > kMaxNodesExamined) return false;
+      const NodeState& node = *nodes_[slot];
+      if (!passes_filters(node)) return true;
+      auto plan = PlanVictims(t, node, model, victim_class, now);
+      if (!plan) return true;
+      if (!best || better(*plan, *best)) best = std::move(plan);
+      return ++plans < kMaxPlansCompared;
+    });
+    if (best) break;
+  }
+  if (!best) return why;
+  NodeState& node = *nodes_[best->slot];
+  for (TaskRecord* v : best->victims) {
+    const int32_t grace = v->spec.preemption_grace_seconds >= 0 ? v->spec.preemption_grace_seconds
+                                                                : config_.preemption_grace_seconds;
+    v->preempted_by = t.id;
+    EmitEvent(Event::Kind::kTaskPreempted, *v, now, node.id, FormatTaskId(t.id));
+    (void)StopTask(v->id, StopReason::kPreempt, grace, now);
+    v->incoming_counted = true;
+    node.incoming += v->spec.gpu_count;
+    preemptions_.push_back({v->id, t.id, best->slot,
+                            now + std::max<int32_t>(grace, 0) * kMicrosPerSecond +
+                                config_.heartbeat_timeout});
+    stats_.preemptions++;
+  }
+  Reserve(t.spec.priority, t.id, best->slot, true);
+  // The rest of this pass skips the node too.
+  queues_[prio]->excluded.push_back(best->slot);
+  return PendingReason::kWaitingForPreemption;
+}
+
+void SchedulerCore::ExpirePreemptions(TimeMicros now) {
+  if (preempt_wake_at_ != 0 && now >= preempt_wake_at_) {
+    preempt_wake_at_ = 0;
+    pass_needed_ = true;
+  }
+  for (size_t i = 0; i < preemptions_.size();) {
+    const PendingPreemption pp = preemptions_[i];
+    TaskRecord* v = tasks_.Find(pp.victim);
+    const bool stopping = v != nullptr && v->stopping && v->stop_reason == StopReason::kPreempt &&
+                          v->preempted_by == pp.preemptor;
+    if (stopping && now <= pp.deadline) {
+      ++i;
+      continue;
+    }
+    preemptions_[i] = preemptions_.back();
+    preemptions_.pop_back();
+    if (stopping) {
+      // Its agent did not confirm the stop in time: the node-loss rule, for this task.
+      const std::string node = nodes_[pp.slot]->id;
+      LoseHeld(*v, now, node);
+    }
+  }
+}
+
+}  // namespace dgpu::core
