@@ -71,7 +71,8 @@ void SchedulerCore::ReclaimErase(NodeState& node) {
   if (!config_.borrowing) return;
   for (auto& s : node.slices) {
     if (s.capacity <= 0) continue;
-    for (int i = 0; i < 3; ++i) reclaim_[i].Erase(s.model, node.Entry(), s.reclaim_key[i], s.capacity);
+    for (int i = 0; i < 3; ++i)
+      reclaim_[i].Erase(s.model, node.Entry(), s.reclaim_key[i], s.capacity);
   }
 }
 
@@ -91,7 +92,7 @@ std::optional<SchedulerCore::VictimPlan> SchedulerCore::PlanVictims(const TaskRe
   }
   struct Candidate {
     TaskRecord* task;
-    int gpus;  // Usable GPUs of `model` it frees here.
+    int gpus;                                  // Usable GPUs of `model` it frees here.
     std::tuple<int, int, int64_t> preference;  // Lower: stopped first.
   };
   std::vector<Candidate> candidates;
@@ -117,18 +118,17 @@ std::optional<SchedulerCore::VictimPlan> SchedulerCore::PlanVictims(const TaskRe
       continue;
     }
     // Other class's borrowers first, then the group most over its guarantee, then the youngest.
-    const auto& g = quota_tree_.node(
-        groups_[static_cast<size_t>(teams_[v->team].group[vp])].node);
+    const auto& g = quota_tree_.node(groups_[static_cast<size_t>(teams_[v->team].group[vp])].node);
     const int over = g.used - g.limits.guarantee;
     candidates.push_back(
-        {v, 1, {vp == PrioIndex(t.spec.priority) ? 1 : 0, -over,
-                -static_cast<int64_t>(v->start_order)}});
+        {v,
+         1,
+         {vp == PrioIndex(t.spec.priority) ? 1 : 0, -over, -static_cast<int64_t>(v->start_order)}});
     available++;
   }
   if (available < need) return std::nullopt;
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return a.preference != b.preference ? a.preference < b.preference
-                                        : a.task->id < b.task->id;
+    return a.preference != b.preference ? a.preference < b.preference : a.task->id < b.task->id;
   });
   // Takes candidates in `order` until they free enough, then lets go again (last taken first)
   // of every one the others can do without: no victim more than needed.
@@ -152,9 +152,8 @@ std::optional<SchedulerCore::VictimPlan> SchedulerCore::PlanVictims(const TaskRe
   std::vector<size_t> by_preference(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) by_preference[i] = i;
   std::vector<size_t> by_size = by_preference;
-  std::stable_sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) {
-    return candidates[a].gpus > candidates[b].gpus;
-  });
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](size_t a, size_t b) { return candidates[a].gpus > candidates[b].gpus; });
   std::vector<size_t> chosen = choose(by_preference);
   std::vector<size_t> fewest = choose(by_size);
   if (fewest.size() < chosen.size()) chosen = std::move(fewest);
@@ -177,8 +176,8 @@ int SchedulerCore::Available(const NodeState& node, int model, TaskNumber task) 
   if (slice == nullptr) return 0;
   const int own = OwnReserved(task);
   const Reservation* r = own > 0 ? ReservationOf(task) : nullptr;
-  const bool own_here = r != nullptr && std::find(r->slots.begin(), r->slots.end(), node.slot) !=
-                                            r->slots.end();
+  const bool own_here =
+      r != nullptr && std::find(r->slots.begin(), r->slots.end(), node.slot) != r->slots.end();
   return slice->free + node.incoming - (node.promised - (own_here ? own : 0));
 }
 
@@ -266,8 +265,7 @@ PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
     const int index = victim_class < 0 ? 2 : victim_class;
     int examined = 0;
     int plans = 0;
-    reclaim_[index].ForEachFit(models, t.spec.gpu_count, skip, [&](uint32_t slot, int model,
-                                                                   int) {
+    reclaim_[index].ForEachFit(models, t.spec.gpu_count, skip, [&](uint32_t slot, int model, int) {
       if (++examined > kMaxNodesExamined) return false;
       const NodeState& node = *nodes_[slot];
       if (!passes_filters(node)) return true;
@@ -288,9 +286,9 @@ PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
     (void)StopTask(v->id, StopReason::kPreempt, grace, now);
     v->incoming_counted = true;
     node.incoming += v->spec.gpu_count;
-    preemptions_.push_back({v->id, t.id, best->slot,
-                            now + std::max<int32_t>(grace, 0) * kMicrosPerSecond +
-                                config_.heartbeat_timeout});
+    preemptions_.push_back(
+        {v->id, t.id, best->slot,
+         now + std::max<int32_t>(grace, 0) * kMicrosPerSecond + config_.heartbeat_timeout});
     stats_.preemptions++;
   }
   Reserve(t.spec.priority, t.id, best->slot, true);

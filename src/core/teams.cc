@@ -84,8 +84,7 @@ void SchedulerCore::RebuildQuotaTree() {
     for (const auto* set : {&g.within, &g.borrowed}) {
       for (const auto& [order, id] : *set) {
         TaskRecord& t = *tasks_.Find(id);
-        Group& ng = groups_[static_cast<size_t>(
-            teams_[t.team].group[PrioIndex(t.spec.priority)])];
+        Group& ng = groups_[static_cast<size_t>(teams_[t.team].group[PrioIndex(t.spec.priority)])];
         if (t.borrowed) {
           ng.borrowed.insert({order, id});
         } else {
@@ -315,7 +314,9 @@ Status SchedulerCore::SetTeam(const std::string& name, const TeamLimits& limits,
   if (teams_.size() >= kMaxTeams && TeamIdOf(name) < 0) {
     return InvalidArgument("too many teams (at most " + std::to_string(kMaxTeams) + ")");
   }
-  const int id = TeamId(name);
+  // The team gets its slot only once its limits are accepted: a refused request leaves no
+  // trace of the name.
+  const int existing = TeamIdOf(name);
   if (total_online_gpus_ > 0) {
     const QuotaView q = Quota();
     const int wanted[kPriorityCount] = {limits.online, limits.batch};
@@ -323,7 +324,7 @@ Status SchedulerCore::SetTeam(const std::string& name, const TeamLimits& limits,
     for (int p = 0; p < kPriorityCount; ++p) {
       int64_t sum = wanted[p];
       for (size_t i = 0; i < teams_.size(); ++i) {
-        if (static_cast<int>(i) == id || !teams_[i].configured) continue;
+        if (static_cast<int>(i) == existing || !teams_[i].configured) continue;
         sum += p == 0 ? teams_[i].limits.online : teams_[i].limits.batch;
       }
       if (sum > q.quota[p]) {
@@ -334,7 +335,7 @@ Status SchedulerCore::SetTeam(const std::string& name, const TeamLimits& limits,
       }
     }
   }
-  TeamState& team = teams_[static_cast<size_t>(id)];
+  TeamState& team = teams_[static_cast<size_t>(TeamId(name))];
   AccrueUsage(now);
   team.configured = true;
   team.api_set = true;

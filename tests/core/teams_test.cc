@@ -3,8 +3,8 @@
 // guarantee preempted, no preemption that does not let its preemptor start).
 #include <gtest/gtest.h>
 
-#include <map>
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -33,8 +33,8 @@ std::string Describe(const Decision& d) {
     for (size_t i = 0; i < d.gpu_indices.size(); ++i) *os << (i ? "," : "") << d.gpu_indices[i];
     *os << "]";
   } else {
-    *os << " (" << ToString(d.reason) << ", grace " << d.grace_seconds << ", by "
-        << d.preempted_by << ")";
+    *os << " (" << ToString(d.reason) << ", grace " << d.grace_seconds << ", by " << d.preempted_by
+        << ")";
   }
   return out.str();
 }
@@ -65,7 +65,8 @@ class TeamsTest : public ::testing::Test {
     return c;
   }
   void Register(const std::string& node, int gpus, const std::string& model = "A100") {
-    ASSERT_TRUE(core_.RegisterNode(node, node + ":50052", MakeGpus(gpus, model), {}, {}, now_).ok());
+    ASSERT_TRUE(
+        core_.RegisterNode(node, node + ":50052", MakeGpus(gpus, model), {}, {}, now_).ok());
   }
   TaskNumber Submit(Priority p, int gpus, const std::string& team = "default",
                     bool preemptible = true) {
@@ -87,8 +88,7 @@ class TeamsTest : public ::testing::Test {
     EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
   }
   void Finish(TaskNumber t) {
-    ASSERT_TRUE(
-        core_.TaskFinished(T(t).allocation[0].node_id, {t, true, 0, "", now_}, now_).ok());
+    ASSERT_TRUE(core_.TaskFinished(T(t).allocation[0].node_id, {t, true, 0, "", now_}, now_).ok());
   }
   static Decision Start(TaskNumber t, const std::string& node, std::vector<int> gpus) {
     return {Kind::kStart, t, node, std::move(gpus)};
@@ -124,9 +124,11 @@ TEST_F(StrictTeamsTest, ATeamGuaranteeIsItsShareAndTheRestIsShared) {
   TaskNumber o1 = Submit(Priority::kHigh, 2, "nlp");
   TaskNumber o2 = Submit(Priority::kHigh, 1, "nlp");
   auto d = Pass();
-  EXPECT_EQ(Describe(d), Describe(std::vector<Decision>{Start(v1, "n1", {0, 1}), Start(o1, "n1", {2, 3})}));
+  EXPECT_EQ(Describe(d),
+            Describe(std::vector<Decision>{Start(v1, "n1", {0, 1}), Start(o1, "n1", {2, 3})}));
   EXPECT_EQ(Describe(Reason(v2)), Describe(PendingReason::kQuotaExhausted)) << "vision holds its 2";
-  EXPECT_EQ(Describe(Reason(o2)), Describe(PendingReason::kQuotaExhausted)) << "the shared 2 are taken";
+  EXPECT_EQ(Describe(Reason(o2)), Describe(PendingReason::kQuotaExhausted))
+      << "the shared 2 are taken";
   EXPECT_FALSE(T(v1).borrowed);
   auto vision = core_.FindTeam("vision");
   ASSERT_TRUE(vision.has_value());
@@ -148,7 +150,8 @@ TEST_F(StrictTeamsTest, MaxGpusCapsATeamAcrossClasses) {
   Register("n1", 8);
   TaskNumber a = Submit(Priority::kLow, 1, "capped");
   TaskNumber b = Submit(Priority::kHigh, 1, "capped");
-  EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Start(b, "n1", {0})})) << "high goes first";
+  EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Start(b, "n1", {0})}))
+      << "high goes first";
   EXPECT_EQ(Describe(Reason(a)), Describe(PendingReason::kTeamLimit));
   Finish(b);
   EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Start(a, "n1", {0})}));
@@ -186,6 +189,7 @@ TEST_F(TeamsTest, SetTeamChecksItsFieldsAndTheClassQuota) {
                                "quota of 4"),
             std::string::npos)
       << sum.ToString();
+  EXPECT_FALSE(core_.FindTeam("b").has_value()) << "a refused team leaves no trace";
   ASSERT_TRUE(core_.SetTeam("a", {.online = 2}, now_).ok()) << "changing a team counts it once";
   ASSERT_TRUE(core_.SetTeam("b", {.online = 2, .batch = 4, .max_gpus = 6, .weight = 2}, now_).ok());
   auto changes = core_.TakeChanges();
@@ -221,7 +225,8 @@ TEST_F(TeamsTest, RestoredRecordsWinOverTheConfiguration) {
   c.teams["vision"] = {.online = 4};
   c.teams["old"] = {.batch = 2};
   SchedulerCore core(c);
-  ASSERT_TRUE(core.RestoreTeam({"vision", true, {.online = 1, .max_gpus = 3}, false, 50, now_}).ok());
+  ASSERT_TRUE(
+      core.RestoreTeam({"vision", true, {.online = 1, .max_gpus = 3}, false, 50, now_}).ok());
   ASSERT_TRUE(core.RestoreTeam({"old", false, {}, true, 0, 0}).ok());
   ASSERT_TRUE(core.RegisterNode("n1", "", MakeGpus(8), {}, {}, now_).ok());
   EXPECT_EQ(core.FindTeam("vision")->limits.max_gpus, 3);
@@ -271,7 +276,7 @@ TEST_F(TeamsTest, AnOnlineTaskPreemptsExactlyTheBorrowedTasksItNeeds) {
   TaskNumber online = Submit(Priority::kHigh, 2);
   // The youngest borrowers go first.
   EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Preempt(batch[3], "n1", online),
-                                           Preempt(batch[2], "n1", online)}));
+                                                             Preempt(batch[2], "n1", online)}));
   EXPECT_EQ(Describe(Reason(online)), Describe(PendingReason::kWaitingForPreemption));
   EXPECT_EQ(T(batch[3]).preempted_by, online);
   EXPECT_EQ(T(batch[3]).stop_reason, StopReason::kPreempt);
@@ -291,8 +296,7 @@ TEST_F(TeamsTest, AnOnlineTaskPreemptsExactlyTheBorrowedTasksItNeeds) {
   EXPECT_EQ(T(batch[2]).preemptions, 1);
   EXPECT_EQ(T(batch[2]).attempts, 0);
   EXPECT_EQ(T(batch[2]).preempted_by, 0u);
-  EXPECT_EQ(core_.QueueOrder(Priority::kLow),
-            (std::vector<TaskNumber>{batch[2], batch[3], other}));
+  EXPECT_EQ(core_.QueueOrder(Priority::kLow), (std::vector<TaskNumber>{batch[2], batch[3], other}));
 }
 
 TEST_F(TeamsTest, TheVictimsAreOnOneNodeOfTheRightModelAndFewestFirst) {
@@ -350,11 +354,14 @@ TEST_F(TeamsTest, TheOtherClassIsPreemptedBeforeOnesOwn) {
   EXPECT_TRUE(T(batch[6]).borrowed);
   now_ += kSec;
   TaskNumber s = Submit(Priority::kHigh, 1, "search");
-  EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Preempt(batch[6], T(batch[6]).allocation[0].node_id, s)}))
+  EXPECT_EQ(
+      Describe(Pass()),
+      Describe(std::vector<Decision>{Preempt(batch[6], T(batch[6]).allocation[0].node_id, s)}))
       << "the batch borrower, not the online one";
   // Another one: no batch borrower is left, so the online one goes.
   TaskNumber s2 = Submit(Priority::kHigh, 1, "search");
-  EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Preempt(ads[4], T(ads[4]).allocation[0].node_id, s2)}));
+  EXPECT_EQ(Describe(Pass()),
+            Describe(std::vector<Decision>{Preempt(ads[4], T(ads[4]).allocation[0].node_id, s2)}));
 }
 
 TEST_F(TeamsTest, ATeamReclaimsItsGuaranteeFromAnotherTeamOfItsClass) {
@@ -367,7 +374,8 @@ TEST_F(TeamsTest, ATeamReclaimsItsGuaranteeFromAnotherTeamOfItsClass) {
   EXPECT_EQ(core_.FindTeam("nlp")->classes[1].borrowed, 2);
   now_ += kSec;
   TaskNumber v = Submit(Priority::kLow, 2, "vision");
-  EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Preempt(nlp[3], "n1", v), Preempt(nlp[2], "n1", v)}));
+  EXPECT_EQ(Describe(Pass()),
+            Describe(std::vector<Decision>{Preempt(nlp[3], "n1", v), Preempt(nlp[2], "n1", v)}));
   Confirm(nlp[2]);
   Confirm(nlp[3]);
   EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Start(v, "n1", {2, 3})}));
@@ -382,7 +390,8 @@ TEST_F(TeamsTest, ANonPreemptibleTaskNeverBorrowsAndIsNeverAVictim) {
   TaskNumber a = Submit(Priority::kLow, 2, "default", false);
   TaskNumber b = Submit(Priority::kLow, 2, "default", false);
   EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Start(a, "n1", {0, 1})}));
-  EXPECT_EQ(Describe(Reason(b)), Describe(PendingReason::kQuotaExhausted)) << "it would have to borrow";
+  EXPECT_EQ(Describe(Reason(b)), Describe(PendingReason::kQuotaExhausted))
+      << "it would have to borrow";
   TaskNumber c = Submit(Priority::kLow, 2);  // Preemptible: borrows the idle online GPUs.
   EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Start(c, "n1", {2, 3})}));
   EXPECT_TRUE(T(c).borrowed);
@@ -410,8 +419,7 @@ TEST_F(TeamsTest, NoTaskYoungerThanMinRuntimeIsPreempted) {
   ASSERT_TRUE(core.Heartbeat("n1", now_ + 61 * kSec).ok());
   core.Tick(now_ + 61 * kSec);
   core.Schedule(now_ + 61 * kSec);
-  EXPECT_EQ(core.TakeDecisions(),
-            (std::vector<Decision>{Preempt(*b2, "n1", *o)}));
+  EXPECT_EQ(core.TakeDecisions(), (std::vector<Decision>{Preempt(*b2, "n1", *o)}));
   EXPECT_EQ(core.FindTask(*b1)->status, TaskStatus::kRunning);
 }
 
@@ -484,7 +492,8 @@ TEST_F(TeamsTest, IdleGpusGoFirstToTheBorrowerWithTheLeastUsageOverWeight) {
   for (int i = 0; i < 4; ++i) h[i] = Submit(Priority::kLow, 1, "heavy");
   auto d = Pass();
   ASSERT_EQ(d.size(), 8u);
-  // Turns by key (usage + held x tau) / weight: heavy's weight 3 lets it take three for each of a's.
+  // Turns by key (usage + held x tau) / weight: heavy's weight 3 lets it take three for each of
+  // a's.
   std::vector<TaskNumber> order;
   for (const Decision& x : d) order.push_back(x.task);
   EXPECT_EQ(order[0], a[0]) << "both at zero: queue order";
@@ -504,7 +513,8 @@ TEST_F(TeamsTest, UsageDecaysWithTheHalfLife) {
   core.Schedule(now_ + 100 * kSec);
   // Two GPUs for one half-life: 2 * (100 / ln 2) * (1 - 1/2) = 144.27 GPU-seconds.
   EXPECT_NEAR(core.FindTeam("x")->usage, 144.27, 0.01);
-  ASSERT_TRUE(core.TaskFinished("n1", {*t, true, 0, "", now_ + 100 * kSec}, now_ + 100 * kSec).ok());
+  ASSERT_TRUE(
+      core.TaskFinished("n1", {*t, true, 0, "", now_ + 100 * kSec}, now_ + 100 * kSec).ok());
   core.Schedule(now_ + 200 * kSec);
   EXPECT_NEAR(core.FindTeam("x")->usage, 72.13, 0.01);
 }
@@ -520,10 +530,12 @@ TEST_F(TeamsTest, PendingReasonsSayWhatWouldHelp) {
   EXPECT_EQ(Describe(Reason(big)), Describe(PendingReason::kExceedsCluster));
   TaskNumber two = Submit(Priority::kLow, 2);
   Pass();
-  EXPECT_EQ(Describe(Reason(two)), Describe(PendingReason::kQuotaExhausted)) << "one GPU idle: nothing to borrow";
+  EXPECT_EQ(Describe(Reason(two)), Describe(PendingReason::kQuotaExhausted))
+      << "one GPU idle: nothing to borrow";
   Register("n2", 1);
   Pass();
-  EXPECT_EQ(Describe(Reason(two)), Describe(PendingReason::kNoNodeFits)) << "two GPUs idle, on two nodes";
+  EXPECT_EQ(Describe(Reason(two)), Describe(PendingReason::kNoNodeFits))
+      << "two GPUs idle, on two nodes";
 }
 
 // --- Randomized: the promises hold whatever happens -------------------------------------------
@@ -538,8 +550,8 @@ void RunBorrowingSequence(uint32_t seed, int steps) {
   cfg.min_runtime = pick(2) * pick(5) * kSec;
   cfg.preemption_grace_seconds = pick(3) * 10;
   cfg.teams["a"] = {.online = pick(4), .batch = pick(4), .max_gpus = -1, .weight = 1};
-  cfg.teams["b"] = {.online = pick(3), .batch = pick(3), .max_gpus = pick(2) ? -1 : 12,
-                    .weight = 2};
+  cfg.teams["b"] = {
+      .online = pick(3), .batch = pick(3), .max_gpus = pick(2) ? -1 : 12, .weight = 2};
   SchedulerCore core(cfg);
   SchedulerCore shadow(cfg);
   int step = 0;
@@ -604,8 +616,7 @@ void RunBorrowingSequence(uint32_t seed, int steps) {
       // Before the pass: which tasks borrow, and what each node holds.
       std::set<TaskNumber> borrowed_before;
       core.ForEachTask([&](const Task& t) {
-        if (t.status == TaskStatus::kRunning && !t.stopping && t.borrowed &&
-            t.spec.preemptible) {
+        if (t.status == TaskStatus::kRunning && !t.stopping && t.borrowed && t.spec.preemptible) {
           borrowed_before.insert(t.id);
         }
       });
@@ -648,8 +659,9 @@ void RunBorrowingSequence(uint32_t seed, int steps) {
           ASSERT_TRUE(t != nullptr && t->status == TaskStatus::kRunning)
               << where(at) << ": " << FormatTaskId(p) << " preempted " << vs.size()
               << " task(s) and did not start: "
-              << (t == nullptr ? "gone" : Describe(core.ReasonOf(*t)) + " " +
-                                              std::string(ToString(t->status)));
+              << (t == nullptr
+                      ? "gone"
+                      : Describe(core.ReasonOf(*t)) + " " + std::string(ToString(t->status)));
           // Requeued (and maybe started again on GPUs idle elsewhere).
           for (TaskNumber v : vs) ASSERT_GE(core.FindTask(v)->preemptions, 1) << where(at);
         }
