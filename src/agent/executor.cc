@@ -85,7 +85,8 @@ std::string StopErrorOf(core::StopReason reason) {
       core::StopError(reason == core::StopReason::kNone ? core::StopReason::kCancel : reason));
 }
 
-std::string StopLogLine(core::StopReason reason, std::chrono::milliseconds grace) {
+std::string StopLogLine(core::StopReason reason, std::chrono::milliseconds grace,
+                        const std::string& preempted_by) {
   const core::StopReason shown =
       reason == core::StopReason::kNone ? core::StopReason::kCancel : reason;
   std::string seconds = std::to_string(grace.count() / 1000);
@@ -95,7 +96,7 @@ std::string StopLogLine(core::StopReason reason, std::chrono::milliseconds grace
     seconds += "." + fraction;
   }
   return "dgpu: stopping task (reason: " + std::string(core::ToString(shown)) + ", grace " +
-         seconds + " s)";
+         seconds + " s" + (preempted_by.empty() ? "" : ", for " + preempted_by) + ")";
 }
 
 }  // namespace dgpu::agent

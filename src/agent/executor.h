@@ -50,6 +50,7 @@ struct TaskExit {
 struct StopOrder {
   core::StopReason reason = core::StopReason::kCancel;
   std::chrono::milliseconds grace{-1};  // Negative: the executor's configured kill grace period.
+  std::string preempted_by;             // Reason preempt: the task it makes room for.
 };
 
 // The error a task stopped for `reason` finishes with: core::StopError ("cancelled",
@@ -57,8 +58,10 @@ struct StopOrder {
 std::string StopErrorOf(core::StopReason reason);
 
 // The line a task's log gets when a stop order takes effect, without the newline:
-// "dgpu: stopping task (reason: cancel, grace 5 s)"; fractions of a second as "grace 0.25 s".
-std::string StopLogLine(core::StopReason reason, std::chrono::milliseconds grace);
+// "dgpu: stopping task (reason: cancel, grace 5 s)"; fractions of a second as "grace 0.25 s";
+// a preemption names the task it makes room for: "(reason: preempt, grace 30 s, for task-7)".
+std::string StopLogLine(core::StopReason reason, std::chrono::milliseconds grace,
+                        const std::string& preempted_by = {});
 
 class Executor {
  public:

@@ -57,6 +57,11 @@ StopOrder ToStopOrder(const dgpu::v1::StopOrder& order) {
   if (order.has_grace_period_seconds() && order.grace_period_seconds() >= 0) {
     out.grace = std::chrono::seconds(order.grace_period_seconds());
   }
+  // Only a task id goes into the task's log.
+  if (out.reason == core::StopReason::kPreempt &&
+      core::ParseTaskId(order.preempted_by()).has_value()) {
+    out.preempted_by = order.preempted_by();
+  }
   return out;
 }
 

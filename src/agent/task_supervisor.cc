@@ -362,7 +362,7 @@ void TaskSupervisor::BeginStop(Task& task, const StopOrder& order, int64_t now_m
   if (task.phase == Phase::kRunning) {
     task.phase = Phase::kStopping;
     task.stop_reason = order.reason;
-    AppendToLog(task, StopLogLine(order.reason, grace));
+    AppendToLog(task, StopLogLine(order.reason, grace, order.preempted_by));
     Scan();
     SendTerm(task, now_micros, /*use_plan=*/true, grace);
     task.kill_at_micros = kill_at;
@@ -373,7 +373,7 @@ void TaskSupervisor::BeginStop(Task& task, const StopOrder& order, int64_t now_m
     return;
   }
   task.kill_at_micros = kill_at;
-  AppendToLog(task, StopLogLine(order.reason, grace));
+  AppendToLog(task, StopLogLine(order.reason, grace, order.preempted_by));
 }
 
 void TaskSupervisor::AppendToLog(const Task& task, const std::string& line) const {

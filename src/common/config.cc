@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "common/time_util.h"
+#include "core/types.h"
 
 #define DGPU_CONFIG_RETURN_IF_ERROR(expr) \
   do {                                    \
@@ -469,14 +470,63 @@ Status ReadDetectionMethods(const Section& gpu, std::vector<GpuDetectionMethod>*
   return OkStatus();
 }
 
+// quota.teams: {name: {online, batch, max_gpus, weight}}.
+Status ReadTeams(const Section& quota, std::map<std::string, TeamConfig>* out) {
+  if (!quota.Has("teams")) return OkStatus();
+  const YAML::Node node = quota.Get("teams");
+  const std::string key = quota.KeyPath("teams");
+  if (!node.IsMap()) return Invalid(key, "must be a mapping of team names, got " + Describe(node));
+  std::map<std::string, TeamConfig> teams;
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar()) return Invalid(key, "team names must be strings");
+    const std::string& name = entry.first.Scalar();
+    if (!core::IsValidTeamName(name)) {
+      return Invalid(key + "." + name,
+                     "team names are 1 to 63 characters of a-z, 0-9, '_' and '-', starting with "
+                     "a letter or digit");
+    }
+    if (teams.count(name) != 0) return Invalid(key + "." + name, "is listed twice");
+    auto section_or =
+        Section::Open(entry.second, key + "." + name, {"online", "batch", "max_gpus", "weight"});
+    if (!section_or.ok()) return section_or.status();
+    const Section& s = *section_or;
+    TeamConfig t;
+    constexpr int64_t kMaxGpus = 1 << 24;
+    DGPU_CONFIG_RETURN_IF_ERROR(s.ReadInt("online", 0, kMaxGpus, &t.online));
+    DGPU_CONFIG_RETURN_IF_ERROR(s.ReadInt("batch", 0, kMaxGpus, &t.batch));
+    DGPU_CONFIG_RETURN_IF_ERROR(s.ReadInt("max_gpus", 0, kMaxGpus, &t.max_gpus));
+    if (s.Has("weight")) {
+      const YAML::Node w = s.Get("weight");
+      double value = 0;
+      bool ok = w.IsScalar();
+      if (ok) {
+        const std::string& text = w.Scalar();
+        const char* end = text.data() + text.size();
+        const auto result = std::from_chars(text.data(), end, value);
+        ok = result.ec == std::errc() && result.ptr == end && std::isfinite(value) && value > 0;
+      }
+      if (!ok) return Invalid(s.KeyPath("weight"), "must be a number above 0, got " + Describe(w));
+      t.weight = value;
+    }
+    if (t.max_gpus >= 0 && t.online + t.batch > t.max_gpus) {
+      return Invalid(s.KeyPath("max_gpus"), "must be at least online + batch (" +
+                                                std::to_string(t.online + t.batch) + "), got " +
+                                                std::to_string(t.max_gpus));
+    }
+    teams.emplace(name, t);
+  }
+  *out = std::move(teams);
+  return OkStatus();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Documents.
 
 StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   SchedulerConfig c;
-  auto root_or = Section::Open(
-      document, "",
-      {"server", "scheduler", "replication", "quota", "agent", "storage", "ha", "logging"});
+  auto root_or = Section::Open(document, "",
+                               {"server", "scheduler", "replication", "quota", "preemption",
+                                "agent", "storage", "ha", "logging"});
   if (!root_or.ok()) return root_or.status();
   const Section& root = *root_or;
 
@@ -519,8 +569,13 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
                        FormatDuration(r.heartbeat_timeout));
   }
 
-  DGPU_OPEN_SECTION(quota, root, "quota", {"online_percent", "batch_percent"});
+  DGPU_OPEN_SECTION(
+      quota, root, "quota",
+      {"online_percent", "batch_percent", "borrowing", "fairshare_half_life", "teams"});
   QuotaConfig& q = c.quota;
+  DGPU_CONFIG_RETURN_IF_ERROR(quota.ReadBool("borrowing", &q.borrowing));
+  DGPU_CONFIG_RETURN_IF_ERROR(quota.ReadDuration("fairshare_half_life", &q.fairshare_half_life));
+  DGPU_CONFIG_RETURN_IF_ERROR(ReadTeams(quota, &q.teams));
   DGPU_CONFIG_RETURN_IF_ERROR(quota.ReadFraction("online_percent", &q.online_percent));
   DGPU_CONFIG_RETURN_IF_ERROR(quota.ReadFraction("batch_percent", &q.batch_percent));
   const bool has_online = quota.Has("online_percent");
@@ -537,6 +592,16 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   } else if (has_batch) {
     q.online_percent = 1.0 - q.batch_percent;
   }
+
+  DGPU_OPEN_SECTION(preemption, root, "preemption", {"grace_period", "min_runtime"});
+  DGPU_CONFIG_RETURN_IF_ERROR(preemption.ReadDuration("grace_period", &c.preemption.grace_period,
+                                                      DurationRule::kNonNegative));
+  if (c.preemption.grace_period.count() % 1000 != 0) {
+    return Invalid("preemption.grace_period",
+                   "must be whole seconds, got " + FormatDuration(c.preemption.grace_period));
+  }
+  DGPU_CONFIG_RETURN_IF_ERROR(preemption.ReadDuration("min_runtime", &c.preemption.min_runtime,
+                                                      DurationRule::kNonNegative));
 
   DGPU_OPEN_SECTION(agent, root, "agent", {"heartbeat_timeout"});
   DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadDuration("heartbeat_timeout", &c.agent.heartbeat_timeout));

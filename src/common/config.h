@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -95,10 +96,31 @@ struct ReplicationConfig {
 
 // Section `quota`. Both in [0, 1] and they sum to 1. When only one is given, the other is
 // derived from it.
+// A team's guarantees inside the classes, its cap and its fair-share weight (quota.teams).
+struct TeamConfig {
+  int online = 0;     // >= 0
+  int batch = 0;      // >= 0
+  int max_gpus = -1;  // -1: no cap; else >= online + batch
+  double weight = 1;  // > 0
+  bool operator==(const TeamConfig&) const = default;
+};
+
 struct QuotaConfig {
   double online_percent = 0.7;
   double batch_percent = 0.3;
+  // false: quotas and team guarantees are hard caps (v1). true: idle GPUs are lent beyond them
+  // and taken back by preemption.
+  bool borrowing = false;
+  milliseconds fairshare_half_life{7LL * 24 * 3600 * 1000};  // > 0
+  std::map<std::string, TeamConfig> teams;                   // by name ([a-z0-9][a-z0-9_-]{0,62})
   bool operator==(const QuotaConfig&) const = default;
+};
+
+// Section `preemption`.
+struct PreemptionConfig {
+  milliseconds grace_period{30'000};  // SIGTERM to SIGKILL for a preempted task; whole seconds
+  milliseconds min_runtime{0};        // no task younger than this is preempted
+  bool operator==(const PreemptionConfig&) const = default;
 };
 
 // Section `agent` of the scheduler: how the scheduler judges agents.
@@ -133,6 +155,7 @@ struct SchedulerConfig {
   SchedulingConfig scheduler;
   ReplicationConfig replication;
   QuotaConfig quota;
+  PreemptionConfig preemption;
   AgentTrackingConfig agent;
   StorageConfig storage;
   HaConfig ha;

@@ -34,12 +34,13 @@ Caller GrpcCaller(const grpc::CallbackServerContext* ctx) {
 // Orders a stop in both forms (see HeartbeatResponse in scheduler.proto): the id for agents that
 // predate StopOrder, and the StopOrder with its reason and grace period (-1: the agent's own).
 void AddStop(HeartbeatResponse* msg, const std::string& task_id, core::StopReason reason,
-             int32_t grace_seconds) {
+             int32_t grace_seconds, core::TaskNumber preempted_by = 0) {
   msg->add_cancel_task_ids(task_id);
   auto* order = msg->add_stop();
   order->set_task_id(task_id);
   order->set_reason(std::string(core::ToString(reason)));
   if (grace_seconds >= 0) order->set_grace_period_seconds(grace_seconds);
+  if (preempted_by != 0) order->set_preempted_by(core::FormatTaskId(preempted_by));
 }
 
 HeartbeatReport ToReport(const HeartbeatRequest& req) {
@@ -212,7 +213,7 @@ void AgentHub::Dispatch(const core::SchedulerCore& core,
     auto& msg = by_node[d.node_id];
     msg.set_epoch(leader_->epoch());
     if (d.kind == core::Decision::Kind::kStop) {
-      AddStop(&msg, core::FormatTaskId(d.task), d.reason, d.grace_seconds);
+      AddStop(&msg, core::FormatTaskId(d.task), d.reason, d.grace_seconds, d.preempted_by);
       continue;
     }
     const core::Task* t = core.FindTask(d.task);

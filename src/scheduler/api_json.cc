@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <restinio/uri_helpers.hpp>
 
 #include "common/number.h"
@@ -111,8 +112,10 @@ std::optional<ApiError> CheckJsonContentType(std::string_view ct) {
 std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec* spec) {
   json doc;
   if (auto err = ParseJsonObject(body, &doc)) return err;
-  static const char* kKnown[] = {"priority", "gpu_count", "command",         "gpu_model",
-                                 "env",      "name",      "timeout_seconds", "image"};
+  static const char* kKnown[] = {
+      "priority", "gpu_count", "command",         "gpu_model",
+      "env",      "name",      "timeout_seconds", "image",
+      "team",     "user",      "preemptible",     "preemption_grace_seconds"};
   for (const auto& [key, value] : doc.items()) {
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return ApiError{400, "unknown_field", "unknown field \"" + key + "\""};
@@ -158,6 +161,31 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
     if (auto e = GetInteger(*it, "timeout_seconds", 0, kMaxTimeoutSeconds, &s.timeout_seconds)) {
       return e;
     }
+  }
+  if (it = doc.find("team"); it != doc.end() && !it->is_null()) {
+    if (auto e = GetString(*it, "team", 63, &s.team)) return e;
+    if (!core::IsValidTeamName(s.team)) {
+      return InvalidField(
+          "team must be 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a letter or "
+          "digit; got \"" +
+          s.team + "\"");
+    }
+  }
+  if (it = doc.find("user"); it != doc.end() && !it->is_null()) {
+    if (auto e = GetString(*it, "user", kMaxShortField, &s.user)) return e;
+  }
+  if (it = doc.find("preemptible"); it != doc.end() && !it->is_null()) {
+    if (!it->is_boolean()) {
+      return InvalidField("preemptible must be true or false, got " + TypeName(*it));
+    }
+    s.preemptible = it->get<bool>();
+  }
+  if (it = doc.find("preemption_grace_seconds"); it != doc.end() && !it->is_null()) {
+    int64_t grace = 0;
+    if (auto e = GetInteger(*it, "preemption_grace_seconds", 0, kMaxGraceSeconds, &grace)) {
+      return e;
+    }
+    s.preemption_grace_seconds = static_cast<int32_t>(grace);
   }
   if (it = doc.find("env"); it != doc.end() && !it->is_null()) {
     if (!it->is_object()) {
@@ -259,14 +287,76 @@ nlohmann::json TaskToJson(const core::Task& t, core::PendingReason reason) {
       {"created_at", TimeOrNull(t.created_at)},
       {"started_at", TimeOrNull(t.started_at)},
       {"finished_at", TimeOrNull(t.finished_at)},
+      {"team", t.spec.team},
+      {"user", t.spec.user},
+      {"preemptible", t.spec.preemptible},
+      {"preemption_grace_seconds", t.spec.preemption_grace_seconds},
+      {"borrowed", t.status == core::TaskStatus::kRunning && t.borrowed},
+      {"preemptions", t.preemptions},
   };
+}
+
+nlohmann::json TeamToJson(const core::TeamView& t) {
+  auto cls = [&](int p) {
+    return json{{"guaranteed", t.classes[p].guaranteed},
+                {"used", t.classes[p].used},
+                {"borrowed", t.classes[p].borrowed}};
+  };
+  return json{
+      {"name", t.name},
+      {"configured", t.configured},
+      {"online", cls(0)},
+      {"batch", cls(1)},
+      {"max_gpus", t.limits.max_gpus < 0 ? json(nullptr) : json(t.limits.max_gpus)},
+      {"weight", t.limits.weight},
+      {"pending", t.pending},
+      {"usage_gpu_seconds", t.usage},
+  };
+}
+
+std::optional<ApiError> ParseTeamRequest(std::string_view body, TeamRequest* out) {
+  json doc;
+  if (auto err = ParseJsonObject(body, &doc)) return err;
+  for (const auto& [key, value] : doc.items()) {
+    if (key != "online" && key != "batch" && key != "max_gpus" && key != "weight") {
+      return ApiError{400, "unknown_field", "unknown field \"" + key + "\""};
+    }
+  }
+  constexpr int64_t kMaxGpus = 1 << 24;
+  int64_t n = 0;
+  if (auto it = doc.find("online"); it != doc.end() && !it->is_null()) {
+    if (auto e = GetInteger(*it, "online", 0, kMaxGpus, &n)) return e;
+    out->online = static_cast<int>(n);
+  }
+  if (auto it = doc.find("batch"); it != doc.end() && !it->is_null()) {
+    if (auto e = GetInteger(*it, "batch", 0, kMaxGpus, &n)) return e;
+    out->batch = static_cast<int>(n);
+  }
+  if (auto it = doc.find("max_gpus"); it != doc.end()) {
+    // null: no cap.
+    if (it->is_null()) {
+      out->max_gpus = -1;
+    } else {
+      if (auto e = GetInteger(*it, "max_gpus", 0, kMaxGpus, &n)) return e;
+      out->max_gpus = static_cast<int>(n);
+    }
+  }
+  if (auto it = doc.find("weight"); it != doc.end() && !it->is_null()) {
+    if (!it->is_number() || !(it->get<double>() > 0) || !std::isfinite(it->get<double>())) {
+      return InvalidField("weight must be a number above 0");
+    }
+    out->weight = it->get<double>();
+  }
+  return std::nullopt;
 }
 
 nlohmann::json QuotaToJson(const core::QuotaView& q) {
   auto cls = [&](int p) {
     return json{{"quota", q.quota[p]},
                 {"used", q.used[p]},
-                {"available", std::max(0, q.quota[p] - q.used[p])}};
+                {"available", std::max(0, q.quota[p] - q.used[p])},
+                {"borrowed", q.borrowed[p]},
+                {"lent", q.lent[p]}};
   };
   return json{{"total_gpus", q.total_gpus}, {"online", cls(0)}, {"batch", cls(1)}};
 }
@@ -321,6 +411,13 @@ std::optional<ApiError> ParseListQuery(std::string_view query, ListTasksRequest*
         if (!out->priority) {
           return InvalidField("priority must be high or low; got \"" + v + "\"");
         }
+      } else if (k == "team") {
+        if (v.empty()) continue;
+        if (!core::IsValidTeamName(v)) {
+          return InvalidField("team must be a team name ([a-z0-9][a-z0-9_-]{0,62}); got \"" + v +
+                              "\"");
+        }
+        out->team = v;
       } else if (k == "limit") {
         if (!parse_int(1, 1000, &limit)) {
           return InvalidField("limit must be an integer from 1 to 1000");

@@ -62,4 +62,11 @@ nlohmann::json TaskToJson(const core::Task& task, core::PendingReason reason);
 
 nlohmann::json QuotaToJson(const core::QuotaView& quota);
 
+// A team of GET /teams: {name, configured, online: {guaranteed, used, borrowed}, batch: {...},
+// max_gpus (null: no cap), weight, pending, usage_gpu_seconds}.
+nlohmann::json TeamToJson(const core::TeamView& team);
+
+// Parses a PUT /teams/{name} body: {online?, batch?, max_gpus? (null: no cap), weight?}.
+std::optional<ApiError> ParseTeamRequest(std::string_view body, TeamRequest* out);
+
 }  // namespace dgpu::scheduler

@@ -47,9 +47,16 @@ std::optional<Error> ValidateOnlinePercent(double online_percent) {
   return std::nullopt;
 }
 
-Target SubmissionTarget(core::Priority priority) {
+Target SubmissionTarget(const core::TaskSpec& spec) {
   Target t;
-  t.priority = priority;
+  t.priority = spec.priority;
+  t.team = spec.team;
+  return t;
+}
+
+Target TeamTarget(const std::string& team) {
+  Target t;
+  t.team = team;
   return t;
 }
 
@@ -94,6 +101,8 @@ std::string_view ToString(Action action) {
       return "read_tasks";
     case Action::kSetQuota:
       return "set_quota";
+    case Action::kSetTeam:
+      return "set_team";
     case Action::kReadCluster:
       return "read_cluster";
     case Action::kTakeSnapshot:
@@ -132,6 +141,17 @@ Error ErrorFromStatus(const Status& s) {
 }
 
 std::optional<Error> ValidateTaskSpec(const core::TaskSpec& spec) {
+  if (!core::IsValidTeamName(spec.team)) {
+    return InvalidArgumentError("team",
+                                "team must be 1 to 63 characters of a-z, 0-9, '_' and "
+                                "'-', starting with a letter or digit, got '" +
+                                    spec.team + "'");
+  }
+  if (spec.preemption_grace_seconds < -1 || spec.preemption_grace_seconds > kMaxGraceSeconds) {
+    return InvalidArgumentError(
+        "preemption_grace_seconds",
+        "preemption_grace_seconds must be between 0 and " + std::to_string(kMaxGraceSeconds));
+  }
   for (const auto& [name, value] : spec.env) {
     if (common::IsReservedTaskEnvName(name)) {
       return InvalidArgumentError("env." + name, "env." + name +
@@ -180,7 +200,7 @@ void Application::ReplyWhenDurable(CoreLoop::Context& c, T value, Reply<T> reply
 
 void Application::Submit(const Caller& caller, SubmitRequest request, Reply<Submitted> reply) {
   if (auto e = ValidateTaskSpec(request.spec)) return reply(*e);
-  if (auto e = Authorize(caller, Action::kSubmitTask, SubmissionTarget(request.spec.priority))) {
+  if (auto e = Authorize(caller, Action::kSubmitTask, SubmissionTarget(request.spec))) {
     return reply(*e);
   }
   if (auto e = RefuseClientWrite()) return reply(*e);
@@ -256,8 +276,8 @@ void Application::ListTasks(const Caller& caller, const ListTasksRequest& reques
   if (auto e = Authorize(caller, Action::kReadTasks, {})) return reply(*e);
   // Read on the readers pool, so that the transport's threads never wait for the database.
   d_.readers->Post([loop = d_.loop, db = d_.db, request, reply = std::move(reply)]() mutable {
-    auto page = db->ListTasks(
-        {request.status, request.priority, request.limit, request.offset, request.after});
+    auto page = db->ListTasks({request.status, request.priority, request.limit, request.offset,
+                               request.after, request.team});
     if (!page.ok()) return reply(ErrorFromStatus(page.status()));
     // Overlay what the core holds now (pending reasons, fresher states).
     loop->Post([stored = std::move(*page), reply = std::move(reply)](CoreLoop::Context& c) {
@@ -310,6 +330,73 @@ void Application::GetQuota(const Caller& caller, Reply<QuotaState> reply) {
   if (auto e = Authorize(caller, Action::kReadCluster, {})) return reply(*e);
   d_.loop->Post([reply = std::move(reply)](CoreLoop::Context& c) {
     reply(QuotaState{c.core.Quota(), c.core.online_percent()});
+  });
+}
+
+void Application::ListTeams(const Caller& caller, Reply<std::vector<core::TeamView>> reply) {
+  if (auto e = Authorize(caller, Action::kReadCluster, {})) return reply(*e);
+  d_.loop->Post([reply = std::move(reply)](CoreLoop::Context& c) { reply(c.core.Teams()); });
+}
+
+void Application::GetTeam(const Caller& caller, const std::string& name,
+                          Reply<core::TeamView> reply) {
+  if (auto e = Authorize(caller, Action::kReadCluster, TeamTarget(name))) return reply(*e);
+  d_.loop->Post([name, reply = std::move(reply)](CoreLoop::Context& c) {
+    std::optional<core::TeamView> team = c.core.FindTeam(name);
+    if (!team) {
+      return reply(
+          MakeError(ErrorCode::kNotFound, StatusCode::kNotFound, "team " + name + " not found"));
+    }
+    reply(*team);
+  });
+}
+
+void Application::SetTeam(const Caller& caller, const TeamRequest& request,
+                          Reply<core::TeamView> reply) {
+  if (!core::IsValidTeamName(request.name)) {
+    return reply(InvalidArgumentError(
+        "name",
+        "team names are 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a "
+        "letter or digit, got '" +
+            request.name + "'"));
+  }
+  if (auto e = Authorize(caller, Action::kSetTeam, TeamTarget(request.name))) return reply(*e);
+  if (auto e = RefuseClientWrite()) return reply(*e);
+  d_.loop->Post([request, reply = std::move(reply)](CoreLoop::Context& c) mutable {
+    if (Status h = c.journal().health(); !h.ok()) return reply(StorageError(h));
+    core::TeamLimits limits;
+    if (std::optional<core::TeamView> now = c.core.FindTeam(request.name); now && now->configured) {
+      limits = now->limits;
+    }
+    if (request.online) limits.online = *request.online;
+    if (request.batch) limits.batch = *request.batch;
+    if (request.max_gpus) limits.max_gpus = *request.max_gpus;
+    if (request.weight) limits.weight = *request.weight;
+    Status s = c.core.SetTeam(request.name, limits, c.now);
+    if (!s.ok()) {
+      Error e = ErrorFromStatus(s);
+      // The core's message starts with the field it is about ("online: ..."), or names it.
+      for (const char* field : {"online", "batch", "max_gpus", "weight"}) {
+        if (s.message().starts_with(std::string(field) + ":") ||
+            s.message().starts_with(std::string(field) + " ")) {
+          e.field = field;
+          break;
+        }
+      }
+      return reply(e);
+    }
+    ReplyWhenDurable(c, *c.core.FindTeam(request.name), std::move(reply));
+  });
+}
+
+void Application::DeleteTeam(const Caller& caller, const std::string& name, Reply<Done> reply) {
+  if (auto e = Authorize(caller, Action::kSetTeam, TeamTarget(name))) return reply(*e);
+  if (auto e = RefuseClientWrite()) return reply(*e);
+  d_.loop->Post([name, reply = std::move(reply)](CoreLoop::Context& c) mutable {
+    if (Status h = c.journal().health(); !h.ok()) return reply(StorageError(h));
+    Status s = c.core.DeleteTeam(name, c.now);
+    if (!s.ok()) return reply(ErrorFromStatus(s));
+    ReplyWhenDurable(c, Done{}, std::move(reply));
   });
 }
 

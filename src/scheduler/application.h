@@ -50,7 +50,8 @@ enum class Action {
   kCancelTask,
   kReadTasks,
   kSetQuota,
-  kReadCluster,   // GPUs, agents, quota, metrics.
+  kSetTeam,       // Set or delete a team's guarantees, cap and weight.
+  kReadCluster,   // GPUs, agents, quota, teams, metrics.
   kTakeSnapshot,  // A copy of the whole database.
   kRegisterNode,
   kNodeHeartbeat,
@@ -64,6 +65,7 @@ struct Target {
   core::TaskNumber task = 0;
   std::optional<core::Priority> priority;  // Of a task being submitted.
   std::string node_id;                     // Of an agent's actions.
+  std::string team;                        // Of a task being submitted, or a team being set.
 };
 
 // Decides whether a caller may do an action. OK allows it; any error refuses it and its message
@@ -152,6 +154,7 @@ struct ListTasksRequest {
   int limit = 50;
   int offset = 0;
   std::optional<core::TaskNumber> after;  // Keyset: only tasks older (numbered lower) than it.
+  std::optional<std::string> team;
 };
 struct TaskPage {
   std::vector<TaskView> tasks;
@@ -165,6 +168,15 @@ struct QuotaRequest {
 struct QuotaState {
   core::QuotaView quota;
   double online_percent = 0;
+};
+// PUT /teams/{name}: what is given changes, the rest stays (or takes the default of a new team:
+// no guarantee, no cap, weight 1).
+struct TeamRequest {
+  std::string name;
+  std::optional<int> online;
+  std::optional<int> batch;
+  std::optional<int> max_gpus;  // -1: no cap.
+  std::optional<double> weight;
 };
 
 struct Readiness {
@@ -280,6 +292,12 @@ class Application {
   void ListTasks(const Caller& caller, const ListTasksRequest& request, Reply<TaskPage> reply);
   void SetQuota(const Caller& caller, const QuotaRequest& request, Reply<Done> reply);
   void GetQuota(const Caller& caller, Reply<QuotaState> reply);
+  // Teams: every team with limits, tasks or usage; one (not_found when unknown); set (durable,
+  // answered with the team as it is then); delete (conflict while it has live tasks).
+  void ListTeams(const Caller& caller, Reply<std::vector<core::TeamView>> reply);
+  void GetTeam(const Caller& caller, const std::string& name, Reply<core::TeamView> reply);
+  void SetTeam(const Caller& caller, const TeamRequest& request, Reply<core::TeamView> reply);
+  void DeleteTeam(const Caller& caller, const std::string& name, Reply<Done> reply);
   void ListGpus(const Caller& caller, Reply<std::vector<core::GpuView>> reply);
   void ListAgents(const Caller& caller, Reply<std::vector<core::NodeView>> reply);
   void Gauges(const Caller& caller, Reply<GaugeSnapshot> reply);

@@ -161,6 +161,31 @@ void EventRecorder::Record(const core::SchedulerCore& core, const core::Event& e
     case Kind::kNodeStateChanged:
       common::LogEvent("node_state_changed", {{"node", e.node_id}, {"change", e.detail}});
       return;
+    case Kind::kTaskPreempted: {
+      const core::Task* t = core.FindTask(e.task);
+      const std::string team = t != nullptr ? t->spec.team : std::string(core::kDefaultTeam);
+      metrics_->TaskPreempted(e.priority, team);
+      // Not rate-limited: preemptions are what an operator looks for.
+      common::LogEvent("task_preempted", {{"task_id", task_id},
+                                          {"node", e.node_id},
+                                          {"team", team},
+                                          {"priority", core::ToString(e.priority)},
+                                          {"by", e.detail}});
+      return;
+    }
+    case Kind::kTeamChanged: {
+      std::optional<core::TeamView> t = core.FindTeam(e.detail);
+      if (t && t->configured) {
+        common::LogEvent("team_changed", {{"team", e.detail},
+                                          {"online", t->limits.online},
+                                          {"batch", t->limits.batch},
+                                          {"max_gpus", t->limits.max_gpus},
+                                          {"weight", t->limits.weight}});
+      } else {
+        common::LogEvent("team_changed", {{"team", e.detail}, {"deleted", true}});
+      }
+      return;
+    }
     case Kind::kQuotaChanged: {
       core::QuotaView q = core.Quota();
       common::LogEvent("quota_changed", {{"online_percent", e.online_percent},

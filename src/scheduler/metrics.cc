@@ -75,6 +75,7 @@ GaugeSnapshot TakeGaugeSnapshot(const core::SchedulerCore& core) {
     g.running[p] = core.RunningCount(static_cast<core::Priority>(p));
   }
   g.quota = core.Quota();
+  g.teams = core.Teams();
   for (const auto& gpu : core.Gpus()) {
     g.gpus[{std::string(core::ToString(gpu.status)), gpu.model}]++;
   }
@@ -87,6 +88,11 @@ GaugeSnapshot TakeGaugeSnapshot(const core::SchedulerCore& core) {
 Metrics::Metrics()
     : pass_duration_({0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5}),
       start_latency_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 1800, 3600}) {}
+
+void Metrics::TaskPreempted(core::Priority p, const std::string& team) {
+  std::lock_guard<std::mutex> lock(mu_);
+  preempted_[{Idx(p), team}]++;
+}
 
 void Metrics::TaskFinished(core::Priority p, core::TaskStatus s) {
   int i = s == core::TaskStatus::kSuccess ? 0 : s == core::TaskStatus::kFailed ? 1 : 2;
@@ -149,6 +155,37 @@ std::string Metrics::Render(const GaugeSnapshot& g) const {
     out += std::string("dgpu_quota_used_gpus{class=\"") + cls[p] + "\"} " +
            std::to_string(g.quota.used[p]) + "\n";
   }
+  Header(
+      &out, "dgpu_borrowed_gpus", "gauge",
+      "GPUs each class uses beyond its quota (borrowed while the other class leaves them idle).");
+  for (int p = 0; p < 2; ++p) {
+    out += std::string("dgpu_borrowed_gpus{class=\"") + cls[p] + "\"} " +
+           std::to_string(g.quota.borrowed[p]) + "\n";
+  }
+  Header(&out, "dgpu_team_guaranteed_gpus", "gauge",
+         "GPUs guaranteed to each team in each class (as applied: scaled down while a class "
+         "quota is short).");
+  for (const auto& t : g.teams) {
+    for (int p = 0; p < 2; ++p) {
+      out += "dgpu_team_guaranteed_gpus{team=\"" + Escape(t.name) + "\",class=\"" + cls[p] +
+             "\"} " + std::to_string(t.classes[p].guaranteed) + "\n";
+    }
+  }
+  Header(&out, "dgpu_team_used_gpus", "gauge", "GPUs held by each team's tasks in each class.");
+  for (const auto& t : g.teams) {
+    for (int p = 0; p < 2; ++p) {
+      out += "dgpu_team_used_gpus{team=\"" + Escape(t.name) + "\",class=\"" + cls[p] + "\"} " +
+             std::to_string(t.classes[p].used) + "\n";
+    }
+  }
+  Header(&out, "dgpu_team_borrowed_gpus", "gauge",
+         "GPUs of each team's tasks that run beyond its guarantee (preemptible).");
+  for (const auto& t : g.teams) {
+    for (int p = 0; p < 2; ++p) {
+      out += "dgpu_team_borrowed_gpus{team=\"" + Escape(t.name) + "\",class=\"" + cls[p] + "\"} " +
+             std::to_string(t.classes[p].borrowed) + "\n";
+    }
+  }
   Header(&out, "dgpu_agents", "gauge", "Agents by status.");
   out += "dgpu_agents{status=\"online\"} " + std::to_string(g.agents_online) + "\n";
   out += "dgpu_agents{status=\"offline\"} " + std::to_string(g.agents_offline) + "\n";
@@ -167,6 +204,13 @@ std::string Metrics::Render(const GaugeSnapshot& g) const {
          "Time from submission to start on an agent.");
   start_latency_.Render("dgpu_task_start_latency_seconds", &out);
   std::lock_guard<std::mutex> lock(mu_);
+  Header(&out, "dgpu_tasks_preempted_total", "counter",
+         "Tasks stopped to give their GPUs back to a task within its guarantee, by priority and "
+         "team.");
+  for (const auto& [key, n] : preempted_) {
+    out += std::string("dgpu_tasks_preempted_total{priority=\"") + kPrio[key.first] + "\",team=\"" +
+           Escape(key.second) + "\"} " + std::to_string(n) + "\n";
+  }
   Header(&out, "dgpu_http_requests_total", "counter", "REST requests by route and status code.");
   for (const auto& [key, n] : http_) {
     out += "dgpu_http_requests_total{route=\"" + Escape(key.first) + "\",code=\"" +

@@ -35,6 +35,7 @@ struct GaugeSnapshot {
   size_t pending[core::kPriorityCount] = {0, 0};
   size_t running[core::kPriorityCount] = {0, 0};
   core::QuotaView quota;
+  std::vector<core::TeamView> teams;
   std::map<std::pair<std::string, std::string>, int> gpus;  // (status, model) -> count
   int agents_online = 0;
   int agents_offline = 0;
@@ -51,6 +52,7 @@ class Metrics {
   void TaskSubmitted(core::Priority p) { submitted_[Idx(p)]++; }
   void TaskScheduled(core::Priority p) { scheduled_[Idx(p)]++; }
   void TaskFinished(core::Priority p, core::TaskStatus s);
+  void TaskPreempted(core::Priority p, const std::string& team);
   void HttpRequest(const std::string& route, int code);
   void GpuUtilization(const std::string& gpu_id, const std::string& model, double ratio);
   Histogram& pass_duration() { return pass_duration_; }
@@ -68,6 +70,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> http_;                   // GUARDED_BY(mu_)
   std::map<std::string, std::pair<std::string, double>> gpu_utilization_;  // GUARDED_BY(mu_)
+  std::map<std::pair<int, std::string>, uint64_t> preempted_;  // GUARDED_BY(mu_): (prio, team)
 };
 
 }  // namespace dgpu::scheduler

@@ -38,6 +38,10 @@ core::Change ChangeFromRecord(const dgpu::v1::ChangeRecord& r) {
       c.kind = core::Change::Kind::kQuotaPercent;
       c.online_percent = r.online_percent();
       break;
+    case dgpu::v1::ChangeRecord::kTeam:
+      c.kind = core::Change::Kind::kTeamUpsert;
+      c.team = TeamFromRecord(r.team());
+      break;
     default:
       c.kind = core::Change::Kind::kNextTaskNumber;
       c.next_number = r.next_task_number();
@@ -74,6 +78,41 @@ void TaskToRecord(const core::Task& t, dgpu::v1::TaskRecord* r) {
   r->set_finished_at(t.finished_at);
   r->set_stopping(t.stopping);
   r->set_stop_reason(std::string(core::ToString(t.stop_reason)));
+  r->set_team(t.spec.team);
+  r->set_user(t.spec.user);
+  r->set_not_preemptible(!t.spec.preemptible);
+  if (t.spec.preemption_grace_seconds >= 0) {
+    r->set_preemption_grace_seconds(t.spec.preemption_grace_seconds);
+  }
+  r->set_borrowed(t.borrowed);
+  r->set_preemptions(t.preemptions);
+  r->set_preempted_by(t.preempted_by);
+}
+
+void TeamToRecord(const core::TeamRecord& t, dgpu::v1::TeamRecord* r) {
+  r->set_name(t.name);
+  r->set_api_set(t.set);
+  r->set_online(t.limits.online);
+  r->set_batch(t.limits.batch);
+  if (t.limits.max_gpus >= 0) r->set_max_gpus(t.limits.max_gpus);
+  r->set_weight(t.limits.weight);
+  r->set_deleted(t.deleted);
+  r->set_usage(t.usage);
+  r->set_usage_at(t.usage_at);
+}
+
+core::TeamRecord TeamFromRecord(const dgpu::v1::TeamRecord& r) {
+  core::TeamRecord t;
+  t.name = r.name();
+  t.set = r.api_set();
+  t.limits.online = r.online();
+  t.limits.batch = r.batch();
+  t.limits.max_gpus = r.has_max_gpus() ? r.max_gpus() : -1;
+  t.limits.weight = r.weight() > 0 ? r.weight() : 1.0;
+  t.deleted = r.deleted();
+  t.usage = r.usage();
+  t.usage_at = r.usage_at();
+  return t;
 }
 
 core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r) {
@@ -102,10 +141,18 @@ core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r) {
   t.finished_at = r.finished_at();
   t.stopping = r.stopping();
   t.stop_reason = core::ParseStopReason(r.stop_reason()).value_or(core::StopReason::kNone);
+  t.spec.team = r.team().empty() ? std::string(core::kDefaultTeam) : r.team();
+  t.spec.user = r.user();
+  t.spec.preemptible = !r.not_preemptible();
+  t.spec.preemption_grace_seconds =
+      r.has_preemption_grace_seconds() ? r.preemption_grace_seconds() : -1;
+  t.borrowed = r.borrowed();
+  t.preemptions = r.preemptions();
+  t.preempted_by = r.preempted_by();
   return t;
 }
 
-namespace {
+namespace {}  // namespace
 
 core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::StoreMeta& meta) {
   core::CoreConfig core_cfg;
@@ -113,10 +160,27 @@ core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::S
   core_cfg.max_attempts = cfg.scheduler.max_attempts;
   core_cfg.max_bypass = cfg.scheduler.max_bypass;
   core_cfg.heartbeat_timeout = cfg.agent.heartbeat_timeout.count() * 1000;
+  core_cfg.borrowing = cfg.quota.borrowing;
+  core_cfg.fairshare_half_life = cfg.quota.fairshare_half_life.count() * 1000;
+  core_cfg.preemption_grace_seconds = static_cast<int32_t>(cfg.preemption.grace_period.count());
+  core_cfg.min_runtime = cfg.preemption.min_runtime.count() * 1000;
+  for (const auto& [name, team] : cfg.quota.teams) {
+    core_cfg.teams[name] = {team.online, team.batch, team.max_gpus, team.weight};
+  }
   return core_cfg;
 }
 
-}  // namespace
+std::unique_ptr<core::SchedulerCore> NewCore(const common::SchedulerConfig& cfg,
+                                             const store::StoreMeta& meta) {
+  auto core = std::make_unique<core::SchedulerCore>(CoreConfigOf(cfg, meta));
+  for (const core::TeamRecord& team : meta.teams) {
+    // Stored records were checked when they were read.
+    (void)core->RestoreTeam(team);
+  }
+  return core;
+}
+
+namespace {}  // namespace
 
 StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
     store::Database* db, const common::SchedulerConfig& cfg, core::TimeMicros now,
@@ -126,7 +190,7 @@ StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
   store::StoreMeta state;
   Status s = db->LoadEach(
       [&](core::Task&& t) {
-        if (core == nullptr) core = std::make_unique<core::SchedulerCore>(CoreConfigOf(cfg, state));
+        if (core == nullptr) core = NewCore(cfg, state);
         const core::TaskNumber id = t.id;
         if (Status r = core->Restore(std::move(t), now); !r.ok()) {
           return Internal("cannot restore " + core::FormatTaskId(id) + ": " + r.message());
@@ -135,7 +199,7 @@ StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
       },
       &state);
   if (!s.ok()) return s;
-  if (core == nullptr) core = std::make_unique<core::SchedulerCore>(CoreConfigOf(cfg, state));
+  if (core == nullptr) core = NewCore(cfg, state);
   core->SetNextTaskNumber(state.next_task_number);
   core->TakeChanges();                 // Restoring changes nothing on disk.
   if (meta != nullptr) *meta = state;  // The meta values read with the tasks.
@@ -221,6 +285,10 @@ class SnapshotSender {
     snap->set_epoch(epoch_);
     snap->set_online_percent(meta_.online_percent.value_or(-1.0));
     snap->set_next_task_number(meta_.next_task_number);
+    if (!teams_sent_) {
+      for (const core::TeamRecord& team : meta_.teams) TeamToRecord(team, snap->add_teams());
+      teams_sent_ = true;
+    }
   }
   void Send(bool more) {
     chunk_.mutable_snapshot()->set_more(more);
@@ -233,6 +301,7 @@ class SnapshotSender {
   const store::StoreMeta meta_;
   SyncResponse chunk_;
   size_t sent_ = 0;
+  bool teams_sent_ = false;
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -280,9 +349,7 @@ void HaController::Start(bool configured_leader) {
     // Leadership is decided by the etcd election; until it is won, this scheduler follows.
     leader_->set_uses_lease(true);
     leader_->Set(false, leader_->epoch());
-    core::CoreConfig empty_cfg;
-    empty_cfg.online_percent = cfg_.quota.online_percent;
-    loop_->ReplaceCore(std::make_unique<core::SchedulerCore>(empty_cfg));
+    loop_->ReplaceCore(NewCore(cfg_, store::StoreMeta{}));
     {
       std::lock_guard<std::mutex> lock(mu_);
       last_contact_mono_ = Mono();
@@ -329,9 +396,7 @@ void HaController::Start(bool configured_leader) {
   } else {
     leader_->Set(false, std::max(epoch, peer.epoch()));
     // A standby serves reads from its database: the core it loaded would go stale.
-    core::CoreConfig empty_cfg;
-    empty_cfg.online_percent = cfg_.quota.online_percent;
-    loop_->ReplaceCore(std::make_unique<core::SchedulerCore>(empty_cfg));
+    loop_->ReplaceCore(NewCore(cfg_, store::StoreMeta{}));
     std::lock_guard<std::mutex> lock(mu_);
     last_contact_mono_ = Mono();
   }
@@ -477,6 +542,9 @@ void HaController::Publish(uint64_t seq, const std::vector<core::Change>& change
         break;
       case core::Change::Kind::kNextTaskNumber:
         r->set_next_task_number(c.next_number);
+        break;
+      case core::Change::Kind::kTeamUpsert:
+        TeamToRecord(c.team, r->mutable_team());
         break;
     }
   }
@@ -627,9 +695,7 @@ void HaController::BecomeStandby(uint64_t epoch, const std::string& why) {
   }
   common::LogEvent(common::events::kLeaderLost, {{"epoch", e}, {"reason", why}});
   hub_->CloseAll();
-  core::CoreConfig empty_cfg;
-  empty_cfg.online_percent = cfg_.quota.online_percent;
-  loop_->ReplaceCore(std::make_unique<core::SchedulerCore>(empty_cfg));
+  loop_->ReplaceCore(NewCore(cfg_, store::StoreMeta{}));
   std::vector<std::function<void(Status)>> waiting;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -834,6 +900,7 @@ void HaController::FollowLoop() {
     hello.set_acked_seq(applied);
     hello.set_http_address(opt_.http_address);
     std::vector<core::Task> snapshot;
+    std::vector<core::TeamRecord> snapshot_teams;
     bool have_snapshot = false;
     if (stream->Write(hello)) {
       SyncResponse resp;
@@ -860,9 +927,12 @@ void HaController::FollowLoop() {
         if (resp.has_snapshot()) {
           const auto& snap = resp.snapshot();
           for (const auto& r : snap.tasks()) snapshot.push_back(TaskFromRecord(r));
+          for (const auto& r : snap.teams()) snapshot_teams.push_back(TeamFromRecord(r));
           if (snap.more()) continue;
           store::StoreMeta m;
           if (snap.online_percent() >= 0) m.online_percent = snap.online_percent();
+          m.teams = std::move(snapshot_teams);
+          snapshot_teams.clear();
           m.epoch = std::max<uint64_t>(snap.epoch(), leader_->epoch());
           m.next_task_number = snap.next_task_number();
           m.last_applied_seq = snap.seq();

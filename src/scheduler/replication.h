@@ -48,6 +48,13 @@ namespace dgpu::scheduler {
 
 void TaskToRecord(const core::Task& t, dgpu::v1::TaskRecord* r);
 core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r);
+void TeamToRecord(const core::TeamRecord& t, dgpu::v1::TeamRecord* r);
+core::TeamRecord TeamFromRecord(const dgpu::v1::TeamRecord& r);
+// The core's configuration: the scheduler's, with what the database stored winning (the online
+// share); NewCore also restores the stored teams.
+core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::StoreMeta& meta);
+std::unique_ptr<core::SchedulerCore> NewCore(const common::SchedulerConfig& cfg,
+                                             const store::StoreMeta& meta);
 
 // Builds a core from what the database holds (start-up and promotion); `meta` (optional)
 // receives the meta values of the same read.

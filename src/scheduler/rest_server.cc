@@ -244,6 +244,54 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
+  restinio::request_handling_status_t Teams(const req_t& req) {
+    d.app->ListTeams(CallerOf(req),
+                     Answer<std::vector<core::TeamView>>(
+                         req, "GET /api/v1/teams", [](const std::vector<core::TeamView>& all) {
+                           json teams = json::array();
+                           for (const auto& t : all) teams.push_back(TeamToJson(t));
+                           return std::pair(200, Dump({{"teams", std::move(teams)}}));
+                         }));
+    return restinio::request_accepted();
+  }
+
+  restinio::request_handling_status_t GetTeam(const req_t& req, const params_t& params) {
+    d.app->GetTeam(
+        CallerOf(req), std::string(params["name"]),
+        Answer<core::TeamView>(req, "GET /api/v1/teams/{name}", [](const core::TeamView& t) {
+          return std::pair(200, Dump(TeamToJson(t)));
+        }));
+    return restinio::request_accepted();
+  }
+
+  restinio::request_handling_status_t PutTeam(const req_t& req, const params_t& params) {
+    const std::string route = "PUT /api/v1/teams/{name}";
+    if (auto e = CheckJsonContentType(Header(req, restinio::http_field::content_type))) {
+      SendError(req, route, *e);
+      return restinio::request_accepted();
+    }
+    TeamRequest request;
+    request.name = std::string(params["name"]);
+    if (auto e = ParseTeamRequest(req->body(), &request)) {
+      SendError(req, route, *e);
+      return restinio::request_accepted();
+    }
+    d.app->SetTeam(CallerOf(req), request,
+                   Answer<core::TeamView>(req, route, [](const core::TeamView& t) {
+                     return std::pair(200, Dump(TeamToJson(t)));
+                   }));
+    return restinio::request_accepted();
+  }
+
+  restinio::request_handling_status_t DeleteTeam(const req_t& req, const params_t& params) {
+    const std::string route = "DELETE /api/v1/teams/{name}";
+    std::string name(params["name"]);
+    d.app->DeleteTeam(CallerOf(req), name, Answer<Done>(req, route, [name](const Done&) {
+                        return std::pair(200, Dump({{"name", name}, {"deleted", true}}));
+                      }));
+    return restinio::request_accepted();
+  }
+
   restinio::request_handling_status_t Gpus(const req_t& req) {
     auto body = [](const std::vector<core::GpuView>& all) {
       json gpus = json::array();
@@ -405,6 +453,18 @@ struct RestServer::Impl {
           [this](const req_t& q, params_t) { return PutQuota(q); });
     r->add_handler(none_of_methods(http_method_get(), http_method_put()), "/api/v1/quota",
                    not_allowed("/api/v1/quota"));
+    Route(*r, http_method_get(), "/api/v1/teams",
+          [this](const req_t& q, params_t) { return Teams(q); });
+    r->add_handler(none_of_methods(http_method_get()), "/api/v1/teams",
+                   not_allowed("/api/v1/teams"));
+    Route(*r, http_method_get(), "/api/v1/teams/:name",
+          [this](const req_t& q, params_t p) { return GetTeam(q, p); });
+    Route(*r, http_method_put(), "/api/v1/teams/:name",
+          [this](const req_t& q, params_t p) { return PutTeam(q, p); });
+    Route(*r, http_method_delete(), "/api/v1/teams/:name",
+          [this](const req_t& q, params_t p) { return DeleteTeam(q, p); });
+    r->add_handler(none_of_methods(http_method_get(), http_method_put(), http_method_delete()),
+                   "/api/v1/teams/:name", not_allowed("/api/v1/teams/{name}"));
     Route(*r, http_method_get(), "/api/v1/agents",
           [this](const req_t& q, params_t) { return Agents(q); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/agents",

@@ -33,14 +33,16 @@ constexpr char kLockFileName[] = "LOCK";
 constexpr char kTaskColumns[] =
     "id, name, priority, gpu_count, gpu_model, command, env, timeout_seconds, image, status, "
     "queue_seq, allocation, attempts, exit_code, error, created_at, started_at, finished_at, "
-    "stopping, stop_reason";
+    "stopping, stop_reason, team, user, preemptible, preemption_grace_seconds, borrowed, "
+    "preemptions, preempted_by";
 
 constexpr char kUpsertTaskSql[] =
     "INSERT INTO tasks (id, name, priority, gpu_count, gpu_model, command, env, "
     "timeout_seconds, image, status, queue_seq, allocation, attempts, exit_code, error, "
-    "created_at, started_at, finished_at, stopping, stop_reason) "
+    "created_at, started_at, finished_at, stopping, stop_reason, team, user, preemptible, "
+    "preemption_grace_seconds, borrowed, preemptions, preempted_by) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-    "?20) "
+    "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27) "
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, priority = excluded.priority, "
     "gpu_count = excluded.gpu_count, gpu_model = excluded.gpu_model, "
     "command = excluded.command, env = excluded.env, "
@@ -50,7 +52,20 @@ constexpr char kUpsertTaskSql[] =
     "exit_code = excluded.exit_code, error = excluded.error, "
     "created_at = excluded.created_at, started_at = excluded.started_at, "
     "finished_at = excluded.finished_at, stopping = excluded.stopping, "
-    "stop_reason = excluded.stop_reason";
+    "stop_reason = excluded.stop_reason, team = excluded.team, user = excluded.user, "
+    "preemptible = excluded.preemptible, "
+    "preemption_grace_seconds = excluded.preemption_grace_seconds, "
+    "borrowed = excluded.borrowed, preemptions = excluded.preemptions, "
+    "preempted_by = excluded.preempted_by";
+constexpr char kUpsertTeamSql[] =
+    "INSERT INTO teams (name, api_set, online, batch, max_gpus, weight, deleted, usage, usage_at) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
+    "ON CONFLICT (name) DO UPDATE SET api_set = excluded.api_set, online = excluded.online, "
+    "batch = excluded.batch, max_gpus = excluded.max_gpus, weight = excluded.weight, "
+    "deleted = excluded.deleted, usage = excluded.usage, usage_at = excluded.usage_at";
+constexpr char kReadTeamsSql[] =
+    "SELECT name, api_set, online, batch, max_gpus, weight, deleted, usage, usage_at FROM teams "
+    "ORDER BY name";
 constexpr char kSetMetaSql[] =
     "INSERT INTO meta (key, value) VALUES (?1, ?2) "
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value";
@@ -302,6 +317,13 @@ Status BindTask(SqliteConnection& conn, sqlite3_stmt* stmt, const core::Task& t,
       sqlite3_bind_int64(stmt, 18, t.finished_at),
       sqlite3_bind_int(stmt, 19, t.stopping ? 1 : 0),
       text(20, core::ToString(t.stop_reason)),
+      text(21, t.spec.team),
+      text(22, t.spec.user),
+      sqlite3_bind_int(stmt, 23, t.spec.preemptible ? 1 : 0),
+      sqlite3_bind_int64(stmt, 24, t.spec.preemption_grace_seconds),
+      sqlite3_bind_int(stmt, 25, t.borrowed ? 1 : 0),
+      sqlite3_bind_int64(stmt, 26, t.preemptions),
+      sqlite3_bind_int64(stmt, 27, ToInt64(t.preempted_by)),
   };
   for (int rc : results) {
     if (rc != SQLITE_OK) return conn.Error(rc, "binding task " + core::FormatTaskId(t.id) + " for");
@@ -349,6 +371,18 @@ StatusOr<core::Task> ReadTask(sqlite3_stmt* stmt, const std::string& path) {
   std::optional<core::StopReason> stop_reason = core::ParseStopReason(ColumnText(stmt, 19));
   if (!stop_reason) return bad("unknown stop_reason '" + ColumnText(stmt, 19) + "'");
   t.stop_reason = *stop_reason;
+  t.spec.team = ColumnText(stmt, 20);
+  if (!core::IsValidTeamName(t.spec.team)) return bad("invalid team '" + t.spec.team + "'");
+  t.spec.user = ColumnText(stmt, 21);
+  t.spec.preemptible = sqlite3_column_int(stmt, 22) != 0;
+  const int64_t grace = sqlite3_column_int64(stmt, 23);
+  if (grace < -1 || grace > std::numeric_limits<int32_t>::max()) {
+    return bad("preemption_grace_seconds " + std::to_string(grace) + " is out of range");
+  }
+  t.spec.preemption_grace_seconds = static_cast<int32_t>(grace);
+  t.borrowed = sqlite3_column_int(stmt, 24) != 0;
+  t.preemptions = sqlite3_column_int(stmt, 25);
+  t.preempted_by = ToUint64(sqlite3_column_int64(stmt, 26));
   return t;
 }
 
@@ -386,6 +420,48 @@ Status ForEachUnfinished(SqliteConnection& conn, const std::function<Status(core
   return StepRows(conn, *stmt, fn);
 }
 
+Status ReadTeamRows(SqliteConnection& conn, std::vector<core::TeamRecord>* teams) {
+  StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kReadTeamsSql);
+  if (!stmt.ok()) return stmt.status();
+  StatementScope scope(*stmt);
+  teams->clear();
+  while (true) {
+    int rc = sqlite3_step(*stmt);
+    if (rc == SQLITE_DONE) return OkStatus();
+    if (rc != SQLITE_ROW) return conn.Error(rc, "reading teams from");
+    core::TeamRecord& r = teams->emplace_back();
+    r.name = ColumnText(*stmt, 0);
+    r.set = sqlite3_column_int(*stmt, 1) != 0;
+    r.limits.online = sqlite3_column_int(*stmt, 2);
+    r.limits.batch = sqlite3_column_int(*stmt, 3);
+    r.limits.max_gpus = sqlite3_column_int(*stmt, 4);
+    r.limits.weight = sqlite3_column_double(*stmt, 5);
+    r.deleted = sqlite3_column_int(*stmt, 6) != 0;
+    r.usage = sqlite3_column_double(*stmt, 7);
+    r.usage_at = sqlite3_column_int64(*stmt, 8);
+    if (!core::IsValidTeamName(r.name) || r.limits.online < 0 || r.limits.batch < 0 ||
+        r.limits.max_gpus < -1 || !(r.limits.weight > 0) || !(r.usage >= 0)) {
+      return DataLoss("team '" + r.name + "' in " + conn.path() + " has invalid limits");
+    }
+  }
+}
+
+Status UpsertTeam(SqliteConnection& conn, const core::TeamRecord& r) {
+  StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kUpsertTeamSql);
+  if (!stmt.ok()) return stmt.status();
+  StatementScope scope(*stmt);
+  sqlite3_bind_text(*stmt, 1, r.name.data(), static_cast<int>(r.name.size()), SQLITE_STATIC);
+  sqlite3_bind_int(*stmt, 2, r.set ? 1 : 0);
+  sqlite3_bind_int(*stmt, 3, r.limits.online);
+  sqlite3_bind_int(*stmt, 4, r.limits.batch);
+  sqlite3_bind_int(*stmt, 5, r.limits.max_gpus);
+  sqlite3_bind_double(*stmt, 6, r.limits.weight);
+  sqlite3_bind_int(*stmt, 7, r.deleted ? 1 : 0);
+  sqlite3_bind_double(*stmt, 8, r.usage);
+  sqlite3_bind_int64(*stmt, 9, r.usage_at);
+  return StepDone(conn, *stmt, "storing team " + r.name + " in");
+}
+
 Status ReadMetaRows(SqliteConnection& conn, StoreMeta* meta) {
   StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kReadMetaSql);
   if (!stmt.ok()) return stmt.status();
@@ -393,7 +469,7 @@ Status ReadMetaRows(SqliteConnection& conn, StoreMeta* meta) {
   *meta = StoreMeta{};
   while (true) {
     int rc = sqlite3_step(*stmt);
-    if (rc == SQLITE_DONE) return OkStatus();
+    if (rc == SQLITE_DONE) return ReadTeamRows(conn, &meta->teams);
     if (rc != SQLITE_ROW) return conn.Error(rc, "reading meta values from");
     std::string key = ColumnText(*stmt, 0);
     if (key == "online_percent") {
@@ -786,6 +862,17 @@ Status ValidateChanges(const std::vector<core::Change>& changes) {
                                  " is out of range");
         }
         break;
+      case core::Change::Kind::kTeamUpsert: {
+        const core::TeamRecord& r = change.team;
+        if (!core::IsValidTeamName(r.name)) {
+          return InvalidArgument("team name '" + r.name + "' is not valid");
+        }
+        if (r.limits.online < 0 || r.limits.batch < 0 || r.limits.max_gpus < -1 ||
+            !(r.limits.weight > 0) || !(r.usage >= 0)) {
+          return InvalidArgument("team " + r.name + " has invalid limits or usage");
+        }
+        break;
+      }
     }
   }
   return OkStatus();
@@ -809,6 +896,9 @@ Status Database::Apply(const std::vector<core::Change>& changes, uint64_t last_s
         break;
       case core::Change::Kind::kNextTaskNumber:
         raise_next_to = std::max(raise_next_to, change.next_number);
+        break;
+      case core::Change::Kind::kTeamUpsert:
+        if (Status s = UpsertTeam(conn, change.team); !s.ok()) return s;
         break;
     }
   }
@@ -868,10 +958,19 @@ StatusOr<TaskPage> Database::ListTasks(const TaskQuery& query) {
                                       "WHERE priority = ?2 AND ",
                                       "WHERE status = ?1 AND priority = ?2 AND "};
   const int variant = (query.status ? 1 : 0) + (query.priority ? 2 : 0);
-  const std::string count_sql = "SELECT coalesce(sum(n), 0) FROM task_counts " + kWhere[variant];
-  const std::string page_sql =
-      query.before ? TaskSelect(kAnd[variant] + "id < ?5 ORDER BY id DESC LIMIT ?3")
-                   : TaskSelect(kWhere[variant] + "ORDER BY id DESC LIMIT ?3 OFFSET ?4");
+  std::string count_sql = "SELECT coalesce(sum(n), 0) FROM task_counts " + kWhere[variant];
+  std::string page_sql = query.before
+                             ? TaskSelect(kAnd[variant] + "id < ?5 ORDER BY id DESC LIMIT ?3")
+                             : TaskSelect(kWhere[variant] + "ORDER BY id DESC LIMIT ?3 OFFSET ?4");
+  if (query.team) {
+    // A team's rows through their own index; the other filters are checked row by row.
+    const std::string where = kAnd[variant] + "team = ?6 ";
+    count_sql = "SELECT count(*) FROM tasks INDEXED BY tasks_by_team " + where;
+    page_sql = query.before ? TaskSelect("INDEXED BY tasks_by_team " + where +
+                                         "AND id < ?5 ORDER BY id DESC LIMIT ?3")
+                            : TaskSelect("INDEXED BY tasks_by_team " + where +
+                                         "ORDER BY id DESC LIMIT ?3 OFFSET ?4");
+  }
 
   ReaderLease reader(this);
   SqliteConnection& conn = *reader;
@@ -885,6 +984,10 @@ StatusOr<TaskPage> Database::ListTasks(const TaskQuery& query) {
     if (query.priority) {
       const std::string_view text = core::ToString(*query.priority);
       sqlite3_bind_text(stmt, 2, text.data(), static_cast<int>(text.size()), SQLITE_STATIC);
+    }
+    if (query.team) {
+      sqlite3_bind_text(stmt, 6, query.team->data(), static_cast<int>(query.team->size()),
+                        SQLITE_STATIC);
     }
   };
   TaskPage page;
@@ -1045,6 +1148,10 @@ Status Database::ReplaceAll(const StoreMeta& meta, const std::vector<core::Task>
     next = std::max(next, task.id + 1);
   }
   if (Status s = SetOnlinePercent(conn, meta.online_percent); !s.ok()) return s;
+  if (Status s = conn.Exec("DELETE FROM teams", "clearing the teams of"); !s.ok()) return s;
+  for (const core::TeamRecord& team : meta.teams) {
+    if (Status s = UpsertTeam(conn, team); !s.ok()) return s;
+  }
   if (Status s = SetMetaInt(conn, "epoch", meta.epoch); !s.ok()) return s;
   if (Status s = SetMetaInt(conn, "next_task_number", next); !s.ok()) return s;
   if (Status s = SetMetaInt(conn, "last_applied_seq", meta.last_applied_seq); !s.ok()) return s;

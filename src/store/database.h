@@ -71,6 +71,9 @@ struct StoreMeta {
   uint64_t epoch = 0;
   core::TaskNumber next_task_number = 1;  // Never decreases; survives pruning.
   uint64_t last_applied_seq = 0;
+  // Teams whose limits were set or deleted through the API, or whose fair-share usage was
+  // written out (table `teams`), by name.
+  std::vector<core::TeamRecord> teams;
 };
 
 // What a restart needs: the unfinished tasks and the meta values, from one snapshot.
@@ -88,6 +91,9 @@ struct TaskQuery {
   int limit = 50;
   int offset = 0;
   std::optional<core::TaskNumber> before;
+  // A team's tasks only. Its total is counted over the team's rows (index tasks_by_team), so it
+  // grows with the team's history, unlike the kept counts of the other filters.
+  std::optional<std::string> team;
 };
 
 struct TaskPage {
@@ -137,7 +143,8 @@ class Database {
   // Applies `changes` in order in ONE transaction and records `last_seq` as last_applied_seq:
   //   kTaskUpsert     -> insert or replace the task row; next_task_number rises to id + 1;
   //   kQuotaPercent   -> online_percent;
-  //   kNextTaskNumber -> next_task_number rises to next_number (it never decreases).
+  //   kNextTaskNumber -> next_task_number rises to next_number (it never decreases);
+  //   kTeamUpsert     -> insert or replace the team's row.
   // All or nothing: on error nothing of the batch is stored. InvalidArgument (see
   // ValidateChanges) refuses the whole batch.
   Status Apply(const std::vector<core::Change>& changes, uint64_t last_seq);

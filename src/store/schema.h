@@ -94,6 +94,30 @@ CREATE TRIGGER task_counts_on_update AFTER UPDATE OF status, priority ON tasks
     ON CONFLICT (status, priority) DO UPDATE SET n = n + 1;
 END;
 )sql"},
+    // Teams (core::TaskSpec::team, user, preemptible, preemption_grace_seconds; core::Task's
+    // borrowed, preemptions, preempted_by) and the teams' limits and fair-share usage. Tasks
+    // stored before belong to team "default" and may be preempted.
+    {3, "add teams and preemption", R"sql(
+ALTER TABLE tasks ADD COLUMN team TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE tasks ADD COLUMN user TEXT NOT NULL DEFAULT '';
+ALTER TABLE tasks ADD COLUMN preemptible INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE tasks ADD COLUMN preemption_grace_seconds INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE tasks ADD COLUMN borrowed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN preempted_by INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX tasks_by_team ON tasks (team, id DESC);
+CREATE TABLE teams (
+  name     TEXT PRIMARY KEY NOT NULL,
+  api_set  INTEGER NOT NULL,
+  online   INTEGER NOT NULL,
+  batch    INTEGER NOT NULL,
+  max_gpus INTEGER NOT NULL,
+  weight   REAL NOT NULL,
+  deleted  INTEGER NOT NULL,
+  usage    REAL NOT NULL,
+  usage_at INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql"},
 };
 
 // The version this build writes, and the newest it reads.

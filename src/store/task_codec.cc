@@ -144,6 +144,13 @@ json TaskToJson(const core::Task& t) {
       {"finished_at", t.finished_at},
       {"stopping", t.stopping},
       {"stop_reason", core::ToString(t.stop_reason)},
+      {"team", t.spec.team},
+      {"user", t.spec.user},
+      {"preemptible", t.spec.preemptible},
+      {"preemption_grace_seconds", t.spec.preemption_grace_seconds},
+      {"borrowed", t.borrowed},
+      {"preemptions", t.preemptions},
+      {"preempted_by", t.preempted_by},
   };
 }
 
@@ -190,6 +197,24 @@ StatusOr<core::Task> TaskFromJson(const json& j) {
   if (!allocation.ok()) return allocation.status();
   t.allocation = std::move(*allocation);
   if (s = ReadStopReason(j, &t.stop_reason); !s.ok()) return s;
+  // Written by versions with teams; a task from before belongs to "default".
+  if (j.contains("team")) {
+    if (s = ReadString(j, "team", &t.spec.team); !s.ok()) return s;
+    if (!core::IsValidTeamName(t.spec.team)) return Malformed("team", "a valid team name");
+    if (s = ReadString(j, "user", &t.spec.user); !s.ok()) return s;
+    if (s = ReadBool(j, "preemptible", &t.spec.preemptible); !s.ok()) return s;
+    int grace = -1;
+    if (s = ReadInt(j, "preemption_grace_seconds", &grace); !s.ok()) return s;
+    if (grace < -1) return Malformed("preemption_grace_seconds", "-1 or more");
+    t.spec.preemption_grace_seconds = grace;
+    if (s = ReadBool(j, "borrowed", &t.borrowed); !s.ok()) return s;
+    if (s = ReadInt(j, "preemptions", &t.preemptions); !s.ok()) return s;
+    auto by = j.find("preempted_by");
+    if (by == j.end() || !by->is_number_unsigned()) {
+      return Malformed("preempted_by", "a task number");
+    }
+    t.preempted_by = by->get<uint64_t>();
+  }
   return t;
 }
 

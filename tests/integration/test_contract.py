@@ -185,6 +185,22 @@ class LiveTest(NeedsModules, ClusterTestCase):
         call("PUT", API + "/quota", 413, raw="x" * (2 << 20),
              headers={"Content-Type": "application/json"})
         call("PUT", API + "/quota", 415, raw="{}", headers={"Content-Type": "text/plain"})
+        call("GET", API + "/teams", 200)
+        call("PUT", API + "/teams/vision", 200, {"online": 0, "batch": 0, "max_gpus": 2})
+        call("PUT", API + "/teams/vision", 400, {"max_gpus": -5})
+        call("PUT", API + "/teams/vision", 413, raw="x" * (2 << 20),
+             headers={"Content-Type": "application/json"})
+        call("PUT", API + "/teams/vision", 415, raw="{}", headers={"Content-Type": "text/plain"})
+        call("GET", API + "/teams/vision", 200)
+        call("GET", API + "/teams/nobody", 404)
+        busy = self.c.submit("sleep 30", priority="low", team="vision")
+        self.c.wait_status(busy, "running")
+        call("DELETE", API + "/teams/vision", 409)
+        self.c.request("DELETE", API + "/tasks/" + busy + "?grace_seconds=0")
+        harness.wait_until(lambda: self.c.get(API + "/teams/vision").json["batch"]["used"] == 0,
+                           15, what="team vision's GPUs to be freed")
+        call("DELETE", API + "/teams/vision", 200)
+        call("DELETE", API + "/teams/vision", 404)
         call("GET", API + "/agents", 200)
         call("GET", API + "/openapi.yaml", 200)
         snap = call("GET", API + "/snapshot", 200)
@@ -195,6 +211,7 @@ class LiveTest(NeedsModules, ClusterTestCase):
             call("GET", p, 200)
         for method, path in (("PATCH", API + "/tasks"), ("PUT", API + "/tasks/" + tid),
                              ("POST", API + "/gpus"), ("DELETE", API + "/quota"),
+                             ("POST", API + "/teams"), ("POST", API + "/teams/vision"),
                              ("POST", API + "/agents"),
                              ("POST", API + "/snapshot")):
             r = self.c.request(method, path, {})

@@ -47,6 +47,10 @@ TEST(MetricsTest, FamiliesKeepTheirNamesTypesAndOrder) {
                        "dgpu_gpus gauge",
                        "dgpu_quota_gpus gauge",
                        "dgpu_quota_used_gpus gauge",
+                       "dgpu_borrowed_gpus gauge",
+                       "dgpu_team_guaranteed_gpus gauge",
+                       "dgpu_team_used_gpus gauge",
+                       "dgpu_team_borrowed_gpus gauge",
                        "dgpu_agents gauge",
                        "dgpu_is_leader gauge",
                        "dgpu_epoch gauge",
@@ -54,6 +58,7 @@ TEST(MetricsTest, FamiliesKeepTheirNamesTypesAndOrder) {
                        "dgpu_journal_mean_batch_size gauge",
                        "dgpu_schedule_pass_duration_seconds histogram",
                        "dgpu_task_start_latency_seconds histogram",
+                       "dgpu_tasks_preempted_total counter",
                        "dgpu_http_requests_total counter",
                        "dgpu_gpu_utilization_ratio gauge",
                    }));
@@ -123,6 +128,36 @@ TEST(MetricsTest, GaugesComeFromTheSnapshotWithLabelValuesEscaped) {
             (Strings{"dgpu_journal_batches_total 12"}));
   EXPECT_EQ(Samples(text, "dgpu_journal_mean_batch_size"),
             (Strings{"dgpu_journal_mean_batch_size 2.5"}));
+}
+
+TEST(MetricsTest, TeamGaugesAndPreemptionsByTeam) {
+  GaugeSnapshot g;
+  g.quota.borrowed[1] = 3;
+  core::TeamView a;
+  a.name = "vision";
+  a.classes[0] = {.guaranteed = 4, .used = 2, .borrowed = 0};
+  a.classes[1] = {.guaranteed = 1, .used = 4, .borrowed = 3};
+  g.teams.push_back(a);
+  Metrics metrics;
+  metrics.TaskPreempted(core::Priority::kLow, "vision");
+  metrics.TaskPreempted(core::Priority::kLow, "vision");
+  metrics.TaskPreempted(core::Priority::kHigh, "nlp \"x\"");
+  const std::string text = metrics.Render(g);
+  EXPECT_EQ(
+      Samples(text, "dgpu_borrowed_gpus"),
+      (Strings{"dgpu_borrowed_gpus{class=\"online\"} 0", "dgpu_borrowed_gpus{class=\"batch\"} 3"}));
+  EXPECT_EQ(Samples(text, "dgpu_team_guaranteed_gpus"),
+            (Strings{"dgpu_team_guaranteed_gpus{team=\"vision\",class=\"online\"} 4",
+                     "dgpu_team_guaranteed_gpus{team=\"vision\",class=\"batch\"} 1"}));
+  EXPECT_EQ(Samples(text, "dgpu_team_used_gpus"),
+            (Strings{"dgpu_team_used_gpus{team=\"vision\",class=\"online\"} 2",
+                     "dgpu_team_used_gpus{team=\"vision\",class=\"batch\"} 4"}));
+  EXPECT_EQ(Samples(text, "dgpu_team_borrowed_gpus"),
+            (Strings{"dgpu_team_borrowed_gpus{team=\"vision\",class=\"online\"} 0",
+                     "dgpu_team_borrowed_gpus{team=\"vision\",class=\"batch\"} 3"}));
+  EXPECT_EQ(Samples(text, "dgpu_tasks_preempted_total"),
+            (Strings{"dgpu_tasks_preempted_total{priority=\"high\",team=\"nlp \\\"x\\\"\"} 1",
+                     "dgpu_tasks_preempted_total{priority=\"low\",team=\"vision\"} 2"}));
 }
 
 TEST(MetricsTest, HistogramBucketsAreCumulativeWithSumAndCount) {

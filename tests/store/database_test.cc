@@ -23,6 +23,7 @@ using testing::OpenOrDie;
 using testing::Quota;
 using testing::SimpleTask;
 using testing::StatusIs;
+using testing::Team;
 using testing::TempDir;
 using testing::Upsert;
 
@@ -500,6 +501,77 @@ TEST(DatabaseTest, ReplaceAllInstallsASnapshot) {
   got = db->ReadMeta();
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->next_task_number, 31u);
+}
+
+TEST(DatabaseTest, TeamsAreDurableReplacedByNameAndValidated) {
+  TempDir dir;
+  const core::TeamRecord vision{.name = "vision",
+                                .set = true,
+                                .limits = {.online = 8, .batch = 4, .max_gpus = 16, .weight = 2},
+                                .usage = 1234.5,
+                                .usage_at = 1'700'000'000'000'000};
+  core::TeamRecord nlp{.name = "nlp", .set = false, .deleted = true};
+  {
+    auto db = OpenOrDie(dir.path());
+    ASSERT_TRUE(db->Apply({Team(vision), Team(nlp)}, 1).ok());
+    // A second write of a name replaces the first.
+    nlp.deleted = false;
+    nlp.usage = 7;
+    ASSERT_TRUE(db->Apply({Team(nlp)}, 2).ok());
+    // Invalid names and limits are refused, with nothing of the batch applied.
+    core::TeamRecord bad_name{.name = "Bad Name"};
+    EXPECT_THAT(db->Apply({Upsert(SimpleTask(1, TaskStatus::kPending)), Team(bad_name)}, 3),
+                StatusIs(StatusCode::kInvalidArgument, "team name 'Bad Name' is not valid"));
+    core::TeamRecord bad_limits{.name = "x", .limits = {.online = -1}};
+    EXPECT_THAT(db->Apply({Team(bad_limits)}, 3),
+                StatusIs(StatusCode::kInvalidArgument, "team x has invalid limits"));
+  }
+  auto db = OpenOrDie(dir.path());
+  StatusOr<LoadedState> loaded = db->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_TRUE(loaded->tasks.empty());
+  EXPECT_EQ(loaded->last_applied_seq, 2u);
+  ASSERT_EQ(loaded->teams.size(), 2u);
+  // By name.
+  EXPECT_EQ(loaded->teams[0], nlp);
+  EXPECT_EQ(loaded->teams[1], vision);
+
+  // A snapshot replaces every team.
+  StoreMeta meta;
+  meta.teams = {core::TeamRecord{.name = "infra", .set = true, .limits = {.batch = 2}}};
+  ASSERT_TRUE(db->ReplaceAll(meta, {}).ok());
+  StatusOr<StoreMeta> got = db->ReadMeta();
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->teams, meta.teams);
+}
+
+TEST(DatabaseTest, ListsOneTeamsTasksAndCountsThem) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  std::vector<core::Change> changes;
+  for (core::TaskNumber id = 1; id <= 12; ++id) {
+    core::Task t = SimpleTask(id, id % 2 ? TaskStatus::kPending : TaskStatus::kSuccess);
+    t.spec.team = id % 3 == 0 ? "vision" : "default";
+    changes.push_back(Upsert(t));
+  }
+  ASSERT_TRUE(db->Apply(changes, 1).ok());
+  StatusOr<TaskPage> page = db->ListTasks({.limit = 2, .team = "vision"});
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  EXPECT_EQ(page->total, 4);
+  EXPECT_THAT(Ids(page->tasks), ElementsAre(12, 9));
+  EXPECT_EQ(page->next, 9u);
+  page = db->ListTasks({.limit = 10, .before = 9, .team = "vision"});
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(Ids(page->tasks), ElementsAre(6, 3));
+  EXPECT_EQ(page->next, 0u);
+  page = db->ListTasks({.status = TaskStatus::kPending, .limit = 10, .team = "vision"});
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->total, 2);
+  EXPECT_THAT(Ids(page->tasks), ElementsAre(9, 3));
+  page = db->ListTasks({.limit = 10, .team = "nobody"});
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->total, 0);
+  EXPECT_TRUE(page->tasks.empty());
 }
 
 TEST(DatabaseTest, SecondOpenOfTheSameDirectoryIsRefused) {

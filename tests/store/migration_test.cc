@@ -141,7 +141,7 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   ASSERT_NE(db, nullptr);
   ASSERT_TRUE(db->upgrade().has_value());
   EXPECT_EQ(db->upgrade()->from_version, 1);
-  EXPECT_EQ(db->upgrade()->to_version, 3);
+  EXPECT_EQ(db->upgrade()->to_version, 4);
   EXPECT_EQ(db->upgrade()->backup_path, path + ".v1.bak");
 
   StatusOr<std::vector<core::Task>> tasks = db->AllTasks();
@@ -156,6 +156,13 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
             (std::vector<std::pair<std::string, std::string>>{{"A", "1"}, {"B", "x=y"}}));
   EXPECT_EQ(pending.status, TaskStatus::kPending);
   EXPECT_EQ(pending.stop_reason, StopReason::kNone);
+  // Tasks stored before teams existed belong to team "default" and may be preempted.
+  EXPECT_EQ(pending.spec.team, "default");
+  EXPECT_EQ(pending.spec.user, "");
+  EXPECT_TRUE(pending.spec.preemptible);
+  EXPECT_EQ(pending.spec.preemption_grace_seconds, -1);
+  EXPECT_EQ(pending.preemptions, 0);
+  EXPECT_EQ(pending.preempted_by, 0u);
   const core::Task& running = (*tasks)[1];
   EXPECT_EQ(running.status, TaskStatus::kRunning);
   EXPECT_EQ(running.allocation, (core::Allocation{{"node-a", {0, 3}}}));
@@ -186,8 +193,9 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   EXPECT_EQ(loaded->online_percent, 0.25);
   db.reset();
 
-  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("3"));
-  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("3"));
+  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("4"));
+  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("4"));
+  EXPECT_THAT(Rows(path, "SELECT count(*) FROM teams"), ElementsAre("0"));
   // The backup is a version 1 database holding what the file held before.
   EXPECT_THAT(BackupFiles(dir), ElementsAre("dgpu.db.v1.bak"));
   EXPECT_EQ(V1Content(path + ".v1.bak"), v1_content);
@@ -253,11 +261,11 @@ TEST(MigrationTest, NewDatabaseIsAtTheLatestVersionWithoutBackup) {
   ASSERT_NE(db, nullptr);
   EXPECT_FALSE(db->upgrade().has_value());
   db.reset();
-  EXPECT_EQ(kSchemaVersion, 3);
-  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("3"));
+  EXPECT_EQ(kSchemaVersion, 4);
+  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("4"));
   EXPECT_THAT(
       Rows(dir.Sub(kDatabaseFileName), "SELECT value FROM meta WHERE key = 'schema_version'"),
-      ElementsAre("3"));
+      ElementsAre("4"));
   EXPECT_TRUE(BackupFiles(dir).empty());
 }
 
@@ -315,8 +323,8 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
   ASSERT_FALSE(db.ok());
   EXPECT_EQ(db.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(db.status().message(), path +
-                                       " has schema version 4; this dgpu-scheduler reads "
-                                       "versions up to 3: use a newer binary");
+                                       " has schema version 5; this dgpu-scheduler reads "
+                                       "versions up to 4: use a newer binary");
   EXPECT_EQ(ReadBytes(path), before);
   // The read-only check of a WAL-mode file may leave an empty WAL beside it, never content.
   EXPECT_EQ(ReadBytes(path + "-wal"), "");
@@ -326,11 +334,11 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
 INSTANTIATE_TEST_SUITE_P(
     Versions, NewerDatabaseTest,
     ::testing::Values(NewerCase{"Both",
-                                "UPDATE meta SET value = 4 WHERE key = 'schema_version'; "
-                                "PRAGMA user_version = 4;"},
-                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 4;"},
+                                "UPDATE meta SET value = 5 WHERE key = 'schema_version'; "
+                                "PRAGMA user_version = 5;"},
+                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 5;"},
                       NewerCase{"MetaOnly",
-                                "UPDATE meta SET value = 4 WHERE key = 'schema_version';"}),
+                                "UPDATE meta SET value = 5 WHERE key = 'schema_version';"}),
     [](const ::testing::TestParamInfo<NewerCase>& info) { return info.param.name; });
 
 TEST(MigrationTest, DisagreeingVersionsAreRefusedUnmodified) {
@@ -351,7 +359,8 @@ TEST(MigrationTest, UnknownStopReasonInARowIsDataLossNamingTheTask) {
   OpenOrDie(dir.path());
   const std::string path = dir.Sub(kDatabaseFileName);
   RunSql(path, std::string("INSERT INTO tasks VALUES (7, 'x', 'low', 1, '', 'true', '[]', 0, '', "
-                           "'running', 7, '[]', 0, 0, '', 1, 0, 0, 1, 'sleepy');"));
+                           "'running', 7, '[]', 0, 0, '', 1, 0, 0, 1, 'sleepy', "
+                           "'default', '', 1, -1, 0, 0, 0);"));
   auto db = OpenOrDie(dir.path());
   ASSERT_NE(db, nullptr);
   EXPECT_THAT(db->GetTask(7), StatusIs(StatusCode::kDataLoss,

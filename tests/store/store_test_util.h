@@ -153,6 +153,13 @@ inline core::Task FullTask(core::TaskNumber id) {
   t.finished_at = 1'700'000'002'000'001;
   t.stopping = true;
   t.stop_reason = core::StopReason::kPreempt;
+  t.spec.team = "vision";
+  t.spec.user = "alice";
+  t.spec.preemptible = false;
+  t.spec.preemption_grace_seconds = 45;
+  t.borrowed = true;
+  t.preemptions = 3;
+  t.preempted_by = 99;
   return t;
 }
 
@@ -186,6 +193,13 @@ inline core::Change Quota(double online_percent) {
   return c;
 }
 
+inline core::Change Team(core::TeamRecord team) {
+  core::Change c;
+  c.kind = core::Change::Kind::kTeamUpsert;
+  c.team = std::move(team);
+  return c;
+}
+
 inline core::Change NextNumber(core::TaskNumber n) {
   core::Change c;
   c.kind = core::Change::Kind::kNextTaskNumber;
@@ -215,6 +229,13 @@ inline void ExpectSameTask(const core::Task& want, const core::Task& got) {
   EXPECT_EQ(want.finished_at, got.finished_at);
   EXPECT_EQ(want.stopping, got.stopping);
   EXPECT_EQ(want.stop_reason, got.stop_reason);
+  EXPECT_EQ(want.spec.team, got.spec.team);
+  EXPECT_EQ(want.spec.user, got.spec.user);
+  EXPECT_EQ(want.spec.preemptible, got.spec.preemptible);
+  EXPECT_EQ(want.spec.preemption_grace_seconds, got.spec.preemption_grace_seconds);
+  EXPECT_EQ(want.borrowed, got.borrowed);
+  EXPECT_EQ(want.preemptions, got.preemptions);
+  EXPECT_EQ(want.preempted_by, got.preempted_by);
 }
 
 inline std::vector<core::TaskNumber> Ids(const std::vector<core::Task>& tasks) {
