@@ -11,13 +11,21 @@ _dgpuctl_task_ids() {
     while read -r id _; do printf '%s\n' "$id"; done
 }
 
+_dgpuctl_team_names() {
+  local -a server_args=()
+  [[ -n $1 ]] && server_args=(--server "$1")
+  "${COMP_WORDS[0]}" "${server_args[@]}" get teams --no-headers 2>/dev/null |
+    while read -r name _; do printf '%s\n' "$name"; done
+}
+
 _dgpuctl() {
   local cur="${COMP_WORDS[COMP_CWORD]}"
   local prev=""
   ((COMP_CWORD > 0)) && prev="${COMP_WORDS[COMP_CWORD - 1]}"
   local global_opts="--server -o --output --timeout --request-timeout --no-headers --help --version"
   local value_opts=" --server -o --output --timeout --request-timeout --gpus --priority --model \
---name --env --image --status --limit --offset --after --interval --online --grace "
+--name --env --image --team --preemption-grace --status --limit --offset --after --interval \
+--online --batch --max-gpus --weight --grace "
 
   # Find the command, its subcommand and --server, skipping options and their values.
   local cmd="" sub="" server="" i=1 word
@@ -56,6 +64,14 @@ _dgpuctl() {
       COMPREPLY=($(compgen -W "pending running success failed cancelled" -- "$cur"))
       return 0
       ;;
+    --team)
+      COMPREPLY=($(compgen -W "$(_dgpuctl_team_names "$server")" -- "$cur"))
+      return 0
+      ;;
+    --max-gpus)
+      COMPREPLY=($(compgen -W "none" -- "$cur"))
+      return 0
+      ;;
   esac
   if [[ $value_opts == *" $prev "* ]]; then
     return 0
@@ -64,21 +80,29 @@ _dgpuctl() {
   local words=""
   case "$cmd" in
     "")
-      words="submit get quota snapshot cancel wait logs completion"
+      words="submit get quota team snapshot cancel wait logs completion"
       [[ $cur == -* ]] && words="$global_opts"
       ;;
     submit)
-      words="--gpus --priority --model --name --env --timeout --image --help --"
+      words="--gpus --priority --model --name --env --timeout --image --team --no-preempt \
+--preemption-grace --help --"
       ;;
     get)
       case "$sub" in
-        "") words="tasks task gpus agents" ;;
-        tasks) words="--status --priority --limit --offset --after --help" ;;
+        "") words="tasks task teams team gpus agents" ;;
+        tasks) words="--status --priority --team --limit --offset --after --help" ;;
         task)
           if [[ $cur == -* ]]; then
             words="--help"
           else
             words="$(_dgpuctl_task_ids "$server")"
+          fi
+          ;;
+        teams | team)
+          if [[ $cur == -* ]]; then
+            words="--help"
+          else
+            words="$(_dgpuctl_team_names "$server")"
           fi
           ;;
         *) words="--help" ;;
@@ -88,6 +112,20 @@ _dgpuctl() {
       case "$sub" in
         "") words="set --help" ;;
         *) words="--online --help" ;;
+      esac
+      ;;
+    team)
+      case "$sub" in
+        "") words="set delete" ;;
+        set | delete)
+          if [[ $cur == -* ]]; then
+            words="--help"
+            [[ $sub == set ]] && words="--online --batch --max-gpus --weight --help"
+          else
+            words="$(_dgpuctl_team_names "$server")"
+          fi
+          ;;
+        *) words="--help" ;;
       esac
       ;;
     cancel | wait | logs)

@@ -76,10 +76,21 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   submit_cmd->add_option("--timeout", submit.timeout,
                          "Run time limit: seconds or a duration like 30s, 5m, 2h");
   submit_cmd->add_option("--image", submit.image, "Container image (docker executor)");
+  submit_cmd->add_option("--team", submit.team,
+                         "Team whose guarantees the task uses (default: the server's \"default\")");
+  CLI::Option* no_preempt_opt = submit_cmd->add_flag(
+      "--no-preempt", submit.no_preempt, "The task may not be preempted (preemptible: false)");
+  submit_cmd
+      ->add_option("--preemption-grace", submit.preemption_grace,
+                   "Seconds between SIGTERM and SIGKILL when the task is preempted (default: the "
+                   "scheduler's)")
+      ->check(CLI::Range(0, 86400))
+      ->excludes(no_preempt_opt);
   submit_cmd->add_option("command", submit.command, "Command to run, after --");
 
   // get
-  CLI::App* get_cmd = app.add_subcommand("get", "Show tasks, a task, GPUs or agents");
+  CLI::App* get_cmd =
+      app.add_subcommand("get", "Show tasks, a task, teams, a team, GPUs or agents");
   get_cmd->require_subcommand(1);
   ListTasksOptions list;
   std::string list_id;
@@ -88,6 +99,7 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
       ->check(CLI::IsMember({"pending", "running", "success", "failed", "cancelled"}));
   get_tasks->add_option("--priority", list.priority, "Only tasks with this priority")
       ->check(CLI::IsMember({"high", "low"}));
+  get_tasks->add_option("--team", list.team, "Only tasks of this team");
   get_tasks->add_option("--limit", list.limit, "At most this many tasks (server default 50)")
       ->check(CLI::Range(1, 1000));
   CLI::Option* offset_opt = get_tasks->add_option("--offset", list.offset, "Skip this many tasks")
@@ -101,6 +113,13 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   std::string task_id;
   CLI::App* get_task = get_cmd->add_subcommand("task", "Describe one task");
   get_task->add_option("id", task_id, "Task id")->required();
+  std::string list_team;
+  CLI::App* get_teams =
+      get_cmd->add_subcommand("teams", "List teams: guarantees, use, cap, weight, pending tasks");
+  get_teams->add_option("name", list_team, "Describe this team instead of listing");
+  std::string team_name;
+  CLI::App* get_team = get_cmd->add_subcommand("team", "Describe one team");
+  get_team->add_option("name", team_name, "Team name")->required();
   CLI::App* get_gpus = get_cmd->add_subcommand("gpus", "List GPUs");
   CLI::App* get_agents = get_cmd->add_subcommand("agents", "List agents");
 
@@ -112,6 +131,35 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   quota_set->add_option("--online", online, "Online (high priority) share of the GPUs, in [0,1]")
       ->required()
       ->check(CLI::Range(0.0, 1.0));
+
+  // team
+  CLI::App* team_cmd =
+      app.add_subcommand("team", "Set or delete a team's guaranteed GPUs, cap and weight");
+  team_cmd->require_subcommand(1);
+  TeamOptions team_set_options;
+  CLI::App* team_set = team_cmd->add_subcommand(
+      "set", "Set a team's limits (options left out keep their value); prints the team");
+  team_set->add_option("name", team_set_options.name, "Team name")->required();
+  team_set
+      ->add_option("--online", team_set_options.online,
+                   "GPUs guaranteed to the team in the online (high priority) class")
+      ->type_name("N");
+  team_set
+      ->add_option("--batch", team_set_options.batch,
+                   "GPUs guaranteed to the team in the batch (low priority) class")
+      ->type_name("N");
+  team_set
+      ->add_option("--max-gpus", team_set_options.max_gpus,
+                   "At most this many GPUs for the team in all, or none (no cap)")
+      ->type_name("N|none");
+  team_set
+      ->add_option("--weight", team_set_options.weight,
+                   "Fair-share weight of the team (above 0; default 1)")
+      ->type_name("W");
+  std::string team_delete_name;
+  CLI::App* team_delete = team_cmd->add_subcommand(
+      "delete", "Delete a team's limits (refused while it has pending or running tasks)");
+  team_delete->add_option("name", team_delete_name, "Team name")->required();
 
   // snapshot
   SnapshotOptions snapshot;
@@ -210,10 +258,16 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   if (get_cmd->parsed()) {
     if (get_tasks->parsed()) return list_id.empty() ? GetTasks(ctx, list) : GetTask(ctx, list_id);
     if (get_task->parsed()) return GetTask(ctx, task_id);
+    if (get_teams->parsed()) return list_team.empty() ? GetTeams(ctx) : GetTeam(ctx, list_team);
+    if (get_team->parsed()) return GetTeam(ctx, team_name);
     if (get_gpus->parsed()) return GetGpus(ctx);
     if (get_agents->parsed()) return GetAgents(ctx);
   }
   if (quota_cmd->parsed()) return quota_set->parsed() ? SetQuota(ctx, online) : ShowQuota(ctx);
+  if (team_cmd->parsed()) {
+    if (team_set->parsed()) return SetTeam(ctx, team_set_options);
+    if (team_delete->parsed()) return DeleteTeam(ctx, team_delete_name);
+  }
   if (snapshot_cmd->parsed()) return Snapshot(ctx, snapshot);
   if (cancel_cmd->parsed()) return Cancel(ctx, cancel_ids, cancel_grace);
   if (wait_cmd->parsed()) {

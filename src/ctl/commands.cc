@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "common/atomic_file.h"
@@ -76,6 +77,60 @@ bool IsFinished(const std::string& status) {
 
 std::string TaskPath(const std::string& id) { return "/tasks/" + UrlEncode(id); }
 
+std::string TeamPath(const std::string& name) { return "/teams/" + UrlEncode(name); }
+
+// "yes" or "no" for a boolean field; empty when it is absent or not a boolean.
+std::string YesNo(const json& object, const char* key) {
+  if (!object.is_object()) return "";
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_boolean()) return "";
+  return it->get<bool>() ? "yes" : "no";
+}
+
+// A number without needless digits: "1", "0.5", "1234.5" (at most three decimals).
+std::string FormatDecimal(double value) {
+  char buffer[512];
+  std::snprintf(buffer, sizeof(buffer), "%.3f", value);
+  std::string text = buffer;
+  while (text.back() == '0') text.pop_back();
+  if (text.back() == '.') text.pop_back();
+  if (text == "-0") text = "0";
+  return text;
+}
+
+// A numeric field as FormatDecimal writes it; any other value as Field does.
+std::string DecimalField(const json& object, const char* key) {
+  if (!object.is_object()) return "";
+  auto it = object.find(key);
+  if (it != object.end() && it->is_number()) return FormatDecimal(it->get<double>());
+  return Field(object, key);
+}
+
+// "30s", "7200s (2h)".
+std::string SecondsText(int64_t seconds) {
+  std::string text = std::to_string(seconds) + "s";
+  if (seconds >= 60) {
+    text += " (" + common::FormatCompoundDuration(std::chrono::seconds(seconds)) + ")";
+  }
+  return text;
+}
+
+// Aligns "Label:  value" lines on the longest label (and at least `width`); an empty value is
+// shown as "-".
+size_t LabelWidth(const std::vector<std::pair<std::string, std::string>>& lines, size_t width) {
+  for (const auto& line : lines) width = std::max(width, line.first.size());
+  return width;
+}
+
+std::string RenderFields(const std::vector<std::pair<std::string, std::string>>& lines,
+                         size_t width) {
+  std::string text;
+  for (const auto& [label, value] : lines) {
+    text += label + ":" + std::string(width - label.size() + 2, ' ') + OrDash(value) + "\n";
+  }
+  return text;
+}
+
 std::string FirstLine(std::string_view text) {
   size_t end = text.find_first_of("\r\n");
   std::string line(text.substr(0, end));
@@ -127,12 +182,28 @@ std::string FormatPercent(long basis_points) {
 std::string TimeoutText(const json& task) {
   auto it = task.find("timeout_seconds");
   if (it == task.end() || !it->is_number() || it->get<double>() <= 0) return "-";
+  return SecondsText(it->get<int64_t>());
+}
+
+// The SIGTERM-to-SIGKILL time of a preemption: -1 is the scheduler's default.
+std::string PreemptionGraceText(const json& task) {
+  auto it = task.find("preemption_grace_seconds");
+  if (it == task.end() || !it->is_number_integer()) return "";
   auto seconds = it->get<int64_t>();
-  std::string text = std::to_string(seconds) + "s";
-  if (seconds >= 60) {
-    text += " (" + common::FormatCompoundDuration(std::chrono::seconds(seconds)) + ")";
-  }
-  return text;
+  if (seconds < 0) return "the scheduler's default";
+  return SecondsText(seconds);
+}
+
+std::string BorrowedText(const json& task) {
+  std::string borrowed = YesNo(task, "borrowed");
+  if (borrowed == "yes") return "yes (on GPUs beyond its team's guarantee; may be preempted)";
+  return borrowed;
+}
+
+std::string ErrorText(const json& task) {
+  std::string error = Field(task, "error");
+  if (error == "preempted") return "preempted (its GPUs were taken back and it was requeued)";
+  return error;
 }
 
 std::string TimeText(const json& task, const char* key, Clock::time_point now) {
@@ -242,6 +313,9 @@ std::optional<json> BuildSubmitBody(const SubmitOptions& options, std::string* e
     }
     body["timeout_seconds"] = timeout->count() / 1000;
   }
+  if (!options.team.empty()) body["team"] = options.team;
+  if (options.no_preempt) body["preemptible"] = false;
+  if (options.preemption_grace) body["preemption_grace_seconds"] = *options.preemption_grace;
   return body;
 }
 
@@ -269,6 +343,7 @@ int GetTasks(const CtlContext& ctx, const ListTasksOptions& options) {
   std::vector<std::pair<std::string, std::string>> query;
   if (!options.status.empty()) query.emplace_back("status", options.status);
   if (!options.priority.empty()) query.emplace_back("priority", options.priority);
+  if (!options.team.empty()) query.emplace_back("team", options.team);
   if (options.limit) query.emplace_back("limit", std::to_string(*options.limit));
   if (options.offset) query.emplace_back("offset", std::to_string(*options.offset));
   if (!options.after.empty()) query.emplace_back("after", options.after);
@@ -288,8 +363,8 @@ int GetTasks(const CtlContext& ctx, const ListTasksOptions& options) {
   }
   const json& tasks = (*reply)["tasks"];
   const bool wide = ctx.output == OutputFormat::kWide;
-  std::vector<std::string> header = {"id",     "name", "priority", "gpus",
-                                     "status", "node", "age",      "reason"};
+  std::vector<std::string> header = {"id",     "name", "team", "priority", "gpus",
+                                     "status", "node", "age",  "reason"};
   if (wide) header.insert(header.end(), {"allocated", "attempts", "exit", "command"});
   Table table(header);
   const Clock::time_point now = ctx.now();
@@ -302,14 +377,10 @@ int GetTasks(const CtlContext& ctx, const ListTasksOptions& options) {
       reason = Field(task, "error");
       if (reason.empty() && !ExitCodeText(task).empty()) reason = "exit code " + ExitCodeText(task);
     }
-    std::vector<std::string> row = {Cell(Field(task, "task_id")),
-                                    Cell(Field(task, "name")),
-                                    Cell(Field(task, "priority")),
-                                    Cell(Field(task, "gpu_count")),
-                                    Cell(status),
-                                    Cell(Field(task, "node_id")),
-                                    AgeOf(task, "created_at", now),
-                                    Cell(reason)};
+    std::vector<std::string> row = {
+        Cell(Field(task, "task_id")),  Cell(Field(task, "name")),      Cell(Field(task, "team")),
+        Cell(Field(task, "priority")), Cell(Field(task, "gpu_count")), Cell(status),
+        Cell(Field(task, "node_id")),  AgeOf(task, "created_at", now), Cell(reason)};
     if (wide) {
       row.insert(row.end(), {Cell(Field(task, "allocated_gpus")), Cell(Field(task, "attempts")),
                              Cell(ExitCodeText(task)), Cell(Field(task, "command"))});
@@ -352,6 +423,8 @@ std::string DescribeTask(const json& task, Clock::time_point now) {
   std::vector<std::pair<std::string, std::string>> lines = {
       {"ID", Field(task, "task_id")},
       {"Name", Field(task, "name")},
+      {"Team", Field(task, "team")},
+      {"User", Field(task, "user")},
       {"Priority", Field(task, "priority")},
       {"Status", Field(task, "status")},
       {"Pending Reason", Field(task, "pending_reason")},
@@ -360,8 +433,12 @@ std::string DescribeTask(const json& task, Clock::time_point now) {
       {"Node", Field(task, "node_id")},
       {"Allocated GPUs", Field(task, "allocated_gpus")},
       {"Attempts", Field(task, "attempts")},
+      {"Preemptible", YesNo(task, "preemptible")},
+      {"Preemption Grace", PreemptionGraceText(task)},
+      {"Borrowed", BorrowedText(task)},
+      {"Preemptions", Field(task, "preemptions")},
       {"Exit Code", ExitCodeText(task)},
-      {"Error", Field(task, "error")},
+      {"Error", ErrorText(task)},
       {"Command", Field(task, "command")},
       {"Image", Field(task, "image")},
       {"Timeout", TimeoutText(task)},
@@ -381,12 +458,8 @@ std::string DescribeTask(const json& task, Clock::time_point now) {
   if (env != task.end() && env->is_object()) {
     for (const auto& [key, value] : env->items()) env_text += "  " + key + "=" + Text(value) + "\n";
   }
-  size_t width = std::string("Env").size();
-  for (const auto& line : lines) width = std::max(width, line.first.size());
-  std::string text;
-  for (const auto& [label, value] : lines) {
-    text += label + ":" + std::string(width - label.size() + 2, ' ') + OrDash(value) + "\n";
-  }
+  const size_t width = LabelWidth(lines, std::string("Env").size());
+  std::string text = RenderFields(lines, width);
   if (env_text.empty()) {
     text += "Env:" + std::string(width - 3 + 2, ' ') + "-\n";
   } else {
@@ -483,11 +556,12 @@ int ShowQuota(const CtlContext& ctx) {
     return kExitOk;
   }
   if (!reply->is_object()) return BadResponse(ctx, "GET /api/v1/quota did not return an object");
-  Table table({"class", "quota", "used", "available"});
+  Table table({"class", "quota", "used", "available", "borrowed", "lent"});
   for (const char* name : {"online", "batch"}) {
     json klass = reply->value(name, json::object());
     table.AddRow({name, Cell(Field(klass, "quota")), Cell(Field(klass, "used")),
-                  Cell(Field(klass, "available"))});
+                  Cell(Field(klass, "available")), Cell(Field(klass, "borrowed")),
+                  Cell(Field(klass, "lent"))});
   }
   *ctx.out << table.Render(!ctx.no_headers);
   if (!ctx.no_headers) *ctx.out << "\ntotal GPUs: " << OrDash(Field(*reply, "total_gpus")) << "\n";
@@ -510,6 +584,182 @@ int SetQuota(const CtlContext& ctx, double online_percent) {
   long online_bp = std::lround(online_percent * 10000);
   *ctx.out << "quota updated: online " << FormatPercent(online_bp) << ", batch "
            << FormatPercent(10000 - online_bp) << "\n";
+  return kExitOk;
+}
+
+namespace {
+
+// "16/4/0": the GPUs guaranteed to the team in a class, those it uses, and those of them beyond
+// its guarantee.
+std::string TeamClassCell(const json& team, const char* name) {
+  auto it = team.find(name);
+  if (it == team.end() || !it->is_object()) return "-";
+  return OrDash(Field(*it, "guaranteed")) + "/" + OrDash(Field(*it, "used")) + "/" +
+         OrDash(Field(*it, "borrowed"));
+}
+
+// "16 guaranteed, 4 used, 0 borrowed".
+std::string TeamClassText(const json& team, const char* name) {
+  auto it = team.find(name);
+  if (it == team.end() || !it->is_object()) return "";
+  return OrDash(Field(*it, "guaranteed")) + " guaranteed, " + OrDash(Field(*it, "used")) +
+         " used, " + OrDash(Field(*it, "borrowed")) + " borrowed";
+}
+
+// max_gpus: null is no cap.
+std::string MaxGpusText(const json& team) {
+  auto it = team.find("max_gpus");
+  if (it == team.end()) return "";
+  return it->is_null() ? "none" : Text(*it);
+}
+
+// Whole GPUs from an option's text: 0 or more.
+std::optional<int64_t> ParseGpus(const std::string& text) {
+  StatusOr<int64_t> value = common::ParseInt64(text, "");
+  if (!value.ok() || *value < 0) return std::nullopt;
+  return *value;
+}
+
+}  // namespace
+
+std::string DescribeTeam(const json& team) {
+  std::string max_gpus = MaxGpusText(team);
+  if (max_gpus == "none") max_gpus = "none (no cap)";
+  std::string usage = DecimalField(team, "usage_gpu_seconds");
+  if (!usage.empty()) usage += " GPU-seconds";
+  std::vector<std::pair<std::string, std::string>> lines = {
+      {"Team", Field(team, "name")},
+      {"Configured", YesNo(team, "configured")},
+      {"Online", TeamClassText(team, "online")},
+      {"Batch", TeamClassText(team, "batch")},
+      {"Max GPUs", max_gpus},
+      {"Weight", DecimalField(team, "weight")},
+      {"Pending", Field(team, "pending")},
+      {"Usage", usage},
+  };
+  return RenderFields(lines, LabelWidth(lines, 0));
+}
+
+int GetTeams(const CtlContext& ctx) {
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kGet, "/teams", nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  if (!reply->is_object() || !reply->contains("teams") || !(*reply)["teams"].is_array()) {
+    return BadResponse(ctx, "GET /api/v1/teams did not return a teams array");
+  }
+  const bool wide = ctx.output == OutputFormat::kWide;
+  std::vector<std::string> header = {"team", "online", "batch", "max gpus", "weight", "pending"};
+  if (wide) header.insert(header.end(), {"configured", "usage (gpu-s)"});
+  Table table(header);
+  for (const json& team : (*reply)["teams"]) {
+    std::vector<std::string> row = {
+        Cell(Field(team, "name")),          TeamClassCell(team, "online"),
+        TeamClassCell(team, "batch"),       Cell(MaxGpusText(team)),
+        Cell(DecimalField(team, "weight")), Cell(Field(team, "pending"))};
+    if (wide) {
+      row.insert(row.end(),
+                 {Cell(YesNo(team, "configured")), Cell(DecimalField(team, "usage_gpu_seconds"))});
+    }
+    table.AddRow(std::move(row));
+  }
+  if (table.size() == 0) {
+    *ctx.err << "no teams found\n";
+    return kExitOk;
+  }
+  *ctx.out << table.Render(!ctx.no_headers);
+  if (!ctx.no_headers) {
+    *ctx.out << "\nONLINE, BATCH: guaranteed/used/borrowed GPUs (borrowed: used beyond the "
+                "guarantee)\n";
+  }
+  return kExitOk;
+}
+
+int GetTeam(const CtlContext& ctx, const std::string& name) {
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kGet, TeamPath(name), nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  if (!reply->is_object()) return BadResponse(ctx, "the team is not a JSON object");
+  *ctx.out << DescribeTeam(*reply);
+  return kExitOk;
+}
+
+std::optional<json> BuildTeamBody(const TeamOptions& options, std::string* error) {
+  if (!options.online && !options.batch && !options.max_gpus && !options.weight) {
+    *error = "team set needs at least one of --online, --batch, --max-gpus, --weight";
+    return std::nullopt;
+  }
+  json body = json::object();
+  for (const auto& [flag, key, value] : {std::tuple{"--online", "online", &options.online},
+                                         std::tuple{"--batch", "batch", &options.batch}}) {
+    if (!value->has_value()) continue;
+    auto gpus = ParseGpus(**value);
+    if (!gpus) {
+      *error =
+          std::string(flag) + " expects a whole number of GPUs, 0 or more; got '" + **value + "'";
+      return std::nullopt;
+    }
+    body[key] = *gpus;
+  }
+  if (options.max_gpus) {
+    if (*options.max_gpus == "none") {
+      body["max_gpus"] = nullptr;
+    } else {
+      auto gpus = ParseGpus(*options.max_gpus);
+      if (!gpus) {
+        *error = "--max-gpus expects a whole number of GPUs, 0 or more, or none (no cap); got '" +
+                 *options.max_gpus + "'";
+        return std::nullopt;
+      }
+      body["max_gpus"] = *gpus;
+    }
+  }
+  if (options.weight) {
+    StatusOr<double> weight = common::ParseDouble(*options.weight, "--weight");
+    if (!weight.ok() || !(*weight > 0)) {
+      *error = "--weight expects a number above 0, e.g. 1 or 2.5; got '" + *options.weight + "'";
+      return std::nullopt;
+    }
+    body["weight"] = *weight;
+  }
+  return body;
+}
+
+int SetTeam(const CtlContext& ctx, const TeamOptions& options) {
+  std::string error;
+  auto body = BuildTeamBody(options, &error);
+  if (!body) {
+    *ctx.err << "error: " << error << "\n";
+    return kExitUsage;
+  }
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kPut, TeamPath(options.name), &*body, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  if (!reply->is_object()) return BadResponse(ctx, "the team is not a JSON object");
+  *ctx.out << DescribeTeam(*reply);
+  return kExitOk;
+}
+
+int DeleteTeam(const CtlContext& ctx, const std::string& name) {
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kDelete, TeamPath(name), nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  *ctx.out << "team " << name << " deleted\n";
   return kExitOk;
 }
 

@@ -67,8 +67,11 @@ struct SubmitOptions {
   std::string model;
   std::string name;
   std::string image;
-  std::vector<std::string> env;  // KEY=VALUE
-  std::string timeout;           // empty: none
+  std::vector<std::string> env;         // KEY=VALUE
+  std::string timeout;                  // empty: none
+  std::string team;                     // empty: the server's default team
+  bool no_preempt = false;              // sends "preemptible": false
+  std::optional<int> preemption_grace;  // seconds; nullopt: the scheduler's default
   std::vector<std::string> command;
 };
 
@@ -82,7 +85,21 @@ struct ListTasksOptions {
   std::optional<int> limit;
   std::optional<int> offset;
   std::string after;  // A task id: only older tasks (keyset paging).
+  std::string team;   // Only tasks of this team.
 };
+
+// `dgpuctl team set NAME ...`: the values as typed (nullopt: not given, left unchanged).
+struct TeamOptions {
+  std::string name;
+  std::optional<std::string> online;    // GPUs guaranteed in the online class, >= 0
+  std::optional<std::string> batch;     // GPUs guaranteed in the batch class, >= 0
+  std::optional<std::string> max_gpus;  // a cap >= 0, or "none" (no cap)
+  std::optional<std::string> weight;    // fair-share weight > 0
+};
+
+// Builds the PUT /teams/{name} body from the options given; on invalid options (or none) writes
+// the reason to `error` and returns nullopt.
+std::optional<nlohmann::json> BuildTeamBody(const TeamOptions& options, std::string* error);
 
 struct WaitOptions {
   std::optional<std::chrono::milliseconds> timeout;  // nullopt: wait forever
@@ -101,6 +118,10 @@ int GetGpus(const CtlContext& ctx);
 int GetAgents(const CtlContext& ctx);
 int ShowQuota(const CtlContext& ctx);
 int SetQuota(const CtlContext& ctx, double online_percent);
+int GetTeams(const CtlContext& ctx);
+int GetTeam(const CtlContext& ctx, const std::string& name);
+int SetTeam(const CtlContext& ctx, const TeamOptions& options);
+int DeleteTeam(const CtlContext& ctx, const std::string& name);
 // grace_seconds: sent as ?grace_seconds=N (the stop's SIGTERM-to-SIGKILL time); nullopt: the
 // agent's own.
 int Cancel(const CtlContext& ctx, const std::vector<std::string>& ids,
@@ -118,5 +139,8 @@ int Logs(const CtlContext& ctx, const std::string& id, const LogsOptions& option
 
 // Renders a task as the multi-line description printed by `get task ID`.
 std::string DescribeTask(const nlohmann::json& task, std::chrono::system_clock::time_point now);
+
+// Renders a team as the multi-line description printed by `get team NAME` and `team set`.
+std::string DescribeTeam(const nlohmann::json& team);
 
 }  // namespace dgpu::ctl

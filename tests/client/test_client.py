@@ -1,8 +1,10 @@
 """The Python client (clients/python, package dgpu) against a real scheduler and real agents:
 every method, every field of the task object, and the error classes for bad input, unknown
-tasks, conflicts, unreachable servers and the retry rules."""
+tasks, conflicts, unreachable servers and the retry rules. The requests the team methods send
+are also checked exactly against a scripted transport."""
 
 import datetime
+import email.message
 import json
 import os
 import shutil
@@ -200,6 +202,10 @@ def test_gpus_agents_and_quota(client):
     ({"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "env.CUDA_VISIBLE_DEVICES", "is set by dgpu"),
     ({"timeout_seconds": -1}, "timeout_seconds", "timeout_seconds must be between"),
     ({"name": "x" * 300}, "name", "the limit is 256"),
+    ({"team": "Vision"}, "team", "team must be 1 to 63 characters"),
+    ({"preemptible": "yes"}, "preemptible", "preemptible must be true or false"),
+    ({"preemption_grace_seconds": -1}, "preemption_grace_seconds",
+     "preemption_grace_seconds must be between 0 and 86400"),
 ])
 def test_submit_bad_input_raises_invalid_field(client, kwargs, field, mentions):
     args = {"command": "true", "gpu_count": 1, "priority": "high"}
@@ -323,3 +329,269 @@ def test_package_installs_with_pip(tmp_path):
                            env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")))
     assert check.returncode == 0, check.stderr
     assert check.stdout.startswith("0.1.0 " + str(site))
+
+
+# -- teams and preemption -------------------------------------------------------------------
+
+
+class ScriptedClient(dgpu.Client):
+    """A client whose transport answers from a script of (status, JSON body) and records every
+    request as (method, URL, body text or None, Content-Type)."""
+
+    def __init__(self, answers, **kwargs):
+        super().__init__("http://sched:8080", **kwargs)
+        self.answers = list(answers)
+        self.requests = []
+
+    def _send(self, method, url, data, headers):
+        self.requests.append((method, url, None if data is None else data.decode("utf-8"),
+                              headers.get("Content-Type")))
+        status, doc = self.answers.pop(0)
+        answer_headers = email.message.Message()
+        answer_headers["Content-Type"] = "application/json"
+        return status, answer_headers, json.dumps(doc).encode("utf-8")
+
+    def _sleep(self, tries):
+        pass
+
+
+TEAM_JSON = {"name": "vision", "configured": True,
+             "online": {"guaranteed": 16, "used": 4, "borrowed": 0},
+             "batch": {"guaranteed": 8, "used": 10, "borrowed": 2},
+             "max_gpus": 64, "weight": 2.5, "pending": 3, "usage_gpu_seconds": 1234.5}
+TEAM = dgpu.Team(name="vision", configured=True, online=dgpu.TeamClass(16, 4, 0),
+                 batch=dgpu.TeamClass(8, 10, 2), max_gpus=64, weight=2.5, pending=3,
+                 usage_gpu_seconds=1234.5)
+URL = "http://sched:8080/api/v1"
+
+
+def test_set_team_sends_only_what_is_given():
+    c = ScriptedClient([(200, TEAM_JSON)] * 6)
+    assert c.set_team("vision", online=16, batch=8) == TEAM
+    c.set_team("vision", max_gpus=None)
+    c.set_team("vision", max_gpus=64, weight=2.5)
+    c.set_team("vision", online=0, batch=0, max_gpus=0)
+    c.set_team("vision", max_gpus=dgpu.UNCHANGED, weight=1)
+    c.set_team("vision")
+    assert c.requests == [
+        ("PUT", URL + "/teams/vision", '{"online": 16, "batch": 8}', "application/json"),
+        ("PUT", URL + "/teams/vision", '{"max_gpus": null}', "application/json"),
+        ("PUT", URL + "/teams/vision", '{"max_gpus": 64, "weight": 2.5}', "application/json"),
+        ("PUT", URL + "/teams/vision", '{"online": 0, "batch": 0, "max_gpus": 0}',
+         "application/json"),
+        ("PUT", URL + "/teams/vision", '{"weight": 1}', "application/json"),
+        ("PUT", URL + "/teams/vision", "{}", "application/json"),
+    ]
+    assert repr(dgpu.UNCHANGED) == "dgpu.UNCHANGED"
+
+
+def test_teams_team_and_delete_team_requests():
+    uncapped = dict(TEAM_JSON, name="a", configured=False, max_gpus=None, weight=1.0,
+                    usage_gpu_seconds=0)
+    c = ScriptedClient([(200, {"teams": [uncapped, TEAM_JSON]}), (200, TEAM_JSON),
+                        (200, {"name": "a/b", "deleted": True})])
+    teams = c.teams()
+    assert teams == [dgpu.Team(name="a", configured=False, online=dgpu.TeamClass(16, 4, 0),
+                               batch=dgpu.TeamClass(8, 10, 2), max_gpus=None, weight=1.0,
+                               pending=3, usage_gpu_seconds=0.0), TEAM]
+    assert isinstance(teams[0].usage_gpu_seconds, float)
+    assert c.team("vision") == TEAM
+    assert c.delete_team("a/b") is None
+    assert c.requests == [("GET", URL + "/teams", None, None),
+                          ("GET", URL + "/teams/vision", None, None),
+                          ("DELETE", URL + "/teams/a%2Fb", None, None)]
+
+
+def test_team_errors_name_their_field():
+    def refused(message, code="invalid_field", status=400):
+        return status, {"error": {"code": code, "message": message}}
+
+    c = ScriptedClient([
+        refused("online: the online guarantees would add up to 20 GPUs, more than the online "
+                "quota of 16"),
+        refused("weight must be a number above 0"),
+        refused("max_gpus (1) is below the team's guarantees (online 2 + batch 0)"),
+        refused("team names are 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a "
+                "letter or digit, got 'Bad'"),
+        refused("team nope not found", "not_found", 404),
+        refused("team busy has 1 pending task(s) and holds 0 GPU(s); delete it once they have "
+                "ended", "conflict", 409),
+    ], retries=0)
+    for call, field in ((lambda: c.set_team("vision", online=20), "online"),
+                        (lambda: c.set_team("vision", weight=0), "weight"),
+                        (lambda: c.set_team("vision", online=2, max_gpus=1), "max_gpus"),
+                        (lambda: c.set_team("Bad", online=1), None)):
+        with pytest.raises(dgpu.InvalidField) as e:
+            call()
+        assert (e.value.status, e.value.field) == (400, field)
+    with pytest.raises(dgpu.NotFound) as nf:
+        c.team("nope")
+    assert (nf.value.status, nf.value.message) == (404, "team nope not found")
+    with pytest.raises(dgpu.Conflict) as cf:
+        c.delete_team("busy")
+    assert cf.value.status == 409
+    assert c.answers == []
+
+
+def test_delete_team_retried_after_a_lost_answer():
+    # The first try took effect but its answer was lost (503): the repeat finds no limits left.
+    c = ScriptedClient([(503, {"error": {"code": "unavailable", "message": "no leader yet"}}),
+                        (404, {"error": {"code": "not_found",
+                                         "message": "team vision has no limits to delete"}})],
+                       retries=1)
+    assert c.delete_team("vision") is None
+    assert [r[:2] for r in c.requests] == [("DELETE", URL + "/teams/vision")] * 2
+    # A first answer of 404 is the caller's mistake.
+    c = ScriptedClient([(404, {"error": {"code": "not_found",
+                                         "message": "team vision has no limits to delete"}})],
+                       retries=1)
+    with pytest.raises(dgpu.NotFound):
+        c.delete_team("vision")
+
+
+def test_submit_and_page_send_the_team_fields():
+    page = {"tasks": [], "total": 0, "next": None}
+    c = ScriptedClient([(201, {"task_id": "task-1", "status": "pending",
+                               "created_at": "2026-01-05T10:00:00Z"})] * 2 + [(200, page)] * 2)
+    c.submit("python sweep.py", gpu_count=2, priority="low", team="vision", preemptible=False,
+             preemption_grace_seconds=30, user="alice")
+    c.submit("true", gpu_count=1, priority="high", preemptible=True, preemption_grace_seconds=0)
+    c.page(team="vision", status="pending", limit=10)
+    assert list(c.list(team="vision", page_size=5)) == []
+    assert c.requests == [
+        ("POST", URL + "/tasks",
+         '{"priority": "low", "gpu_count": 2, "command": "python sweep.py", "team": "vision", '
+         '"user": "alice", "preemptible": false, "preemption_grace_seconds": 30}',
+         "application/json"),
+        ("POST", URL + "/tasks",
+         '{"priority": "high", "gpu_count": 1, "command": "true", "preemptible": true, '
+         '"preemption_grace_seconds": 0}', "application/json"),
+        ("GET", URL + "/tasks?status=pending&team=vision&limit=10&offset=0", None, None),
+        ("GET", URL + "/tasks?team=vision&limit=5&offset=0", None, None),
+    ]
+
+
+def test_models_read_the_team_fields_and_their_absence():
+    base = {"task_id": "task-3", "name": "", "priority": "low", "gpu_count": 1, "gpu_model": "",
+            "command": "true", "env": {}, "timeout_seconds": 0, "image": "", "status": "pending",
+            "node_id": None, "allocated_gpus": [], "allocation": [],
+            "pending_reason": "waiting_for_preemption", "attempts": 1, "exit_code": None,
+            "error": "preempted", "created_at": "2026-01-05T10:00:00Z", "started_at": None,
+            "finished_at": None}
+    t = dgpu.Task.from_json(dict(base, team="vision", user="alice", preemptible=True,
+                                 preemption_grace_seconds=60, borrowed=False, preemptions=2))
+    assert (t.team, t.user, t.preemptible, t.preemption_grace_seconds, t.borrowed,
+            t.preemptions, t.error, t.pending_reason) == (
+        "vision", "alice", True, 60, False, 2, "preempted", "waiting_for_preemption")
+    assert "team_limit" in dgpu.PENDING_REASONS
+    assert "waiting_for_preemption" in dgpu.PENDING_REASONS
+    # A scheduler without teams: what its tasks are, in the new terms.
+    old = dgpu.Task.from_json(base)
+    assert (old.team, old.user, old.preemptible, old.preemption_grace_seconds, old.borrowed,
+            old.preemptions) == (dgpu.DEFAULT_TEAM, "", True, -1, False, 0)
+    q = dgpu.QuotaClass.from_json({"quota": 6, "used": 7, "available": 0, "borrowed": 1,
+                                   "lent": 0})
+    assert q == dgpu.QuotaClass(quota=6, used=7, available=0, borrowed=1, lent=0)
+    assert dgpu.QuotaClass.from_json({"quota": 2, "used": 1, "available": 1}) == \
+        dgpu.QuotaClass(quota=2, used=1, available=1, borrowed=0, lent=0)
+
+
+def test_teams_set_read_list_and_delete(client):
+    name = "client-vision"
+    t = client.set_team(name, online=2, batch=1)
+    assert t == dgpu.Team(name=name, configured=True, online=dgpu.TeamClass(2, 0, 0),
+                          batch=dgpu.TeamClass(1, 0, 0), max_gpus=None, weight=1.0, pending=0,
+                          usage_gpu_seconds=0.0)
+    # What is left out keeps its value.
+    t = client.set_team(name, max_gpus=5, weight=2.5)
+    assert (t.online.guaranteed, t.batch.guaranteed, t.max_gpus, t.weight) == (2, 1, 5, 2.5)
+    assert client.team(name) == t
+    listed = client.teams()
+    assert [x.name for x in listed] == sorted(x.name for x in listed)
+    assert [x for x in listed if x.name == name] == [t]
+    # None removes the cap; the rest stays.
+    t = client.set_team(name, max_gpus=None)
+    assert (t.online.guaranteed, t.batch.guaranteed, t.max_gpus, t.weight) == (2, 1, None, 2.5)
+    assert client.delete_team(name) is None
+    # Without limits, tasks or usage, the team is no longer listed.
+    assert name not in [x.name for x in client.teams()]
+    with pytest.raises(dgpu.NotFound) as e:
+        client.delete_team(name)
+    assert (e.value.status, e.value.message) == (404, "team %s has no limits to delete" % name)
+    with pytest.raises(dgpu.NotFound) as e:
+        client.team("client-never-seen")
+    assert (e.value.status, e.value.message) == (404, "team client-never-seen not found")
+
+
+def test_team_bad_input(client):
+    with pytest.raises(dgpu.InvalidField) as e:
+        client.set_team("client-bad", weight=0)
+    assert (e.value.status, e.value.field, e.value.message) == (
+        400, "weight", "weight must be a number above 0")
+    with pytest.raises(dgpu.InvalidField) as e:
+        client.set_team("client-bad", online=-1)
+    assert (e.value.status, e.value.field) == (400, "online")
+    with pytest.raises(dgpu.InvalidField) as e:
+        client.set_team("client-bad", batch=1000)
+    assert (e.value.status, e.value.field) == (400, "batch")
+    assert e.value.message.startswith("batch: the batch guarantees would add up to ")
+    assert e.value.message.endswith(" GPUs, more than the batch quota of 2")
+    with pytest.raises(dgpu.InvalidField) as e:
+        client.set_team("client-bad", online=2, max_gpus=1)
+    assert (e.value.status, e.value.field) == (400, "max_gpus")
+    with pytest.raises(dgpu.InvalidField) as e:
+        client.set_team("Client Bad", online=1)
+    assert (e.value.status, e.value.field) == (400, None)
+    with pytest.raises(dgpu.UnknownField) as e:
+        client._call("PUT", "/api/v1/teams/client-bad", body={"gpus": 1},
+                     fields=dgpu.client.TEAM_FIELDS)
+    assert (e.value.status, e.value.field) == (400, "gpus")
+    assert "client-bad" not in [x.name for x in client.teams()]
+
+
+def test_a_team_with_tasks_cannot_be_deleted(client):
+    name = "client-busy"
+    client.set_team(name, batch=1)
+    tid = client.submit("true", gpu_count=64, priority="low", team=name).task_id
+    assert client.team(name).pending == 1
+    with pytest.raises(dgpu.Conflict) as e:
+        client.delete_team(name)
+    assert (e.value.status, e.value.message) == (
+        409, "team %s has 1 pending task(s) and holds 0 GPU(s); delete it once they have ended"
+        % name)
+    client.cancel(tid)
+    assert client.team(name).pending == 0
+    assert client.delete_team(name) is None
+
+
+def test_submit_with_team_and_preemption_fields(client):
+    team = "client-research"
+    s = client.submit("true", gpu_count=1, priority="low", team=team, preemptible=False,
+                      preemption_grace_seconds=30, user="alice")
+    t = client.wait(s.task_id, timeout=30, poll_interval=0.05)
+    assert (t.status, t.team, t.user, t.preemptible, t.preemption_grace_seconds, t.borrowed,
+            t.preemptions, t.error) == ("success", team, "alice", False, 30, False, 0, "")
+    d = client.wait(client.submit("true", gpu_count=1, priority="low").task_id, timeout=30,
+                    poll_interval=0.05)
+    assert (d.team, d.user, d.preemptible, d.preemption_grace_seconds, d.borrowed,
+            d.preemptions) == ("default", "", True, -1, False, 0)
+    assert [x.task_id for x in client.list(team=team)] == [s.task_id]
+    p = client.page(team=team, limit=5)
+    assert ([x.task_id for x in p.tasks], p.total, p.next) == ([s.task_id], 1, None)
+    assert d.task_id in [x.task_id for x in client.list(team="default", status="success")]
+    # A team that has tasks but no limits.
+    r = client.team(team)
+    assert (r.name, r.configured, r.online.guaranteed, r.batch.guaranteed, r.pending) == (
+        team, False, 0, 0, 0)
+    with pytest.raises(dgpu.InvalidField) as e:
+        client.page(team="Not A Team")
+    assert (e.value.status, e.value.field) == (400, "team")
+
+
+def test_quota_reports_borrowed_and_lent(client):
+    harness.wait_until(lambda: client.gpus().busy == 0, 15, what="no GPU busy")
+    raw = client._call("GET", "/api/v1/quota")
+    for klass in ("online", "batch"):
+        assert (raw[klass]["borrowed"], raw[klass]["lent"]) == (0, 0)
+    q = client.quota()
+    assert (q.online.borrowed, q.online.lent, q.batch.borrowed, q.batch.lent) == (0, 0, 0, 0)

@@ -123,6 +123,42 @@ TEST_F(CtlTest, SubmitJsonOutputPrintsTheResponse) {
             "  \"task_id\": \"task-9\"\n}\n");
 }
 
+TEST_F(CtlTest, SubmitSendsTeamAndPreemptionFields) {
+  http_.Answer(Method::kPost, Url("/tasks"), 201, R"({"task_id":"task-3","status":"pending"})");
+  Outcome r = Run({"submit", "--gpus", "1", "--priority", "low", "--team", "vision", "--no-preempt",
+                   "--", "python", "train.py"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "task-3\n");
+  r = Run({"submit", "--gpus", "2", "--priority", "high", "--team", "ml-infra_2",
+           "--preemption-grace", "120", "--", "serve"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  r = Run({"submit", "--gpus", "1", "--priority", "low", "--preemption-grace", "0", "--", "x"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  ASSERT_EQ(http_.requests().size(), 3u);
+  EXPECT_EQ(http_.requests()[0].method, Method::kPost);
+  EXPECT_EQ(http_.requests()[0].url, Url("/tasks"));
+  EXPECT_EQ(http_.requests()[0].body,
+            R"({"command":"python train.py","gpu_count":1,"preemptible":false,"priority":"low",)"
+            R"("team":"vision"})");
+  EXPECT_EQ(http_.requests()[1].body,
+            R"({"command":"serve","gpu_count":2,"preemption_grace_seconds":120,)"
+            R"("priority":"high","team":"ml-infra_2"})");
+  EXPECT_EQ(http_.requests()[2].body,
+            R"({"command":"x","gpu_count":1,"preemption_grace_seconds":0,"priority":"low"})");
+
+  for (const char* bad : {"-1", "86401", "1.5", "soon"}) {
+    Outcome usage =
+        Run({"submit", "--gpus", "1", "--priority", "low", "--preemption-grace", bad, "--", "x"});
+    EXPECT_EQ(usage.code, kExitUsage) << bad;
+    EXPECT_NE(usage.err.find("--preemption-grace"), std::string::npos) << usage.err;
+  }
+  Outcome both = Run({"submit", "--gpus", "1", "--priority", "low", "--no-preempt",
+                      "--preemption-grace", "5", "--", "x"});
+  EXPECT_EQ(both.code, kExitUsage);
+  EXPECT_EQ(both.err, "error: --no-preempt excludes --preemption-grace (see dgpuctl --help)\n");
+  EXPECT_EQ(http_.requests().size(), 3u);
+}
+
 TEST_F(CtlTest, SubmitRejectsBadOptionsWithoutCallingTheServer) {
   EXPECT_EQ(Run({"submit", "--gpus", "1", "--priority", "low"}).code, kExitUsage);
   EXPECT_EQ(Run({"submit", "--gpus", "1", "--priority", "urgent", "--", "x"}).code, kExitUsage);
@@ -176,29 +212,59 @@ TEST_F(CtlTest, GetTasksPassesFiltersAsQuery) {
 }
 
 TEST_F(CtlTest, GetTasksTableWideAndWithoutHeaders) {
+  // task-1 comes from a scheduler without teams: its TEAM is "-".
   http_.Answer(Method::kGet, Url("/tasks"), 200, R"({"tasks":[
-    {"task_id":"task-2","name":"","priority":"low","gpu_count":8,"status":"pending",
-     "node_id":"","pending_reason":"no_node_fits","created_at":"2024-05-01T11:59:30Z",
-     "allocated_gpus":[],"attempts":0,"exit_code":null,"command":"sh -c 'a\nb'"},
+    {"task_id":"task-2","name":"","team":"vision","priority":"low","gpu_count":8,
+     "status":"pending","node_id":"","pending_reason":"no_node_fits",
+     "created_at":"2024-05-01T11:59:30Z","allocated_gpus":[],"attempts":0,"exit_code":null,
+     "command":"sh -c 'a\nb'"},
     {"task_id":"task-1","name":"train","priority":"high","gpu_count":2,"status":"failed",
      "node_id":"node-a","created_at":"2024-05-01T09:00:00Z","error":"",
      "allocated_gpus":["node-a-gpu-0","node-a-gpu-1"],"attempts":2,"exit_code":137,
      "command":"python t.py"}],"total":2})");
   EXPECT_EQ(Run({"get", "tasks"}).out,
-            "ID      NAME   PRIORITY  GPUS  STATUS   NODE    AGE  REASON\n"
-            "task-2  -      low       8     pending  -       30s  no_node_fits\n"
-            "task-1  train  high      2     failed   node-a  3h   exit code 137\n");
+            "ID      NAME   TEAM    PRIORITY  GPUS  STATUS   NODE    AGE  REASON\n"
+            "task-2  -      vision  low       8     pending  -       30s  no_node_fits\n"
+            "task-1  train  -       high      2     failed   node-a  3h   exit code 137\n");
   EXPECT_EQ(Run({"get", "tasks", "-o", "wide"}).out,
-            "ID      NAME   PRIORITY  GPUS  STATUS   NODE    AGE  REASON         ALLOCATED"
+            "ID      NAME   TEAM    PRIORITY  GPUS  STATUS   NODE    AGE  REASON         ALLOCATED"
             "                  ATTEMPTS  EXIT  COMMAND\n"
-            "task-2  -      low       8     pending  -       30s  no_node_fits   -"
+            "task-2  -      vision  low       8     pending  -       30s  no_node_fits   -"
             "                          0         -     sh -c 'a\\nb'\n"
-            "task-1  train  high      2     failed   node-a  3h   exit code 137  "
+            "task-1  train  -       high      2     failed   node-a  3h   exit code 137  "
             "node-a-gpu-0,node-a-gpu-1  2         137   python t.py\n");
   // Without the header, the widths come from the rows alone.
   EXPECT_EQ(Run({"--no-headers", "get", "tasks"}).out,
-            "task-2  -      low   8  pending  -       30s  no_node_fits\n"
-            "task-1  train  high  2  failed   node-a  3h   exit code 137\n");
+            "task-2  -      vision  low   8  pending  -       30s  no_node_fits\n"
+            "task-1  train  -       high  2  failed   node-a  3h   exit code 137\n");
+}
+
+TEST_F(CtlTest, GetTasksFiltersByTeam) {
+  http_.Answer(Method::kGet, Url("/tasks?status=running&team=ml-infra_2&limit=10"), 200,
+               R"({"tasks":[{"task_id":"task-8","name":"serve","team":"ml-infra_2",
+                   "priority":"high","gpu_count":1,"status":"running","node_id":"node-b",
+                   "created_at":"2024-05-01T11:00:00Z"}],"total":1,"next":null})");
+  Outcome r = Run({"get", "tasks", "--team", "ml-infra_2", "--status", "running", "--limit", "10"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out,
+            "ID      NAME   TEAM        PRIORITY  GPUS  STATUS   NODE    AGE  REASON\n"
+            "task-8  serve  ml-infra_2  high      1     running  node-b  60m  -\n");
+  EXPECT_EQ(r.err, "");
+  ASSERT_EQ(http_.requests().size(), 1u);
+  EXPECT_EQ(http_.requests()[0].method, Method::kGet);
+  EXPECT_EQ(http_.requests()[0].url, Url("/tasks?status=running&team=ml-infra_2&limit=10"));
+  EXPECT_EQ(http_.requests()[0].body, "");
+
+  // The server judges team names; its error is shown as it is.
+  http_.Answer(
+      Method::kGet, Url("/tasks?team=Vision%20X"), 400,
+      R"({"error":{"code":"invalid_field","message":"team must be a team name ([a-z0-9][a-z0-9_-]{0,62}); got \"Vision X\""}})");
+  r = Run({"get", "tasks", "--team", "Vision X"});
+  EXPECT_EQ(r.code, kExitApiError);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "error: team must be a team name ([a-z0-9][a-z0-9_-]{0,62}); got \"Vision X\" "
+            "(invalid_field, HTTP 400)\n");
 }
 
 TEST_F(CtlTest, GetTasksTellsWhenMoreArePaged) {
@@ -332,32 +398,90 @@ TEST_F(CtlTest, GetTaskDescribesAPendingTask) {
   http_.Answer(Method::kGet, Url("/tasks/task-2"), 200, R"({"task_id":"task-2","name":"x",
     "priority":"low","gpu_count":4,"gpu_model":"H100","command":"run","env":{},
     "timeout_seconds":30,"image":"","status":"pending","node_id":"","allocated_gpus":[],
-    "pending_reason":"quota_exhausted","attempts":0,"exit_code":null,"error":"",
-    "created_at":"2024-05-01T11:58:00Z","started_at":null,"finished_at":null})");
+    "pending_reason":"team_limit","attempts":0,"exit_code":null,"error":"",
+    "created_at":"2024-05-01T11:58:00Z","started_at":null,"finished_at":null,
+    "team":"vision","user":"","preemptible":false,"preemption_grace_seconds":-1,
+    "borrowed":false,"preemptions":0})");
   Outcome r = Run({"get", "task", "task-2"});
   EXPECT_EQ(r.code, kExitOk);
   EXPECT_EQ(r.out,
-            "ID:              task-2\n"
-            "Name:            x\n"
-            "Priority:        low\n"
-            "Status:          pending\n"
-            "Pending Reason:  quota_exhausted\n"
-            "GPUs:            4\n"
-            "GPU Model:       H100\n"
-            "Node:            -\n"
-            "Allocated GPUs:  -\n"
-            "Attempts:        0\n"
-            "Exit Code:       -\n"
-            "Error:           -\n"
-            "Command:         run\n"
-            "Image:           -\n"
-            "Timeout:         30s\n"
-            "Created:         2024-05-01T11:58:00Z (2m ago)\n"
-            "Started:         -\n"
-            "Finished:        -\n"
-            "Env:             -\n");
+            "ID:                task-2\n"
+            "Name:              x\n"
+            "Team:              vision\n"
+            "User:              -\n"
+            "Priority:          low\n"
+            "Status:            pending\n"
+            "Pending Reason:    team_limit\n"
+            "GPUs:              4\n"
+            "GPU Model:         H100\n"
+            "Node:              -\n"
+            "Allocated GPUs:    -\n"
+            "Attempts:          0\n"
+            "Preemptible:       no\n"
+            "Preemption Grace:  the scheduler's default\n"
+            "Borrowed:          no\n"
+            "Preemptions:       0\n"
+            "Exit Code:         -\n"
+            "Error:             -\n"
+            "Command:           run\n"
+            "Image:             -\n"
+            "Timeout:           30s\n"
+            "Created:           2024-05-01T11:58:00Z (2m ago)\n"
+            "Started:           -\n"
+            "Finished:          -\n"
+            "Env:               -\n");
   // `get tasks ID` is the same as `get task ID`.
   EXPECT_EQ(Run({"get", "tasks", "task-2"}).out, r.out);
+}
+
+TEST_F(CtlTest, GetTaskShowsPreemptionAndBorrowing) {
+  // Preempted twice and requeued.
+  http_.Answer(Method::kGet, Url("/tasks/task-5"), 200, R"({"task_id":"task-5","name":"sweep",
+    "priority":"low","gpu_count":2,"gpu_model":"","command":"./sweep.sh","env":{},
+    "timeout_seconds":0,"image":"","status":"pending","node_id":null,"allocated_gpus":[],
+    "allocation":[],"pending_reason":"waiting_for_preemption","attempts":2,"exit_code":null,
+    "error":"preempted","created_at":"2024-05-01T11:00:00Z","started_at":null,
+    "finished_at":null,"team":"research","user":"alice","preemptible":true,
+    "preemption_grace_seconds":90,"borrowed":false,"preemptions":2})");
+  Outcome r = Run({"get", "task", "task-5"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out,
+            "ID:                task-5\n"
+            "Name:              sweep\n"
+            "Team:              research\n"
+            "User:              alice\n"
+            "Priority:          low\n"
+            "Status:            pending\n"
+            "Pending Reason:    waiting_for_preemption\n"
+            "GPUs:              2\n"
+            "GPU Model:         -\n"
+            "Node:              -\n"
+            "Allocated GPUs:    -\n"
+            "Attempts:          2\n"
+            "Preemptible:       yes\n"
+            "Preemption Grace:  90s (1m30s)\n"
+            "Borrowed:          no\n"
+            "Preemptions:       2\n"
+            "Exit Code:         -\n"
+            "Error:             preempted (its GPUs were taken back and it was requeued)\n"
+            "Command:           ./sweep.sh\n"
+            "Image:             -\n"
+            "Timeout:           -\n"
+            "Created:           2024-05-01T11:00:00Z (60m ago)\n"
+            "Started:           -\n"
+            "Finished:          -\n"
+            "Env:               -\n");
+
+  http_.Answer(Method::kGet, Url("/tasks/task-6"), 200, R"({"task_id":"task-6","status":"running",
+    "team":"research","user":"bob","preemptible":true,"preemption_grace_seconds":0,
+    "borrowed":true,"preemptions":0,"started_at":"2024-05-01T11:59:00Z"})");
+  r = Run({"get", "task", "task-6"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("\nPreemption Grace:  0s\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nBorrowed:          yes (on GPUs beyond its team's guarantee; may be "
+                       "preempted)\n"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST_F(CtlTest, ApiErrorsUseTheContractErrorBody) {
@@ -429,11 +553,24 @@ TEST_F(CtlTest, GpusAgentsAndQuota) {
             "n1  h:1      online  2     2s ago\n");
 
   http_.Answer(Method::kGet, Url("/quota"), 200, R"({"total_gpus":10,
+    "online":{"quota":7,"used":9,"available":0,"borrowed":2,"lent":0},
+    "batch":{"quota":3,"used":1,"available":0,"borrowed":0,"lent":2},
+    "online_percent":0.7,"batch_percent":0.3})");
+  EXPECT_EQ(Run({"quota"}).out,
+            "CLASS   QUOTA  USED  AVAILABLE  BORROWED  LENT\n"
+            "online  7      9     0          2         0\n"
+            "batch   3      1     0          0         2\n"
+            "\n"
+            "total GPUs: 10\n");
+}
+
+TEST_F(CtlTest, QuotaOfASchedulerWithoutBorrowing) {
+  http_.Answer(Method::kGet, Url("/quota"), 200, R"({"total_gpus":10,
     "online":{"quota":7,"used":7,"available":0},"batch":{"quota":3,"used":1,"available":2}})");
   EXPECT_EQ(Run({"quota"}).out,
-            "CLASS   QUOTA  USED  AVAILABLE\n"
-            "online  7      7     0\n"
-            "batch   3      1     2\n"
+            "CLASS   QUOTA  USED  AVAILABLE  BORROWED  LENT\n"
+            "online  7      7     0          -         -\n"
+            "batch   3      1     2          -         -\n"
             "\n"
             "total GPUs: 10\n");
 }
@@ -447,6 +584,215 @@ TEST_F(CtlTest, QuotaSet) {
   EXPECT_EQ(Run({"quota", "set", "--online", "1.2"}).code, kExitUsage);
   EXPECT_EQ(Run({"quota", "set"}).code, kExitUsage);
   EXPECT_EQ(http_.requests().size(), 1u);
+}
+
+constexpr char kTeams[] = R"({"teams":[
+  {"name":"default","configured":false,"online":{"guaranteed":0,"used":2,"borrowed":2},
+   "batch":{"guaranteed":0,"used":0,"borrowed":0},"max_gpus":null,"weight":1.0,"pending":0,
+   "usage_gpu_seconds":360.25},
+  {"name":"vision","configured":true,"online":{"guaranteed":16,"used":4,"borrowed":0},
+   "batch":{"guaranteed":8,"used":10,"borrowed":2},"max_gpus":64,"weight":2.5,"pending":3,
+   "usage_gpu_seconds":1234.5}]})";
+
+constexpr char kVision[] =
+    R"({"name":"vision","configured":true,"online":{"guaranteed":16,"used":4,"borrowed":0},)"
+    R"("batch":{"guaranteed":8,"used":10,"borrowed":2},"max_gpus":64,"weight":2.5,"pending":3,)"
+    R"("usage_gpu_seconds":1234.5})";
+
+constexpr char kVisionDescribed[] =
+    "Team:        vision\n"
+    "Configured:  yes\n"
+    "Online:      16 guaranteed, 4 used, 0 borrowed\n"
+    "Batch:       8 guaranteed, 10 used, 2 borrowed\n"
+    "Max GPUs:    64\n"
+    "Weight:      2.5\n"
+    "Pending:     3\n"
+    "Usage:       1234.5 GPU-seconds\n";
+
+TEST_F(CtlTest, GetTeamsTableWideAndWithoutHeaders) {
+  http_.Answer(Method::kGet, Url("/teams"), 200, kTeams);
+  Outcome r = Run({"get", "teams"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out,
+            "TEAM     ONLINE  BATCH   MAX GPUS  WEIGHT  PENDING\n"
+            "default  0/2/2   0/0/0   none      1       0\n"
+            "vision   16/4/0  8/10/2  64        2.5     3\n"
+            "\n"
+            "ONLINE, BATCH: guaranteed/used/borrowed GPUs (borrowed: used beyond the guarantee)\n");
+  EXPECT_EQ(Run({"get", "teams", "-o", "wide"}).out,
+            "TEAM     ONLINE  BATCH   MAX GPUS  WEIGHT  PENDING  CONFIGURED  USAGE (GPU-S)\n"
+            "default  0/2/2   0/0/0   none      1       0        no          360.25\n"
+            "vision   16/4/0  8/10/2  64        2.5     3        yes         1234.5\n"
+            "\n"
+            "ONLINE, BATCH: guaranteed/used/borrowed GPUs (borrowed: used beyond the guarantee)\n");
+  EXPECT_EQ(Run({"--no-headers", "get", "teams"}).out,
+            "default  0/2/2   0/0/0   none  1    0\n"
+            "vision   16/4/0  8/10/2  64    2.5  3\n");
+  ASSERT_EQ(http_.requests().size(), 3u);
+  EXPECT_EQ(http_.requests()[0].method, Method::kGet);
+  EXPECT_EQ(http_.requests()[0].url, Url("/teams"));
+  EXPECT_EQ(http_.requests()[0].body, "");
+}
+
+TEST_F(CtlTest, GetTeamsJsonAndEmpty) {
+  http_.Answer(Method::kGet, Url("/teams"), 200,
+               R"({"teams":[{"name":"a","weight":1.0,"max_gpus":null}]})");
+  http_.Answer(Method::kGet, Url("/teams"), 200, R"({"teams":[]})");
+  http_.Answer(Method::kGet, Url("/teams"), 200, R"({"names":[]})");
+  Outcome r = Run({"-o", "json", "get", "teams"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_EQ(r.out,
+            "{\n  \"teams\": [\n    {\n      \"max_gpus\": null,\n      \"name\": \"a\",\n"
+            "      \"weight\": 1.0\n    }\n  ]\n}\n");
+  r = Run({"get", "teams"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "no teams found\n");
+
+  r = Run({"get", "teams"});
+  EXPECT_EQ(r.code, kExitApiError);
+  EXPECT_EQ(r.err,
+            "error: invalid response from the scheduler: GET /api/v1/teams did not return a "
+            "teams array\n");
+}
+
+TEST_F(CtlTest, GetTeamDescribesOneTeam) {
+  http_.Answer(Method::kGet, Url("/teams/vision"), 200, kVision);
+  Outcome r = Run({"get", "team", "vision"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, kVisionDescribed);
+  // `get teams NAME` is the same as `get team NAME`.
+  EXPECT_EQ(Run({"get", "teams", "vision"}).out, r.out);
+
+  http_.Answer(Method::kGet, Url("/teams/default"), 200,
+               R"({"name":"default","configured":false,"online":{"guaranteed":0,"used":0,)"
+               R"("borrowed":0},"batch":{"guaranteed":0,"used":1,"borrowed":1},)"
+               R"("max_gpus":null,"weight":1.0,"pending":0,"usage_gpu_seconds":0.0})");
+  EXPECT_EQ(Run({"get", "team", "default"}).out,
+            "Team:        default\n"
+            "Configured:  no\n"
+            "Online:      0 guaranteed, 0 used, 0 borrowed\n"
+            "Batch:       0 guaranteed, 1 used, 1 borrowed\n"
+            "Max GPUs:    none (no cap)\n"
+            "Weight:      1\n"
+            "Pending:     0\n"
+            "Usage:       0 GPU-seconds\n");
+}
+
+TEST_F(CtlTest, GetUnknownTeamShowsTheServersNotFound) {
+  http_.Answer(Method::kGet, Url("/teams/nope"), 404,
+               R"({"error":{"code":"not_found","message":"team nope not found"}})");
+  Outcome r = Run({"get", "team", "nope"});
+  EXPECT_EQ(r.code, kExitApiError);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "error: team nope not found (not_found, HTTP 404)\n");
+  EXPECT_EQ(Run({"get", "team"}).code, kExitUsage);
+  // Names are sent URL-encoded.
+  Run({"get", "team", "a/b c"});
+  EXPECT_EQ(http_.requests().back().url, Url("/teams/a%2Fb%20c"));
+}
+
+TEST_F(CtlTest, TeamSetSendsOnlyTheGivenFieldsAndPrintsTheTeam) {
+  http_.Answer(Method::kPut, Url("/teams/vision"), 200, kVision);
+  Outcome r = Run({"team", "set", "vision", "--online", "16", "--batch", "8"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, kVisionDescribed);
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(Run({"team", "set", "vision", "--max-gpus", "none"}).code, kExitOk);
+  EXPECT_EQ(Run({"team", "set", "vision", "--max-gpus", "64", "--weight", "2.5"}).code, kExitOk);
+  EXPECT_EQ(Run({"team", "set", "vision", "--online", "0", "--max-gpus", "0"}).code, kExitOk);
+  ASSERT_EQ(http_.requests().size(), 4u);
+  EXPECT_EQ(http_.requests()[0].method, Method::kPut);
+  EXPECT_EQ(http_.requests()[0].url, Url("/teams/vision"));
+  EXPECT_EQ(http_.requests()[0].body, R"({"batch":8,"online":16})");
+  EXPECT_EQ(http_.requests()[1].body, R"({"max_gpus":null})");
+  EXPECT_EQ(http_.requests()[2].body, R"({"max_gpus":64,"weight":2.5})");
+  EXPECT_EQ(http_.requests()[3].body, R"({"max_gpus":0,"online":0})");
+
+  r = Run({"-o", "json", "team", "set", "vision", "--weight", "1"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_EQ(nlohmann::json::parse(r.out), nlohmann::json::parse(kVision));
+  EXPECT_EQ(r.out, nlohmann::json::parse(kVision).dump(2) + "\n");
+  EXPECT_EQ(http_.requests().back().body, R"({"weight":1.0})");
+}
+
+TEST_F(CtlTest, TeamSetRejectsBadValuesWithoutCallingTheServer) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--online", "-1"}, "error: --online expects a whole number of GPUs, 0 or more; got '-1'\n"},
+      {{"--batch", "2.5"}, "error: --batch expects a whole number of GPUs, 0 or more; got '2.5'\n"},
+      {{"--online", "many"},
+       "error: --online expects a whole number of GPUs, 0 or more; got 'many'\n"},
+      {{"--max-gpus", "-3"},
+       "error: --max-gpus expects a whole number of GPUs, 0 or more, or none (no cap); got "
+       "'-3'\n"},
+      {{"--max-gpus", "unlimited"},
+       "error: --max-gpus expects a whole number of GPUs, 0 or more, or none (no cap); got "
+       "'unlimited'\n"},
+      {{"--weight", "0"}, "error: --weight expects a number above 0, e.g. 1 or 2.5; got '0'\n"},
+      {{"--weight", "-1"}, "error: --weight expects a number above 0, e.g. 1 or 2.5; got '-1'\n"},
+      {{"--weight", "heavy"},
+       "error: --weight expects a number above 0, e.g. 1 or 2.5; got 'heavy'\n"},
+      {{"--online", "4", "--weight", "nan"},
+       "error: --weight expects a number above 0, e.g. 1 or 2.5; got 'nan'\n"},
+      {{}, "error: team set needs at least one of --online, --batch, --max-gpus, --weight\n"},
+  };
+  for (const auto& [options, message] : cases) {
+    std::vector<std::string> args = {"team", "set", "vision"};
+    args.insert(args.end(), options.begin(), options.end());
+    Outcome r = Run(args);
+    EXPECT_EQ(r.code, kExitUsage) << message;
+    EXPECT_EQ(r.err, message);
+    EXPECT_EQ(r.out, "");
+  }
+  EXPECT_EQ(Run({"team", "set", "--online", "1"}).code, kExitUsage);
+  EXPECT_EQ(Run({"team"}).code, kExitUsage);
+  EXPECT_EQ(Run({"team", "rename", "vision"}).code, kExitUsage);
+  EXPECT_TRUE(http_.requests().empty());
+}
+
+TEST_F(CtlTest, TeamSetShowsTheServersError) {
+  http_.Answer(
+      Method::kPut, Url("/teams/vision"), 400,
+      R"({"error":{"code":"invalid_field","message":"online: the online guarantees would add up to 20 GPUs, more than the online quota of 16"}})");
+  Outcome r = Run({"team", "set", "vision", "--online", "20"});
+  EXPECT_EQ(r.code, kExitApiError);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "error: online: the online guarantees would add up to 20 GPUs, more than the online "
+            "quota of 16 (invalid_field, HTTP 400)\n");
+}
+
+TEST_F(CtlTest, TeamDelete) {
+  http_.Answer(Method::kDelete, Url("/teams/vision"), 200, R"({"name":"vision","deleted":true})");
+  http_.Answer(
+      Method::kDelete, Url("/teams/busy"), 409,
+      R"({"error":{"code":"conflict","message":"team busy has 2 pending task(s) and holds 0 GPU(s); delete it once they have ended"}})");
+  http_.Answer(Method::kDelete, Url("/teams/nope"), 404,
+               R"({"error":{"code":"not_found","message":"team nope has no limits to delete"}})");
+  Outcome r = Run({"team", "delete", "vision"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "team vision deleted\n");
+  EXPECT_EQ(r.err, "");
+  ASSERT_EQ(http_.requests().size(), 1u);
+  EXPECT_EQ(http_.requests()[0].method, Method::kDelete);
+  EXPECT_EQ(http_.requests()[0].url, Url("/teams/vision"));
+  EXPECT_EQ(http_.requests()[0].body, "");
+
+  r = Run({"-o", "json", "team", "delete", "vision"});
+  EXPECT_EQ(r.out, "{\n  \"deleted\": true,\n  \"name\": \"vision\"\n}\n");
+
+  r = Run({"team", "delete", "busy"});
+  EXPECT_EQ(r.code, kExitApiError);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "error: team busy has 2 pending task(s) and holds 0 GPU(s); delete it once they have "
+            "ended (conflict, HTTP 409)\n");
+  r = Run({"team", "delete", "nope"});
+  EXPECT_EQ(r.code, kExitApiError);
+  EXPECT_EQ(r.err, "error: team nope has no limits to delete (not_found, HTTP 404)\n");
+  EXPECT_EQ(Run({"team", "delete"}).code, kExitUsage);
+  EXPECT_EQ(http_.requests().size(), 4u);
 }
 
 TEST_F(CtlTest, CancelContinuesAfterAFailure) {

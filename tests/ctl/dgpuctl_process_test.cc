@@ -181,6 +181,39 @@ TEST_F(DgpuctlProcessTest, SubmitJson) {
             "  \"task_id\": \"task-7\"\n}\n");
 }
 
+TEST_F(DgpuctlProcessTest, SubmitWithTeamAndPreemptionOptions) {
+  ProcessResult r = Ctl({"submit", "--gpus", "1", "--priority", "low", "--team", "research",
+                         "--no-preempt", "--", "python", "eval.py"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, "task-7\n");
+  EXPECT_EQ(r.err, "");
+  r = Ctl({"submit", "--gpus", "2", "--priority", "high", "--team", "vision", "--preemption-grace",
+           "45", "--", "serve"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, "task-7\n");
+  auto requests = server_->Requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[0]["method"], "POST");
+  EXPECT_EQ(requests[0]["path"], "/api/v1/tasks");
+  EXPECT_EQ(requests[0]["content_type"], "application/json");
+  EXPECT_EQ(requests[0]["body"].get<std::string>(),
+            R"({"command":"python eval.py","gpu_count":1,"preemptible":false,"priority":"low",)"
+            R"("team":"research"})");
+  EXPECT_EQ(requests[1]["body"].get<std::string>(),
+            R"({"command":"serve","gpu_count":2,"preemption_grace_seconds":45,)"
+            R"("priority":"high","team":"vision"})");
+}
+
+TEST_F(DgpuctlProcessTest, SubmitToABadTeamShowsTheApiError) {
+  ProcessResult r =
+      Ctl({"submit", "--gpus", "1", "--priority", "low", "--team", "Vision", "--", "true"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "error: team must be 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a "
+            "letter or digit; got \"Vision\" (invalid_field, HTTP 400)\n");
+}
+
 TEST_F(DgpuctlProcessTest, BadRequestShowsTheApiError) {
   ProcessResult r = Ctl({"submit", "--gpus", "0", "--priority", "low", "--", "true"});
   EXPECT_EQ(r.code, 3);
@@ -192,28 +225,44 @@ TEST_F(DgpuctlProcessTest, GetTasksTable) {
   ProcessResult r = Ctl({"get", "tasks"});
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.err, "");
+  EXPECT_EQ(
+      r.out,
+      "ID      NAME        TEAM      PRIORITY  GPUS  STATUS   NODE    AGE  REASON\n"
+      "task-4  eval        vision    high      1     failed   node-b  3d   CUDA out of memory\n"
+      "task-3  prep        default   low       1     success  node-b  24h  -\n"
+      "task-2  train-llm   research  low       8     pending  -       60m  quota_exhausted\n"
+      "task-1  infer-bert  vision    high      2     running  node-a  5m   -\n");
+}
+
+TEST_F(DgpuctlProcessTest, GetTasksOfATeam) {
+  ProcessResult r = Ctl({"get", "tasks", "--team", "vision"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.err, "");
   EXPECT_EQ(r.out,
-            "ID      NAME        PRIORITY  GPUS  STATUS   NODE    AGE  REASON\n"
-            "task-4  eval        high      1     failed   node-b  3d   CUDA out of memory\n"
-            "task-3  prep        low       1     success  node-b  24h  -\n"
-            "task-2  train-llm   low       8     pending  -       60m  quota_exhausted\n"
-            "task-1  infer-bert  high      2     running  node-a  5m   -\n");
+            "ID      NAME        TEAM    PRIORITY  GPUS  STATUS   NODE    AGE  REASON\n"
+            "task-4  eval        vision  high      1     failed   node-b  3d   CUDA out of memory\n"
+            "task-1  infer-bert  vision  high      2     running  node-a  5m   -\n");
+  auto requests = server_->Requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0]["method"], "GET");
+  EXPECT_EQ(requests[0]["path"], "/api/v1/tasks?team=vision");
+  EXPECT_EQ(requests[0]["body"], "");
 }
 
 TEST_F(DgpuctlProcessTest, GetTasksFilteredAndPaged) {
   ProcessResult r = Ctl({"get", "tasks", "--limit", "1", "--offset", "1"});
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out,
-            "ID      NAME  PRIORITY  GPUS  STATUS   NODE    AGE  REASON\n"
-            "task-3  prep  low       1     success  node-b  24h  -\n");
+            "ID      NAME  TEAM     PRIORITY  GPUS  STATUS   NODE    AGE  REASON\n"
+            "task-3  prep  default  low       1     success  node-b  24h  -\n");
   EXPECT_EQ(r.err, "showing tasks 2-2 of 4; use --limit and --offset to see more\n");
   EXPECT_EQ(server_->Requests().at(0)["path"], "/api/v1/tasks?limit=1&offset=1");
 
   r = Ctl({"get", "tasks", "--status", "pending", "--priority", "low"});
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out,
-            "ID      NAME       PRIORITY  GPUS  STATUS   NODE  AGE  REASON\n"
-            "task-2  train-llm  low       8     pending  -     60m  quota_exhausted\n");
+            "ID      NAME       TEAM      PRIORITY  GPUS  STATUS   NODE  AGE  REASON\n"
+            "task-2  train-llm  research  low       8     pending  -     60m  quota_exhausted\n");
   EXPECT_EQ(r.err, "");
   EXPECT_EQ(server_->Requests().at(1)["path"], "/api/v1/tasks?status=pending&priority=low");
 }
@@ -223,28 +272,66 @@ TEST_F(DgpuctlProcessTest, GetTaskDescribes) {
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.err, "");
   EXPECT_EQ(r.out,
-            "ID:              task-1\n"
-            "Name:            infer-bert\n"
-            "Priority:        high\n"
-            "Status:          running\n"
-            "Pending Reason:  -\n"
-            "GPUs:            2\n"
-            "GPU Model:       A100\n"
-            "Node:            node-a\n"
-            "Allocated GPUs:  node-a-gpu-0,node-a-gpu-1\n"
-            "Attempts:        1\n"
-            "Exit Code:       -\n"
-            "Error:           -\n"
-            "Command:         python serve.py --port 8000\n"
-            "Image:           nvcr.io/nvidia/pytorch:24.01-py3\n"
-            "Timeout:         7200s (2h)\n"
-            "Created:         2024-05-01T11:55:00Z (5m ago)\n"
-            "Started:         2024-05-01T11:55:02Z (4m ago)\n"
-            "Finished:        -\n"
-            "Run Time:        4m\n"
+            "ID:                task-1\n"
+            "Name:              infer-bert\n"
+            "Team:              vision\n"
+            "User:              bob\n"
+            "Priority:          high\n"
+            "Status:            running\n"
+            "Pending Reason:    -\n"
+            "GPUs:              2\n"
+            "GPU Model:         A100\n"
+            "Node:              node-a\n"
+            "Allocated GPUs:    node-a-gpu-0,node-a-gpu-1\n"
+            "Attempts:          1\n"
+            "Preemptible:       yes\n"
+            "Preemption Grace:  60s (1m)\n"
+            "Borrowed:          yes (on GPUs beyond its team's guarantee; may be preempted)\n"
+            "Preemptions:       0\n"
+            "Exit Code:         -\n"
+            "Error:             -\n"
+            "Command:           python serve.py --port 8000\n"
+            "Image:             nvcr.io/nvidia/pytorch:24.01-py3\n"
+            "Timeout:           7200s (2h)\n"
+            "Created:           2024-05-01T11:55:00Z (5m ago)\n"
+            "Started:           2024-05-01T11:55:02Z (4m ago)\n"
+            "Finished:          -\n"
+            "Run Time:          4m\n"
             "Env:\n"
             "  BATCH=16\n"
             "  MODEL=bert\n");
+}
+
+TEST_F(DgpuctlProcessTest, GetTaskOfAPreemptedTask) {
+  ProcessResult r = Ctl({"get", "task", "task-2"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out,
+            "ID:                task-2\n"
+            "Name:              train-llm\n"
+            "Team:              research\n"
+            "User:              alice\n"
+            "Priority:          low\n"
+            "Status:            pending\n"
+            "Pending Reason:    quota_exhausted\n"
+            "GPUs:              8\n"
+            "GPU Model:         A100\n"
+            "Node:              -\n"
+            "Allocated GPUs:    -\n"
+            "Attempts:          1\n"
+            "Preemptible:       yes\n"
+            "Preemption Grace:  the scheduler's default\n"
+            "Borrowed:          no\n"
+            "Preemptions:       1\n"
+            "Exit Code:         -\n"
+            "Error:             preempted (its GPUs were taken back and it was requeued)\n"
+            "Command:           torchrun train.py\n"
+            "Image:             -\n"
+            "Timeout:           -\n"
+            "Created:           2024-05-01T11:00:00Z (60m ago)\n"
+            "Started:           -\n"
+            "Finished:          -\n"
+            "Env:               -\n");
 }
 
 TEST_F(DgpuctlProcessTest, GetUnknownTask) {
@@ -282,9 +369,9 @@ TEST_F(DgpuctlProcessTest, Quota) {
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.err, "");
   EXPECT_EQ(r.out,
-            "CLASS   QUOTA  USED  AVAILABLE\n"
-            "online  3      2     1\n"
-            "batch   1      0     1\n"
+            "CLASS   QUOTA  USED  AVAILABLE  BORROWED  LENT\n"
+            "online  3      2     1          0         0\n"
+            "batch   1      0     1          0         0\n"
             "\n"
             "total GPUs: 4\n");
 }
@@ -299,6 +386,154 @@ TEST_F(DgpuctlProcessTest, QuotaSet) {
   EXPECT_EQ(requests[0]["method"], "PUT");
   EXPECT_EQ(requests[0]["path"], "/api/v1/quota");
   EXPECT_EQ(requests[0]["body"], R"({"online_percent":0.65})");
+}
+
+constexpr char kTeamsTable[] =
+    "TEAM      ONLINE  BATCH  MAX GPUS  WEIGHT  PENDING\n"
+    "default   0/0/0   0/0/0  none      1       0\n"
+    "research  0/0/0   1/0/0  8         1       1\n"
+    "vision    1/2/1   0/0/0  none      2       0\n"
+    "\n"
+    "ONLINE, BATCH: guaranteed/used/borrowed GPUs (borrowed: used beyond the guarantee)\n";
+
+TEST_F(DgpuctlProcessTest, GetTeams) {
+  ProcessResult r = Ctl({"get", "teams"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, kTeamsTable);
+  auto requests = server_->Requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0]["method"], "GET");
+  EXPECT_EQ(requests[0]["path"], "/api/v1/teams");
+
+  r = Ctl({"get", "teams", "-o", "json"});
+  EXPECT_EQ(r.code, 0);
+  auto teams = nlohmann::json::parse(r.out)["teams"];
+  ASSERT_EQ(teams.size(), 3u);
+  EXPECT_EQ(teams[2],
+            nlohmann::json::parse(
+                R"({"name":"vision","configured":true,"online":{"guaranteed":1,"used":2,)"
+                R"("borrowed":1},"batch":{"guaranteed":0,"used":0,"borrowed":0},)"
+                R"("max_gpus":null,"weight":2.0,"pending":0,"usage_gpu_seconds":1234.5})"));
+}
+
+TEST_F(DgpuctlProcessTest, GetTeam) {
+  ProcessResult r = Ctl({"get", "team", "research"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out,
+            "Team:        research\n"
+            "Configured:  yes\n"
+            "Online:      0 guaranteed, 0 used, 0 borrowed\n"
+            "Batch:       1 guaranteed, 0 used, 0 borrowed\n"
+            "Max GPUs:    8\n"
+            "Weight:      1\n"
+            "Pending:     1\n"
+            "Usage:       0 GPU-seconds\n");
+  EXPECT_EQ(server_->Requests().at(0)["path"], "/api/v1/teams/research");
+}
+
+TEST_F(DgpuctlProcessTest, GetUnknownTeam) {
+  ProcessResult r = Ctl({"get", "team", "nope"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "error: team nope not found (not_found, HTTP 404)\n");
+}
+
+TEST_F(DgpuctlProcessTest, TeamSetPutsTheGivenFieldsAndPrintsTheTeam) {
+  ProcessResult r = Ctl({"team", "set", "audio", "--online", "1", "--batch", "0", "--max-gpus", "4",
+                         "--weight", "0.5"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out,
+            "Team:        audio\n"
+            "Configured:  yes\n"
+            "Online:      1 guaranteed, 0 used, 0 borrowed\n"
+            "Batch:       0 guaranteed, 0 used, 0 borrowed\n"
+            "Max GPUs:    4\n"
+            "Weight:      0.5\n"
+            "Pending:     0\n"
+            "Usage:       0 GPU-seconds\n");
+  // Fields left out keep their value; none removes the cap.
+  r = Ctl({"team", "set", "audio", "--max-gpus", "none"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("\nOnline:      1 guaranteed, 0 used, 0 borrowed\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("\nMax GPUs:    none (no cap)\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nWeight:      0.5\n"), std::string::npos) << r.out;
+  auto requests = server_->Requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[0]["method"], "PUT");
+  EXPECT_EQ(requests[0]["path"], "/api/v1/teams/audio");
+  EXPECT_EQ(requests[0]["content_type"], "application/json");
+  EXPECT_EQ(requests[0]["body"], R"({"batch":0,"max_gpus":4,"online":1,"weight":0.5})");
+  EXPECT_EQ(requests[1]["body"], R"({"max_gpus":null})");
+
+  r = Ctl({"get", "teams", "--no-headers"});
+  EXPECT_EQ(r.out,
+            "audio     1/0/0  0/0/0  none  0.5  0\n"
+            "default   0/0/0  0/0/0  none  1    0\n"
+            "research  0/0/0  1/0/0  8     1    1\n"
+            "vision    1/2/1  0/0/0  none  2    0\n");
+}
+
+TEST_F(DgpuctlProcessTest, TeamSetErrors) {
+  // Bad values are refused before anything is sent.
+  ProcessResult r = Ctl({"team", "set", "vision", "--online", "-1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "error: --online expects a whole number of GPUs, 0 or more; got '-1'\n");
+  r = Ctl({"team", "set", "vision", "--weight", "0"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: --weight expects a number above 0, e.g. 1 or 2.5; got '0'\n");
+  r = Ctl({"team", "set", "vision"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "error: team set needs at least one of --online, --batch, --max-gpus, --weight\n");
+  EXPECT_TRUE(server_->Requests().empty());
+
+  // What only the server knows: the guarantees of a class may not exceed its quota.
+  r = Ctl({"team", "set", "research", "--online", "3"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "error: online: the online guarantees would add up to 4 GPUs, more than the online "
+            "quota of 3 (invalid_field, HTTP 400)\n");
+  r = Ctl({"team", "set", "Vision", "--online", "1"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.err,
+            "error: team names are 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a "
+            "letter or digit, got 'Vision' (invalid_field, HTTP 400)\n");
+  EXPECT_EQ(Ctl({"get", "teams"}).out, kTeamsTable);
+}
+
+TEST_F(DgpuctlProcessTest, TeamDelete) {
+  ASSERT_EQ(Ctl({"team", "set", "audio", "--batch", "0"}).code, 0);
+  ProcessResult r = Ctl({"team", "delete", "audio"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, "team audio deleted\n");
+  EXPECT_EQ(r.err, "");
+  auto requests = server_->Requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1]["method"], "DELETE");
+  EXPECT_EQ(requests[1]["path"], "/api/v1/teams/audio");
+  EXPECT_EQ(requests[1]["body"], "");
+  EXPECT_EQ(Ctl({"get", "teams"}).out, kTeamsTable);
+
+  r = Ctl({"team", "delete", "vision"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "error: team vision has 0 pending task(s) and holds 2 GPU(s); delete it once they "
+            "have ended (conflict, HTTP 409)\n");
+  r = Ctl({"team", "delete", "research"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.err,
+            "error: team research has 1 pending task(s) and holds 0 GPU(s); delete it once they "
+            "have ended (conflict, HTTP 409)\n");
+  r = Ctl({"team", "delete", "audio"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.err, "error: team audio has no limits to delete (not_found, HTTP 404)\n");
 }
 
 TEST_F(DgpuctlProcessTest, CancelOneOkOneConflict) {
@@ -399,8 +634,20 @@ TEST_F(DgpuctlProcessTest, CompletionScriptMatchesTheDeployedFileAndCompletes) {
                       {"DGPU_SERVER=" + server_->url(), "PATH=/usr/bin:/bin"})
         .out;
   };
-  EXPECT_EQ(complete("dgpuctl ''", 1), "submit get quota snapshot cancel wait logs completion\n");
-  EXPECT_EQ(complete("dgpuctl get ''", 2), "tasks task gpus agents\n");
+  EXPECT_EQ(complete("dgpuctl ''", 1),
+            "submit get quota team snapshot cancel wait logs completion\n");
+  EXPECT_EQ(complete("dgpuctl get ''", 2), "tasks task teams team gpus agents\n");
+  EXPECT_EQ(complete("dgpuctl team ''", 2), "set delete\n");
+  EXPECT_EQ(complete("dgpuctl team set vision --", 4),
+            "--online --batch --max-gpus --weight --help\n");
+  EXPECT_EQ(complete("dgpuctl team set vision --max-gpus ''", 5), "none\n");
+  EXPECT_EQ(complete("dgpuctl team set vision --weight ''", 5), "\n");
+  EXPECT_EQ(complete("dgpuctl submit --no", 2), "--no-preempt\n");
+  EXPECT_EQ(complete("dgpuctl submit --team vision --pre", 4), "--preemption-grace\n");
+  EXPECT_EQ(complete("dgpuctl get tasks --team vision --t", 5), "--team\n");
+  EXPECT_EQ(complete(std::string(DGPUCTL_BIN) + " get team ''", 3), "default research vision\n");
+  EXPECT_EQ(complete(std::string(DGPUCTL_BIN) + " team delete r", 3), "research\n");
+  EXPECT_EQ(complete(std::string(DGPUCTL_BIN) + " submit --team v", 3), "vision\n");
   EXPECT_EQ(complete("dgpuctl snapshot --", 2), "--force --help\n");
   EXPECT_EQ(complete("dgpuctl get tasks --a", 3), "--after\n");
   EXPECT_EQ(complete("dgpuctl -o json get tasks --status r", 6), "running\n");

@@ -6,23 +6,23 @@
     print(c.wait(t.task_id, timeout=3600).exit_code)
 """
 
-from .client import DEFAULT_SERVER, Client, Snapshot, TaskPage, resolve_server
+from .client import DEFAULT_SERVER, UNCHANGED, Client, Snapshot, TaskPage, resolve_server
 from .errors import (AlreadyExists, ApiError, Conflict, ConnectionFailed, DgpuError, Forbidden,
                      Internal, InvalidField,
                      InvalidJson, MethodNotAllowed, NotFound, NotLeader, PayloadTooLarge,
                      StorageUnavailable, Unavailable, UnknownField, UnsupportedMediaType,
                      WaitTimeout)
-from .models import (FINISHED, PENDING_REASONS, PRIORITIES, STATUSES, Agent, Gpu, GpuList,
-                     NodeAllocation, Quota, QuotaClass, Submitted, Task)
+from .models import (DEFAULT_TEAM, FINISHED, PENDING_REASONS, PRIORITIES, STATUSES, Agent, Gpu,
+                     GpuList, NodeAllocation, Quota, QuotaClass, Submitted, Task, Team, TeamClass)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "TaskPage", "Snapshot", "DEFAULT_SERVER", "resolve_server",
+    "Client", "TaskPage", "Snapshot", "DEFAULT_SERVER", "UNCHANGED", "resolve_server",
     "DgpuError", "ApiError", "ConnectionFailed", "WaitTimeout",
     "InvalidJson", "InvalidField", "UnknownField", "NotFound", "MethodNotAllowed", "Conflict",
     "PayloadTooLarge", "UnsupportedMediaType", "NotLeader", "Unavailable", "StorageUnavailable",
     "Internal", "Forbidden", "AlreadyExists",
-    "Task", "NodeAllocation", "Submitted", "Gpu", "GpuList", "Quota", "QuotaClass", "Agent",
-    "PRIORITIES", "STATUSES", "FINISHED", "PENDING_REASONS",
+    "Task", "NodeAllocation", "Submitted", "Gpu", "GpuList", "Quota", "QuotaClass", "Team",
+    "TeamClass", "Agent", "PRIORITIES", "STATUSES", "FINISHED", "PENDING_REASONS", "DEFAULT_TEAM",
 ]

@@ -21,18 +21,35 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from email.message import Message
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .errors import ApiError, Conflict, ConnectionFailed, WaitTimeout, error_from_response
-from .models import Agent, GpuList, Quota, Submitted, Task
+from .errors import (ApiError, Conflict, ConnectionFailed, NotFound, WaitTimeout,
+                     error_from_response)
+from .models import Agent, GpuList, Quota, Submitted, Task, Team
 
-__all__ = ["Client", "TaskPage", "Snapshot", "DEFAULT_SERVER", "resolve_server"]
+__all__ = ["Client", "TaskPage", "Snapshot", "DEFAULT_SERVER", "UNCHANGED", "resolve_server"]
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 API = "/api/v1"
 SQLITE_HEADER = b"SQLite format 3\x00"
 SUBMIT_FIELDS = ("priority", "gpu_count", "command", "gpu_model", "env", "name",
-                 "timeout_seconds", "image")
+                 "timeout_seconds", "image", "team", "user", "preemptible",
+                 "preemption_grace_seconds")
+TEAM_FIELDS = ("online", "batch", "max_gpus", "weight")
+
+
+class _Unchanged:
+    """The type of UNCHANGED, which has this one instance."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "dgpu.UNCHANGED"
+
+
+# The default of Client.set_team's `max_gpus`: leave the cap as it is. (None there removes the
+# cap, as null does in the API.)
+UNCHANGED = _Unchanged()
 
 
 def resolve_server(server: Optional[str] = None) -> str:
@@ -107,15 +124,23 @@ class Client:
     def submit(self, command: str, *, gpu_count: int, priority: str,
                gpu_model: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
                name: Optional[str] = None, timeout_seconds: Optional[int] = None,
-               image: Optional[str] = None) -> Submitted:
+               image: Optional[str] = None, team: Optional[str] = None,
+               preemptible: Optional[bool] = None,
+               preemption_grace_seconds: Optional[int] = None,
+               user: Optional[str] = None) -> Submitted:
         """Submits a task (``POST /api/v1/tasks``); returns its id, status and creation time.
 
-        `priority` is ``"high"`` (online quota) or ``"low"`` (batch quota). Optional fields left
-        None are not sent. Never retried: a ConnectionFailed leaves it unknown whether the task
-        was accepted."""
+        `priority` is ``"high"`` (online quota) or ``"low"`` (batch quota). `team` is the team
+        the task belongs to (the server's ``"default"`` without it); `preemptible` False keeps
+        the task from being preempted (the server's default is True); `preemption_grace_seconds`
+        is its SIGTERM to SIGKILL time when preempted (the scheduler's default without it);
+        `user` is recorded as who submitted it. Optional fields left None are not sent. Never
+        retried: a ConnectionFailed leaves it unknown whether the task was accepted."""
         body: Dict[str, Any] = {"priority": priority, "gpu_count": gpu_count, "command": command}
         for key, value in (("gpu_model", gpu_model), ("env", env), ("name", name),
-                           ("timeout_seconds", timeout_seconds), ("image", image)):
+                           ("timeout_seconds", timeout_seconds), ("image", image),
+                           ("team", team), ("user", user), ("preemptible", preemptible),
+                           ("preemption_grace_seconds", preemption_grace_seconds)):
             if value is not None:
                 body[key] = dict(value) if key == "env" else value
         doc = self._call("POST", API + "/tasks", body=body, idempotent=False,
@@ -127,33 +152,38 @@ class Client:
         return Task.from_json(self._call("GET", self._task_path(task_id)))
 
     def page(self, status: Optional[str] = None, priority: Optional[str] = None,
-             limit: int = 50, offset: int = 0, after: Optional[str] = None) -> TaskPage:
+             limit: int = 50, offset: int = 0, after: Optional[str] = None,
+             team: Optional[str] = None) -> TaskPage:
         """One page of tasks, newest first (``GET /api/v1/tasks``); `limit` is 1 to 1000.
         `after` (a task id, usually the `next` of the page before) starts the page past that
-        task, at the same cost at any depth; it cannot be combined with a non-zero `offset`."""
+        task, at the same cost at any depth; it cannot be combined with a non-zero `offset`.
+        `team` lists only the tasks of that team."""
         query: List[Tuple[str, str]] = []
         if status is not None:
             query.append(("status", status))
         if priority is not None:
             query.append(("priority", priority))
+        if team is not None:
+            query.append(("team", team))
         query.append(("limit", str(limit)))
         if after is not None:
             query.append(("after", after))
         if offset or after is None:
             query.append(("offset", str(offset)))
         doc = self._call("GET", API + "/tasks", query=query,
-                         fields=("status", "priority", "limit", "offset", "after"))
+                         fields=("status", "priority", "team", "limit", "offset", "after"))
         return TaskPage(tasks=[Task.from_json(t) for t in doc["tasks"]], total=doc["total"],
                         next=doc.get("next"))
 
     def list(self, status: Optional[str] = None, priority: Optional[str] = None,
-             page_size: int = 100) -> Iterator[Task]:
+             page_size: int = 100, team: Optional[str] = None) -> Iterator[Task]:
         """Every task that matches the filters, newest first, read page by page (by keyset) as
         the iteration goes: each task that existed when the iteration started and still matches
         is seen exactly once; tasks submitted meanwhile are newer and not part of it."""
         after: Optional[str] = None
         while True:
-            p = self.page(status=status, priority=priority, limit=page_size, after=after)
+            p = self.page(status=status, priority=priority, limit=page_size, after=after,
+                          team=team)
             yield from p.tasks
             if p.next is None:
                 return
@@ -275,11 +305,66 @@ class Client:
         return Snapshot(path, os.path.getsize(path), number("X-Dgpu-Snapshot-Tasks"),
                         number("X-Dgpu-Snapshot-Seq"), number("X-Dgpu-Snapshot-Epoch"))
 
+    # -- teams ---------------------------------------------------------------------------------
+
+    def teams(self) -> List[Team]:
+        """Every team that has limits, tasks or usage, sorted by name (``GET /api/v1/teams``)."""
+        return [Team.from_json(t) for t in self._call("GET", API + "/teams")["teams"]]
+
+    def team(self, name: str) -> Team:
+        """One team (``GET /api/v1/teams/{name}``). NotFound for an unknown team."""
+        return Team.from_json(self._call("GET", self._team_path(name)))
+
+    def set_team(self, name: str, online: Optional[int] = None, batch: Optional[int] = None,
+                 max_gpus: Union[int, None, _Unchanged] = UNCHANGED,
+                 weight: Optional[float] = None) -> Team:
+        """Creates or changes a team's limits (``PUT /api/v1/teams/{name}``) and returns the
+        team as it is then. Only what is given is sent; the rest keeps its value (for a new
+        team: no guarantee, no cap, weight 1).
+
+        Args:
+            online, batch: GPUs guaranteed to the team in that class (integers >= 0); None
+                leaves the guarantee unchanged.
+            max_gpus: a cap on the team's GPUs over both classes (an integer >= 0); None removes
+                the cap (no cap, as ``null`` in the API and ``Team.max_gpus``); the default,
+                dgpu.UNCHANGED, leaves it as it is.
+            weight: the fair-share weight (a number above 0); None leaves it unchanged.
+
+        InvalidField (with ``field``) for a bad value, or when the guarantees of a class would
+        add up to more than its quota. Retried like a read: setting the same values twice is
+        harmless."""
+        body: Dict[str, Any] = {}
+        if online is not None:
+            body["online"] = online
+        if batch is not None:
+            body["batch"] = batch
+        if max_gpus is not UNCHANGED:
+            body["max_gpus"] = max_gpus
+        if weight is not None:
+            body["weight"] = weight
+        return Team.from_json(self._call("PUT", self._team_path(name), body=body,
+                                         fields=TEAM_FIELDS))
+
+    def delete_team(self, name: str) -> None:
+        """Deletes a team's limits (``DELETE /api/v1/teams/{name}``). NotFound when it has no
+        limits; Conflict while it has pending or running tasks. Retried like a read: when a
+        repeated try finds no limits left (the first try took effect, its answer was lost), the
+        call succeeds."""
+        try:
+            self._call("DELETE", self._team_path(name))
+        except NotFound as e:
+            if not e.retried:
+                raise
+
     # -- transport -----------------------------------------------------------------------------
 
     @staticmethod
     def _task_path(task_id: str) -> str:
         return API + "/tasks/" + urllib.parse.quote(task_id, safe="")
+
+    @staticmethod
+    def _team_path(name: str) -> str:
+        return API + "/teams/" + urllib.parse.quote(name, safe="")
 
     def _call(self, method: str, path: str, query: Sequence[Tuple[str, str]] = (),
               body: Optional[Mapping[str, Any]] = None, idempotent: bool = True,

@@ -2,6 +2,11 @@
 
 Each class has every field of its JSON object; ``from_json`` builds it from the parsed body.
 Times are timezone-aware ``datetime`` objects in UTC, or None where the API sends null.
+
+The fields that came with teams and preemption (a task's ``team``, ``user``, ``preemptible``,
+``preemption_grace_seconds``, ``borrowed``, ``preemptions``; a quota class's ``borrowed`` and
+``lent``) take the value that means the same on a scheduler that does not send them yet: team
+``"default"``, no user, preemptible, the default grace (-1), nothing borrowed, lent or preempted.
 """
 
 from __future__ import annotations
@@ -10,14 +15,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Dict, List, Mapping, Optional
 
-__all__ = ["PRIORITIES", "STATUSES", "FINISHED", "PENDING_REASONS", "NodeAllocation", "Task",
-           "Submitted", "Gpu", "GpuList", "QuotaClass", "Quota", "Agent", "parse_time"]
+__all__ = ["PRIORITIES", "STATUSES", "FINISHED", "PENDING_REASONS", "DEFAULT_TEAM",
+           "NodeAllocation", "Task", "Submitted", "Gpu", "GpuList", "QuotaClass", "Quota",
+           "TeamClass", "Team", "Agent", "parse_time"]
 
 PRIORITIES = ("high", "low")
 STATUSES = ("pending", "running", "success", "failed", "cancelled")
 FINISHED = ("success", "failed", "cancelled")
-PENDING_REASONS = ("queued", "quota_exhausted", "no_node_fits", "no_gpu_model",
-                   "exceeds_cluster")
+PENDING_REASONS = ("queued", "quota_exhausted", "team_limit", "waiting_for_preemption",
+                   "no_node_fits", "no_gpu_model", "exceeds_cluster")
+# The team of a task submitted without one.
+DEFAULT_TEAM = "default"
 
 
 def parse_time(text: Optional[str]) -> Optional[datetime]:
@@ -42,7 +50,14 @@ class NodeAllocation:
 
 @dataclass(frozen=True)
 class Task:
-    """A task, as ``GET /api/v1/tasks/{id}`` returns it."""
+    """A task, as ``GET /api/v1/tasks/{id}`` returns it.
+
+    ``team`` is the team it belongs to, ``user`` who submitted it (``""`` when none was given),
+    ``preemptible`` whether it may be preempted, ``preemption_grace_seconds`` its SIGTERM to
+    SIGKILL time when preempted (-1: the scheduler's default), ``borrowed`` True while it runs
+    on GPUs beyond its team's guarantee (it may then be preempted), ``preemptions`` how many
+    times it was preempted. A task that was preempted and requeued has ``error == "preempted"``.
+    """
     task_id: str
     name: str
     priority: str
@@ -63,6 +78,12 @@ class Task:
     created_at: Optional[datetime]
     started_at: Optional[datetime]
     finished_at: Optional[datetime]
+    team: str = DEFAULT_TEAM
+    user: str = ""
+    preemptible: bool = True
+    preemption_grace_seconds: int = -1
+    borrowed: bool = False
+    preemptions: int = 0
 
     @property
     def finished(self) -> bool:
@@ -79,7 +100,11 @@ class Task:
             allocation=[NodeAllocation.from_json(a) for a in d["allocation"]],
             pending_reason=d["pending_reason"], attempts=d["attempts"], exit_code=d["exit_code"],
             error=d["error"], created_at=parse_time(d["created_at"]),
-            started_at=parse_time(d["started_at"]), finished_at=parse_time(d["finished_at"]))
+            started_at=parse_time(d["started_at"]), finished_at=parse_time(d["finished_at"]),
+            team=d.get("team", DEFAULT_TEAM), user=d.get("user", ""),
+            preemptible=d.get("preemptible", True),
+            preemption_grace_seconds=d.get("preemption_grace_seconds", -1),
+            borrowed=d.get("borrowed", False), preemptions=d.get("preemptions", 0))
 
 
 @dataclass(frozen=True)
@@ -130,14 +155,19 @@ class GpuList:
 
 @dataclass(frozen=True)
 class QuotaClass:
-    """GPUs of one class (online or batch): its quota, how many are used, how many are left."""
+    """GPUs of one class (online or batch): its quota, how many are used, how many are left,
+    how many it uses beyond its quota (``borrowed``) and how many of its quota the other class
+    uses (``lent``)."""
     quota: int
     used: int
     available: int
+    borrowed: int = 0
+    lent: int = 0
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "QuotaClass":
-        return cls(quota=d["quota"], used=d["used"], available=d["available"])
+        return cls(quota=d["quota"], used=d["used"], available=d["available"],
+                   borrowed=d.get("borrowed", 0), lent=d.get("lent", 0))
 
 
 @dataclass(frozen=True)
@@ -154,6 +184,42 @@ class Quota:
         return cls(total_gpus=d["total_gpus"], online=QuotaClass.from_json(d["online"]),
                    batch=QuotaClass.from_json(d["batch"]), online_percent=d["online_percent"],
                    batch_percent=d["batch_percent"])
+
+
+@dataclass(frozen=True)
+class TeamClass:
+    """A team's GPUs in one class: guaranteed to it, used by its tasks, and of those, how many
+    are beyond the guarantee (``borrowed``: their tasks may be preempted)."""
+    guaranteed: int
+    used: int
+    borrowed: int
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "TeamClass":
+        return cls(guaranteed=d["guaranteed"], used=d["used"], borrowed=d["borrowed"])
+
+
+@dataclass(frozen=True)
+class Team:
+    """A team, as ``GET /api/v1/teams/{name}`` returns it: its guarantees and use per class,
+    ``max_gpus`` (a cap over both classes; None: no cap), its fair-share ``weight``, its pending
+    tasks and its usage in GPU-seconds. ``configured`` is False for a team that has tasks or
+    usage but no limits."""
+    name: str
+    configured: bool
+    online: TeamClass
+    batch: TeamClass
+    max_gpus: Optional[int]
+    weight: float
+    pending: int
+    usage_gpu_seconds: float
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Team":
+        return cls(name=d["name"], configured=d["configured"],
+                   online=TeamClass.from_json(d["online"]), batch=TeamClass.from_json(d["batch"]),
+                   max_gpus=d["max_gpus"], weight=float(d["weight"]), pending=d["pending"],
+                   usage_gpu_seconds=float(d["usage_gpu_seconds"]))
 
 
 @dataclass(frozen=True)
