@@ -1,6 +1,7 @@
 #include "sim/cli.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -8,6 +9,7 @@
 #include "sim/cluster.h"
 #include "sim/report.h"
 #include "sim/simulator.h"
+#include "sim/teams.h"
 #include "sim/trace.h"
 #include "sim/workload.h"
 
@@ -49,6 +51,10 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   int max_bypass = 16;
   std::string policy_name = "dgpu";
   std::optional<double> max_time;
+  bool borrowing = false;
+  int preemption_grace = 30;
+  double min_runtime = 0;
+  std::string team_guarantees;
   bool json = false;
 
   app.add_option("--trace", trace_path, "Trace file (CSV)")->required();
@@ -81,6 +87,15 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   app.add_option("--policy", policy_name, "dgpu (the core) or original (random idle GPUs)")
       ->check(CLI::IsMember({"dgpu", "original"}));
   app.add_option("--max-time", max_time, "Stop at this simulated time (seconds from start)");
+  app.add_flag("--borrowing", borrowing,
+               "Lend idle GPUs beyond guarantees and quotas; take them back by preemption");
+  app.add_option("--preemption-grace", preemption_grace,
+                 "Seconds a preempted task takes to stop (default 30)");
+  app.add_option("--min-runtime", min_runtime,
+                 "Seconds a task runs before it may be preempted (default 0)");
+  app.add_option("--team-guarantees", team_guarantees,
+                 "proportional (from the workload's GPU time), or a YAML file "
+                 "(teams: {name: {online, batch, max_gpus, weight}}); default: none");
   app.add_flag("--json", json, "Print one JSON object");
 
   try {
@@ -120,6 +135,19 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
     }
     context.sim.max_time = static_cast<core::TimeMicros>(std::llround(*max_time * 1e6));
   }
+  context.sim.borrowing = borrowing;
+  if (preemption_grace < 0) {
+    return fail(InvalidArgument("--preemption-grace must be a whole number of seconds >= 0"));
+  }
+  context.sim.preemption_grace_seconds = preemption_grace;
+  if (!(min_runtime >= 0) || !std::isfinite(min_runtime) || min_runtime > 1e12) {
+    return fail(InvalidArgument("--min-runtime must be a non-negative number of seconds"));
+  }
+  context.sim.min_runtime = static_cast<core::TimeMicros>(std::llround(min_runtime * 1e6));
+  context.team_guarantees = team_guarantees.empty() ? "none" : team_guarantees;
+  if (policy_name != "dgpu" && (borrowing || !team_guarantees.empty())) {
+    return fail(InvalidArgument("--borrowing and --team-guarantees need --policy dgpu"));
+  }
 
   if (cluster_path.empty()) {
     context.cluster.groups.push_back(NodeGroup{nodes, gpus_per_node, model});
@@ -141,6 +169,26 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   auto workload = BuildWorkload(*trace, context.workload);
   if (!workload.ok()) return fail(workload.status());
   context.online_teams = workload->online_teams;
+
+  if (team_guarantees == "proportional") {
+    context.sim.team_guarantees = TeamGuarantees::kProportional;
+  } else if (!team_guarantees.empty()) {
+    auto teams = LoadTeamsFile(team_guarantees);
+    if (!teams.ok()) return fail(teams.status());
+    for (const auto& [name, limits] : *teams) {
+      if (!std::binary_search(workload->teams.begin(), workload->teams.end(), name)) {
+        return fail(InvalidArgument(team_guarantees + ": teams." + name +
+                                    ": no such team in the trace (team names as the core sees "
+                                    "them: lower case, see docs/sim.md)"));
+      }
+    }
+    // (A bad --online-percent is reported by Simulate.)
+    Status fit =
+        CheckGuaranteesFit(*teams, context.cluster.TotalGpus(), online_percent, team_guarantees);
+    if (!fit.ok() && online_percent >= 0 && online_percent <= 1) return fail(fit);
+    context.sim.team_guarantees = TeamGuarantees::kGiven;
+    context.sim.teams = std::move(*teams);
+  }
 
   auto result = Simulate(*workload, context.cluster, context.sim);
   if (!result.ok()) return fail(result.status());

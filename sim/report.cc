@@ -9,6 +9,8 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr const char* kClassNames[] = {"high", "low", "all"};
+// Team guarantees are per class, named as in a teams file.
+constexpr const char* kTeamClassNames[] = {"online", "batch"};
 
 double Seconds(core::TimeMicros us) { return static_cast<double>(us) / 1e6; }
 
@@ -21,6 +23,10 @@ double MeanFreeWhileFragmented(const SimResult& r) {
 }
 
 double Ratio(double num, double den) { return den > 0 ? num / den : 0; }
+
+double PreemptedShare(const SimResult& r) {
+  return Ratio(r.preempted_gpu_seconds, r.busy_gpu_seconds);
+}
 
 double DecisionsPerSecond(const SimResult& r) {
   return r.replay_wall_seconds > 0 ? static_cast<double>(r.decisions) / r.replay_wall_seconds : 0;
@@ -60,7 +66,11 @@ Json ResultToJson(const SimResult& r, const RunContext& c) {
               {"total_gpus", r.total_gpus},
               {"node_groups", cluster},
               {"online_percent", c.sim.online_percent},
-              {"max_bypass", c.sim.max_bypass}};
+              {"max_bypass", c.sim.max_bypass},
+              {"borrowing", c.sim.borrowing},
+              {"preemption_grace_seconds", c.sim.preemption_grace_seconds},
+              {"min_runtime_seconds", Seconds(c.sim.min_runtime)},
+              {"team_guarantees", c.team_guarantees}};
   if (c.sim.max_time) config["max_time"] = Seconds(*c.sim.max_time);
 
   Json delays;
@@ -99,6 +109,19 @@ Json ResultToJson(const SimResult& r, const RunContext& c) {
   out["multi_node_task_nodes"] = r.multi_node_task_nodes;
   out["decisions"] = r.decisions;
   out["passes"] = r.passes;
+  out["preemptions"] = r.preemptions;
+  out["preempted_gpu_seconds"] = r.preempted_gpu_seconds;
+  out["preempted_busy_fraction"] = PreemptedShare(r);
+  Json teams = Json::array();
+  for (const auto& t : r.teams) {
+    teams.push_back({{"team", t.team},
+                     {"class", kTeamClassNames[static_cast<int>(t.priority)]},
+                     {"guarantee", t.guarantee},
+                     {"jobs", t.jobs},
+                     {"queueing_delay_seconds", DistributionJson(t.queueing_delay)},
+                     {"preemptions", t.preemptions}});
+  }
+  out["teams"] = teams;
   out["speed"] = {{"replay_wall_seconds", r.replay_wall_seconds},
                   {"replay_cpu_seconds", r.replay_cpu_seconds},
                   {"total_wall_seconds", c.total_wall_seconds},
@@ -119,6 +142,9 @@ std::string ResultToText(const SimResult& r, const RunContext& c) {
                 c.workload.arrival_scale, c.workload.repeat,
                 static_cast<unsigned long long>(c.workload.seed), c.online_teams.size(),
                 static_cast<unsigned long long>(c.teams));
+  out += Format("teams     guarantees %s, borrowing %s, preemption grace %d s, min runtime %g s\n",
+                c.team_guarantees.c_str(), c.sim.borrowing ? "on" : "off",
+                c.sim.preemption_grace_seconds, Seconds(c.sim.min_runtime));
   out += "\n";
   auto row = [&](const char* name, uint64_t v) {
     out += Format("  %-26s %12llu\n", name, static_cast<unsigned long long>(v));
@@ -157,6 +183,18 @@ std::string ResultToText(const SimResult& r, const RunContext& c) {
   out += Format("%-28s %14llu in %llu passes\n", "decisions",
                 static_cast<unsigned long long>(r.decisions),
                 static_cast<unsigned long long>(r.passes));
+  out += Format("%-28s %14llu, %.1f GPU-s lost (%.4f of busy GPU time)\n", "preemptions",
+                static_cast<unsigned long long>(r.preemptions), r.preempted_gpu_seconds,
+                PreemptedShare(r));
+  out += "\n";
+  out += Format("%-28s %-7s %9s %10s %12s %12s %11s\n", "teams", "class", "guarantee", "jobs",
+                "delay mean", "delay p99", "preemptions");
+  for (const auto& t : r.teams) {
+    out += Format("  %-26s %-7s %9d %10llu %12.1f %12.1f %11llu\n", t.team.c_str(),
+                  kTeamClassNames[static_cast<int>(t.priority)], t.guarantee,
+                  static_cast<unsigned long long>(t.jobs), t.queueing_delay.mean,
+                  t.queueing_delay.p99, static_cast<unsigned long long>(t.preemptions));
+  }
   out += Format(
       "speed: %.0f decisions/s (%.0f per CPU second), replay %.3f s wall (%.3f s CPU), total "
       "%.3f s wall\n",

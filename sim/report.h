@@ -25,7 +25,8 @@ struct RunContext {
   WorkloadOptions workload;
   ClusterSpec cluster;
   SimOptions sim;
-  double total_wall_seconds = 0;  // Load, replay and report; varies between runs.
+  std::string team_guarantees = "none";  // "none", "proportional" or the file.
+  double total_wall_seconds = 0;         // Load, replay and report; varies between runs.
 };
 
 nlohmann::ordered_json ResultToJson(const SimResult& result, const RunContext& context);

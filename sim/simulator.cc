@@ -1,6 +1,7 @@
 #include "sim/simulator.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <ctime>
 #include <deque>
 #include <limits>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -116,20 +118,33 @@ class FreeGpus {
   int total_ = 0;
 };
 
-// A started task, as its completion event carries it.
+// An event of the completion queue about a started task: its finish; with borrowing also the
+// end of its stop after a preemption, and the time it may be preempted (min_runtime). 24 bytes:
+// the queue moves these around.
 struct Completion {
+  enum class Kind : uint8_t { kFinish, kStop, kWake };
   uint32_t job = 0;
-  uint32_t node = 0;                   // Policy dgpu: the node it runs on,
-  core::TaskNumber task = 0;           // its task,
-  const core::Task* record = nullptr;  // and the core's record of it.
+  uint32_t task = 0;                   // Its task (numbers follow submissions, like jobs),
+  const core::Task* record = nullptr;  // the core's record of it,
+  uint32_t node = 0;                   // and (policy dgpu) the node it runs on.
+  // Borrowing: the job's start (1, 2, ...) the event belongs to. A preempted job's finish stays
+  // in the queue; once the job has started again, the number tells it apart.
+  uint32_t attempt : 30 = 0;
+  Kind kind : 2 = Kind::kFinish;
 };
+static_assert(sizeof(Completion) == 24);
 
 // Policy dgpu: the real scheduling core.
 class CoreEngine {
  public:
   CoreEngine(const Layout& layout, const Workload& w, const std::vector<Demand>& demand,
-             const SimOptions& options)
-      : core_(MakeConfig(options)), layout_(layout), workload_(w), demand_(demand), free_(layout) {
+             const SimOptions& options, const TeamLimitsMap& teams)
+      : core_(MakeConfig(options, teams)),
+        layout_(layout),
+        workload_(w),
+        demand_(demand),
+        free_(layout),
+        grace_seconds_(options.preemption_grace_seconds) {
     for (size_t i = 0; i < layout.node_ids.size(); ++i) {
       std::vector<core::GpuInfo> gpus(layout.node_gpus[i]);
       for (int g = 0; g < layout.node_gpus[i]; ++g) {
@@ -143,6 +158,12 @@ class CoreEngine {
     for (size_t m = 0; m < w.models.size(); ++m) {
       model_index_.emplace(w.models[m], static_cast<uint32_t>(m));
     }
+    // Guarantees as the core applies them; the nodes never change, so neither do they.
+    for (const core::TeamView& team : core_.Teams()) {
+      for (int p = 0; p < core::kPriorityCount; ++p) {
+        guarantees_[{team.name, p}] = team.classes[p].guaranteed;
+      }
+    }
   }
 
   void Submit(uint32_t job, TimeMicros now) {
@@ -150,14 +171,20 @@ class CoreEngine {
     spec_.priority = j.priority;
     spec_.gpu_count = j.gpus;
     spec_.gpu_model = workload_.models[j.model];
+    if (j.team != spec_team_) {  // Consecutive jobs are often of one team: no string copy.
+      spec_team_ = j.team;
+      spec_.team = workload_.teams[j.team];
+    }
     auto task = core_.Submit(spec_, now);
     if (!task.ok()) Check(task.status(), "Submit");
     if (*task != task_job_.size() + 1) Fatal("task numbers are not sequential");
     task_job_.push_back(job);
   }
 
-  template <typename Started>
-  void Schedule(TimeMicros now, Started&& started) {
+  // Calls started(completion) for each start and stopping(completion, grace seconds) for each
+  // task stopped for a preemption.
+  template <typename Started, typename Stopping>
+  void Schedule(TimeMicros now, Started&& started, Stopping&& stopping) {
     const uint64_t skipped = core_.stats().passes_skipped;
     core_.Schedule(now);
     // A skipped pass changed nothing, and nothing finished since the last one (that would have
@@ -166,13 +193,18 @@ class CoreEngine {
     if (!core_.HasDecisions()) return;
     core_.TakeDecisions(decisions_);
     for (const core::Decision& d : decisions_) {
-      if (d.kind != core::Decision::Kind::kStart) Fatal("unexpected stop decision");
       Completion c;
       c.job = task_job_[d.task - 1];
       c.node = Layout::NodeIndex(d.node_id);
-      c.task = d.task;
+      c.task = static_cast<uint32_t>(d.task);
       // The task stays at this address in the core until it is forgotten.
       c.record = core_.FindTask(d.task);
+      if (d.kind == core::Decision::Kind::kStop) {
+        // Nodes never fail and nothing is cancelled: preemption is the only reason for a stop.
+        if (d.reason != core::StopReason::kPreempt) Fatal("unexpected stop decision");
+        stopping(c, d.grace_seconds >= 0 ? d.grace_seconds : grace_seconds_);
+        continue;
+      }
       free_.Add(layout_.node_model[c.node], -workload_.jobs[c.job].gpus);
       started(c);
     }
@@ -188,6 +220,26 @@ class CoreEngine {
     Check(core_.TaskFinished(layout_.node_ids[c.node], report, now), "TaskFinished");
     core_.Forget(report.task);
     free_.Add(layout_.node_model[c.node], gpus);
+  }
+
+  // A task stopped for a preemption has ended, as its agent would report it after SIGTERM: the
+  // core puts it back in its queue (at its old position) and frees its GPUs.
+  void Stop(const Completion& c, TimeMicros now) {
+    core::FinishReport report;
+    report.task = c.task;
+    report.success = false;
+    report.exit_code = 143;
+    report.finished_at = now;
+    const int gpus = c.record->spec.gpu_count;
+    Check(core_.TaskFinished(layout_.node_ids[c.node], report, now), "TaskFinished (stopped)");
+    if (c.record->status != core::TaskStatus::kPending) Fatal("a preempted task was not requeued");
+    free_.Add(layout_.node_model[c.node], gpus);
+  }
+
+  // The guarantee the core gives `team` in class `prio`.
+  int Guarantee(const std::string& team, int prio) const {
+    auto it = guarantees_.find({team, prio});
+    return it == guarantees_.end() ? 0 : it->second;
   }
 
   // Hints from the loop, which knows the next completions: nothing is read that the finish would
@@ -220,12 +272,16 @@ class CoreEngine {
   uint64_t multi_node_task_nodes() const { return 0; }
 
  private:
-  static core::CoreConfig MakeConfig(const SimOptions& options) {
+  static core::CoreConfig MakeConfig(const SimOptions& options, const TeamLimitsMap& teams) {
     core::CoreConfig config;
     config.online_percent = options.online_percent;
     config.max_bypass = options.max_bypass;
     config.record_changes = false;
     config.record_events = false;
+    config.borrowing = options.borrowing;
+    config.preemption_grace_seconds = options.preemption_grace_seconds;
+    config.min_runtime = options.min_runtime;
+    config.teams = teams;
     return config;
   }
 
@@ -234,7 +290,10 @@ class CoreEngine {
   const Workload& workload_;
   const std::vector<Demand>& demand_;
   FreeGpus free_;
+  const int grace_seconds_;  // A stop order's grace when it names none (-1).
   core::TaskSpec spec_;
+  uint32_t spec_team_ = ~uint32_t{0};  // The workload team whose name spec_.team holds.
+  std::map<std::pair<std::string, int>, int> guarantees_;  // (team, class) -> GPUs.
   std::vector<uint32_t> task_job_;                         // Task number - 1 -> job.
   std::unordered_map<std::string, uint32_t> model_index_;  // Workload model -> its index.
   std::vector<core::Decision> decisions_;                  // Reused by every pass.
@@ -285,8 +344,8 @@ class OriginalEngine {
     shapes_[it->second].jobs.emplace_back(next_seq_++, job);
   }
 
-  template <typename Started>
-  void Schedule(TimeMicros, Started&& started) {
+  template <typename Started, typename Stopping>
+  void Schedule(TimeMicros, Started&& started, Stopping&&) {
     ++passes_;
     using Head = std::pair<uint64_t, uint32_t>;  // (queue position, shape)
     for (int prio = 0; prio < core::kPriorityCount; ++prio) {
@@ -330,6 +389,10 @@ class OriginalEngine {
     slots_[slot].clear();
     free_slots_.push_back(slot);
   }
+
+  // No borrowing, so nothing is ever stopped.
+  void Stop(const Completion&, TimeMicros) { Fatal("policy original stops nothing"); }
+  int Guarantee(const std::string&, int) const { return 0; }
 
   // Without node boundaries a head waits only for GPUs in total or for quota: never stranded.
   bool Fragmented() const { return false; }
@@ -453,26 +516,79 @@ Distribution Summarize(std::vector<TimeMicros>& values) {
   return d;
 }
 
+// Borrowing: where a job stands, for events that may have gone stale and for the report.
+enum class JobState : uint8_t { kWaiting, kRunning, kStopping, kDone };
+struct Restarts {
+  TimeMicros first_start = -1;
+  uint32_t attempt = 0;  // Starts so far; the current one's number.
+  JobState state = JobState::kWaiting;
+};
+
 template <typename Engine>
 void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& demand,
              const SimOptions& options, SimResult& r) {
   const auto& jobs = w.jobs;
   const size_t n = jobs.size();
-  std::vector<TimeMicros> start(n, -1);
+  std::vector<TimeMicros> start(n, -1);  // The latest start.
   std::vector<uint8_t> submitted(n, 0);
+  // Only with borrowing can a job stop and start again; without, none of this is kept and a
+  // finish reads no per-job state.
+  const bool preemptive = options.borrowing;
+  std::vector<Restarts> restarts(preemptive ? n : 0);
+  const bool wake = preemptive && options.min_runtime > 0;
+  std::vector<uint64_t> team_preemptions(w.teams.size() * core::kPriorityCount, 0);
+  long double lost = 0;  // GPU-microseconds of preempted starts, up to their stop.
 
   CompletionQueue<Completion> completions;
   size_t next = 0;
   uint64_t pending = 0;
+  // Finish and stop events in the queue that will be applied: the others (finishes of stopped
+  // starts, wake-ups) do not keep the replay going.
+  uint64_t live = 0;
   const TimeMicros cap = options.max_time.value_or(std::numeric_limits<TimeMicros>::max());
   TimeMicros last = 0;
   bool fragmented = false;
   bool capped = false;
   long double fragmented_free = 0;  // GPU-microseconds.
 
+  auto started = [&](TimeMicros now, Completion c) {
+    start[c.job] = now;
+    if (preemptive) {
+      Restarts& job = restarts[c.job];
+      if (job.first_start < 0) {
+        job.first_start = now;
+        ++r.started;
+      }
+      c.attempt = ++job.attempt;
+      job.state = JobState::kRunning;
+    } else {
+      ++r.started;
+    }
+    completions.push(now + jobs[c.job].duration, c);
+    ++live;
+    --pending;
+    if (wake) {
+      // From then on it may be a victim; a pass must look again at waiting tasks.
+      c.kind = Completion::Kind::kWake;
+      completions.push(now + options.min_runtime, c);
+    }
+  };
+  auto stopping = [&](TimeMicros now, Completion c, int grace_seconds) {
+    Restarts& job = restarts[c.job];
+    if (job.state != JobState::kRunning) Fatal("a stop order for a task that does not run");
+    // Its finish is stale from now on: it ends when its stop does.
+    job.state = JobState::kStopping;
+    c.attempt = job.attempt;
+    c.kind = Completion::Kind::kStop;
+    completions.push(now + static_cast<TimeMicros>(grace_seconds) * core::kMicrosPerSecond, c);
+    ++r.preemptions;
+    ++team_preemptions[jobs[c.job].team * core::kPriorityCount +
+                       static_cast<int>(jobs[c.job].priority)];
+  };
+
   const auto wall_begin = std::chrono::steady_clock::now();
   const std::clock_t cpu_begin = std::clock();
-  while (next < n || !completions.empty()) {
+  while (next < n || live > 0) {
     TimeMicros now = std::numeric_limits<TimeMicros>::max();
     if (next < n) now = jobs[next].submit;
     if (!completions.empty()) now = std::min(now, completions.min_time());
@@ -480,16 +596,58 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
       capped = true;
       break;
     }
-    if (fragmented) {
-      r.fragmented_time += now - last;
-      fragmented_free += static_cast<long double>(engine.TotalFree()) * (now - last);
-    }
+    // The state after the last pass held until the first change at this timestamp. A timestamp
+    // with only stale events is no event: it changes nothing and gets no pass.
+    bool changed = false;
+    auto change = [&] {
+      if (changed) return;
+      changed = true;
+      if (fragmented) {
+        r.fragmented_time += now - last;
+        fragmented_free += static_cast<long double>(engine.TotalFree()) * (now - last);
+      }
+    };
     if (!completions.empty() && completions.min_time() == now) {
       completions.PopMin([&](const Completion& c) {
-        engine.Finish(c, now);
-        ++r.completed;
+        switch (c.kind) {
+          case Completion::Kind::kFinish:
+            if (preemptive) {
+              Restarts& job = restarts[c.job];
+              if (job.attempt != c.attempt || job.state != JobState::kRunning) return;
+              job.state = JobState::kDone;
+            }
+            change();
+            --live;
+            engine.Finish(c, now);
+            ++r.completed;
+            break;
+          case Completion::Kind::kStop: {
+            Restarts& job = restarts[c.job];
+            if (job.attempt != c.attempt || job.state != JobState::kStopping) {
+              Fatal("a stop ended for a task that was not stopping");
+            }
+            change();
+            --live;  // Its finish went stale when the stop was ordered, and this is the end.
+            engine.Stop(c, now);
+            job.state = JobState::kWaiting;
+            lost += static_cast<long double>(jobs[c.job].gpus) * (now - start[c.job]);
+            ++pending;
+            break;
+          }
+          case Completion::Kind::kWake: {
+            // Only a borrowed task still running can now be a victim, and only for a waiting
+            // task.
+            const Restarts& job = restarts[c.job];
+            if (job.attempt == c.attempt && job.state == JobState::kRunning && pending > 0 &&
+                c.record->borrowed) {
+              change();
+            }
+            break;
+          }
+        }
       });
     }
+    if (next < n && jobs[next].submit == now) change();
     for (; next < n && jobs[next].submit == now; ++next) {
       const SimJob& j = jobs[next];
       const Demand& d = demand[j.model];
@@ -504,20 +662,23 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
         ++pending;
       }
     }
-    engine.Schedule(now, [&](const Completion& c) {
-      start[c.job] = now;
-      completions.push(now + jobs[c.job].duration, c);
-      ++r.started;
-      --pending;
-    });
+    if (!changed) continue;
+    engine.Schedule(
+        now, [&](const Completion& c) { started(now, c); },
+        [&](const Completion& c, int grace_seconds) { stopping(now, c, grace_seconds); });
     fragmented = pending > 0 && engine.Fragmented();
     last = now;
     // What the next finishes will read is fetched in two steps, the second needing the first to
     // have arrived: the core's task record, then the task's node. A few timestamps apart, the
-    // fetches overlap with other work instead of stalling the finish.
+    // fetches overlap with other work instead of stalling the finish. A wake-up's task may be
+    // gone.
     const auto& ahead = completions.ahead();
-    if (ahead.size() > 6) engine.PrefetchFinish(ahead[6].what);
-    if (ahead.size() > 3) engine.PrefetchFinishNode(ahead[3].what);
+    if (ahead.size() > 6 && ahead[6].what.kind != Completion::Kind::kWake) {
+      engine.PrefetchFinish(ahead[6].what);
+    }
+    if (ahead.size() > 3 && ahead[3].what.kind != Completion::Kind::kWake) {
+      engine.PrefetchFinishNode(ahead[3].what);
+    }
   }
   r.replay_wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_begin).count();
@@ -529,37 +690,84 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
   }
   r.fragmented_free_gpu_seconds = static_cast<double>(fragmented_free / 1e6L);
   r.not_arrived = n - next;
-  r.running_at_end = r.started - r.completed;
   r.makespan = n == 0 ? 0 : end;
   r.decisions = engine.decisions();
   r.passes = engine.passes();
   r.multi_node_tasks = engine.multi_node_tasks();
   r.multi_node_task_nodes = engine.multi_node_task_nodes();
 
+  const size_t team_slots = w.teams.size() * core::kPriorityCount;
   std::vector<TimeMicros> delays[core::kPriorityCount + 1];
+  std::vector<std::vector<TimeMicros>> team_delays(team_slots);
+  std::vector<uint64_t> team_jobs(team_slots, 0);
   std::vector<TimeMicros> completion;
-  long double busy = 0;  // GPU-microseconds.
+  long double busy = 0;  // GPU-microseconds of the latest starts.
+  long double lost_at_end = 0;
   for (size_t i = 0; i < n; ++i) {
     const int prio = static_cast<int>(jobs[i].priority);
-    if (start[i] < 0) {
+    const size_t team_slot = jobs[i].team * core::kPriorityCount + prio;
+    if (submitted[i]) ++team_jobs[team_slot];
+    const TimeMicros first = preemptive ? restarts[i].first_start : start[i];
+    if (first < 0) {
       if (submitted[i]) ++r.pending_at_end[prio];
       continue;
     }
-    delays[prio].push_back(start[i] - jobs[i].submit);
-    delays[core::kPriorityCount].push_back(start[i] - jobs[i].submit);
-    // A completion at or before the cap has been applied (the loop stops at the first event
-    // after it); the others are still running at the end.
-    const TimeMicros finish = start[i] + jobs[i].duration;
-    const bool completed = finish <= cap;
-    busy += static_cast<long double>(jobs[i].gpus) * ((completed ? finish : end) - start[i]);
-    if (completed) completion.push_back(finish - jobs[i].submit);
+    // Queueing delay: arrival to the first start (a restart after a preemption adds none).
+    delays[prio].push_back(first - jobs[i].submit);
+    delays[core::kPriorityCount].push_back(first - jobs[i].submit);
+    team_delays[team_slot].push_back(first - jobs[i].submit);
+    const long double gpus = static_cast<long double>(jobs[i].gpus);
+    if (!preemptive) {
+      // A completion at or before the cap has been applied (the loop stops at the first event
+      // after it); the others are still running at the end.
+      const TimeMicros finish = start[i] + jobs[i].duration;
+      const bool completed = finish <= cap;
+      busy += gpus * ((completed ? finish : end) - start[i]);
+      if (completed) completion.push_back(finish - jobs[i].submit);
+      continue;
+    }
+    switch (restarts[i].state) {
+      case JobState::kDone:
+        busy += gpus * jobs[i].duration;
+        completion.push_back(start[i] + jobs[i].duration - jobs[i].submit);
+        break;
+      case JobState::kRunning:
+        busy += gpus * (end - start[i]);
+        ++r.running_at_end;
+        break;
+      case JobState::kStopping:  // Its work up to the end is lost.
+        busy += gpus * (end - start[i]);
+        lost_at_end += gpus * (end - start[i]);
+        ++r.running_at_end;
+        break;
+      case JobState::kWaiting:  // Preempted, not started again.
+        ++r.pending_at_end[prio];
+        break;
+    }
   }
+  if (!preemptive) r.running_at_end = r.started - r.completed;
   for (int p = 0; p <= core::kPriorityCount; ++p) r.queueing_delay[p] = Summarize(delays[p]);
   r.completion_time = Summarize(completion);
+  busy += lost;
   r.busy_gpu_seconds = static_cast<double>(busy / 1e6L);
+  r.preempted_gpu_seconds = static_cast<double>((lost + lost_at_end) / 1e6L);
   if (r.makespan > 0 && r.total_gpus > 0) {
     r.utilization = static_cast<double>(
         busy / (static_cast<long double>(r.total_gpus) * static_cast<long double>(r.makespan)));
+  }
+  for (size_t t = 0; t < w.teams.size(); ++t) {
+    for (int p = 0; p < core::kPriorityCount; ++p) {
+      const size_t slot = t * core::kPriorityCount + p;
+      SimResult::TeamResult team;
+      team.guarantee = engine.Guarantee(w.teams[t], p);
+      team.jobs = team_jobs[slot];
+      if (team.jobs == 0 && team.guarantee == 0) continue;
+      team.team = w.teams[t];
+      team.priority = static_cast<core::Priority>(p);
+      team.queueing_delay = Summarize(team_delays[slot]);
+      team.preemptions = team_preemptions[slot];
+      r.teams.push_back(std::move(team));
+    }
   }
 }
 
@@ -573,6 +781,18 @@ std::optional<Policy> ParsePolicy(std::string_view s) {
   return std::nullopt;
 }
 
+std::string_view ToString(TeamGuarantees g) {
+  switch (g) {
+    case TeamGuarantees::kNone:
+      return "none";
+    case TeamGuarantees::kProportional:
+      return "proportional";
+    case TeamGuarantees::kGiven:
+      return "file";
+  }
+  return "none";
+}
+
 StatusOr<SimResult> Simulate(const Workload& workload, const ClusterSpec& cluster,
                              const SimOptions& options) {
   if (!(options.online_percent >= 0.0 && options.online_percent <= 1.0)) {
@@ -582,11 +802,38 @@ StatusOr<SimResult> Simulate(const Workload& workload, const ClusterSpec& cluste
   if (options.max_time && *options.max_time < 0) {
     return InvalidArgument("--max-time must not be negative");
   }
+  if (options.preemption_grace_seconds < 0) {
+    return InvalidArgument("--preemption-grace must not be negative");
+  }
+  if (options.min_runtime < 0) return InvalidArgument("--min-runtime must not be negative");
+  if (options.policy != Policy::kDgpu &&
+      (options.borrowing || options.team_guarantees != TeamGuarantees::kNone)) {
+    return InvalidArgument("--borrowing and --team-guarantees need --policy dgpu");
+  }
   Status valid = ValidateCluster(cluster);
   if (!valid.ok()) return valid;
 
   const Layout layout(cluster);
   const std::vector<Demand> demand = MatchDemands(workload, layout);
+  TeamLimitsMap teams;
+  if (options.team_guarantees == TeamGuarantees::kGiven) {
+    Status fit = CheckGuaranteesFit(options.teams, cluster.TotalGpus(), options.online_percent,
+                                    "--team-guarantees");
+    if (!fit.ok()) return fit;
+    teams = options.teams;
+  } else if (options.team_guarantees == TeamGuarantees::kProportional) {
+    // GPU time (GPU-microseconds) per team and class of the jobs that will be submitted: a
+    // rejected job never uses a GPU.
+    std::vector<std::array<uint64_t, 2>> gpu_time(workload.teams.size(), {0, 0});
+    for (const SimJob& j : workload.jobs) {
+      const Demand& d = demand[j.model];
+      if (d.models.empty() || j.gpus > d.max_per_node) continue;
+      gpu_time[j.team][static_cast<int>(j.priority)] +=
+          static_cast<uint64_t>(j.gpus) * static_cast<uint64_t>(j.duration);
+    }
+    teams = ProportionalGuarantees(workload.teams, gpu_time,
+                                   ClassQuotas(cluster.TotalGpus(), options.online_percent));
+  }
   SimResult r;
   r.policy = options.policy;
   r.nodes = cluster.NodeCount();
@@ -594,7 +841,7 @@ StatusOr<SimResult> Simulate(const Workload& workload, const ClusterSpec& cluste
   r.jobs = workload.jobs.size();
 
   if (options.policy == Policy::kDgpu) {
-    CoreEngine engine(layout, workload, demand, options);
+    CoreEngine engine(layout, workload, demand, options, teams);
     RunLoop(engine, workload, demand, options, r);
   } else {
     OriginalEngine engine(layout, workload, demand, options);

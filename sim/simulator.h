@@ -8,14 +8,22 @@
 // completion event at now + duration. A job asking for more GPUs than any node of a matching
 // model has is rejected (counted, never submitted). Results depend only on the inputs and the
 // seed; only the wall-clock fields vary between runs. Not thread-safe; no I/O.
+//
+// With borrowing (policy dgpu), a stop order for a preemption ends its task `grace` seconds
+// later: a "stopped" event then reports the task ended (exit 143) and the core puts it back in
+// its queue; its normal completion is dropped (each event carries the job's start number). A
+// preempted job restarts from zero.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/types.h"
 #include "sim/cluster.h"
+#include "sim/teams.h"
 #include "sim/workload.h"
 
 namespace dgpu::sim {
@@ -27,6 +35,14 @@ enum class Policy : uint8_t {
 std::string_view ToString(Policy p);
 std::optional<Policy> ParsePolicy(std::string_view s);
 
+// Where team guarantees come from.
+enum class TeamGuarantees : uint8_t {
+  kNone,          // Teams share their classes.
+  kProportional,  // Computed from the workload (ProportionalGuarantees).
+  kGiven,         // SimOptions::teams.
+};
+std::string_view ToString(TeamGuarantees g);
+
 struct SimOptions {
   Policy policy = Policy::kDgpu;
   double online_percent = 0.7;
@@ -35,6 +51,13 @@ struct SimOptions {
   // Simulated time at which the replay stops (from time 0 = the first arrival); nullopt: run
   // until no event is left.
   std::optional<core::TimeMicros> max_time;
+
+  // Teams, borrowing and preemption (policy dgpu only): the core's settings of the same names.
+  bool borrowing = false;
+  int preemption_grace_seconds = 30;
+  core::TimeMicros min_runtime = 0;
+  TeamGuarantees team_guarantees = TeamGuarantees::kNone;
+  TeamLimitsMap teams;  // kGiven: limits by core team name.
 };
 
 // A distribution of durations, in seconds. Percentiles are nearest-rank: the ceil(p * n)-th
@@ -62,7 +85,7 @@ struct SimResult {
   uint64_t running_at_end = 0;
   uint64_t pending_at_end[core::kPriorityCount] = {0, 0};
 
-  // Queueing delay (submit -> start) of started jobs: [high, low, all].
+  // Queueing delay (submit -> first start) of started jobs: [high, low, all].
   Distribution queueing_delay[core::kPriorityCount + 1];
   Distribution completion_time;  // Submit -> finish of completed jobs.
 
@@ -80,8 +103,25 @@ struct SimResult {
   uint64_t multi_node_tasks = 0;
   uint64_t multi_node_task_nodes = 0;
 
-  uint64_t decisions = 0;  // Start decisions.
+  uint64_t decisions = 0;  // Start decisions (a restart after a preemption is one more).
   uint64_t passes = 0;     // Scheduling passes (= distinct event timestamps).
+
+  // Stop orders for preemptions, and the GPU time their tasks had run when they ended (or when
+  // the replay stopped), which is lost: a preempted job starts over. Counted in busy time too.
+  uint64_t preemptions = 0;
+  double preempted_gpu_seconds = 0;
+
+  // Per team and class, for every (team, class) with submitted jobs or a guarantee; by team
+  // name, online first.
+  struct TeamResult {
+    std::string team;
+    core::Priority priority = core::Priority::kLow;
+    int guarantee = 0;  // As the core applies it.
+    uint64_t jobs = 0;  // Submitted.
+    Distribution queueing_delay;
+    uint64_t preemptions = 0;  // Stop orders its jobs received.
+  };
+  std::vector<TeamResult> teams;
   // Wall-clock and process CPU time of the event loop alone; they vary between runs. CPU time
   // is the steadier figure on a loaded machine.
   double replay_wall_seconds = 0;
@@ -89,7 +129,8 @@ struct SimResult {
 };
 
 // Runs the replay. InvalidArgument for bad options (online_percent outside [0,1], max_bypass <
-// 1) or a cluster that does not validate.
+// 1, a negative grace or minimum run time, borrowing or guarantees with policy original,
+// guarantees that exceed a class quota) or a cluster that does not validate.
 StatusOr<SimResult> Simulate(const Workload& workload, const ClusterSpec& cluster,
                              const SimOptions& options);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "sim/random.h"
+#include "sim/teams.h"
 
 namespace dgpu::sim {
 
@@ -42,7 +43,34 @@ StatusOr<Workload> BuildWorkload(const Trace& trace, const WorkloadOptions& opti
   auto chosen = static_cast<size_t>(std::llround(fraction * static_cast<double>(by_name.size())));
   for (size_t i = 0; i < chosen; ++i) online[by_name[i]] = true;
 
+  // The core's team of each trace team. Two teams of the trace must not become one.
+  std::vector<std::string> core_names(trace.teams.size());
+  for (size_t i = 0; i < trace.teams.size(); ++i) core_names[i] = CoreTeamName(trace.teams[i]);
+  std::vector<uint32_t> by_core(trace.teams.size());
+  for (uint32_t i = 0; i < by_core.size(); ++i) by_core[i] = i;
+  std::stable_sort(by_core.begin(), by_core.end(),
+                   [&](uint32_t a, uint32_t b) { return core_names[a] < core_names[b]; });
   Workload w;
+  std::vector<uint32_t> core_team(trace.teams.size());
+  for (size_t k = 0; k < by_core.size(); ++k) {
+    const uint32_t i = by_core[k];
+    if (k > 0 && core_names[by_core[k - 1]] == core_names[i]) {
+      const std::string& other = trace.teams[by_core[k - 1]];
+      // An empty team is the default team by definition.
+      const bool same = (other.empty() && trace.teams[i] == core::kDefaultTeam) ||
+                        (trace.teams[i].empty() && other == core::kDefaultTeam);
+      if (!same) {
+        return InvalidArgument(trace.name + ": teams '" + other + "' and '" + trace.teams[i] +
+                               "' both become team '" + core_names[i] +
+                               "' (team names are lower-cased, other characters become '-'); "
+                               "rename one");
+      }
+    } else {
+      w.teams.push_back(core_names[i]);
+    }
+    core_team[i] = static_cast<uint32_t>(w.teams.size() - 1);
+  }
+
   w.models = trace.models;
   w.team_count = trace.teams.size();
   w.trace_jobs = trace.jobs.size();
@@ -74,6 +102,7 @@ StatusOr<Workload> BuildWorkload(const Trace& trace, const WorkloadOptions& opti
     s.duration = job->duration;
     s.gpus = job->gpus;
     s.model = job->model;
+    s.team = core_team[job->team];
     s.priority =
         job->priority.value_or(online[job->team] ? core::Priority::kHigh : core::Priority::kLow);
     one.push_back(s);

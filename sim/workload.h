@@ -36,17 +36,21 @@ struct SimJob {
   int gpus = 1;
   core::Priority priority = core::Priority::kLow;
   uint32_t model = 0;  // Index into Workload::models; 0 is "" (any model).
+  uint32_t team = 0;   // Index into Workload::teams.
 };
 
 struct Workload {
   std::vector<SimJob> jobs;               // Sorted by submit time; ties keep the trace order.
   std::vector<std::string> models;        // As in the trace; models[0] == "".
   std::vector<std::string> online_teams;  // Teams mapped to high priority, sorted.
+  // The core's names of the trace's teams (CoreTeamName), distinct, sorted.
+  std::vector<std::string> teams;
   size_t team_count = 0;
   size_t trace_jobs = 0;  // Jobs in the trace before selection.
 };
 
-// InvalidArgument names the option (unknown team, scale <= 0, empty window, ...).
+// InvalidArgument names the option (unknown team, scale <= 0, empty window, ...), or the trace
+// when two of its teams have the same core name.
 StatusOr<Workload> BuildWorkload(const Trace& trace, const WorkloadOptions& options);
 
 }  // namespace dgpu::sim

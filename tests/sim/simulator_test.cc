@@ -6,9 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-#include <sstream>
 
-#include "sim/cli.h"
+#include "sim_run.h"
 #include "test_files.h"
 
 namespace dgpu::sim {
@@ -16,27 +15,11 @@ namespace {
 
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
+using testing_util::kGenericHeader;
+using testing_util::RunSim;
+using testing_util::SimRun;
+using testing_util::SyntheticTrace;
 using testing_util::WriteTempFile;
-
-const char kGenericHeader[] = "submit_time,duration,gpu_count,priority,gpu_model,team\n";
-
-struct SimRun {
-  int code = 0;
-  std::string out;
-  std::string err;
-  Json json;
-};
-
-SimRun RunSim(std::vector<std::string> args) {
-  std::ostringstream out;
-  std::ostringstream err;
-  SimRun r;
-  r.code = RunSimCommand(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  if (r.code == 0 && !r.out.empty() && r.out.front() == '{') r.json = Json::parse(r.out);
-  return r;
-}
 
 // 1 node x 4 GPUs, all batch with the whole cluster as batch quota.
 //   t=0  A(2 GPUs, 10 s) and B(2 GPUs, 5 s) start: the node is full.
@@ -168,25 +151,6 @@ TEST(SimulatorTest, PendingAtEndAndMaxTime) {
   EXPECT_EQ(r.json["jobs"]["not_arrived"], 1);
   EXPECT_DOUBLE_EQ(r.json["makespan_seconds"], 30.0);
   EXPECT_DOUBLE_EQ(r.json["utilization"], 30.0 / 120.0);
-}
-
-std::string SyntheticTrace(int jobs) {
-  std::string text = kGenericHeader;
-  uint64_t x = 12345;
-  auto next = [&] {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    return x >> 33;
-  };
-  double t = 0;
-  static const char* kTeams[] = {"a", "b", "c", "d", "e"};
-  for (int i = 0; i < jobs; ++i) {
-    t += static_cast<double>(next() % 1000) / 100.0;
-    int gpus = 1 << (next() % 4);
-    text += std::to_string(t) + "," + std::to_string(1 + next() % 3000) + "," +
-            std::to_string(gpus) + ",," + (next() % 5 == 0 ? "B" : "") + "," + kTeams[next() % 5] +
-            "\n";
-  }
-  return text;
 }
 
 TEST(SimulatorTest, SameInputAndSeedGiveIdenticalOutput) {
