@@ -108,7 +108,17 @@ PendingReason SchedulerCore::Diagnose(const Task& t, const std::vector<int>& mod
   for (int m : models) max_capacity = std::max(max_capacity, index_.MaxCapacity(m));
   if (max_capacity == 0) return PendingReason::kNoGpuModel;
   if (t.spec.gpu_count > max_capacity) return PendingReason::kExceedsCluster;
-  if (!quota_tree_.Admits(QuotaLeaf(t), t.spec.gpu_count)) return PendingReason::kQuotaExhausted;
+  const QuotaTree::NodeId leaf = QuotaLeaf(t);
+  if (!quota_tree_.Admits(leaf, t.spec.gpu_count)) {
+    // Strict quotas with a team guarantee the task does not fit in even when the team holds
+    // nothing: it waits for its team's limits to change, and must not hold its class's queue
+    // as a wait for GPUs to come free would.
+    if (quota_tree_.node(leaf).parent == class_node_[PrioIndex(t.spec.priority)] &&
+        t.spec.gpu_count > quota_tree_.Allowed(leaf)) {
+      return PendingReason::kTeamLimit;
+    }
+    return PendingReason::kQuotaExhausted;
+  }
   return PendingReason::kNoNodeFits;
 }
 

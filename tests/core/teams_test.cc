@@ -113,6 +113,7 @@ class StrictTeamsTest : public TeamsTest {
     c.online_percent = 0.5;
     c.teams["vision"] = {.online = 2, .batch = 1, .max_gpus = -1, .weight = 1};
     c.teams["capped"] = {.online = 0, .batch = 0, .max_gpus = 1, .weight = 1};
+    c.max_bypass = 2;  // The starvation guard acts soon.
     return c;
   }
 };
@@ -155,6 +156,29 @@ TEST_F(StrictTeamsTest, MaxGpusCapsATeamAcrossClasses) {
   EXPECT_EQ(Describe(Reason(a)), Describe(PendingReason::kTeamLimit));
   Finish(b);
   EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Start(a, "n1", {0})}));
+}
+
+TEST_F(StrictTeamsTest, ATaskLargerThanItsTeamsGuaranteeDoesNotHoldItsClass) {
+  Register("n1", 8);                                      // online 4: vision 2, shared 2.
+  TaskNumber big = Submit(Priority::kHigh, 3, "vision");  // Never fits in vision's 2.
+  std::vector<TaskNumber> small;
+  for (int i = 0; i < 6; ++i) small.push_back(Submit(Priority::kHigh, 1, "vision"));
+  auto d = Pass();
+  EXPECT_EQ(Describe(d), Describe(std::vector<Decision>{Start(small[0], "n1", {0}),
+                                                        Start(small[1], "n1", {1})}));
+  EXPECT_EQ(Describe(Reason(big)), Describe(PendingReason::kTeamLimit));
+  // However often it is overtaken, it keeps no node and holds nobody back.
+  for (int i = 0; i < 4; ++i) {
+    Finish(small[static_cast<size_t>(i)]);
+    d = Pass();
+    ASSERT_EQ(d.size(), 1u) << "round " << i;
+    EXPECT_EQ(d[0].task, small[static_cast<size_t>(i) + 2]);
+  }
+  EXPECT_EQ(Describe(Reason(big)), Describe(PendingReason::kTeamLimit));
+  // Its team's guarantee grows: it starts.
+  for (int i = 4; i < 6; ++i) Finish(small[static_cast<size_t>(i)]);
+  ASSERT_TRUE(core_.SetTeam("vision", {.online = 3, .batch = 1}, now_).ok());
+  EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Start(big, "n1", {0, 1, 2})}));
 }
 
 TEST_F(StrictTeamsTest, AVersionOneConfigurationBehavesAsBefore) {
