@@ -152,8 +152,6 @@ core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r) {
   return t;
 }
 
-namespace {}  // namespace
-
 core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::StoreMeta& meta) {
   core::CoreConfig core_cfg;
   core_cfg.online_percent = meta.online_percent.value_or(cfg.quota.online_percent);
@@ -162,7 +160,8 @@ core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::S
   core_cfg.heartbeat_timeout = cfg.agent.heartbeat_timeout.count() * 1000;
   core_cfg.borrowing = cfg.quota.borrowing;
   core_cfg.fairshare_half_life = cfg.quota.fairshare_half_life.count() * 1000;
-  core_cfg.preemption_grace_seconds = static_cast<int32_t>(cfg.preemption.grace_period.count());
+  core_cfg.preemption_grace_seconds = static_cast<int32_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(cfg.preemption.grace_period).count());
   core_cfg.min_runtime = cfg.preemption.min_runtime.count() * 1000;
   for (const auto& [name, team] : cfg.quota.teams) {
     core_cfg.teams[name] = {team.online, team.batch, team.max_gpus, team.weight};
@@ -179,8 +178,6 @@ std::unique_ptr<core::SchedulerCore> NewCore(const common::SchedulerConfig& cfg,
   }
   return core;
 }
-
-namespace {}  // namespace
 
 StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
     store::Database* db, const common::SchedulerConfig& cfg, core::TimeMicros now,

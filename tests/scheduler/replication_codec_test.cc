@@ -60,5 +60,46 @@ TEST(ReplicationCodecTest, RecordFromALeaderWithoutStopReasonsHasNone) {
   EXPECT_EQ(received.stop_reason, StopReason::kNone);
 }
 
+TEST(ReplicationCodecTest, KeepsATeamWhole) {
+  const core::TeamRecord team{.name = "vision",
+                              .set = true,
+                              .limits = {.online = 8, .batch = 2, .max_gpus = 12, .weight = 1.5},
+                              .deleted = false,
+                              .usage = 3600.25,
+                              .usage_at = 1'700'000'000'000'001};
+  dgpu::v1::TeamRecord record;
+  TeamToRecord(team, &record);
+  std::string wire;
+  ASSERT_TRUE(record.SerializeToString(&wire));
+  dgpu::v1::TeamRecord received;
+  ASSERT_TRUE(received.ParseFromString(wire));
+  EXPECT_EQ(TeamFromRecord(received), team);
+}
+
+TEST(CoreConfigTest, TakesTheSchedulersQuotaTeamsAndPreemptionKeysInTheCoresUnits) {
+  common::SchedulerConfig cfg;
+  cfg.quota.online_percent = 0.6;
+  cfg.quota.borrowing = true;
+  cfg.quota.fairshare_half_life = std::chrono::hours(24);
+  cfg.quota.teams["vision"] = {.online = 4, .batch = 2, .max_gpus = 10, .weight = 2};
+  cfg.preemption.grace_period = std::chrono::seconds(45);
+  cfg.preemption.min_runtime = std::chrono::minutes(2);
+  cfg.agent.heartbeat_timeout = std::chrono::seconds(20);
+  store::StoreMeta meta;
+  core::CoreConfig c = CoreConfigOf(cfg, meta);
+  EXPECT_EQ(c.online_percent, 0.6);
+  EXPECT_TRUE(c.borrowing);
+  EXPECT_EQ(c.fairshare_half_life, 86'400'000'000);
+  EXPECT_EQ(c.preemption_grace_seconds, 45);
+  EXPECT_EQ(c.min_runtime, 120'000'000);
+  EXPECT_EQ(c.heartbeat_timeout, 20'000'000);
+  ASSERT_EQ(c.teams.size(), 1u);
+  EXPECT_EQ(c.teams["vision"],
+            (core::TeamLimits{.online = 4, .batch = 2, .max_gpus = 10, .weight = 2}));
+  // A quota stored through the API wins over the configuration's.
+  meta.online_percent = 0.25;
+  EXPECT_EQ(CoreConfigOf(cfg, meta).online_percent, 0.25);
+}
+
 }  // namespace
 }  // namespace dgpu::scheduler
