@@ -20,6 +20,11 @@ REQUIRED_PANELS = {
     "HTTP requests by code": {"dgpu_http_requests_total"},
     "GPU utilization": {"dgpu_gpu_utilization_ratio"},
     "Leader": {"dgpu_is_leader"},
+    "GPUs used by team and class": {"dgpu_team_used_gpus"},
+    "Guaranteed GPUs": {"dgpu_team_guaranteed_gpus"},
+    "Borrowed GPUs per team": {"dgpu_team_borrowed_gpus"},
+    "Borrowed GPUs per class": {"dgpu_borrowed_gpus"},
+    "Preemptions per team": {"dgpu_tasks_preempted_total"},
 }
 
 live = None
@@ -55,6 +60,9 @@ class DashboardTest(unittest.TestCase):
             with self.subTest(panel=p["title"]):
                 pos = p["gridPos"]
                 self.assertLessEqual(pos["x"] + pos["w"], 24)
+                if p["type"] == "row":  # A heading: it queries nothing.
+                    self.assertNotIn("targets", p)
+                    continue
                 self.assertTrue(p["targets"])
                 refs = [t["refId"] for t in p["targets"]]
                 self.assertEqual(len(refs), len(set(refs)))
