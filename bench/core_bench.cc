@@ -2,13 +2,22 @@
 //
 // BM_Decision: one scheduling decision (submit, place, and later release) on a cluster of
 // N nodes x 8 GPUs kept about half busy with a mix of 1/2/4/8-GPU tasks.
+// BM_DecisionTeams: BM_Decision with borrowing on and 15 teams, each with a guarantee in both
+// classes (together the class quotas, online_percent 0.7); each task names a random team.
+// BM_ChooseVictims: one reclaim pass on a cluster of N nodes x 8 GPUs filled with 1-GPU batch
+// tasks that borrow the online class's idle GPUs: an online task within its team's guarantee
+// arrives and the pass chooses the borrowers to stop for it (wall time of that pass only).
 // BM_NoFitPass: one scheduling pass over 100,000 pending tasks when nothing fits.
 #include <benchmark/benchmark.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "core/scheduler_core.h"
 
@@ -26,6 +35,12 @@ TaskSpec SpecOf(Priority p, int gpus) {
   s.priority = p;
   s.gpu_count = gpus;
   s.command = "true";
+  return s;
+}
+
+TaskSpec SpecOf(Priority p, int gpus, const std::string& team) {
+  TaskSpec s = SpecOf(p, gpus);
+  s.team = team;
   return s;
 }
 
@@ -101,6 +116,224 @@ BENCHMARK(BM_Decision)
     ->Args({10000, 0})
     ->Args({200, 1})
     ->Args({10000, 1})
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true)
+    ->Unit(benchmark::kNanosecond);
+
+// BM_Decision's loop with teams and borrowing: 15 teams share each class's quota as guarantees,
+// so a pass runs both phases (heads within their guarantee, then borrowers in fair-share order).
+// Every start is kept running and the oldest running task is released, so the cluster stays
+// about half busy; a task that could not start is cancelled. Preemptions are not expected on a
+// half-busy cluster; if one happens its victims are confirmed stopped at once (counted).
+void BM_DecisionTeams(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  const bool record = state.range(1) != 0;
+  constexpr int kTeams = 15;
+  CoreConfig cfg;
+  cfg.online_percent = 0.7;
+  cfg.borrowing = true;
+  cfg.record_changes = record;
+  cfg.record_events = record;
+  // Guarantees: each class's quota split evenly (the remainder shared).
+  const int total = nodes * 8;
+  const int online_quota = static_cast<int>(std::lround(total * cfg.online_percent));
+  const int batch_quota = total - online_quota;
+  std::vector<std::string> teams;
+  for (int i = 0; i < kTeams; ++i) {
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), "team-%02d", i);
+    teams.emplace_back(buf);
+    cfg.teams[teams.back()] = {.online = online_quota / kTeams,
+                               .batch = batch_quota / kTeams,
+                               .max_gpus = -1,
+                               .weight = 1};
+  }
+  SchedulerCore core(cfg);
+  for (int i = 0; i < nodes; ++i) (void)core.RegisterNode(NodeName(i), "", Gpus8(), {}, {}, 0);
+  std::mt19937 rng(42);
+  const int sizes[] = {1, 1, 1, 1, 2, 2, 4, 8};
+  // Fill to about half of the GPUs with long-running tasks.
+  std::deque<std::pair<TaskNumber, std::string>> running;
+  int64_t filled = 0;
+  while (filled < nodes * 8 / 2) {
+    int k = sizes[rng() % 8];
+    auto p = (rng() & 1) ? Priority::kHigh : Priority::kLow;
+    (void)core.Submit(SpecOf(p, k, teams[rng() % kTeams]), 0);
+    core.Schedule(0);
+    for (auto& d : core.TakeDecisions()) {
+      if (d.kind == Decision::Kind::kStart) running.emplace_back(d.task, d.node_id);
+    }
+    filled += k;
+  }
+  const size_t busy = running.size();
+  core.TakeChanges();
+  core.TakeEvents();
+  TimeMicros now = 1;
+  uint64_t placed = 0;
+  uint64_t stops = 0;
+  for (auto _ : state) {
+    int k = sizes[rng() % 8];
+    auto p = (rng() & 1) ? Priority::kHigh : Priority::kLow;
+    auto id = core.Submit(SpecOf(p, k, teams[rng() % kTeams]), now);
+    core.Schedule(now);
+    bool started = false;
+    for (auto& d : core.TakeDecisions()) {
+      if (d.kind == Decision::Kind::kStart) {
+        started = started || d.task == *id;
+        running.emplace_back(d.task, d.node_id);
+      } else {
+        // A preemption: its victim stops at once (goes back to its queue).
+        stops++;
+        (void)core.TaskFinished(d.node_id, {d.task, false, 143, "", now}, now);
+      }
+    }
+    if (started) {
+      placed++;
+    } else if (const Task* t = core.FindTask(*id);
+               t != nullptr && t->status == TaskStatus::kPending) {
+      (void)core.Cancel(*id, now);
+      core.Forget(*id);
+    }
+    // Release the oldest running tasks, so the cluster stays about half busy.
+    while (running.size() > busy) {
+      auto [old, node] = running.front();
+      running.pop_front();
+      const Task* t = core.FindTask(old);
+      if (t == nullptr || t->status != TaskStatus::kRunning || t->stopping) continue;  // Preempted.
+      (void)core.TaskFinished(node, {old, true, 0, "", now}, now);
+      core.Forget(old);
+    }
+    // As the daemon does after every batch.
+    if (record) {
+      benchmark::DoNotOptimize(core.TakeChanges());
+      benchmark::DoNotOptimize(core.TakeEvents());
+    }
+    ++now;
+  }
+  state.counters["placed_ratio"] =
+      static_cast<double>(placed) / static_cast<double>(state.iterations());
+  state.counters["stops"] = static_cast<double>(stops);
+  int borrowed = 0;
+  for (const TeamView& t : core.Teams()) borrowed += t.classes[0].borrowed + t.classes[1].borrowed;
+  state.counters["borrowed_gpus_at_end"] = borrowed;
+}
+BENCHMARK(BM_DecisionTeams)
+    ->ArgNames({"nodes", "record_changes"})
+    ->Args({200, 0})
+    ->Args({10000, 0})
+    ->Args({200, 1})
+    ->Args({10000, 1})
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true)
+    ->Unit(benchmark::kNanosecond);
+
+// Choosing victims: N nodes x 8 GPUs, every GPU held by a 1-GPU batch task of team "batch-a"
+// (batch guarantee 8), so all but 8 borrow, most of them the online class's idle GPUs. Each
+// iteration submits an online task of 1, 2, 4 or 8 GPUs of team "online-a" (online guarantee
+// 8, nothing held: within it) and times the pass that finds no room and chooses the borrowers to
+// stop for it (wall time, steady clock, that pass only). Then, not timed: the victims confirm
+// their stop and go back to their queue, the preemptor starts on the node they freed and
+// finishes, the victims start there again, and a tick drops the finished preemptions, as the
+// daemon's periodic tick does; the next iteration finds the cluster full again.
+void BM_ChooseVictims(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  const bool record = state.range(1) != 0;
+  CoreConfig cfg;
+  cfg.online_percent = 0.7;
+  cfg.borrowing = true;
+  cfg.record_changes = record;
+  cfg.record_events = record;
+  cfg.teams["online-a"] = {.online = 8, .batch = 0, .max_gpus = -1, .weight = 1};
+  cfg.teams["batch-a"] = {.online = 0, .batch = 8, .max_gpus = -1, .weight = 1};
+  const std::string online_team = "online-a";
+  const std::string batch_team = "batch-a";
+  SchedulerCore core(cfg);
+  for (int i = 0; i < nodes; ++i) (void)core.RegisterNode(NodeName(i), "", Gpus8(), {}, {}, 0);
+  TimeMicros now = 1;
+  for (int i = 0; i < nodes * 8; ++i) (void)core.Submit(SpecOf(Priority::kLow, 1, batch_team), now);
+  core.Schedule(now);
+  std::vector<Decision> d = core.TakeDecisions();
+  for (const Decision& x : d) (void)core.TaskStarted(x.task, x.node_id, now);
+  if (d.size() != static_cast<size_t>(nodes) * 8 || core.PendingCount(Priority::kLow) != 0) {
+    state.SkipWithError("the batch tasks did not fill the cluster");
+    return;
+  }
+  core.TakeChanges();
+  core.TakeEvents();
+  const int sizes[] = {1, 2, 4, 8};
+  std::vector<std::pair<TaskNumber, std::string>> victims;
+  std::vector<double> samples;
+  samples.reserve(static_cast<size_t>(state.max_iterations));
+  uint64_t victim_count = 0;
+  int64_t i = 0;
+  for (auto _ : state) {
+    const int k = sizes[i++ % 4];
+    ++now;
+    auto id = core.Submit(SpecOf(Priority::kHigh, k, online_team), now);
+    const auto t0 = std::chrono::steady_clock::now();
+    core.Schedule(now);
+    const auto t1 = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(t1 - t0).count();
+    state.SetIterationTime(seconds);
+    samples.push_back(seconds);
+    // Not timed from here on.
+    core.TakeDecisions(d);
+    victims.clear();
+    for (const Decision& x : d) {
+      if (x.kind == Decision::Kind::kStop && x.reason == StopReason::kPreempt &&
+          x.preempted_by == *id) {
+        victims.emplace_back(x.task, x.node_id);
+      }
+    }
+    if (victims.empty() || victims.size() != d.size()) {
+      state.SkipWithError("the pass chose no victim (or decided something else)");
+      break;
+    }
+    victim_count += victims.size();
+    ++now;
+    for (const auto& [v, node] : victims) {
+      (void)core.TaskFinished(node, {v, false, 143, "", now}, now);
+    }
+    core.Schedule(now);
+    core.TakeDecisions(d);
+    if (d.size() != 1 || d[0].task != *id) {
+      state.SkipWithError("the preemptor did not start once its victims stopped");
+      break;
+    }
+    const std::string node = d[0].node_id;
+    (void)core.TaskStarted(*id, node, now);
+    ++now;
+    (void)core.TaskFinished(node, {*id, true, 0, "", now}, now);
+    core.Forget(*id);
+    core.Schedule(now);
+    core.TakeDecisions(d);
+    if (d.size() != victims.size()) {
+      state.SkipWithError("the victims did not start again");
+      break;
+    }
+    for (const Decision& x : d) (void)core.TaskStarted(x.task, x.node_id, now);
+    core.Tick(now);
+    if (record) {
+      benchmark::DoNotOptimize(core.TakeChanges());
+      benchmark::DoNotOptimize(core.TakeEvents());
+    }
+  }
+  if (samples.empty()) return;
+  state.counters["victims_per_iter"] =
+      static_cast<double>(victim_count) / static_cast<double>(samples.size());
+  std::sort(samples.begin(), samples.end());
+  state.counters["p50_ns"] = samples[samples.size() / 2] * 1e9;
+  state.counters["p99_ns"] = samples[samples.size() * 99 / 100] * 1e9;
+  state.counters["max_ns"] = samples.back() * 1e9;
+}
+BENCHMARK(BM_ChooseVictims)
+    ->ArgNames({"nodes", "record_changes"})
+    ->Args({200, 0})
+    ->Args({10000, 0})
+    ->Args({200, 1})
+    ->Args({10000, 1})
+    ->UseManualTime()
+    ->Iterations(4000)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true)
     ->Unit(benchmark::kNanosecond);

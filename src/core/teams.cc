@@ -257,14 +257,22 @@ void SchedulerCore::AccrueUsage(TimeMicros now) {
   const double half_life = static_cast<double>(config_.fairshare_half_life) / kMicrosPerSecond;
   if (half_life <= 0) return;
   const double tau = half_life / std::log(2.0);
+  // Teams accrued together share usage_at, so the decay factor is computed once per pass.
+  bool have_f = false;
+  TimeMicros f_since = 0;
+  double f = 1;
   for (TeamState& team : teams_) {
     if (now <= team.usage_at) continue;
     if (team.usage_at == 0 || (team.usage == 0 && team.held_gpus == 0)) {
       team.usage_at = now;
       continue;
     }
-    const double d = static_cast<double>(now - team.usage_at) / kMicrosPerSecond;
-    const double f = std::exp2(-d / half_life);
+    if (!have_f || team.usage_at != f_since) {
+      have_f = true;
+      f_since = team.usage_at;
+      const double d = static_cast<double>(now - team.usage_at) / kMicrosPerSecond;
+      f = std::exp2(-d / half_life);
+    }
     team.usage = team.usage * f + team.held_gpus * tau * (1 - f);
     team.usage_at = now;
   }
