@@ -481,9 +481,10 @@ Status ReadTeams(const Section& quota, std::map<std::string, TeamConfig>* out) {
     if (!entry.first.IsScalar()) return Invalid(key, "team names must be strings");
     const std::string& name = entry.first.Scalar();
     if (!core::IsValidTeamName(name)) {
-      return Invalid(key + "." + name,
-                     "team names are 1 to 63 characters of a-z, 0-9, '_' and '-', starting with "
-                     "a letter or digit");
+      // The name is quoted, not made part of the key: it may hold anything, even a line break.
+      return Invalid(key, "team name " + Quote(name) +
+                              " is not valid: 1 to 63 characters of a-z, 0-9, '_' and '-', "
+                              "starting with a letter or digit");
     }
     if (teams.count(name) != 0) return Invalid(key + "." + name, "is listed twice");
     auto section_or =
@@ -599,6 +600,14 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   if (c.preemption.grace_period.count() % 1000 != 0) {
     return Invalid("preemption.grace_period",
                    "must be whole seconds, got " + FormatDuration(c.preemption.grace_period));
+  }
+  // The core takes it as an int32 number of seconds; a task's own preemption_grace_seconds has
+  // the same bound.
+  constexpr milliseconds kMaxGracePeriod{86'400'000};
+  if (c.preemption.grace_period > kMaxGracePeriod) {
+    return Invalid("preemption.grace_period", "must be at most " + FormatDuration(kMaxGracePeriod) +
+                                                  ", got " +
+                                                  FormatDuration(c.preemption.grace_period));
   }
   DGPU_CONFIG_RETURN_IF_ERROR(preemption.ReadDuration("min_runtime", &c.preemption.min_runtime,
                                                       DurationRule::kNonNegative));

@@ -118,7 +118,8 @@ struct QuotaConfig {
 
 // Section `preemption`.
 struct PreemptionConfig {
-  milliseconds grace_period{30'000};  // SIGTERM to SIGKILL for a preempted task; whole seconds
+  milliseconds grace_period{30'000};  // SIGTERM to SIGKILL for a preempted task; whole seconds,
+                                      // at most 1 day
   milliseconds min_runtime{0};        // no task younger than this is preempted
   bool operator==(const PreemptionConfig&) const = default;
 };

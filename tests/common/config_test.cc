@@ -7,9 +7,18 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <ostream>
 #include <string>
 
 namespace dgpu::common {
+
+// Readable failures: found by argument-dependent lookup, so in the struct's namespace.
+static void PrintTo(const TeamConfig& t, std::ostream* os) {
+  *os << "{online " << t.online << ", batch " << t.batch << ", max_gpus " << t.max_gpus
+      << ", weight " << t.weight << "}";
+}
+
 namespace {
 
 using std::chrono::milliseconds;
@@ -66,6 +75,11 @@ TEST(SchedulerConfigTest, DefaultsAreTheDocumentedValues) {
   EXPECT_EQ(c.replication.sync_timeout, milliseconds{2'000});
   EXPECT_DOUBLE_EQ(c.quota.online_percent, 0.7);
   EXPECT_DOUBLE_EQ(c.quota.batch_percent, 0.3);
+  EXPECT_FALSE(c.quota.borrowing);
+  EXPECT_EQ(c.quota.fairshare_half_life, milliseconds{7LL * 86'400'000});
+  EXPECT_TRUE(c.quota.teams.empty());
+  EXPECT_EQ(c.preemption.grace_period, milliseconds{30'000});
+  EXPECT_EQ(c.preemption.min_runtime, milliseconds{0});
   EXPECT_EQ(c.agent.heartbeat_timeout, milliseconds{15'000});
   EXPECT_EQ(c.storage.snapshot_dir, "/var/lib/dgpu-scheduler/state");
   EXPECT_EQ(c.storage.shared_storage, "");
@@ -516,6 +530,198 @@ TEST(AgentConfigTest, DetectionMethodIsANameOrAnOrderedList) {
                    "gpu.detection_method: must name at least one method");
   ExpectAgentError("gpu: {detection_method: [[nvml]]}",
                    "gpu.detection_method[0]: must be one of nvml, nvidia-smi, fake; got a list");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Teams, borrowing, preemption.
+
+TEST(SchedulerConfigTest, TeamsBorrowingAndPreemptionDefaultToV1) {
+  const SchedulerConfig c = MustLoadScheduler("quota: {online_percent: 0.7}\npreemption:\n");
+  EXPECT_FALSE(c.quota.borrowing);
+  EXPECT_EQ(c.quota.fairshare_half_life, milliseconds{604'800'000});
+  EXPECT_EQ(c.quota.teams, (std::map<std::string, TeamConfig>{}));
+  EXPECT_EQ(c.preemption.grace_period, milliseconds{30'000});
+  EXPECT_EQ(c.preemption.min_runtime, milliseconds{0});
+  // Explicit nulls keep the defaults too.
+  EXPECT_EQ(MustLoadScheduler("quota: {borrowing: ~, fairshare_half_life: ~, teams: ~}\n"
+                              "preemption: {grace_period: ~, min_runtime: ~}"),
+            SchedulerConfig{});
+}
+
+TEST(SchedulerConfigTest, ParsesTheContractsTeamsExample) {
+  const SchedulerConfig c = MustLoadScheduler(R"(
+quota:
+  online_percent: 0.7
+  borrowing: true
+  fairshare_half_life: 12h
+  teams:
+    vision: { online: 16, batch: 8, max_gpus: 64, weight: 1 }
+    nlp:    { batch: 32 }
+    speech-2_b: { weight: 0.25, max_gpus: 0 }
+preemption: { grace_period: 45, min_runtime: 1.5 }
+)");
+  EXPECT_TRUE(c.quota.borrowing);
+  EXPECT_EQ(c.quota.fairshare_half_life, milliseconds{12LL * 3'600'000});
+  const std::map<std::string, TeamConfig> expected = {
+      {"vision", TeamConfig{16, 8, 64, 1.0}},
+      {"nlp", TeamConfig{0, 32, -1, 1.0}},
+      {"speech-2_b", TeamConfig{0, 0, 0, 0.25}},
+  };
+  EXPECT_EQ(c.quota.teams, expected);
+  EXPECT_EQ(c.preemption.grace_period, milliseconds{45'000});
+  EXPECT_EQ(c.preemption.min_runtime, milliseconds{1'500});
+  // The rest is untouched.
+  EXPECT_DOUBLE_EQ(c.quota.online_percent, 0.7);
+  EXPECT_DOUBLE_EQ(c.quota.batch_percent, 0.3);
+}
+
+TEST(SchedulerConfigTest, TeamEntriesTakeDefaultsForMissingKeysAndNullMaxGpusMeansNoCap) {
+  const SchedulerConfig c = MustLoadScheduler(
+      "quota:\n  teams:\n    a: ~\n    b: {}\n    c: {max_gpus: ~, online: 2}\n"
+      "    0lead-digit: {max_gpus: 3, online: 1, batch: 2}\n");
+  const std::map<std::string, TeamConfig> expected = {
+      {"a", TeamConfig{}},
+      {"b", TeamConfig{}},
+      {"c", TeamConfig{2, 0, -1, 1.0}},
+      {"0lead-digit", TeamConfig{1, 2, 3, 1.0}},
+  };
+  EXPECT_EQ(c.quota.teams, expected);
+  EXPECT_EQ(TeamConfig{}, (TeamConfig{0, 0, -1, 1.0}));
+  // The longest name: 63 characters.
+  const std::string longest = "a" + std::string(62, 'z');
+  EXPECT_EQ(MustLoadScheduler("quota: {teams: {" + longest + ": {}}}").quota.teams.count(longest),
+            1u);
+}
+
+TEST(SchedulerConfigTest, PreemptionDurationsAcceptUnitsAndZero) {
+  PreemptionConfig p =
+      MustLoadScheduler("preemption: {grace_period: 0, min_runtime: \"1h30m\"}").preemption;
+  EXPECT_EQ(p.grace_period, milliseconds{0});
+  EXPECT_EQ(p.min_runtime, milliseconds{5'400'000});
+  p = MustLoadScheduler("preemption: {grace_period: 2m, min_runtime: 250ms}").preemption;
+  EXPECT_EQ(p.grace_period, milliseconds{120'000});
+  EXPECT_EQ(p.min_runtime, milliseconds{250});
+  // The longest grace a task may ask for (preemption_grace_seconds) is the longest here too.
+  EXPECT_EQ(MustLoadScheduler("preemption: {grace_period: 1d}").preemption.grace_period,
+            milliseconds{86'400'000});
+}
+
+TEST(SchedulerConfigTest, TeamsBorrowingAndPreemptionErrorsNameTheKey) {
+  struct Case {
+    std::string yaml;
+    std::string message;
+  };
+  const std::string kNameRule =
+      " is not valid: 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a letter or "
+      "digit";
+  const Case cases[] = {
+      {"quota: {borrowing: sometimes}",
+       "quota.borrowing: must be true or false, got \"sometimes\""},
+      {"quota: {borrowing: [true]}", "quota.borrowing: must be true or false, got a list"},
+      {"quota: {fairshare_half_life: 0}",
+       "quota.fairshare_half_life: must be a positive duration, got \"0\""},
+      {"quota: {fairshare_half_life: -7d}",
+       "quota.fairshare_half_life: must be a positive duration, got \"-7d\""},
+      {"quota: {fairshare_half_life: week}",
+       "quota.fairshare_half_life: must be a positive duration, got \"week\""},
+      {"quota: {borowing: true}", "unknown key \"quota.borowing\" (did you mean \"borrowing\"?)"},
+      {"quota: {team: {}}", "unknown key \"quota.team\" (did you mean \"teams\"?)"},
+      // quota.teams itself.
+      {"quota: {teams: [vision, nlp]}", "quota.teams: must be a mapping of team names, got a list"},
+      {"quota: {teams: vision}", "quota.teams: must be a mapping of team names, got \"vision\""},
+      {"quota:\n  teams:\n    ? [a, b]\n    : {online: 1}\n",
+       "quota.teams: team names must be strings"},
+      // Team names.
+      {"quota: {teams: {Vision: {}}}", "quota.teams: team name \"Vision\"" + kNameRule},
+      {"quota: {teams: {-vision: {}}}", "quota.teams: team name \"-vision\"" + kNameRule},
+      {"quota: {teams: {_vision: {}}}", "quota.teams: team name \"_vision\"" + kNameRule},
+      {"quota: {teams: {vis.ion: {}}}", "quota.teams: team name \"vis.ion\"" + kNameRule},
+      {"quota: {teams: {\"\": {}}}", "quota.teams: team name \"\"" + kNameRule},
+      {"quota: {teams: {" + std::string(64, 'a') + ": {}}}",
+       "quota.teams: team name \"" + std::string(64, 'a') + "\"" + kNameRule},
+      // One line, whatever the name holds.
+      {"quota: {teams: {\"a\\nb\": {}}}", "quota.teams: team name \"a\\nb\"" + kNameRule},
+      {"quota:\n  teams:\n    vision: {online: 1}\n    nlp: {}\n    vision: {batch: 2}\n",
+       "quota.teams.vision: is listed twice"},
+      // A team's entry.
+      {"quota: {teams: {vision: 16}}", "quota.teams.vision: must be a mapping, got \"16\""},
+      {"quota: {teams: {vision: [16, 8]}}", "quota.teams.vision: must be a mapping, got a list"},
+      {"quota: {teams: {vision: {gpus: 4}}}", "unknown key \"quota.teams.vision.gpus\""},
+      {"quota: {teams: {vision: {wieght: 2}}}",
+       "unknown key \"quota.teams.vision.wieght\" (did you mean \"weight\"?)"},
+      {"quota: {teams: {vision: {max_gpu: 2}}}",
+       "unknown key \"quota.teams.vision.max_gpu\" (did you mean \"max_gpus\"?)"},
+      {"quota:\n  teams:\n    vision:\n      online: 1\n      online: 2\n",
+       "duplicate key \"quota.teams.vision.online\""},
+      // Numbers.
+      {"quota: {teams: {vision: {online: -1}}}",
+       "quota.teams.vision.online: must be an integer in [0, 16777216], got \"-1\""},
+      {"quota: {teams: {vision: {batch: -8}}}",
+       "quota.teams.vision.batch: must be an integer in [0, 16777216], got \"-8\""},
+      {"quota: {teams: {vision: {batch: 1.5}}}",
+       "quota.teams.vision.batch: must be an integer in [0, 16777216], got \"1.5\""},
+      {"quota: {teams: {vision: {online: 16777217}}}",
+       "quota.teams.vision.online: must be an integer in [0, 16777216], got \"16777217\""},
+      {"quota: {teams: {vision: {online: many}}}",
+       "quota.teams.vision.online: must be an integer in [0, 16777216], got \"many\""},
+      // No cap is written by leaving max_gpus out (or null), not -1.
+      {"quota: {teams: {vision: {max_gpus: -1}}}",
+       "quota.teams.vision.max_gpus: must be an integer in [0, 16777216], got \"-1\""},
+      {"quota: {teams: {vision: {weight: 0}}}",
+       "quota.teams.vision.weight: must be a number above 0, got \"0\""},
+      {"quota: {teams: {vision: {weight: -1}}}",
+       "quota.teams.vision.weight: must be a number above 0, got \"-1\""},
+      {"quota: {teams: {vision: {weight: .nan}}}",
+       "quota.teams.vision.weight: must be a number above 0, got \".nan\""},
+      {"quota: {teams: {vision: {weight: inf}}}",
+       "quota.teams.vision.weight: must be a number above 0, got \"inf\""},
+      {"quota: {teams: {vision: {weight: 1e400}}}",
+       "quota.teams.vision.weight: must be a number above 0, got \"1e400\""},
+      {"quota: {teams: {vision: {weight: heavy}}}",
+       "quota.teams.vision.weight: must be a number above 0, got \"heavy\""},
+      {"quota: {teams: {vision: {weight: {a: 1}}}}",
+       "quota.teams.vision.weight: must be a number above 0, got a mapping"},
+      {"quota: {teams: {vision: {online: 16, batch: 8, max_gpus: 23}}}",
+       "quota.teams.vision.max_gpus: must be at least online + batch (24), got 23"},
+      {"quota: {teams: {nlp: {batch: 1, max_gpus: 0}}}",
+       "quota.teams.nlp.max_gpus: must be at least online + batch (1), got 0"},
+      // preemption.
+      {"preemption: 30", "preemption: must be a mapping, got \"30\""},
+      {"preemption: {grace: 30}", "unknown key \"preemption.grace\""},
+      {"preemption: {grace_periods: 30}",
+       "unknown key \"preemption.grace_periods\" (did you mean \"grace_period\"?)"},
+      {"preemption: {grace_period: -1}",
+       "preemption.grace_period: must be a non-negative duration, got \"-1\""},
+      {"preemption: {grace_period: soon}",
+       "preemption.grace_period: must be a non-negative duration, got \"soon\""},
+      {"preemption: {grace_period: 1.5}",
+       "preemption.grace_period: must be whole seconds, got 1500ms"},
+      {"preemption: {grace_period: 500ms}",
+       "preemption.grace_period: must be whole seconds, got 500ms"},
+      {"preemption: {grace_period: 86401}",
+       "preemption.grace_period: must be at most 1d, got 86401s"},
+      {"preemption: {grace_period: 30000d}",
+       "preemption.grace_period: must be at most 1d, got 30000d"},
+      {"preemption: {min_runtime: -5}",
+       "preemption.min_runtime: must be a non-negative duration, got \"-5\""},
+      {"preemption: {min_runtime: [1]}",
+       "preemption.min_runtime: must be a non-negative duration, got a list"},
+  };
+  for (const Case& c : cases) ExpectSchedulerError(c.yaml, c.message);
+}
+
+// The sum of team guarantees in a class may not exceed the class quota, but the class quota is
+// a share of the GPUs online, which the configuration cannot know: the core checks the sum when
+// the API sets a team (while GPUs are online), and scales configured guarantees down while they
+// add up to more than the quota. So the configuration takes any sum.
+TEST(SchedulerConfigTest, TeamGuaranteesAreNotCheckedAgainstTheClassQuotaHere) {
+  const SchedulerConfig c = MustLoadScheduler(
+      "quota:\n  online_percent: 0\n  teams:\n    a: {online: 16777216}\n    b: {online: "
+      "16777216, batch: 16777216}\n");
+  EXPECT_EQ(c.quota.teams.at("a").online, 16'777'216);
+  EXPECT_EQ(c.quota.teams.at("b").online, 16'777'216);
+  EXPECT_EQ(c.quota.teams.at("b").batch, 16'777'216);
+  EXPECT_DOUBLE_EQ(c.quota.online_percent, 0.0);
 }
 
 // ---------------------------------------------------------------------------------------------

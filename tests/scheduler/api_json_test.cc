@@ -106,6 +106,40 @@ TEST(ApiJsonTest, SubmitRefusesEveryBadBodyNamingTheFieldAndLeavesTheSpecAsItWas
       {SubmitWith("env", {{"", "x"}}), 400, "invalid_field",
        "env key \"\" is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)"},
       {SubmitWith("env", {{"A", 1}}), 400, "invalid_field", "env.A must be a string, got number"},
+      {SubmitWith("team", 7), 400, "invalid_field", "team must be a string, got number"},
+      {SubmitWith("team", std::string(64, 't')), 400, "invalid_field",
+       "team is 64 bytes; the limit is 63"},
+      {SubmitWith("team", "Vision"), 400, "invalid_field",
+       "team must be 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a letter or "
+       "digit; got \"Vision\""},
+      {SubmitWith("team", ""), 400, "invalid_field",
+       "team must be 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a letter or "
+       "digit; got \"\""},
+      {SubmitWith("team", "-nlp"), 400, "invalid_field",
+       "team must be 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a letter or "
+       "digit; got \"-nlp\""},
+      {SubmitWith("team", "a b"), 400, "invalid_field",
+       "team must be 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a letter or "
+       "digit; got \"a b\""},
+      {SubmitWith("user", json::object()), 400, "invalid_field",
+       "user must be a string, got object"},
+      {SubmitWith("user", std::string(kMaxShortField + 1, 'u')), 400, "invalid_field",
+       "user is 257 bytes; the limit is 256"},
+      {SubmitWith("user", std::string("al\0ice", 6)), 400, "invalid_field",
+       "user must not contain a NUL byte"},
+      {SubmitWith("preemptible", "false"), 400, "invalid_field",
+       "preemptible must be true or false, got string"},
+      {SubmitWith("preemptible", 0), 400, "invalid_field",
+       "preemptible must be true or false, got number"},
+      {SubmitWith("preemption_grace_seconds", -1), 400, "invalid_field",
+       "preemption_grace_seconds must be between 0 and 86400, got -1"},
+      {SubmitWith("preemption_grace_seconds", kMaxGraceSeconds + 1), 400, "invalid_field",
+       "preemption_grace_seconds must be between 0 and 86400"},
+      {SubmitWith("preemption_grace_seconds", 2.5), 400, "invalid_field",
+       "preemption_grace_seconds must be an integer, got a non-integer number"},
+      {SubmitWith("preemption_grace_seconds", "30"), 400, "invalid_field",
+       "preemption_grace_seconds must be an integer, got string"},
+      {SubmitWith("preempt", false), 400, "unknown_field", "unknown field \"preempt\""},
   };
   for (const Refusal& r : refusals) {
     core::TaskSpec spec;
@@ -146,6 +180,49 @@ TEST(ApiJsonTest, SubmitReadsEveryFieldSortsEnvAndTakesNullAsAbsent) {
   EXPECT_EQ(defaults.gpu_model, "");
   EXPECT_EQ(defaults.timeout_seconds, 0);
   EXPECT_TRUE(defaults.env.empty());
+}
+
+TEST(ApiJsonTest, SubmitReadsTeamUserAndPreemptionFields) {
+  json body = ValidSubmit();
+  body["team"] = "vision-2_b";
+  body["user"] = "alice";
+  body["preemptible"] = false;
+  body["preemption_grace_seconds"] = 0;
+  core::TaskSpec spec;
+  ASSERT_EQ(ParseSubmitRequest(body.dump(), &spec), std::nullopt);
+  EXPECT_EQ(spec.team, "vision-2_b");
+  EXPECT_EQ(spec.user, "alice");
+  EXPECT_FALSE(spec.preemptible);
+  EXPECT_EQ(spec.preemption_grace_seconds, 0);
+
+  body["team"] = "0" + std::string(62, 'z');  // 63 characters, starting with a digit.
+  body["preemptible"] = true;
+  body["preemption_grace_seconds"] = kMaxGraceSeconds;
+  ASSERT_EQ(ParseSubmitRequest(body.dump(), &spec), std::nullopt);
+  EXPECT_EQ(spec.team, "0" + std::string(62, 'z'));
+  EXPECT_TRUE(spec.preemptible);
+  EXPECT_EQ(spec.preemption_grace_seconds, 86400);
+
+  // Absent or null: team "default", no user, preemptible, the configured grace (-1).
+  for (const json& submit :
+       {ValidSubmit(), [] {
+          json b = ValidSubmit();
+          for (const char* field : {"team", "user", "preemptible", "preemption_grace_seconds"}) {
+            b[field] = nullptr;
+          }
+          return b;
+        }()}) {
+    core::TaskSpec defaults;
+    defaults.team = "before";
+    defaults.user = "before";
+    defaults.preemptible = false;
+    defaults.preemption_grace_seconds = 5;
+    ASSERT_EQ(ParseSubmitRequest(submit.dump(), &defaults), std::nullopt) << submit.dump();
+    EXPECT_EQ(defaults.team, "default");
+    EXPECT_EQ(defaults.user, "");
+    EXPECT_TRUE(defaults.preemptible);
+    EXPECT_EQ(defaults.preemption_grace_seconds, -1);
+  }
 }
 
 TEST(ApiJsonTest, QuotaRefusesEveryBadBodyNamingTheField) {
@@ -246,6 +323,13 @@ TEST(ApiJsonTest, ListQueryRefusalsNameTheParameter) {
       {"after=task-9&offset=3",
        {400, "invalid_field",
         "after and offset cannot be combined: after already says where the page starts"}},
+      {"team=Vision",
+       {400, "invalid_field",
+        "team must be a team name ([a-z0-9][a-z0-9_-]{0,62}); got \"Vision\""}},
+      {"team=_x",
+       {400, "invalid_field", "team must be a team name ([a-z0-9][a-z0-9_-]{0,62}); got \"_x\""}},
+      {"team=a%20b",
+       {400, "invalid_field", "team must be a team name ([a-z0-9][a-z0-9_-]{0,62}); got \"a b\""}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.query);
@@ -273,9 +357,28 @@ TEST(ApiJsonTest, ListQueryReadsEveryParameter) {
   EXPECT_EQ(keyset.offset, 0);
   ListTasksRequest empty;
   const ListTasksRequest defaults;
-  ASSERT_EQ(ParseListQuery("status=&priority=&after=", &empty), std::nullopt);
+  ASSERT_EQ(ParseListQuery("status=&priority=&after=&team=", &empty), std::nullopt);
   EXPECT_EQ(empty.status, std::nullopt);
+  EXPECT_EQ(empty.team, std::nullopt);
   EXPECT_EQ(empty.limit, defaults.limit);
+}
+
+TEST(ApiJsonTest, ListQueryFiltersByTeam) {
+  ListTasksRequest request;
+  ASSERT_EQ(ParseListQuery("team=vision&status=pending", &request), std::nullopt);
+  EXPECT_EQ(request.team, "vision");
+  EXPECT_EQ(request.status, core::TaskStatus::kPending);
+  ListTasksRequest longest;
+  const std::string name = "9" + std::string(62, '-');
+  ASSERT_EQ(ParseListQuery("team=" + name, &longest), std::nullopt);
+  EXPECT_EQ(longest.team, name);
+  ListTasksRequest too_long;
+  std::optional<ApiError> error = ParseListQuery("team=" + name + "x", &too_long);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code, "invalid_field");
+  EXPECT_EQ(error->message,
+            "team must be a team name ([a-z0-9][a-z0-9_-]{0,62}); got \"" + name + "x\"");
+  EXPECT_EQ(too_long.team, std::nullopt);
 }
 
 TEST(ApiJsonTest, CancelQueryTakesOnlyAGraceInteger) {
@@ -293,6 +396,257 @@ TEST(ApiJsonTest, CancelQueryTakesOnlyAGraceInteger) {
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->code, "unknown_field");
   EXPECT_EQ(e->message, "unknown query parameter \"force\"");
+}
+
+// --- Response bodies ----------------------------------------------------------------------------
+
+// 2023-11-14T22:13:20Z.
+constexpr core::TimeMicros kT0 = 1'700'000'000'000'000;
+
+core::Task RunningTask() {
+  core::Task t;
+  t.id = 42;
+  t.spec.name = "train";
+  t.spec.team = "vision";
+  t.spec.user = "alice";
+  t.spec.priority = core::Priority::kLow;
+  t.spec.gpu_count = 2;
+  t.spec.command = "python train.py";
+  t.spec.preemptible = true;
+  t.spec.preemption_grace_seconds = 10;
+  t.status = core::TaskStatus::kRunning;
+  t.allocation = {{"node-1", {2, 3}}};
+  t.attempts = 1;
+  t.created_at = kT0;
+  t.started_at = kT0 + 1'500'000;
+  t.borrowed = true;
+  t.preemptions = 3;
+  t.preempted_by = 7;
+  return t;
+}
+
+TEST(ApiJsonTest, TaskObjectCarriesTeamUserPreemptibleBorrowedAndPreemptions) {
+  const json expected = {
+      {"task_id", "task-42"},
+      {"name", "train"},
+      {"priority", "low"},
+      {"gpu_count", 2},
+      {"gpu_model", ""},
+      {"command", "python train.py"},
+      {"env", json::object()},
+      {"timeout_seconds", 0},
+      {"image", ""},
+      {"status", "running"},
+      {"node_id", "node-1"},
+      {"allocated_gpus", {"node-1-gpu-2", "node-1-gpu-3"}},
+      {"allocation", {{{"node_id", "node-1"}, {"gpu_indices", {2, 3}}}}},
+      {"pending_reason", nullptr},
+      {"attempts", 1},
+      {"exit_code", nullptr},
+      {"error", ""},
+      {"created_at", "2023-11-14T22:13:20Z"},
+      {"started_at", "2023-11-14T22:13:21.500Z"},
+      {"finished_at", nullptr},
+      {"team", "vision"},
+      {"user", "alice"},
+      {"preemptible", true},
+      {"preemption_grace_seconds", 10},
+      {"borrowed", true},
+      {"preemptions", 3},
+  };
+  // The whole object: preempted_by is the core's (and the agent's) business, not the API's.
+  EXPECT_EQ(TaskToJson(RunningTask(), core::PendingReason::kNone), expected);
+}
+
+TEST(ApiJsonTest, TaskIsBorrowedOnlyWhileItRuns) {
+  core::Task t = RunningTask();
+  t.borrowed = false;
+  EXPECT_EQ(TaskToJson(t, core::PendingReason::kNone)["borrowed"], false);
+
+  // Stopping for its preemption, it still runs on borrowed GPUs.
+  t = RunningTask();
+  t.stopping = true;
+  t.stop_reason = core::StopReason::kPreempt;
+  EXPECT_EQ(TaskToJson(t, core::PendingReason::kNone)["borrowed"], true);
+
+  // Back in the queue after a preemption: a stale flag is not shown.
+  t = RunningTask();
+  t.status = core::TaskStatus::kPending;
+  t.allocation.clear();
+  json pending = TaskToJson(t, core::PendingReason::kQuotaExhausted);
+  EXPECT_EQ(pending["borrowed"], false);
+  EXPECT_EQ(pending["preemptions"], 3);
+  EXPECT_EQ(pending["pending_reason"], "quota_exhausted");
+  EXPECT_EQ(pending["node_id"], nullptr);
+
+  for (core::TaskStatus finished :
+       {core::TaskStatus::kSuccess, core::TaskStatus::kFailed, core::TaskStatus::kCancelled}) {
+    t = RunningTask();
+    t.status = finished;
+    t.finished_at = kT0 + 2'000'000;
+    EXPECT_EQ(TaskToJson(t, core::PendingReason::kNone)["borrowed"], false)
+        << core::ToString(finished);
+  }
+}
+
+TEST(ApiJsonTest, TaskObjectShowsTheDefaultsOfASubmissionWithoutTeamFields) {
+  core::Task t;
+  t.id = 1;
+  t.spec.command = "true";
+  json j = TaskToJson(t, core::PendingReason::kWaitingForPreemption);
+  EXPECT_EQ(j["team"], "default");
+  EXPECT_EQ(j["user"], "");
+  EXPECT_EQ(j["preemptible"], true);
+  EXPECT_EQ(j["preemption_grace_seconds"], -1);
+  EXPECT_EQ(j["borrowed"], false);
+  EXPECT_EQ(j["preemptions"], 0);
+  EXPECT_EQ(j["pending_reason"], "waiting_for_preemption");
+  t.spec.preemptible = false;
+  EXPECT_EQ(TaskToJson(t, core::PendingReason::kTeamLimit)["preemptible"], false);
+  EXPECT_EQ(TaskToJson(t, core::PendingReason::kTeamLimit)["pending_reason"], "team_limit");
+}
+
+TEST(ApiJsonTest, TeamObjectHasBothClassesAndNullForNoCap) {
+  core::TeamView v;
+  v.name = "vision";
+  v.configured = true;
+  v.limits = {16, 8, 64, 2.5};
+  v.classes[0] = {16, 20, 4};
+  v.classes[1] = {6, 3, 0};
+  v.pending = 5;
+  v.usage = 1234.5;
+  EXPECT_EQ(TeamToJson(v), (json{
+                               {"name", "vision"},
+                               {"configured", true},
+                               {"online", {{"guaranteed", 16}, {"used", 20}, {"borrowed", 4}}},
+                               {"batch", {{"guaranteed", 6}, {"used", 3}, {"borrowed", 0}}},
+                               {"max_gpus", 64},
+                               {"weight", 2.5},
+                               {"pending", 5},
+                               {"usage_gpu_seconds", 1234.5},
+                           }));
+
+  core::TeamView open;
+  open.name = "default";
+  EXPECT_EQ(TeamToJson(open), (json{
+                                  {"name", "default"},
+                                  {"configured", false},
+                                  {"online", {{"guaranteed", 0}, {"used", 0}, {"borrowed", 0}}},
+                                  {"batch", {{"guaranteed", 0}, {"used", 0}, {"borrowed", 0}}},
+                                  {"max_gpus", nullptr},
+                                  {"weight", 1.0},
+                                  {"pending", 0},
+                                  {"usage_gpu_seconds", 0.0},
+                              }));
+  core::TeamView capped_at_zero = open;
+  capped_at_zero.limits.max_gpus = 0;
+  EXPECT_EQ(TeamToJson(capped_at_zero)["max_gpus"], 0);
+}
+
+TEST(ApiJsonTest, QuotaObjectAddsBorrowedAndLentPerClass) {
+  core::QuotaView q;
+  q.total_gpus = 10;
+  q.quota[0] = 7;
+  q.quota[1] = 3;
+  q.used[0] = 2;
+  q.used[1] = 8;
+  q.borrowed[0] = 0;
+  q.borrowed[1] = 5;
+  q.lent[0] = 5;
+  q.lent[1] = 0;
+  EXPECT_EQ(
+      QuotaToJson(q),
+      (json{
+          {"total_gpus", 10},
+          {"online", {{"quota", 7}, {"used", 2}, {"available", 5}, {"borrowed", 0}, {"lent", 5}}},
+          {"batch", {{"quota", 3}, {"used", 8}, {"available", 0}, {"borrowed", 5}, {"lent", 0}}}}));
+  const core::QuotaView empty;
+  EXPECT_EQ(
+      QuotaToJson(empty),
+      (json{
+          {"total_gpus", 0},
+          {"online", {{"quota", 0}, {"used", 0}, {"available", 0}, {"borrowed", 0}, {"lent", 0}}},
+          {"batch", {{"quota", 0}, {"used", 0}, {"available", 0}, {"borrowed", 0}, {"lent", 0}}}}));
+}
+
+// --- PUT /teams/{name} ---------------------------------------------------------------------------
+
+TEST(ApiJsonTest, TeamRequestReadsEveryFieldAndLeavesAbsentOnesUnset) {
+  TeamRequest full;
+  full.name = "vision";
+  ASSERT_EQ(ParseTeamRequest(R"({"online": 16, "batch": 8, "max_gpus": 64, "weight": 2.5})", &full),
+            std::nullopt);
+  EXPECT_EQ(full.name, "vision") << "the name comes from the path";
+  EXPECT_EQ(full.online, 16);
+  EXPECT_EQ(full.batch, 8);
+  EXPECT_EQ(full.max_gpus, 64);
+  EXPECT_EQ(full.weight, 2.5);
+
+  TeamRequest none;
+  ASSERT_EQ(ParseTeamRequest("{}", &none), std::nullopt);
+  EXPECT_EQ(none.online, std::nullopt);
+  EXPECT_EQ(none.batch, std::nullopt);
+  EXPECT_EQ(none.max_gpus, std::nullopt);
+  EXPECT_EQ(none.weight, std::nullopt);
+
+  // null: the default for online, batch and weight (left unset), but "no cap" for max_gpus.
+  TeamRequest nulls;
+  ASSERT_EQ(ParseTeamRequest(R"({"online": null, "batch": null, "max_gpus": null, "weight": null})",
+                             &nulls),
+            std::nullopt);
+  EXPECT_EQ(nulls.online, std::nullopt);
+  EXPECT_EQ(nulls.batch, std::nullopt);
+  EXPECT_EQ(nulls.max_gpus, -1);
+  EXPECT_EQ(nulls.weight, std::nullopt);
+
+  TeamRequest bounds;
+  ASSERT_EQ(ParseTeamRequest(R"({"online": 0, "batch": 16777216, "max_gpus": 0, "weight": 1e-9})",
+                             &bounds),
+            std::nullopt);
+  EXPECT_EQ(bounds.online, 0);
+  EXPECT_EQ(bounds.batch, 16'777'216);
+  EXPECT_EQ(bounds.max_gpus, 0);
+  EXPECT_EQ(bounds.weight, 1e-9);
+  TeamRequest integer_weight;
+  ASSERT_EQ(ParseTeamRequest(R"({"weight": 3})", &integer_weight), std::nullopt);
+  EXPECT_EQ(integer_weight.weight, 3.0);
+}
+
+TEST(ApiJsonTest, TeamRequestRefusesEveryBadBodyNamingTheField) {
+  const std::vector<Refusal> refusals = {
+      {"", 400, "invalid_json",
+       "malformed JSON at byte 1: syntax error while parsing value - unexpected end of input; "
+       "expected '[', '{', or a literal"},
+      {"[16]", 400, "invalid_json", "request body must be a JSON object"},
+      {std::string(kMaxBodyBytes + 1, ' '), 413, "payload_too_large",
+       "request body is 1048577 bytes; the limit is 1048576"},
+      {R"({"gpus": 4})", 400, "unknown_field", "unknown field \"gpus\""},
+      {R"({"name": "vision"})", 400, "unknown_field", "unknown field \"name\""},
+      {R"({"online": "16"})", 400, "invalid_field", "online must be an integer, got string"},
+      {R"({"online": -1})", 400, "invalid_field", "online must be between 0 and 16777216, got -1"},
+      {R"({"online": 16777217})", 400, "invalid_field", "online must be between 0 and 16777216"},
+      {R"({"batch": 1.5})", 400, "invalid_field",
+       "batch must be an integer, got a non-integer number"},
+      {R"({"batch": true})", 400, "invalid_field", "batch must be an integer, got boolean"},
+      {R"({"batch": -8})", 400, "invalid_field", "batch must be between 0 and 16777216, got -8"},
+      // No cap is null, not -1.
+      {R"({"max_gpus": -1})", 400, "invalid_field",
+       "max_gpus must be between 0 and 16777216, got -1"},
+      {R"({"max_gpus": "none"})", 400, "invalid_field", "max_gpus must be an integer, got string"},
+      {R"({"max_gpus": 99999999999})", 400, "invalid_field",
+       "max_gpus must be between 0 and 16777216"},
+      {R"({"weight": 0})", 400, "invalid_field", "weight must be a number above 0"},
+      {R"({"weight": -0.5})", 400, "invalid_field", "weight must be a number above 0"},
+      {R"({"weight": "2"})", 400, "invalid_field", "weight must be a number above 0"},
+      {R"({"weight": false})", 400, "invalid_field", "weight must be a number above 0"},
+      {R"({"weight": [1]})", 400, "invalid_field", "weight must be a number above 0"},
+  };
+  for (const Refusal& r : refusals) {
+    TeamRequest request;
+    request.name = "vision";
+    ExpectRefusal(ParseTeamRequest(r.body, &request), r);
+    EXPECT_EQ(request.name, "vision") << r.message;
+  }
 }
 
 TEST(ApiJsonTest, ErrorBodyIsTheContractsEnvelopeEvenForInvalidUtf8) {

@@ -5,11 +5,21 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <ostream>
 
 #include "common/time_util.h"
+
+namespace dgpu::core {
+// Readable failures: found by argument-dependent lookup, so in the struct's namespace.
+static void PrintTo(const TeamLimits& l, std::ostream* os) {
+  *os << "{online " << l.online << ", batch " << l.batch << ", max_gpus " << l.max_gpus
+      << ", weight " << l.weight << "}";
+}
+}  // namespace dgpu::core
 
 namespace dgpu::scheduler {
 namespace {
@@ -125,6 +135,37 @@ class ApplicationTest : public ::testing::Test {
     FinishRequest req{agent, 7, task_id, true, 0, "", common::NowMicros()};
     return Await<FinishRecorded>(
         [&](Reply<FinishRecorded> r) { app_->ReportFinish(agent_caller_, req, r); });
+  }
+  Result<core::TeamView> SetTeam(const TeamRequest& request) {
+    return Await<core::TeamView>(
+        [&](Reply<core::TeamView> r) { app_->SetTeam(caller_, request, r); });
+  }
+  Result<core::TeamView> GetTeam(const std::string& name) {
+    return Await<core::TeamView>([&](Reply<core::TeamView> r) { app_->GetTeam(caller_, name, r); });
+  }
+  Result<Done> DeleteTeam(const std::string& name) {
+    return Await<Done>([&](Reply<Done> r) { app_->DeleteTeam(caller_, name, r); });
+  }
+  // The names ListTeams answers, in its order.
+  std::vector<std::string> TeamNames() {
+    Result<std::vector<core::TeamView>> r = Await<std::vector<core::TeamView>>(
+        [&](Reply<std::vector<core::TeamView>> reply) { app_->ListTeams(caller_, reply); });
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    std::vector<std::string> names;
+    if (r.ok()) {
+      for (const core::TeamView& t : r.value()) names.push_back(t.name);
+    }
+    return names;
+  }
+  // The stored record of a team, if any.
+  std::optional<core::TeamRecord> StoredTeam(const std::string& name) {
+    auto meta = db_->ReadMeta();
+    EXPECT_TRUE(meta.ok());
+    if (!meta.ok()) return std::nullopt;
+    for (const core::TeamRecord& r : meta->teams) {
+      if (r.name == name) return r;
+    }
+    return std::nullopt;
   }
   size_t TasksInCore() {
     size_t n = 0;
@@ -356,6 +397,294 @@ TEST_F(ApplicationTest, AnAgentsFinishIsRecordedOnceAndItsDuplicateRecognised) {
   EXPECT_EQ(garbled.error().message, "task_id \"task-x\" is not a task id");
 }
 
+// --- Teams -------------------------------------------------------------------------------------
+
+TeamRequest Team(std::string name, std::optional<int> online, std::optional<int> batch,
+                 std::optional<int> max_gpus = std::nullopt,
+                 std::optional<double> weight = std::nullopt) {
+  return TeamRequest{std::move(name), online, batch, max_gpus, weight};
+}
+
+core::TaskSpec SpecOf(const std::string& team, core::Priority priority = core::Priority::kHigh) {
+  core::TaskSpec s = Spec();
+  s.team = team;
+  s.priority = priority;
+  return s;
+}
+
+TEST_F(ApplicationTest, SetTeamIsDurableAndAnsweredWithTheTeamAsItIsThen) {
+  ASSERT_TRUE(Register("a1", 10).ok());  // Quotas: online 7, batch 3.
+  Result<core::TeamView> set = SetTeam(Team("vision", 4, 2, 10, 2.0));
+  ASSERT_TRUE(set.ok()) << set.error().message;
+  EXPECT_EQ(set.value().name, "vision");
+  EXPECT_TRUE(set.value().configured);
+  EXPECT_EQ(set.value().limits, (core::TeamLimits{4, 2, 10, 2.0}));
+  EXPECT_EQ(set.value().classes[0].guaranteed, 4);
+  EXPECT_EQ(set.value().classes[1].guaranteed, 2);
+  EXPECT_EQ(set.value().pending, 0u);
+  {
+    std::lock_guard<std::mutex> lock(authorizer_.mu);
+    EXPECT_EQ(authorizer_.asked.back().action, Action::kSetTeam);
+    EXPECT_EQ(authorizer_.asked.back().target.team, "vision");
+  }
+  // Stored by the time the answer came.
+  std::optional<core::TeamRecord> stored = StoredTeam("vision");
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_TRUE(stored->set);
+  EXPECT_FALSE(stored->deleted);
+  EXPECT_EQ(stored->limits, (core::TeamLimits{4, 2, 10, 2.0}));
+
+  Result<core::TeamView> got = GetTeam("vision");
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  EXPECT_EQ(got.value().limits, (core::TeamLimits{4, 2, 10, 2.0}));
+  EXPECT_EQ(got.value().classes[0].guaranteed, 4);
+  // A team without limits, tasks or usage ("default") is not listed.
+  EXPECT_EQ(TeamNames(), std::vector<std::string>{"vision"});
+
+  // What a request leaves out stays as it was; max_gpus -1 lifts the cap.
+  Result<core::TeamView> weight_only = SetTeam(Team("vision", {}, {}, {}, 0.5));
+  ASSERT_TRUE(weight_only.ok()) << weight_only.error().message;
+  EXPECT_EQ(weight_only.value().limits, (core::TeamLimits{4, 2, 10, 0.5}));
+  Result<core::TeamView> no_cap = SetTeam(Team("vision", {}, 0, -1));
+  ASSERT_TRUE(no_cap.ok()) << no_cap.error().message;
+  EXPECT_EQ(no_cap.value().limits, (core::TeamLimits{4, 0, -1, 0.5}));
+  EXPECT_EQ(StoredTeam("vision")->limits, (core::TeamLimits{4, 0, -1, 0.5}));
+
+  // A new team takes the defaults for what is left out: no guarantee, no cap, weight 1.
+  Result<core::TeamView> fresh = SetTeam(Team("nlp", {}, 1));
+  ASSERT_TRUE(fresh.ok()) << fresh.error().message;
+  EXPECT_EQ(fresh.value().limits, (core::TeamLimits{0, 1, -1, 1.0}));
+  EXPECT_EQ(TeamNames(), (std::vector<std::string>{"nlp", "vision"}));
+}
+
+TEST_F(ApplicationTest, GetTeamOfAnUnknownNameIsNotFound) {
+  Result<core::TeamView> r = GetTeam("ghost");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(r.error().cause, StatusCode::kNotFound);
+  EXPECT_EQ(r.error().message, "team ghost not found");
+  // Every task has a team: the default one is known, without limits.
+  Result<core::TeamView> d = GetTeam("default");
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_FALSE(d.value().configured);
+  EXPECT_EQ(d.value().limits, core::TeamLimits{});
+}
+
+TEST_F(ApplicationTest, ARefusedSetNamesTheFieldAndLeavesNoTeamBehind) {
+  ASSERT_TRUE(Register("a1", 10).ok());  // Quotas: online 7, batch 3.
+  ASSERT_TRUE(SetTeam(Team("vision", 4, 2, 10)).ok());
+  const uint64_t appended = Appended();
+  struct Case {
+    TeamRequest request;
+    std::string field;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {Team("Bad", 1, {}), "name",
+       "team names are 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a letter or "
+       "digit, got 'Bad'"},
+      {Team("", 1, {}), "name",
+       "team names are 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a letter or "
+       "digit, got ''"},
+      {Team("nlp", 2, 2, 3), "max_gpus",
+       "max_gpus (3) is below the team's guarantees (online 2 + batch 2)"},
+      {Team("nlp", -1, {}), "online", "online must not be negative"},
+      {Team("nlp", {}, -1), "batch", "batch must not be negative"},
+      {Team("nlp", {}, {}, -2), "max_gpus", "max_gpus must not be negative"},
+      {Team("nlp", {}, {}, {}, 0.0), "weight", "weight must be a number above 0"},
+      // With vision's 4, online guarantees would reach 8 of the 7 online GPUs.
+      {Team("nlp", 4, {}), "online",
+       "online: the online guarantees would add up to 8 GPUs, more than the online quota of 7"},
+      {Team("nlp", {}, 2), "batch",
+       "batch: the batch guarantees would add up to 4 GPUs, more than the batch quota of 3"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    Result<core::TeamView> r = SetTeam(c.request);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_EQ(r.error().cause, StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.error().field, c.field);
+    EXPECT_EQ(r.error().message, c.message);
+    Result<core::TeamView> after = GetTeam(c.request.name);
+    ASSERT_FALSE(after.ok()) << "a refused set left team '" << c.request.name << "' behind";
+    EXPECT_EQ(after.error().code, ErrorCode::kNotFound);
+    EXPECT_EQ(StoredTeam(c.request.name), std::nullopt);
+  }
+  EXPECT_EQ(TeamNames(), std::vector<std::string>{"vision"});
+  EXPECT_EQ(Appended(), appended) << "a refused set reached the journal";
+
+  // A refused change of a team leaves its limits as they were; its own guarantee does not count
+  // twice (7 = vision's new 7, not 4 + 7).
+  Result<core::TeamView> below = SetTeam(Team("vision", {}, {}, 5));
+  ASSERT_FALSE(below.ok());
+  EXPECT_EQ(below.error().field, "max_gpus");
+  EXPECT_EQ(below.error().message,
+            "max_gpus (5) is below the team's guarantees (online 4 + batch 2)");
+  EXPECT_EQ(GetTeam("vision").value().limits, (core::TeamLimits{4, 2, 10, 1.0}));
+  EXPECT_EQ(StoredTeam("vision")->limits, (core::TeamLimits{4, 2, 10, 1.0}));
+  Result<core::TeamView> whole_class = SetTeam(Team("vision", 7, {}));
+  ASSERT_TRUE(whole_class.ok()) << whole_class.error().message;
+  EXPECT_EQ(whole_class.value().limits, (core::TeamLimits{7, 2, 10, 1.0}));
+}
+
+TEST_F(ApplicationTest, DeleteTeamIsNotFoundWithoutLimitsAndAConflictWhileItHasLiveTasks) {
+  for (const char* name : {"ghost", "default"}) {
+    Result<Done> r = DeleteTeam(name);
+    ASSERT_FALSE(r.ok()) << name;
+    EXPECT_EQ(r.error().code, ErrorCode::kNotFound);
+    EXPECT_EQ(r.error().cause, StatusCode::kNotFound);
+    EXPECT_EQ(r.error().message, std::string("team ") + name + " has no limits to delete");
+  }
+  EXPECT_EQ(Appended(), 0u);
+
+  ASSERT_TRUE(SetTeam(Team("vision", 0, 0)).ok());
+  Result<Submitted> pending = Submit(SpecOf("vision"));  // No GPUs: it waits.
+  ASSERT_TRUE(pending.ok()) << pending.error().message;
+  const uint64_t appended = Appended();
+  Result<Done> busy = DeleteTeam("vision");
+  ASSERT_FALSE(busy.ok());
+  EXPECT_EQ(busy.error().code, ErrorCode::kConflict);
+  EXPECT_EQ(busy.error().cause, StatusCode::kFailedPrecondition);
+  EXPECT_EQ(busy.error().message,
+            "team vision has 1 pending task(s) and holds 0 GPU(s); delete it once they have ended");
+  EXPECT_EQ(Appended(), appended);
+  EXPECT_TRUE(GetTeam("vision").value().configured);
+  EXPECT_EQ(GetTeam("vision").value().pending, 1u);
+
+  // Running, it holds its GPU.
+  ASSERT_TRUE(Register("a1", 2).ok());
+  loop_->RunAndWait([](CoreLoop::Context&) {});  // The pass after the registration has run.
+  {
+    std::lock_guard<std::mutex> lock(dispatcher_.mu);
+    ASSERT_EQ(dispatcher_.started, std::vector<core::TaskNumber>{pending.value().task});
+  }
+  busy = DeleteTeam("vision");
+  ASSERT_FALSE(busy.ok());
+  EXPECT_EQ(busy.error().code, ErrorCode::kConflict);
+  EXPECT_EQ(busy.error().message,
+            "team vision has 0 pending task(s) and holds 1 GPU(s); delete it once they have ended");
+
+  ASSERT_TRUE(Finish("a1", core::FormatTaskId(pending.value().task)).ok());
+  Result<Done> deleted = DeleteTeam("vision");
+  ASSERT_TRUE(deleted.ok()) << deleted.error().message;
+  std::optional<core::TeamRecord> stored = StoredTeam("vision");
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_TRUE(stored->deleted);
+  EXPECT_FALSE(stored->set);
+  // The name stays known (its task named it), without limits; a second delete finds none.
+  Result<core::TeamView> after = GetTeam("vision");
+  ASSERT_TRUE(after.ok()) << after.error().message;
+  EXPECT_FALSE(after.value().configured);
+  EXPECT_EQ(after.value().limits, core::TeamLimits{});
+  Result<Done> again = DeleteTeam("vision");
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(again.error().message, "team vision has no limits to delete");
+}
+
+TEST_F(ApplicationTest, SubmitValidatesTheTeamAndThePreemptionGrace) {
+  struct Case {
+    core::TaskSpec spec;
+    std::string field;
+    std::string message;
+  };
+  core::TaskSpec long_grace = Spec();
+  long_grace.preemption_grace_seconds = kMaxGraceSeconds + 1;
+  core::TaskSpec below_default = Spec();
+  below_default.preemption_grace_seconds = -2;
+  const std::vector<Case> cases = {
+      {SpecOf("Vision"), "team",
+       "team must be 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a letter or "
+       "digit, got 'Vision'"},
+      {SpecOf(""), "team",
+       "team must be 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a letter or "
+       "digit, got ''"},
+      {SpecOf(std::string(64, 'a')), "team",
+       "team must be 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a letter or "
+       "digit, got '" +
+           std::string(64, 'a') + "'"},
+      {long_grace, "preemption_grace_seconds",
+       "preemption_grace_seconds must be between 0 and 86400"},
+      {below_default, "preemption_grace_seconds",
+       "preemption_grace_seconds must be between 0 and 86400"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    Result<Submitted> r = Submit(c.spec);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_EQ(r.error().field, c.field);
+    EXPECT_EQ(r.error().message, c.message);
+  }
+  EXPECT_EQ(TasksInCore(), 0u);
+  EXPECT_EQ(Appended(), 0u);
+  EXPECT_EQ(TeamNames(), std::vector<std::string>{});
+
+  // A team without limits needs no setting up: its tasks share the rest of the classes.
+  core::TaskSpec ok = SpecOf("speech", core::Priority::kLow);
+  ok.user = "bob";
+  ok.preemptible = false;
+  ok.preemption_grace_seconds = kMaxGraceSeconds;
+  Result<Submitted> r = Submit(ok);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  {
+    std::lock_guard<std::mutex> lock(authorizer_.mu);
+    EXPECT_EQ(authorizer_.asked.back().action, Action::kSubmitTask);
+    EXPECT_EQ(authorizer_.asked.back().target.team, "speech");
+  }
+  auto stored = db_->GetTask(r.value().task);
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->spec.team, "speech");
+  EXPECT_EQ((*stored)->spec.user, "bob");
+  EXPECT_FALSE((*stored)->spec.preemptible);
+  EXPECT_EQ((*stored)->spec.preemption_grace_seconds, 86400);
+  EXPECT_EQ(TeamNames(), std::vector<std::string>{"speech"});
+  Result<core::TeamView> speech = GetTeam("speech");
+  ASSERT_TRUE(speech.ok());
+  EXPECT_FALSE(speech.value().configured);
+  EXPECT_EQ(speech.value().pending, 1u);
+}
+
+TEST_F(ApplicationTest, ListTasksFiltersByTeam) {
+  ASSERT_TRUE(Submit(SpecOf("vision")).ok());  // task-1
+  ASSERT_TRUE(Submit(Spec()).ok());            // task-2, team default
+  ASSERT_TRUE(Submit(SpecOf("vision")).ok());  // task-3
+  auto list = [&](std::optional<std::string> team) {
+    std::vector<core::TaskNumber> ids;
+    ListTasksRequest request;
+    request.team = std::move(team);
+    Result<Done> r = Await<Done>([&](Reply<Done> reply) {
+      app_->ListTasks(caller_, request, [&ids, reply](const Result<TaskPage>& page) {
+        if (!page.ok()) return reply(page.error());
+        for (const TaskView& v : page.value().tasks) ids.push_back(v.task->id);
+        reply(Done{});
+      });
+    });
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  };
+  EXPECT_EQ(list("vision"), (std::vector<core::TaskNumber>{1, 3}));
+  EXPECT_EQ(list("default"), (std::vector<core::TaskNumber>{2}));
+  EXPECT_EQ(list("nobody"), (std::vector<core::TaskNumber>{}));
+  EXPECT_EQ(list(std::nullopt), (std::vector<core::TaskNumber>{1, 2, 3}));
+}
+
+TEST_F(ApplicationTest, TeamWritesOnAStandbyNameTheLeader) {
+  leader_.Set(false, 7);
+  leader_.set_leader_http("10.0.0.1:8080");
+  Result<core::TeamView> set = SetTeam(Team("vision", 1, {}));
+  ASSERT_FALSE(set.ok());
+  EXPECT_EQ(set.error().code, ErrorCode::kNotLeader);
+  EXPECT_EQ(set.error().message, "this scheduler is a standby; the leader is at 10.0.0.1:8080");
+  Result<Done> del = DeleteTeam("vision");
+  ASSERT_FALSE(del.ok());
+  EXPECT_EQ(del.error().code, ErrorCode::kNotLeader);
+  EXPECT_EQ(Appended(), 0u);
+  EXPECT_EQ(GetTeam("vision").error().code, ErrorCode::kNotFound);
+}
+
 // A denying authorizer: each use case answers forbidden, and nothing changed anywhere.
 class DeniedTest : public ApplicationTest {
  protected:
@@ -418,6 +747,22 @@ TEST_F(DeniedTest, SetQuotaLeavesTheQuota) {
   ExpectNothingChanged();
 }
 
+TEST_F(DeniedTest, TeamWritesLeaveNoTeam) {
+  ExpectDenied(SetTeam(Team("vision", 1, 1)), Action::kSetTeam);
+  {
+    std::lock_guard<std::mutex> lock(authorizer_.mu);
+    EXPECT_EQ(authorizer_.asked.back().target.team, "vision");
+  }
+  ExpectDenied(DeleteTeam("default"), Action::kSetTeam);
+  {
+    std::lock_guard<std::mutex> lock(authorizer_.mu);
+    EXPECT_EQ(authorizer_.asked.back().target.team, "default");
+  }
+  loop_->RunAndWait(
+      [](CoreLoop::Context& c) { EXPECT_FALSE(c.core.FindTeam("vision").has_value()); });
+  ExpectNothingChanged();
+}
+
 TEST_F(DeniedTest, AgentCommandsChangeNothing) {
   ExpectDenied(Register("a2", 4), Action::kRegisterNode);
   ExpectDenied(Finish("a1", "task-1"), Action::kReportFinish);
@@ -448,6 +793,14 @@ TEST_F(DeniedTest, ReadsAreRefusedToo) {
                Action::kReadCluster);
   ExpectDenied(Await<GaugeSnapshot>([&](Reply<GaugeSnapshot> r) { app_->Gauges(caller_, r); }),
                Action::kReadCluster);
+  ExpectDenied(Await<std::vector<core::TeamView>>(
+                   [&](Reply<std::vector<core::TeamView>> r) { app_->ListTeams(caller_, r); }),
+               Action::kReadCluster);
+  ExpectDenied(GetTeam("default"), Action::kReadCluster);
+  {
+    std::lock_guard<std::mutex> lock(authorizer_.mu);
+    EXPECT_EQ(authorizer_.asked.back().target.team, "default");
+  }
 }
 
 }  // namespace
