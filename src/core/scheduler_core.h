@@ -58,7 +58,7 @@ struct CoreConfig {
   int32_t preemption_grace_seconds = 30;  // A preempted task's SIGTERM-to-SIGKILL time.
   TimeMicros min_runtime = 0;             // No task younger than this is preempted.
   // Borrowers' usage (GPU-seconds) decays by half in this time (fair share).
-  TimeMicros fairshare_half_life = 7 * 24 * 3600 * kMicrosPerSecond;
+  TimeMicros fairshare_half_life = TimeMicros{7} * 24 * 3600 * kMicrosPerSecond;
   // Teams named by the configuration; the API may change or delete them (RestoreTeam).
   std::map<std::string, TeamLimits> teams;
 };
