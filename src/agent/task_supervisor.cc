@@ -448,7 +448,7 @@ std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadli
     Task& task = it->second;
     if (apply_deadlines && task.phase == Phase::kRunning && !task.leader_status.has_value() &&
         task.deadline_micros > 0 && now_micros >= task.deadline_micros) {
-      BeginStop(task, StopOrder{core::StopReason::kTimeout, std::chrono::milliseconds(-1)},
+      BeginStop(task, StopOrder{core::StopReason::kTimeout, std::chrono::milliseconds(-1), {}},
                 now_micros);
     }
     if (task.leader_status.has_value() && task.phase != Phase::kDraining) {
@@ -484,7 +484,7 @@ std::vector<TaskExit> TaskSupervisor::Poll(int64_t now_micros) {
 std::vector<TaskExit> TaskSupervisor::StopAll(std::chrono::milliseconds grace) {
   if (detached_) return {};
   for (auto& [id, task] : tasks_) {
-    BeginStop(task, StopOrder{core::StopReason::kCancel, grace}, options_.clock());
+    BeginStop(task, StopOrder{core::StopReason::kCancel, grace, {}}, options_.clock());
   }
   std::vector<TaskExit> exits;
   const auto term_deadline = std::chrono::steady_clock::now() + grace;

@@ -110,12 +110,17 @@ PendingReason SchedulerCore::Diagnose(const Task& t, const std::vector<int>& mod
   if (t.spec.gpu_count > max_capacity) return PendingReason::kExceedsCluster;
   const QuotaTree::NodeId leaf = QuotaLeaf(t);
   if (!quota_tree_.Admits(leaf, t.spec.gpu_count)) {
-    // Strict quotas with a team guarantee the task does not fit in even when the team holds
-    // nothing: it waits for its team's limits to change, and must not hold its class's queue
-    // as a wait for GPUs to come free would.
-    if (quota_tree_.node(leaf).parent == class_node_[PrioIndex(t.spec.priority)] &&
-        t.spec.gpu_count > quota_tree_.Allowed(leaf)) {
-      return PendingReason::kTeamLimit;
+    // Strict quotas where the task's team guarantee, or the part of the class that no team
+    // holds, is smaller than the task even when nothing else runs: it waits for the teams'
+    // limits to change, and must not hold its class's queue as a wait for GPUs would. (Larger
+    // than the whole class quota stays quota_exhausted, as without teams.)
+    const QuotaTree::NodeId cls = class_node_[PrioIndex(t.spec.priority)];
+    for (QuotaTree::NodeId n = leaf; n != cls && n > QuotaTree::kRoot;
+         n = quota_tree_.node(n).parent) {
+      const int allowed = quota_tree_.Allowed(n);
+      if (t.spec.gpu_count > allowed && allowed < quota_tree_.Allowed(cls)) {
+        return PendingReason::kTeamLimit;
+      }
     }
     return PendingReason::kQuotaExhausted;
   }

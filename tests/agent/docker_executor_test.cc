@@ -196,7 +196,8 @@ TEST_F(DockerExecutorTest, StopOrderGraceGoesToDockerStop) {
   DockerExecutor executor(Options());
   ASSERT_TRUE(executor.Start(Launch("task-10", "sleep 100", {0})).ok());
   ASSERT_TRUE(WaitUntil([&] { return !ReadFile(stub_dir_ + "/run.argv").empty(); }));
-  ASSERT_TRUE(executor.Stop("task-10", {core::StopReason::kPreempt, std::chrono::seconds(7)}).ok());
+  ASSERT_TRUE(
+      executor.Stop("task-10", {core::StopReason::kPreempt, std::chrono::seconds(7), {}}).ok());
   auto exit = PollUntilExit(executor, "task-10");
   ASSERT_TRUE(exit.has_value());
   EXPECT_EQ(exit->error, "preempted");

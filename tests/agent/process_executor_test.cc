@@ -307,7 +307,8 @@ class StopOrderTest : public ProcessExecutorTest {
 
 TEST_F(StopOrderTest, OrderGraceReplacesTheConfiguredOne) {
   ASSERT_TRUE(
-      executor_->Stop("task-stubborn", {core::StopReason::kCancel, std::chrono::seconds(1)}).ok());
+      executor_->Stop("task-stubborn", {core::StopReason::kCancel, std::chrono::seconds(1), {}})
+          .ok());
   EXPECT_TRUE(Poll().empty());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   Advance(999'999);
@@ -323,15 +324,18 @@ TEST_F(StopOrderTest, OrderGraceReplacesTheConfiguredOne) {
 
 TEST_F(StopOrderTest, ShorterSecondOrderShortensLongerOneNeverExtends) {
   ASSERT_TRUE(
-      executor_->Stop("task-stubborn", {core::StopReason::kPreempt, std::chrono::seconds(5)}).ok());
+      executor_->Stop("task-stubborn", {core::StopReason::kPreempt, std::chrono::seconds(5), {}})
+          .ok());
   Advance(1'000'000);
   EXPECT_TRUE(Poll().empty());
   // Ends at +2 s instead of +5 s.
   ASSERT_TRUE(
-      executor_->Stop("task-stubborn", {core::StopReason::kCancel, std::chrono::seconds(1)}).ok());
+      executor_->Stop("task-stubborn", {core::StopReason::kCancel, std::chrono::seconds(1), {}})
+          .ok());
   // Would end at +11 s: ignored.
   ASSERT_TRUE(
-      executor_->Stop("task-stubborn", {core::StopReason::kCancel, std::chrono::milliseconds(-1)})
+      executor_
+          ->Stop("task-stubborn", {core::StopReason::kCancel, std::chrono::milliseconds(-1), {}})
           .ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   Advance(999'999);
@@ -349,7 +353,8 @@ TEST_F(StopOrderTest, ShorterSecondOrderShortensLongerOneNeverExtends) {
 
 TEST_F(StopOrderTest, NegativeGraceIsTheConfiguredOne) {
   ASSERT_TRUE(
-      executor_->Stop("task-stubborn", {core::StopReason::kDrain, std::chrono::milliseconds(-1)})
+      executor_
+          ->Stop("task-stubborn", {core::StopReason::kDrain, std::chrono::milliseconds(-1), {}})
           .ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   Advance(9'999'999);

@@ -181,6 +181,27 @@ TEST_F(StrictTeamsTest, ATaskLargerThanItsTeamsGuaranteeDoesNotHoldItsClass) {
   EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Start(big, "n1", {0, 1, 2})}));
 }
 
+TEST_F(StrictTeamsTest, ATaskLargerThanTheSharedPartDoesNotHoldItsClass) {
+  Register("n1", 8);  // online 4: vision 2, shared 2 (for teams without a guarantee).
+  TaskNumber big = Submit(Priority::kHigh, 3, "nlp");
+  std::vector<TaskNumber> small;
+  for (int i = 0; i < 5; ++i) small.push_back(Submit(Priority::kHigh, 1, "nlp"));
+  EXPECT_EQ(Pass().size(), 2u);
+  EXPECT_EQ(Describe(Reason(big)), Describe(PendingReason::kTeamLimit));
+  for (int i = 0; i < 3; ++i) {
+    Finish(small[static_cast<size_t>(i)]);
+    auto d = Pass();
+    ASSERT_EQ(d.size(), 1u) << "round " << i;
+    EXPECT_EQ(d[0].task, small[static_cast<size_t>(i) + 2]);
+  }
+  TaskNumber huge = Submit(Priority::kHigh, 5, "vision");
+  Pass();
+  EXPECT_EQ(Describe(Reason(huge)), Describe(PendingReason::kTeamLimit)) << "vision's 2";
+  TaskNumber huge_shared = Submit(Priority::kHigh, 5, "nlp");
+  Pass();
+  EXPECT_EQ(Describe(Reason(huge_shared)), Describe(PendingReason::kTeamLimit)) << "shared 2";
+}
+
 TEST_F(StrictTeamsTest, AVersionOneConfigurationBehavesAsBefore) {
   CoreConfig c;
   c.online_percent = 0.5;
@@ -192,6 +213,10 @@ TEST_F(StrictTeamsTest, AVersionOneConfigurationBehavesAsBefore) {
   EXPECT_EQ(core.TakeDecisions().size(), 1u);
   EXPECT_EQ(core.FindTask(*a)->spec.team, "default");
   EXPECT_EQ(core.ReasonOf(*core.FindTask(*b)), PendingReason::kQuotaExhausted);
+  // Larger than its class quota: quota_exhausted too, as before teams.
+  auto big = core.Submit(testing::Spec(Priority::kHigh, 3), now_);
+  core.Schedule(now_);
+  EXPECT_EQ(core.ReasonOf(*core.FindTask(*big)), PendingReason::kQuotaExhausted);
   ASSERT_EQ(core.Teams().size(), 1u);
   EXPECT_EQ(core.Teams()[0].name, "default");
 }
