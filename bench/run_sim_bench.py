@@ -10,8 +10,9 @@ machine's memory speed swings by up to 2x within minutes, so only paired figures
   bench/run_sim_bench.py --sim build-rel/bin/dgpu-sim --baseline /tmp/old/dgpu-sim \\
       --scale 300 400 1000 --runs 5
 
-The outputs of both binaries must be identical except for the speed section; a difference is
-reported and makes the exit status 1.
+The outputs of both binaries must be identical except for the speed section and for fields one
+of them does not have (a newer binary may report more); a difference is reported and makes the
+exit status 1, the fields only one has are listed once.
 """
 import argparse
 import json
@@ -30,6 +31,21 @@ def replay(binary, args):
     return speed["replay_wall_seconds"], result
 
 
+def compare(a, b, path=""):
+    """(differences, fields only one side has) between two JSON values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        diffs, only = [], []
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                only.append(path + k)
+                continue
+            d, o = compare(a[k], b[k], path + k + ".")
+            diffs += d
+            only += o
+        return diffs, only
+    return ([] if a == b else [path.rstrip(".")]), []
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sim", default=str(REPO / "build/bin/dgpu-sim"), help="dgpu-sim under test")
@@ -44,6 +60,7 @@ def main():
     a = p.parse_args()
 
     status = 0
+    reported_only = False
     for scale in a.scale:
         args = ["--trace", a.trace, "--nodes", str(a.nodes), "--gpus-per-node",
                 str(a.gpus_per_node), "--online-fraction", "0", "--online-percent", "0",
@@ -64,9 +81,15 @@ def main():
                 bt, base_result = results[a.baseline]
                 base_times.append(bt)
                 ratios.append(bt / t)
-                if base_result != result:
-                    print(f"scale {scale:g}: outputs differ", file=sys.stderr)
+                diffs, only = compare(base_result, result)
+                if diffs:
+                    print(f"scale {scale:g}: outputs differ in {', '.join(diffs)}",
+                          file=sys.stderr)
                     status = 1
+                if only and not reported_only:
+                    print("fields of one binary only (not compared): " + ", ".join(only),
+                          file=sys.stderr)
+                    reported_only = True
         med = statistics.median(times)
         line = (f"scale {scale:g}: delay mean {delay['mean']:.0f} s p99 {delay['p99']:.0f} s, "
                 f"{decisions} decisions; replay {min(times):.3f}-{max(times):.3f} s, "

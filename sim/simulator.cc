@@ -144,7 +144,11 @@ class CoreEngine {
         workload_(w),
         demand_(demand),
         free_(layout),
-        grace_seconds_(options.preemption_grace_seconds) {
+        grace_seconds_(options.preemption_grace_seconds),
+        // Without borrowing or guarantees teams change no decision: every job goes to the
+        // default team, which keeps one shape queue per size instead of one per team (the
+        // per-team figures are the simulator's own, from the trace).
+        core_teams_(options.borrowing || options.team_guarantees != TeamGuarantees::kNone) {
     for (size_t i = 0; i < layout.node_ids.size(); ++i) {
       std::vector<core::GpuInfo> gpus(layout.node_gpus[i]);
       for (int g = 0; g < layout.node_gpus[i]; ++g) {
@@ -171,7 +175,7 @@ class CoreEngine {
     spec_.priority = j.priority;
     spec_.gpu_count = j.gpus;
     spec_.gpu_model = workload_.models[j.model];
-    if (j.team != spec_team_) {  // Consecutive jobs are often of one team: no string copy.
+    if (core_teams_ && j.team != spec_team_) {  // Often one team in a row: no string copy.
       spec_team_ = j.team;
       spec_.team = workload_.teams[j.team];
     }
@@ -293,6 +297,7 @@ class CoreEngine {
   const int grace_seconds_;  // A stop order's grace when it names none (-1).
   core::TaskSpec spec_;
   uint32_t spec_team_ = ~uint32_t{0};  // The workload team whose name spec_.team holds.
+  bool core_teams_ = false;            // Jobs go to their teams (else all to the default).
   std::map<std::pair<std::string, int>, int> guarantees_;  // (team, class) -> GPUs.
   std::vector<uint32_t> task_job_;                         // Task number - 1 -> job.
   std::unordered_map<std::string, uint32_t> model_index_;  // Workload model -> its index.
