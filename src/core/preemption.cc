@@ -13,7 +13,7 @@ namespace {
 // At most this many nodes are looked at closely per search, and the best of the first few that
 // work is taken: a search stays in microseconds on any cluster.
 constexpr int kMaxNodesExamined = 64;
-constexpr int kMaxPlansCompared = 8;
+constexpr int kMaxPlansCompared = 32;
 }  // namespace
 
 bool SchedulerCore::Eligible(const TaskRecord& t) const {
@@ -164,6 +164,8 @@ std::optional<SchedulerCore::VictimPlan> SchedulerCore::PlanVictims(const TaskRe
   for (size_t i : chosen) {
     plan.victims.push_back(candidates[i].task);
     plan.freed += candidates[i].gpus;
+    plan.lost += static_cast<int64_t>(candidates[i].task->spec.gpu_count) *
+                 std::max<TimeMicros>(0, now - candidates[i].task->started_at);
     if (PrioIndex(candidates[i].task->spec.priority) == PrioIndex(t.spec.priority)) {
       plan.own_class++;
     }
@@ -239,8 +241,8 @@ PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
   }
   std::optional<VictimPlan> best;
   auto better = [](const VictimPlan& a, const VictimPlan& b) {
-    return std::make_tuple(a.victims.size(), a.own_class, a.freed) <
-           std::make_tuple(b.victims.size(), b.own_class, b.freed);
+    return std::make_tuple(a.victims.size(), a.own_class, a.lost, a.freed) <
+           std::make_tuple(b.victims.size(), b.own_class, b.lost, b.freed);
   };
   // First the nodes where victims already stop: room there costs no new victim.
   std::vector<uint32_t>& stopping_on = reclaim_nodes_;

@@ -379,6 +379,9 @@ class SchedulerCore {
     std::vector<TaskRecord*> victims;
     int own_class = 0;
     int freed = 0;
+    // The run time its victims lose (GPUs x time since their start), in GPU-microseconds:
+    // between nodes with as many victims, the one that throws away the least work wins.
+    int64_t lost = 0;
   };
   // The fewest eligible tasks on `node` (model slice `model`) whose GPUs give `t` room, or
   // nullopt. `victim_class`: only that class's tasks (-1: any).

@@ -296,12 +296,29 @@ nlohmann::json TaskToJson(const core::Task& t, core::PendingReason reason) {
   };
 }
 
+namespace {
+
+json TeamClassToJson(const core::TeamView::ClassUse& c) {
+  return json{{"guaranteed", c.guaranteed}, {"used", c.used}, {"borrowed", c.borrowed}};
+}
+
+}  // namespace
+
+void AddQuotaTeams(const std::vector<core::TeamView>& teams, json* quota) {
+  const char* classes[core::kPriorityCount] = {"online", "batch"};
+  for (int p = 0; p < core::kPriorityCount; ++p) {
+    json by_name = json::object();
+    for (const core::TeamView& t : teams) {
+      if (t.classes[p].guaranteed > 0 || t.classes[p].used > 0) {
+        by_name[t.name] = TeamClassToJson(t.classes[p]);
+      }
+    }
+    (*quota)[classes[p]]["teams"] = std::move(by_name);
+  }
+}
+
 nlohmann::json TeamToJson(const core::TeamView& t) {
-  auto cls = [&](int p) {
-    return json{{"guaranteed", t.classes[p].guaranteed},
-                {"used", t.classes[p].used},
-                {"borrowed", t.classes[p].borrowed}};
-  };
+  auto cls = [&](int p) { return TeamClassToJson(t.classes[p]); };
   return json{
       {"name", t.name},
       {"configured", t.configured},

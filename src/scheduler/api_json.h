@@ -61,6 +61,9 @@ std::string GpuId(const std::string& node_id, int index);
 nlohmann::json TaskToJson(const core::Task& task, core::PendingReason reason);
 
 nlohmann::json QuotaToJson(const core::QuotaView& quota);
+// GET /quota with teams: each class of `quota` (QuotaToJson's) gains `teams`, by name, the
+// guaranteed, used and borrowed GPUs of every team that holds a guarantee or GPUs in it.
+void AddQuotaTeams(const std::vector<core::TeamView>& teams, nlohmann::json* quota);
 
 // A team of GET /teams: {name, configured, online: {guaranteed, used, borrowed}, batch: {...},
 // max_gpus (null: no cap), weight, pending, usage_gpu_seconds}.

@@ -329,7 +329,7 @@ void Application::SetQuota(const Caller& caller, const QuotaRequest& request, Re
 void Application::GetQuota(const Caller& caller, Reply<QuotaState> reply) {
   if (auto e = Authorize(caller, Action::kReadCluster, {})) return reply(*e);
   d_.loop->Post([reply = std::move(reply)](CoreLoop::Context& c) {
-    reply(QuotaState{c.core.Quota(), c.core.online_percent()});
+    reply(QuotaState{c.core.Quota(), c.core.online_percent(), c.core.Teams()});
   });
 }
 

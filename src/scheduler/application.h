@@ -168,6 +168,7 @@ struct QuotaRequest {
 struct QuotaState {
   core::QuotaView quota;
   double online_percent = 0;
+  std::vector<core::TeamView> teams;  // By name.
 };
 // PUT /teams/{name}: what is given changes, the rest stays (or takes the default of a new team:
 // no guarantee, no cap, weight 1).

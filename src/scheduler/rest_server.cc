@@ -325,6 +325,7 @@ struct RestServer::Impl {
     d.app->GetQuota(CallerOf(req),
                     Answer<QuotaState>(req, "GET /api/v1/quota", [](const QuotaState& q) {
                       json body = QuotaToJson(q.quota);
+                      AddQuotaTeams(q.teams, &body);
                       body["online_percent"] = q.online_percent;
                       body["batch_percent"] = 1.0 - q.online_percent;
                       return std::pair(200, Dump(body));

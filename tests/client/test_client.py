@@ -494,6 +494,10 @@ def test_models_read_the_team_fields_and_their_absence():
     assert q == dgpu.QuotaClass(quota=6, used=7, available=0, borrowed=1, lent=0)
     assert dgpu.QuotaClass.from_json({"quota": 2, "used": 1, "available": 1}) == \
         dgpu.QuotaClass(quota=2, used=1, available=1, borrowed=0, lent=0)
+    q = dgpu.QuotaClass.from_json({"quota": 6, "used": 3, "available": 3, "borrowed": 0,
+                                   "lent": 0, "teams": {"vision": {"guaranteed": 4, "used": 3,
+                                                                   "borrowed": 0}}})
+    assert q.teams == {"vision": dgpu.TeamClass(guaranteed=4, used=3, borrowed=0)}
 
 
 def test_teams_set_read_list_and_delete(client):

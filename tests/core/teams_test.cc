@@ -388,6 +388,27 @@ TEST_F(TeamsTest, TheVictimsAreOnOneNodeOfTheRightModelAndFewestFirst) {
   }
 }
 
+TEST_F(TeamsTest, BetweenNodesWithAsManyVictimsTheOneThatLosesTheLeastWorkIsChosen) {
+  Register("n1", 2);
+  Register("n2", 2);
+  Register("n3", 2);  // online 3, batch 3.
+  TaskNumber w1 = Submit(Priority::kLow, 2);
+  TaskNumber w2 = Submit(Priority::kLow, 1);
+  TaskNumber old_one = Submit(Priority::kLow, 1);
+  EXPECT_EQ(Describe(Pass()),
+            Describe(std::vector<Decision>{Start(w1, "n1", {0, 1}), Start(w2, "n2", {0}),
+                                           Start(old_one, "n2", {1})}));
+  now_ += 1000 * kSec;
+  TaskNumber young = Submit(Priority::kLow, 2);
+  EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Start(young, "n3", {0, 1})}));
+  ASSERT_TRUE(T(old_one).borrowed);
+  ASSERT_TRUE(T(young).borrowed);
+  now_ += 60 * kSec;
+  // One victim either way: 2 GPUs x 60 s of work lost on n3, 1 GPU x 1,060 s on n2.
+  TaskNumber online = Submit(Priority::kHigh, 1);
+  EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Preempt(young, "n3", online)}));
+}
+
 TEST_F(TeamsTest, TheOtherClassIsPreemptedBeforeOnesOwn) {
   Register("n1", 4);
   Register("n2", 4);

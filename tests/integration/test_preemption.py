@@ -184,6 +184,12 @@ class TeamsReclaimTest(PreemptionTestCase):
                           teams["nlp"]["pending"]), (6, 4, 2), teams["nlp"])
         for v in vision:
             self.assertFalse(self.c.task(v)["borrowed"])
+        # GET /quota shows each class's teams that hold a guarantee or GPUs there.
+        q = self.c.quota()
+        self.assertEqual(q["batch"]["teams"],
+                         {"vision": {"guaranteed": 2, "used": 2, "borrowed": 0},
+                          "nlp": {"guaranteed": 2, "used": 6, "borrowed": 4}}, q)
+        self.assertEqual(q["online"]["teams"], {}, q)
         self.assertEqual(
             self.metric('dgpu_team_used_gpus{team="vision",class="batch"}'), 2)
         self.assertEqual(

@@ -569,6 +569,25 @@ TEST(ApiJsonTest, QuotaObjectAddsBorrowedAndLentPerClass) {
           {"batch", {{"quota", 0}, {"used", 0}, {"available", 0}, {"borrowed", 0}, {"lent", 0}}}}));
 }
 
+TEST(ApiJsonTest, QuotaTeamsListEachClassesTeamsWithAGuaranteeOrGpus) {
+  core::TeamView vision;
+  vision.name = "vision";
+  vision.classes[0] = {.guaranteed = 4, .used = 0, .borrowed = 0};
+  vision.classes[1] = {.guaranteed = 0, .used = 3, .borrowed = 3};
+  core::TeamView idle;  // Neither a guarantee nor GPUs: in no class.
+  idle.name = "idle";
+  json body = QuotaToJson(core::QuotaView{});
+  AddQuotaTeams({idle, vision}, &body);
+  EXPECT_EQ(body["online"]["teams"],
+            (json{{"vision", {{"guaranteed", 4}, {"used", 0}, {"borrowed", 0}}}}));
+  EXPECT_EQ(body["batch"]["teams"],
+            (json{{"vision", {{"guaranteed", 0}, {"used", 3}, {"borrowed", 3}}}}));
+  json none = QuotaToJson(core::QuotaView{});
+  AddQuotaTeams({}, &none);
+  EXPECT_EQ(none["online"]["teams"], json::object());
+  EXPECT_EQ(none["batch"]["quota"], 0);
+}
+
 // --- PUT /teams/{name} ---------------------------------------------------------------------------
 
 TEST(ApiJsonTest, TeamRequestReadsEveryFieldAndLeavesAbsentOnesUnset) {

@@ -156,18 +156,21 @@ class GpuList:
 @dataclass(frozen=True)
 class QuotaClass:
     """GPUs of one class (online or batch): its quota, how many are used, how many are left,
-    how many it uses beyond its quota (``borrowed``) and how many of its quota the other class
-    uses (``lent``)."""
+    how many it uses beyond its quota (``borrowed``), how many of its quota the other class
+    uses (``lent``), and by name the teams that hold a guarantee or GPUs in it (``teams``)."""
     quota: int
     used: int
     available: int
     borrowed: int = 0
     lent: int = 0
+    teams: Mapping[str, "TeamClass"] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "QuotaClass":
         return cls(quota=d["quota"], used=d["used"], available=d["available"],
-                   borrowed=d.get("borrowed", 0), lent=d.get("lent", 0))
+                   borrowed=d.get("borrowed", 0), lent=d.get("lent", 0),
+                   teams={name: TeamClass.from_json(t)
+                          for name, t in d.get("teams", {}).items()})
 
 
 @dataclass(frozen=True)
