@@ -148,7 +148,15 @@ Status SchedulerCore::CheckInvariants() const {
   if (held != quota_tree_.node(QuotaTree::kRoot).used) {
     return Internal("cluster quota use out of step with its classes");
   }
-  for (const Reservation& r : reservations_) {
+  if (reservation_at_.size() != reservations_.size()) {
+    return Internal("the reservations' index is out of step with them");
+  }
+  for (size_t i = 0; i < reservations_.size(); ++i) {
+    const Reservation& r = reservations_[i];
+    auto at = reservation_at_.find(r.task);
+    if (at == reservation_at_.end() || at->second != i) {
+      return Internal("the reservation for " + FormatTaskId(r.task) + " is not indexed");
+    }
     const TaskRecord* t = tasks_.Find(r.task);
     if (t == nullptr || t->status != TaskStatus::kPending || r.slots.empty()) {
       return Internal("a reservation is kept for " + FormatTaskId(r.task) +

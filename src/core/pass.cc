@@ -317,12 +317,16 @@ void SchedulerCore::StartPreemptors(int prio, TimeMicros now) {
 // grace period each: the tasks behind it that are within their guarantee too take GPUs back
 // in the same pass, each for itself (a bounded number per pass).
 void SchedulerCore::ReclaimBehind(int prio, Shape& shape, TimeMicros now) {
-  constexpr int kMaxBehind = 64;
-  int tried = 0;
+  // New searches per pass; tasks already waiting for their own victims are passed over, so a
+  // burst of arrivals takes back room kMaxNew tasks a pass, not kMaxNew in all.
+  constexpr int kMaxNew = 64;
+  int fresh = 0;
   std::vector<TaskRecord*> behind;
   shape.tasks.ForEachBehindHead([&](Task& t) {
-    behind.push_back(static_cast<TaskRecord*>(&t));
-    return ++tried < kMaxBehind;
+    auto* record = static_cast<TaskRecord*>(&t);
+    behind.push_back(record);
+    if (OwnReserved(record->id) == 0) ++fresh;
+    return fresh < kMaxNew;
   });
   for (TaskRecord* t : behind) {
     const int own = OwnReserved(t->id);

@@ -357,6 +357,7 @@ class SchedulerCore {
   void AccrueUsage(TimeMicros now);
   double FairShareKey(int team) const;
   void EmitTeam(const TeamState& team);
+  void TeamChanged(const TeamState& team, TimeMicros now);
   TeamView ViewOf(const TeamState& team) const;
 
   // --- Preemption (preemption.cc) ---
@@ -612,7 +613,11 @@ class SchedulerCore {
   TimeMicros preempt_wake_at_ = 0;  // A pass is due then: tasks reach min_runtime.
   size_t unclaimed_tasks_ = 0;      // Restored tasks still waiting for their nodes.
 
-  std::vector<Reservation> reservations_;  // A handful at most.
+  // Usually a handful; many while a burst of preemptors waits for its victims.
+  std::vector<Reservation> reservations_;
+  // Each reservation's position in reservations_, by task (ReservationOf beyond a handful).
+  std::unordered_map<TaskNumber, uint32_t> reservation_at_;
+  void IndexReservationsFrom(size_t first);
   std::vector<Decision> decisions_;
   // GPU lists of decisions handed out through TakeDecisions(out), reused by the next starts.
   static constexpr size_t kMaxSpareGpuLists = 4096;

@@ -301,6 +301,21 @@ void SchedulerCore::EmitTeam(const TeamState& team) {
   changes_.push_back(std::move(c));
 }
 
+// After a team's limits changed (set or deleted): the quota tree, the next pass, the durable
+// record and the event.
+void SchedulerCore::TeamChanged(const TeamState& team, TimeMicros now) {
+  RebuildQuotaTree();
+  pass_needed_ = true;
+  structure_seq_ = ++change_seq_;
+  EmitTeam(team);
+  if (config_.record_events) {
+    Event& e = events_.emplace_back();
+    e.kind = Event::Kind::kTeamChanged;
+    e.time = now;
+    e.detail = team.name;
+  }
+}
+
 Status SchedulerCore::SetTeam(const std::string& name, const TeamLimits& limits, TimeMicros now) {
   if (!IsValidTeamName(name)) {
     return InvalidArgument("team name '" + name +
@@ -349,16 +364,7 @@ Status SchedulerCore::SetTeam(const std::string& name, const TeamLimits& limits,
   team.api_set = true;
   team.deleted = false;
   team.limits = limits;
-  RebuildQuotaTree();
-  pass_needed_ = true;
-  structure_seq_ = ++change_seq_;
-  EmitTeam(team);
-  if (config_.record_events) {
-    Event& e = events_.emplace_back();
-    e.kind = Event::Kind::kTeamChanged;
-    e.time = now;
-    e.detail = name;
-  }
+  TeamChanged(team, now);
   return OkStatus();
 }
 
@@ -378,16 +384,7 @@ Status SchedulerCore::DeleteTeam(const std::string& name, TimeMicros now) {
   team.api_set = true;
   team.deleted = true;
   team.limits = TeamLimits();
-  RebuildQuotaTree();
-  pass_needed_ = true;
-  structure_seq_ = ++change_seq_;
-  EmitTeam(team);
-  if (config_.record_events) {
-    Event& e = events_.emplace_back();
-    e.kind = Event::Kind::kTeamChanged;
-    e.time = now;
-    e.detail = name;
-  }
+  TeamChanged(team, now);
   return OkStatus();
 }
 

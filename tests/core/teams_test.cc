@@ -409,6 +409,20 @@ TEST_F(TeamsTest, BetweenNodesWithAsManyVictimsTheOneThatLosesTheLeastWorkIsChos
   EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Preempt(young, "n3", online)}));
 }
 
+TEST_F(TeamsTest, ABurstOfPreemptorsTakesBackRoomEveryPassNotOnce) {
+  for (int i = 0; i < 20; ++i) Register("n" + std::to_string(i), 8);  // online 80, batch 80.
+  for (int i = 0; i < 160; ++i) Submit(Priority::kLow, 1);
+  ASSERT_EQ(Pass().size(), 160u);
+  now_ += 60 * kSec;
+  for (int i = 0; i < 80; ++i) Submit(Priority::kHigh, 1);
+  // The head and at most 64 behind it search for victims in one pass; the next pass goes on
+  // with the rest, passing over those already waiting.
+  EXPECT_EQ(Pass().size(), 65u);
+  EXPECT_EQ(Pass().size(), 15u);
+  EXPECT_EQ(core_.stats().preemptions, 80u);
+  EXPECT_TRUE(Pass().empty());
+}
+
 TEST_F(TeamsTest, TheOtherClassIsPreemptedBeforeOnesOwn) {
   Register("n1", 4);
   Register("n2", 4);
