@@ -564,7 +564,20 @@ int ShowQuota(const CtlContext& ctx) {
                   Cell(Field(klass, "lent"))});
   }
   *ctx.out << table.Render(!ctx.no_headers);
-  if (!ctx.no_headers) *ctx.out << "\ntotal GPUs: " << OrDash(Field(*reply, "total_gpus")) << "\n";
+  if (ctx.no_headers) return kExitOk;
+  *ctx.out << "\ntotal GPUs: " << OrDash(Field(*reply, "total_gpus")) << "\n";
+  // The teams holding a guarantee or GPUs in each class (a scheduler with teams sends them).
+  Table teams({"team", "class", "guaranteed", "used", "borrowed"});
+  for (const char* name : {"online", "batch"}) {
+    json klass = reply->value(name, json::object());
+    auto it = klass.find("teams");
+    if (it == klass.end() || !it->is_object()) continue;
+    for (const auto& [team, use] : it->items()) {
+      teams.AddRow({Cell(team), name, Cell(Field(use, "guaranteed")), Cell(Field(use, "used")),
+                    Cell(Field(use, "borrowed"))});
+    }
+  }
+  if (teams.size() > 0) *ctx.out << "\n" << teams.Render(true);
   return kExitOk;
 }
 

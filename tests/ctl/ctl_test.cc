@@ -553,15 +553,26 @@ TEST_F(CtlTest, GpusAgentsAndQuota) {
             "n1  h:1      online  2     2s ago\n");
 
   http_.Answer(Method::kGet, Url("/quota"), 200, R"({"total_gpus":10,
-    "online":{"quota":7,"used":9,"available":0,"borrowed":2,"lent":0},
-    "batch":{"quota":3,"used":1,"available":0,"borrowed":0,"lent":2},
+    "online":{"quota":7,"used":9,"available":0,"borrowed":2,"lent":0,
+              "teams":{"serving":{"guaranteed":4,"used":6,"borrowed":2},
+                       "vision":{"guaranteed":3,"used":3,"borrowed":0}}},
+    "batch":{"quota":3,"used":1,"available":0,"borrowed":0,"lent":2,
+             "teams":{"vision":{"guaranteed":0,"used":1,"borrowed":1}}},
     "online_percent":0.7,"batch_percent":0.3})");
   EXPECT_EQ(Run({"quota"}).out,
             "CLASS   QUOTA  USED  AVAILABLE  BORROWED  LENT\n"
             "online  7      9     0          2         0\n"
             "batch   3      1     0          0         2\n"
             "\n"
-            "total GPUs: 10\n");
+            "total GPUs: 10\n"
+            "\n"
+            "TEAM     CLASS   GUARANTEED  USED  BORROWED\n"
+            "serving  online  4           6     2\n"
+            "vision   online  3           3     0\n"
+            "vision   batch   0           1     1\n");
+  EXPECT_EQ(Run({"--no-headers", "quota"}).out,
+            "online  7  9  0  2  0\n"
+            "batch   3  1  0  0  2\n");
 }
 
 TEST_F(CtlTest, QuotaOfASchedulerWithoutBorrowing) {
