@@ -40,9 +40,12 @@ class PreemptionTestCase(ClusterTestCase):
 
     # A task that records its starts and SIGTERMs, ignores SIGTERM and runs until killed.
     def victim_command(self):
+        # bash's $EPOCHREALTIME: the trap forks nothing (a process started while the task
+        # stops gets SIGTERM too, and a $(date) child of the trap could die before writing).
         m = os.path.join(self.marks, "$DGPU_TASK_ID")
-        return ("echo start $(date +%%s.%%N) >> %s; trap 'echo term $(date +%%s.%%N) >> %s' TERM; "
-                "while :; do sleep 0.1; done" % (m, m))
+        return ("exec bash -c \"echo start \\$EPOCHREALTIME >> %s; "
+                "trap 'echo term \\$EPOCHREALTIME >> %s' TERM; while :; do sleep 0.1; done\""
+                % (m, m))
 
     def marks_of(self, task_id):
         """[(kind, time)] of the complete lines. A process started while the task stops may
