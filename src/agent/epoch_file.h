@@ -22,4 +22,11 @@ StatusOr<uint64_t> LoadEpoch(const std::string& work_dir);
 // Stores `epoch`; errors name the file and the step that failed.
 Status StoreEpoch(const std::string& work_dir, uint64_t epoch);
 
+inline constexpr char kInstanceFileName[] = ".dgpu-instance";
+
+// This agent's instance id, kept in `<work_dir>/.dgpu-instance`: 32 hex digits made at the first
+// start and read back at every later one, so that the scheduler tells the same agent coming back
+// from another agent started with the same agent.id. Errors name the file.
+StatusOr<std::string> LoadOrCreateInstanceId(const std::string& work_dir);
+
 }  // namespace dgpu::agent

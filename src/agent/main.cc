@@ -134,8 +134,12 @@ int Run(int argc, char** argv) {
   auto epoch = LoadEpoch(cfg.executor.work_dir);
   if (!epoch.ok()) return Fail(epoch.status().message());
 
+  auto instance = LoadOrCreateInstanceId(cfg.executor.work_dir);
+  if (!instance.ok()) return Fail(instance.status().message());
+
   AgentSession session(cfg, agent_id, std::move(discovery), std::move(executor), std::move(*outbox),
                        *epoch);
+  session.SetInstanceId(*instance);
   std::thread waiter([&] {
     int sig = 0;
     while (sigwait(&signals, &sig) == 0 && (sig == SIGCHLD || sig == SIGHUP)) {

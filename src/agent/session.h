@@ -62,6 +62,8 @@ class AgentSession {
   }
   // Thread-safe: makes the loop run now (e.g. a child process has exited).
   void Wake() { waker_.Wake(); }
+  // Sent with every registration (LoadOrCreateInstanceId); before Run.
+  void SetInstanceId(std::string id) { instance_id_ = std::move(id); }
 
   // Wakes the owner thread from other threads.
   class Waker {
@@ -114,6 +116,7 @@ class AgentSession {
 
   common::AgentConfig config_;
   std::string agent_id_;
+  std::string instance_id_;
   std::unique_ptr<GpuDiscovery> gpus_;
   std::unique_ptr<Executor> executor_;
   FinishOutbox outbox_;

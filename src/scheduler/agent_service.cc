@@ -242,6 +242,7 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
   auto* reactor = ctx->DefaultReactor();
   RegisterRequest r;
   r.agent_id = req->agent_id();
+  r.instance_id = req->instance_id();
   r.address = req->address();
   r.epoch = req->epoch();
   for (const auto& g : req->gpus()) {

@@ -464,11 +464,29 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
   for (auto& t : unknown_finishes) registered.acknowledged_finishes.push_back(std::move(t));
   std::string address =
       request.address.empty() ? caller.peer : std::string(std::move(request.address));
+  std::string where = address == caller.peer ? address : address + " (" + caller.peer + ")";
   d_.loop->Post([this, id = std::move(request.agent_id), address = std::move(address),
+                 instance = std::move(request.instance_id), where = std::move(where),
                  gpus = std::move(request.gpus), running = std::move(running),
                  finished = std::move(finished), unparsable = std::move(unparsable),
                  registered = std::move(registered),
                  reply = std::move(reply)](CoreLoop::Context& c) mutable {
+    // Another agent under the id of a node whose session is alive (a copied configuration or
+    // machine image): refused, so that it cannot take over the node's GPUs and tasks.
+    auto known = node_instances_.find(id);
+    if (!instance.empty() && known != node_instances_.end() && !known->second.instance_id.empty() &&
+        known->second.instance_id != instance) {
+      if (std::optional<core::NodeView> node = c.core.FindNode(id); node && node->online) {
+        const std::string message = "agent id " + id + " is in use by a live agent at " +
+                                    known->second.where + "; refused the registration from " +
+                                    where +
+                                    " (another agent instance): give each agent its own "
+                                    "agent.id";
+        spdlog::warn("{}", message);
+        return reply(MakeError(ErrorCode::kAlreadyExists, StatusCode::kAlreadyExists, message));
+      }
+    }
+    if (!instance.empty()) node_instances_[id] = {instance, where};
     d_.agents->BeginSession(id);
     Status s = c.core.RegisterNode(id, address, gpus, running, finished, c.now);
     if (!s.ok()) return reply(ErrorFromStatus(s));

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <variant>
@@ -202,7 +203,8 @@ struct RegisterRequest {
     core::TimeMicros finished_at = 0;
   };
   std::string agent_id;
-  std::string address;  // Empty: the caller's peer address.
+  std::string instance_id;  // Empty (an older agent): not checked.
+  std::string address;      // Empty: the caller's peer address.
   uint64_t epoch = 0;
   std::vector<core::GpuInfo> gpus;
   std::vector<Running> running;
@@ -334,6 +336,13 @@ class Application {
 
   ApplicationDeps d_;
   std::atomic<bool> snapshotting_{false};
+  // The agent instance behind each node's session, and where it registered from; the loop's
+  // thread only.
+  struct NodeInstance {
+    std::string instance_id;
+    std::string where;
+  };
+  std::map<std::string, NodeInstance> node_instances_;
 };
 
 }  // namespace dgpu::scheduler

@@ -30,6 +30,32 @@ TEST(EpochFileTest, StoredEpochIsReadBack) {
   EXPECT_EQ(*LoadEpoch(dir.path()), 18446744073709551615u);
 }
 
+TEST(InstanceFileTest, MadeOnceAndReadBackUnchanged) {
+  TempDir dir;
+  StatusOr<std::string> first = LoadOrCreateInstanceId(dir.path());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->size(), 32u);
+  EXPECT_EQ(first->find_first_not_of("0123456789abcdef"), std::string::npos) << *first;
+  EXPECT_EQ(ReadFile(dir.File(".dgpu-instance")), *first + "\n");
+  EXPECT_EQ(*LoadOrCreateInstanceId(dir.path()), *first);
+  // Another work directory: another instance.
+  TempDir other;
+  EXPECT_NE(*LoadOrCreateInstanceId(other.path()), *first);
+}
+
+TEST(InstanceFileTest, MalformedFileIsAnErrorNamingIt) {
+  TempDir dir;
+  const std::string path = dir.File(".dgpu-instance");
+  for (const char* text : {"", "xyz\n", "0123456789ABCDEF0123456789abcdef\n", "0123\n"}) {
+    WriteFile(path, text);
+    StatusOr<std::string> id = LoadOrCreateInstanceId(dir.path());
+    ASSERT_FALSE(id.ok()) << text;
+    EXPECT_EQ(id.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(id.status().message(), "instance file " + path + " does not hold 32 hex digits");
+    EXPECT_EQ(ReadFile(path), text) << "left as it was";
+  }
+}
+
 TEST(EpochFileTest, MalformedFileIsAnErrorNamingIt) {
   TempDir dir;
   const std::string path = dir.File(".dgpu-epoch");

@@ -6,7 +6,8 @@ import sys
 import time
 import unittest
 
-from harness import ClusterTestCase, pid_alive, read_pid, read_text, wait_until
+from harness import (AGENT_BIN, ClusterTestCase, Daemon, pid_alive, read_pid, read_text,
+                     wait_until, write_config)
 
 
 def note(message):
@@ -160,6 +161,57 @@ class AgentLossTest(ClusterTestCase):
         g = self.c.gpus()
         self.assertEqual((g["total"], g["idle"], g["offline"]), (8, 8, 0))
         self.assertEqual(self.c.quota()["total_gpus"], 8)
+
+
+class DuplicateAgentIdTest(ClusterTestCase):
+    """A second agent started with a1's id (a copied configuration) while a1 is alive."""
+    AGENTS = 1
+    GPUS = 4
+    SCHEDULER = {"heartbeat_timeout": 3}
+
+    def start_clone(self):
+        # Its own work directory, hence its own instance id; 8 GPUs, to tell it apart.
+        work = os.path.join(self.c.tmp, "clone-work")
+        doc = self.c.agent_config("a1", gpus=8, extra={"executor": {"work_dir": work}})
+        path = os.path.join(self.c.tmp, "clone.yaml")
+        write_config(path, doc)
+        env = dict(os.environ)
+        env["DGPU_IT_MARKER"] = self.c.marker
+        clone = Daemon("clone", [AGENT_BIN, "--config", path], self.c.tmp, env=env).start()
+        self.c.old_daemons.append(clone)
+        return clone
+
+    def test_a_second_agent_with_a_live_agents_id_is_refused(self):
+        tid = self.c.submit("sleep 30", gpu_count=1)
+        t = self.c.wait_status(tid, "running")
+        clone = self.start_clone()
+        refused = "agent id a1 is in use by a live agent at "
+        wait_until(lambda: refused in read_text(clone.stdout_path), 10,
+                   what="the clone's log to say it was refused")
+        wait_until(lambda: refused in read_text(self.c.scheduler.stdout_path), 5,
+                   what="the scheduler's log to say it refused the clone")
+        # Both sides name both addresses: the live agent's and the clone's.
+        line = [ln for ln in read_text(self.c.scheduler.stdout_path).splitlines()
+                if refused in ln][0]
+        self.assertEqual(line.count("127.0.0.1:"), 2, line)
+        time.sleep(1.5)  # The clone keeps trying; nothing changes.
+        view = self.c.agents_view()
+        self.assertEqual((view["a1"]["status"], view["a1"]["gpus"]), ("online", 4), view)
+        after = self.c.task(tid)
+        self.assertEqual((after["status"], after["attempts"], after["node_id"]),
+                         ("running", 1, "a1"), after)
+        self.assertTrue(clone.running())
+        # The same agent coming back (its own work directory) is not refused.
+        self.c.agents["a1"].kill9()
+        self.c.start_agent("a1")
+        wait_until(lambda: self.c.agents_view()["a1"]["gpus"] == 4 and
+                   "agent_connected" in read_text(self.c.agents["a1"].stdout_path), 10,
+                   what="a1 back with its 4 GPUs")
+        self.assertNotIn("is in use by a live agent", read_text(self.c.agents["a1"].stdout_path))
+        # Once a1 is gone for good and declared lost, the clone may take the id.
+        self.c.agents["a1"].kill9()
+        wait_until(lambda: self.c.agents_view()["a1"]["gpus"] == 8, 15,
+                   what="the clone registered as a1 after a1 was lost")
 
 
 class ReconcileTest(ClusterTestCase):
