@@ -2,7 +2,7 @@
 --   wrk -t2 -c64 -d10s --latency -s bench/rest_submit.lua http://127.0.0.1:8080
 -- PRIORITY=high|low|mixed (default mixed: alternate per request; with HIGH_FRACTION=F, a share F
 -- of the requests is high, evenly interleaved, e.g. 0.7 for the default 70/30 quota);
--- COMMAND (default "true").
+-- COMMAND (default "true"). TOKEN: sent as "Authorization: Bearer <TOKEN>".
 -- TOTAL=N with THREADS=<wrk -t>: exactly N submissions in all (split over the threads); each
 -- thread stops once its share is answered (requests a connection sends after that are
 -- GET /healthz, which changes nothing). done() prints "submissions: N sent, A accepted (201), R refused".
@@ -19,6 +19,7 @@ end
 wrk.method = "POST"
 wrk.path = "/api/v1/tasks"
 wrk.headers["Content-Type"] = "application/json"
+if os.getenv("TOKEN") then wrk.headers["Authorization"] = "Bearer " .. os.getenv("TOKEN") end
 
 local bodies = { body("high"), body("low") }
 local n = 0

@@ -2,6 +2,8 @@
 # REST submission throughput with durable acknowledgements (fsync on, storage on the real disk).
 #   bench/run_rest_bench.sh            # wrk -t2 -c64 -d10s
 #   THREADS=2 CONNS=64 DURATION=10s bench/run_rest_bench.sh
+#   AUTH=token bench/run_rest_bench.sh   # every request carries a bearer token (auth.mode token)
+#   AUTH=jwt bench/run_rest_bench.sh     # an HS256 JWT (auth.mode jwt, verified once, then cached)
 # Prints accepted submissions/s (every answer must be a 201: wrk's Non-2xx count must be 0),
 # latency p50/p99 and the journal's group-commit factor (appends per fsync'ed transaction).
 set -euo pipefail
@@ -9,7 +11,32 @@ source "$(dirname "$0")/bench_lib.sh"
 THREADS=${THREADS:-2}; CONNS=${CONNS:-64}; DURATION=${DURATION:-10s}
 
 make_work
-start_scheduler "logging: { level: warn, format: text }"
+AUTH_YAML=""
+case "${AUTH:-none}" in
+  none) ;;
+  token)
+    TOKEN=bench-token-0123456789abcdef
+    printf 'users:\n  - {name: bench, token_sha256: %s, role: user}\n' \
+      "$(printf %s "$TOKEN" | sha256sum | cut -d' ' -f1)" > "$WORK/tokens.yaml"
+    AUTH_YAML="auth: { mode: token, tokens_file: \"$WORK/tokens.yaml\" }"
+    export TOKEN ;;
+  jwt)
+    printf 'bench-jwt-secret-0123456789abcdef-0123' > "$WORK/jwt.secret"
+    TOKEN=$(python3 -c '
+import base64, hashlib, hmac, json, sys, time
+b = lambda d: base64.urlsafe_b64encode(d).rstrip(b"=").decode()
+s = b(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()) + "." + b(json.dumps(
+    {"iss": "bench", "aud": "dgpu", "sub": "bench", "exp": int(time.time()) + 3600}).encode())
+print(s + "." + b(hmac.new(open(sys.argv[1], "rb").read(), s.encode(), hashlib.sha256).digest()))
+' "$WORK/jwt.secret")
+    AUTH_YAML="auth: { mode: jwt, jwt: { issuer: bench, audience: dgpu, hs256_secret_file: \"$WORK/jwt.secret\" } }"
+    export TOKEN ;;
+  *) echo "AUTH must be none, token or jwt" >&2; exit 2 ;;
+esac
+# No agents: every submission stays pending, so the per-user limit is lifted.
+start_scheduler "logging: { level: warn, format: text }" "$AUTH_YAML" \
+  "limits: { max_pending_per_user: 100000000 }"
+echo "auth.mode: ${AUTH:-none}"
 echo "scheduler pid $SCHED_PID, state in $WORK/state (fsync on), $(nproc) CPUs"
 
 cpu_before=$(awk '{ print $14 + $15 }' /proc/$SCHED_PID/stat)

@@ -51,6 +51,9 @@ constexpr EnumName<ReplicationMode> kReplicationModes[] = {{"sync", ReplicationM
 constexpr EnumName<ElectionMethod> kElectionMethods[] = {{"none", ElectionMethod::kNone},
                                                          {"lease", ElectionMethod::kLease},
                                                          {"etcd", ElectionMethod::kEtcd}};
+constexpr EnumName<AuthMode> kAuthModes[] = {
+    {"none", AuthMode::kNone}, {"token", AuthMode::kToken}, {"jwt", AuthMode::kJwt}};
+constexpr std::string_view kRoleNames[] = {"viewer", "user", "operator", "admin"};
 constexpr EnumName<GpuDetectionMethod> kDetectionMethods[] = {
     {"nvml", GpuDetectionMethod::kNvml},
     {"nvidia-smi", GpuDetectionMethod::kNvidiaSmi},
@@ -387,11 +390,62 @@ using DurationRule = Section::DurationRule;
   if (!var##_or.ok()) return var##_or.status();     \
   const Section& var = *var##_or
 
-Status ReadLogging(const Section& root, LoggingConfig* out) {
-  DGPU_OPEN_SECTION(logging, root, "logging", {"level", "format", "output"});
+// `audit_file`: where the scheduler's logging.audit_file goes; nullptr for the agent, which has
+// none.
+Status ReadLogging(const Section& root, LoggingConfig* out, std::string* audit_file = nullptr) {
+  const bool audit = audit_file != nullptr;
+  auto logging_or = audit ? root.Child("logging", {"level", "format", "output", "audit_file"})
+                          : root.Child("logging", {"level", "format", "output"});
+  if (!logging_or.ok()) return logging_or.status();
+  const Section& logging = *logging_or;
   DGPU_CONFIG_RETURN_IF_ERROR(logging.ReadEnum("level", kLogLevels, &out->level));
   DGPU_CONFIG_RETURN_IF_ERROR(logging.ReadEnum("format", kLogFormats, &out->format));
   DGPU_CONFIG_RETURN_IF_ERROR(logging.ReadString("output", &out->output, /*allow_empty=*/false));
+  if (audit) DGPU_CONFIG_RETURN_IF_ERROR(logging.ReadString("audit_file", audit_file));
+  return OkStatus();
+}
+
+Status ReadAuth(const Section& root, AuthConfig* out) {
+  DGPU_OPEN_SECTION(auth, root, "auth",
+                    {"mode", "allow_insecure_remote", "tokens_file", "jwt", "metrics_public"});
+  DGPU_CONFIG_RETURN_IF_ERROR(auth.ReadEnum("mode", kAuthModes, &out->mode));
+  DGPU_CONFIG_RETURN_IF_ERROR(auth.ReadBool("allow_insecure_remote", &out->allow_insecure_remote));
+  DGPU_CONFIG_RETURN_IF_ERROR(auth.ReadString("tokens_file", &out->tokens_file));
+  DGPU_CONFIG_RETURN_IF_ERROR(auth.ReadBool("metrics_public", &out->metrics_public));
+  DGPU_OPEN_SECTION(jwt, auth, "jwt",
+                    {"issuer", "audience", "hs256_secret_file", "rs256_public_key_file",
+                     "user_claim", "teams_claim", "role_claim", "default_role", "clock_skew"});
+  JwtConfig& j = out->jwt;
+  DGPU_CONFIG_RETURN_IF_ERROR(jwt.ReadString("issuer", &j.issuer));
+  DGPU_CONFIG_RETURN_IF_ERROR(jwt.ReadString("audience", &j.audience));
+  DGPU_CONFIG_RETURN_IF_ERROR(jwt.ReadString("hs256_secret_file", &j.hs256_secret_file));
+  DGPU_CONFIG_RETURN_IF_ERROR(jwt.ReadString("rs256_public_key_file", &j.rs256_public_key_file));
+  DGPU_CONFIG_RETURN_IF_ERROR(jwt.ReadString("user_claim", &j.user_claim, false));
+  DGPU_CONFIG_RETURN_IF_ERROR(jwt.ReadString("teams_claim", &j.teams_claim, false));
+  DGPU_CONFIG_RETURN_IF_ERROR(jwt.ReadString("role_claim", &j.role_claim, false));
+  DGPU_CONFIG_RETURN_IF_ERROR(jwt.ReadString("default_role", &j.default_role, false));
+  if (std::find(std::begin(kRoleNames), std::end(kRoleNames), j.default_role) ==
+      std::end(kRoleNames)) {
+    return Invalid("auth.jwt.default_role",
+                   "must be one of viewer, user, operator, admin; got " + Quote(j.default_role));
+  }
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      jwt.ReadDuration("clock_skew", &j.clock_skew, DurationRule::kNonNegative));
+  if (out->mode == AuthMode::kToken && out->tokens_file.empty()) {
+    return Invalid("auth.tokens_file", "is required when auth.mode is \"token\"");
+  }
+  if (out->mode == AuthMode::kJwt) {
+    if (j.issuer.empty())
+      return Invalid("auth.jwt.issuer", "is required when auth.mode is \"jwt\"");
+    if (j.audience.empty()) {
+      return Invalid("auth.jwt.audience", "is required when auth.mode is \"jwt\"");
+    }
+    if (j.hs256_secret_file.empty() == j.rs256_public_key_file.empty()) {
+      return Invalid("auth.jwt",
+                     "needs exactly one of hs256_secret_file and rs256_public_key_file when "
+                     "auth.mode is \"jwt\"");
+    }
+  }
   return OkStatus();
 }
 
@@ -527,13 +581,17 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   SchedulerConfig c;
   auto root_or = Section::Open(document, "",
                                {"server", "scheduler", "replication", "quota", "preemption",
-                                "agent", "storage", "ha", "logging"});
+                                "agent", "storage", "ha", "auth", "limits", "logging"});
   if (!root_or.ok()) return root_or.status();
   const Section& root = *root_or;
 
-  DGPU_OPEN_SECTION(server, root, "server", {"grpc_address", "http_address"});
+  DGPU_OPEN_SECTION(server, root, "server",
+                    {"grpc_address", "http_address", "read_timeout", "max_connections"});
   DGPU_CONFIG_RETURN_IF_ERROR(server.ReadAddress("grpc_address", &c.server.grpc_address, false));
   DGPU_CONFIG_RETURN_IF_ERROR(server.ReadAddress("http_address", &c.server.http_address, false));
+  DGPU_CONFIG_RETURN_IF_ERROR(server.ReadDuration("read_timeout", &c.server.read_timeout));
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      server.ReadInt("max_connections", 1, 1'000'000, &c.server.max_connections));
 
   DGPU_OPEN_SECTION(scheduler, root, "scheduler",
                     {"role", "schedule_interval", "snapshot_interval", "max_attempts", "max_bypass",
@@ -642,7 +700,12 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
                    "\"etcd\"");
   }
 
-  DGPU_CONFIG_RETURN_IF_ERROR(ReadLogging(root, &c.logging));
+  DGPU_CONFIG_RETURN_IF_ERROR(ReadAuth(root, &c.auth));
+  DGPU_OPEN_SECTION(limits, root, "limits", {"max_pending_per_user"});
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      limits.ReadInt("max_pending_per_user", 1, 100'000'000, &c.limits.max_pending_per_user));
+
+  DGPU_CONFIG_RETURN_IF_ERROR(ReadLogging(root, &c.logging, &c.audit_file));
   return c;
 }
 
@@ -824,6 +887,7 @@ std::string_view ToString(LogFormat value) { return NameOf(kLogFormats, value); 
 std::string_view ToString(SchedulerRole value) { return NameOf(kRoles, value); }
 std::string_view ToString(ReplicationMode value) { return NameOf(kReplicationModes, value); }
 std::string_view ToString(ElectionMethod value) { return NameOf(kElectionMethods, value); }
+std::string_view ToString(AuthMode value) { return NameOf(kAuthModes, value); }
 std::string_view ToString(GpuDetectionMethod value) { return NameOf(kDetectionMethods, value); }
 std::string_view ToString(ExecutionMethod value) { return NameOf(kExecutionMethods, value); }
 

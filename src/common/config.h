@@ -62,7 +62,44 @@ enum class ElectionMethod { kNone, kLease, kEtcd };
 struct ServerConfig {
   std::string grpc_address = ":9090";
   std::string http_address = ":8080";
+  // The time a client has to send a request's headers and body (and to send the next one on a
+  // kept-alive connection) before the scheduler closes the connection.
+  std::chrono::milliseconds read_timeout{10'000};  // positive
+  int max_connections = 10000;                     // open REST connections; 1..1000000
   bool operator==(const ServerConfig&) const = default;
+};
+
+enum class AuthMode { kNone, kToken, kJwt };
+
+// Section `auth.jwt`: bearer tokens signed by an identity provider.
+struct JwtConfig {
+  std::string issuer;                 // required: the `iss` every token must carry
+  std::string audience;               // required: must be in the token's `aud`
+  std::string hs256_secret_file;      // exactly one of the two key files
+  std::string rs256_public_key_file;  // PEM
+  std::string user_claim = "sub";
+  std::string teams_claim = "teams";             // a string or an array of strings; may be absent
+  std::string role_claim = "role";               // viewer | user | operator | admin
+  std::string default_role = "user";             // the role of a token without the role claim
+  std::chrono::milliseconds clock_skew{60'000};  // allowed on exp and nbf; non-negative
+  bool operator==(const JwtConfig&) const = default;
+};
+
+// Section `auth`.
+struct AuthConfig {
+  AuthMode mode = AuthMode::kNone;
+  // With mode none, peers other than loopback are refused unless this is true.
+  bool allow_insecure_remote = false;
+  std::string tokens_file;     // required with mode token
+  JwtConfig jwt;               // required with mode jwt
+  bool metrics_public = true;  // /metrics without a token
+  bool operator==(const AuthConfig&) const = default;
+};
+
+// Section `limits`.
+struct LimitsConfig {
+  int max_pending_per_user = 100000;  // 1..100000000
+  bool operator==(const LimitsConfig&) const = default;
 };
 
 // Section `scheduler`.
@@ -160,7 +197,12 @@ struct SchedulerConfig {
   AgentTrackingConfig agent;
   StorageConfig storage;
   HaConfig ha;
+  AuthConfig auth;
+  LimitsConfig limits;
   LoggingConfig logging;
+  // logging.audit_file (dgpu-scheduler only): one JSON line per write request (POST, PUT,
+  // DELETE) appended to this file; empty: no audit log.
+  std::string audit_file;
   bool operator==(const SchedulerConfig&) const = default;
 };
 
@@ -275,5 +317,6 @@ std::string_view ToString(ReplicationMode value);
 std::string_view ToString(ElectionMethod value);
 std::string_view ToString(GpuDetectionMethod value);
 std::string_view ToString(ExecutionMethod value);
+std::string_view ToString(AuthMode value);
 
 }  // namespace dgpu::common

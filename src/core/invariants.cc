@@ -1,5 +1,6 @@
 // CheckInvariants: every rule the core keeps, checked the slow way (for tests).
 #include <array>
+#include <unordered_map>
 
 #include "core/core_internal.h"
 
@@ -11,6 +12,7 @@ Status SchedulerCore::CheckInvariants() const {
   int used[kPriorityCount] = {0, 0};
   size_t running[kPriorityCount] = {0, 0};
   size_t pending[kPriorityCount] = {0, 0};
+  std::unordered_map<std::string, size_t> pending_users;
   for (const auto& [id, tp] : all_tasks) {
     const Task& t = *tp;
     int p = PrioIndex(t.spec.priority);
@@ -28,6 +30,7 @@ Status SchedulerCore::CheckInvariants() const {
     }
     if (t.status == TaskStatus::kRunning) running[p]++;
     if (t.status == TaskStatus::kPending) pending[p]++;
+    if (t.status == TaskStatus::kPending && !t.spec.user.empty()) pending_users[t.spec.user]++;
     // Stopping: cancelled (reason cancel), or still running for a reason that requeues or
     // fails it when it ends.
     const bool cancelled_stop =
@@ -91,6 +94,12 @@ Status SchedulerCore::CheckInvariants() const {
     }
     if (running[p] != running_count_[p]) return Internal("running count out of step");
     if (pending[p] != pending_count_[p]) return Internal("pending count out of step");
+  }
+  if (pending_users.size() != pending_by_user_.size()) {
+    return Internal("pending tasks by user out of step");
+  }
+  for (const auto& [user, count] : pending_users) {
+    if (PendingOfUser(user) != count) return Internal("pending tasks of " + user + " out of step");
   }
   int total = 0;
   int busy_tasks = 0;

@@ -12,6 +12,7 @@ void SchedulerCore::Enqueue(Task& t) {
   record.shape = &shape;
   pending_count_[PrioIndex(t.spec.priority)]++;
   teams_[record.team].pending++;
+  if (!t.spec.user.empty()) pending_by_user_[t.spec.user]++;
   // Behind the head of its shape it cannot start before the head does: no new pass needed,
   // unless the head waits for victims (the others may take GPUs back too: ReclaimBehind).
   if (shape.tasks.front().second == t.id || shape.reason == PendingReason::kWaitingForPreemption) {
@@ -26,6 +27,10 @@ void SchedulerCore::Dequeue(Task& t) {
   if (q.Erase(*record.shape, t.queue_seq, t.id)) {
     pending_count_[PrioIndex(t.spec.priority)]--;
     teams_[record.team].pending--;
+    if (!t.spec.user.empty()) {
+      auto it = pending_by_user_.find(t.spec.user);
+      if (it != pending_by_user_.end() && --it->second == 0) pending_by_user_.erase(it);
+    }
     PrefetchQueued(*record.shape);
   }
   record.shape = nullptr;

@@ -245,6 +245,11 @@ class SchedulerCore {
   std::vector<NodeView> Nodes() const;
   std::optional<NodeView> FindNode(const std::string& node_id) const;
   size_t PendingCount(Priority p) const { return pending_count_[static_cast<int>(p)]; }
+  // Pending tasks whose spec names `user` (limits.max_pending_per_user).
+  size_t PendingOfUser(const std::string& user) const {
+    auto it = pending_by_user_.find(user);
+    return it == pending_by_user_.end() ? 0 : it->second;
+  }
   size_t RunningCount(Priority p) const { return running_count_[static_cast<int>(p)]; }
   size_t TaskCount() const { return tasks_.size(); }
   // Calls fn(const Task&) for every task in memory, in no particular order.
@@ -588,6 +593,7 @@ class SchedulerCore {
   PlacementIndex index_;
   std::unique_ptr<PriorityQueue> queues_[kPriorityCount];
   size_t pending_count_[kPriorityCount] = {0, 0};
+  std::unordered_map<std::string, size_t> pending_by_user_;  // Tasks with a user only.
   size_t running_count_[kPriorityCount] = {0, 0};
 
   int total_online_gpus_ = 0;

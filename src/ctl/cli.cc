@@ -1,5 +1,8 @@
 #include "ctl/cli.h"
 
+#include <sys/stat.h>
+#include <yaml-cpp/yaml.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <optional>
@@ -22,6 +25,75 @@ std::string NormalizeServer(std::string server) {
   while (!server.empty() && server.back() == '/') server.pop_back();
   if (server.find("://") == std::string::npos) server = "http://" + server;
   return server;
+}
+
+// ~/.config/dgpu/config.yaml: defaults for --server, --token and --cacert.
+struct FileConfig {
+  std::string server;
+  std::string token;
+  std::string ca_file;
+};
+
+// The config file's path: $DGPU_CONFIG, else $XDG_CONFIG_HOME/dgpu/config.yaml, else
+// $HOME/.config/dgpu/config.yaml. `required`: named explicitly, so it must exist.
+std::string ConfigPath(const CliDeps& deps, bool* required) {
+  *required = false;
+  if (const char* p = deps.getenv("DGPU_CONFIG"); p != nullptr && p[0] != '\0') {
+    *required = true;
+    return p;
+  }
+  if (const char* x = deps.getenv("XDG_CONFIG_HOME"); x != nullptr && x[0] != '\0') {
+    return std::string(x) + "/dgpu/config.yaml";
+  }
+  if (const char* h = deps.getenv("HOME"); h != nullptr && h[0] != '\0') {
+    return std::string(h) + "/.config/dgpu/config.yaml";
+  }
+  return "";
+}
+
+// Reads the config file; false (with the error printed) when it is broken.
+bool LoadFileConfig(const CliDeps& deps, FileConfig* out, std::ostream& err) {
+  bool required = false;
+  const std::string path = ConfigPath(deps, &required);
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) {
+    if (required) err << "error: DGPU_CONFIG names " << path << ", which does not exist\n";
+    return !required;
+  }
+  YAML::Node doc;
+  try {
+    doc = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    err << "error: " << path << ": " << e.what() << "\n";
+    return false;
+  }
+  if (doc.IsNull()) return true;
+  if (!doc.IsMap()) {
+    err << "error: " << path << ": must be a map of server, token and ca_file\n";
+    return false;
+  }
+  for (const auto& kv : doc) {
+    const std::string key = kv.first.Scalar();
+    std::string* field = key == "server"    ? &out->server
+                         : key == "token"   ? &out->token
+                         : key == "ca_file" ? &out->ca_file
+                                            : nullptr;
+    if (field == nullptr) {
+      err << "error: " << path << ": unknown key \"" << key
+          << "\" (the file holds server, token and ca_file)\n";
+      return false;
+    }
+    if (!kv.second.IsScalar()) {
+      err << "error: " << path << ": " << key << " must be a string\n";
+      return false;
+    }
+    *field = kv.second.Scalar();
+  }
+  if (!out->token.empty() && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    err << "warning: " << path << " holds a token and other users may read it (chmod 600 " << path
+        << ")\n";
+  }
+  return true;
 }
 
 // Parses a duration flag; on error prints it and returns nullopt.
@@ -47,11 +119,18 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   app.fallthrough();
 
   std::string server;
+  std::string token;
+  std::string ca_file;
   std::string output = "table";
   std::string request_timeout = "10s";
   bool no_headers = false;
   app.add_option("--server", server,
                  "Scheduler URL (default: $DGPU_SERVER, else " + std::string(kDefaultServer) + ")");
+  app.add_option("--token", token,
+                 "Bearer token (default: $DGPU_TOKEN, else the config file's token)");
+  app.add_option("--cacert", ca_file,
+                 "CA certificates (PEM) for an https:// server (default: the config file's "
+                 "ca_file, else the system's)");
   app.add_option("-o,--output", output, "Output format")
       ->check(CLI::IsMember({"table", "json", "wide"}))
       ->capture_default_str();
@@ -221,11 +300,21 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
     return kExitOk;
   }
 
+  // Flags first, then the environment, then the config file, then the defaults.
+  FileConfig file;
+  if (!LoadFileConfig(deps, &file, err)) return kExitUsage;
   CtlContext ctx;
   if (server.empty()) {
     const char* env_server = deps.getenv("DGPU_SERVER");
-    server = env_server != nullptr && env_server[0] != '\0' ? env_server : kDefaultServer;
+    server = env_server != nullptr && env_server[0] != '\0' ? env_server
+             : !file.server.empty()                         ? file.server
+                                                            : kDefaultServer;
   }
+  if (token.empty()) {
+    const char* env_token = deps.getenv("DGPU_TOKEN");
+    token = env_token != nullptr && env_token[0] != '\0' ? env_token : file.token;
+  }
+  if (ca_file.empty()) ca_file = file.ca_file;
   ctx.server = NormalizeServer(server);
   ctx.output = output == "json"   ? OutputFormat::kJson
                : output == "wide" ? OutputFormat::kWide
@@ -252,6 +341,7 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
     return kExitUsage;
   }
   std::unique_ptr<HttpClient> http = deps.make_http(*timeout);
+  http->set_auth({token, ca_file});
   ctx.http = http.get();
 
   if (submit_cmd->parsed()) return Submit(ctx, submit);

@@ -241,8 +241,12 @@ std::string DescribeFailure(const ApiFailure& failure, const std::string& server
     return "this scheduler is a standby; the leader is at " + failure.leader;
   }
   if (!failure.code.empty() || !failure.message.empty()) {
-    return OrDash(failure.message) + " (" + OrDash(failure.code) + ", HTTP " +
-           std::to_string(failure.status) + ")";
+    std::string text = OrDash(failure.message) + " (" + OrDash(failure.code) + ", HTTP " +
+                       std::to_string(failure.status) + ")";
+    if (failure.status == 401) {
+      text += "; give a token with --token, $DGPU_TOKEN or the config file's token";
+    }
+    return text;
   }
   if (failure.status >= 200 && failure.status < 300) {
     return "invalid response from the scheduler: " + failure.detail;

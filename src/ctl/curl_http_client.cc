@@ -133,6 +133,9 @@ HttpResult CurlHttpClient::Send(HttpMethod method, const std::string& url,
   curl_slist* raw_headers = nullptr;
   raw_headers = curl_slist_append(raw_headers, "Accept: application/json");
   raw_headers = curl_slist_append(raw_headers, "Expect:");
+  if (!auth_.token.empty()) {
+    raw_headers = curl_slist_append(raw_headers, ("Authorization: Bearer " + auth_.token).c_str());
+  }
   const bool has_body = method == HttpMethod::kPost || method == HttpMethod::kPut || !body.empty();
   if (has_body) raw_headers = curl_slist_append(raw_headers, "Content-Type: application/json");
   std::unique_ptr<curl_slist, SlistDeleter> headers(raw_headers);
@@ -145,6 +148,7 @@ HttpResult CurlHttpClient::Send(HttpMethod method, const std::string& url,
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_.count()));
   curl_easy_setopt(h, CURLOPT_USERAGENT, "dgpuctl/" DGPU_VERSION);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
+  if (!auth_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, auth_.ca_file.c_str());
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteBody);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &response.body);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, WriteHeader);
@@ -186,7 +190,11 @@ HttpResult CurlHttpClient::Download(const std::string& url, const std::string& p
   HttpResponse response;
   DownloadSink sink{curl.get(), file, &response.body, 0};
   char error_buffer[CURL_ERROR_SIZE] = {0};
-  std::unique_ptr<curl_slist, SlistDeleter> headers(curl_slist_append(nullptr, "Expect:"));
+  curl_slist* raw_headers = curl_slist_append(nullptr, "Expect:");
+  if (!auth_.token.empty()) {
+    raw_headers = curl_slist_append(raw_headers, ("Authorization: Bearer " + auth_.token).c_str());
+  }
+  std::unique_ptr<curl_slist, SlistDeleter> headers(raw_headers);
 
   CURL* h = curl.get();
   const long quiet_seconds = std::max(60L, static_cast<long>((timeout_.count() + 999) / 1000));
@@ -198,6 +206,7 @@ HttpResult CurlHttpClient::Download(const std::string& url, const std::string& p
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, quiet_seconds);
   curl_easy_setopt(h, CURLOPT_USERAGENT, "dgpuctl/" DGPU_VERSION);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
+  if (!auth_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, auth_.ca_file.c_str());
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteDownload);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, WriteHeader);

@@ -34,9 +34,18 @@ struct HttpResult {
   bool has_response() const { return response.has_value(); }
 };
 
+// How dgpuctl proves who it is and whom it trusts.
+struct HttpAuth {
+  std::string token;    // Sent as "Authorization: Bearer <token>" when not empty.
+  std::string ca_file;  // PEM CA bundle for https:// servers; empty: the system's.
+};
+
 class HttpClient {
  public:
   virtual ~HttpClient() = default;
+
+  void set_auth(HttpAuth auth) { auth_ = std::move(auth); }
+  const HttpAuth& auth() const { return auth_; }
 
   // Sends one request. `body` is sent as application/json when it is non-empty or the method is
   // POST or PUT.
@@ -56,6 +65,9 @@ class HttpClient {
   // file. A transport error leaves no file either. This default sends with Send and writes the
   // body; CurlHttpClient streams it, with no limit on the transfer's total time.
   virtual HttpResult Download(const std::string& url, const std::string& path);
+
+ protected:
+  HttpAuth auth_;
 };
 
 // libcurl implementation. curl_global_init must have been called by the program (main does it);

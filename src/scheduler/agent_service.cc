@@ -5,6 +5,7 @@
 #include <deque>
 
 #include "common/logging.h"
+#include "scheduler/grpc_access.h"
 #include "scheduler/queued_bidi_reactor.h"
 
 namespace dgpu::scheduler {
@@ -28,7 +29,7 @@ Reply<T> FinishWith(grpc::ServerUnaryReactor* reactor, Fill fill) {
 }
 
 Caller GrpcCaller(const grpc::CallbackServerContext* ctx) {
-  return {Caller::Transport::kGrpc, ctx->peer()};
+  return {Caller::Transport::kGrpc, ctx->peer(), {}};
 }
 
 // Orders a stop in both forms (see HeartbeatResponse in scheduler.proto): the id for agents that
@@ -98,7 +99,7 @@ class HeartbeatReactor : public QueuedBidiReactor<HeartbeatRequest, HeartbeatRes
       agent_id_ = req.agent_id();
       svc_->hub_->Attach(agent_id_, self_);
     }
-    Caller caller{Caller::Transport::kGrpc, peer_};
+    Caller caller{Caller::Transport::kGrpc, peer_, {}};
     if (!req.started().empty()) {
       svc_->app_->ReportStarts(caller, ToStarts(req), [self = self_](const Result<Done>& r) {
         if (!r.ok()) self->Close(ToGrpc(r.error()));
@@ -233,13 +234,18 @@ void AgentHub::Dispatch(const core::SchedulerCore& core,
 // ----------------------------------------------------------------------------------------------
 // AgentService
 
-AgentService::AgentService(Application* app, AgentHub* hub, int heartbeat_interval_seconds)
-    : app_(app), hub_(hub), heartbeat_interval_seconds_(heartbeat_interval_seconds) {}
+AgentService::AgentService(Application* app, AgentHub* hub, int heartbeat_interval_seconds,
+                           const Authenticator* auth)
+    : app_(app), hub_(hub), heartbeat_interval_seconds_(heartbeat_interval_seconds), auth_(auth) {}
 
 grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContext* ctx,
                                                       const dgpu::v1::RegisterAgentRequest* req,
                                                       dgpu::v1::RegisterAgentResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
+  if (grpc::Status refused = AdmitGrpcPeer(auth_, ctx, "RegisterAgent"); !refused.ok()) {
+    reactor->Finish(refused);
+    return reactor;
+  }
   RegisterRequest r;
   r.agent_id = req->agent_id();
   r.instance_id = req->instance_id();
@@ -268,6 +274,9 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
 
 grpc::ServerBidiReactor<HeartbeatRequest, HeartbeatResponse>* AgentService::Heartbeat(
     grpc::CallbackServerContext* ctx) {
+  if (grpc::Status refused = AdmitGrpcPeer(auth_, ctx, "Heartbeat"); !refused.ok()) {
+    return new RefusedStream<HeartbeatRequest, HeartbeatResponse>(refused);
+  }
   auto reactor = std::make_shared<HeartbeatReactor>(this, ctx->peer());
   HeartbeatReactor* raw = reactor.get();
   raw->Begin(std::move(reactor));
@@ -278,6 +287,10 @@ grpc::ServerUnaryReactor* AgentService::TaskFinished(grpc::CallbackServerContext
                                                      const dgpu::v1::TaskFinishedRequest* req,
                                                      dgpu::v1::TaskFinishedResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
+  if (grpc::Status refused = AdmitGrpcPeer(auth_, ctx, "TaskFinished"); !refused.ok()) {
+    reactor->Finish(refused);
+    return reactor;
+  }
   const auto& result = req->result();
   FinishRequest r{req->agent_id(),
                   req->epoch(),

@@ -50,7 +50,9 @@ class AgentHub : public Dispatcher, public AgentChannel {
 
 class AgentService final : public dgpu::v1::SchedulerService::CallbackService {
  public:
-  AgentService(Application* app, AgentHub* hub, int heartbeat_interval_seconds);
+  // `auth` (may be nullptr: everyone) decides which peers may call.
+  AgentService(Application* app, AgentHub* hub, int heartbeat_interval_seconds,
+               const Authenticator* auth = nullptr);
 
   grpc::ServerUnaryReactor* RegisterAgent(grpc::CallbackServerContext* ctx,
                                           const dgpu::v1::RegisterAgentRequest* req,
@@ -66,6 +68,7 @@ class AgentService final : public dgpu::v1::SchedulerService::CallbackService {
   Application* app_;
   AgentHub* hub_;
   int heartbeat_interval_seconds_;
+  const Authenticator* auth_;
 };
 
 }  // namespace dgpu::scheduler

@@ -390,6 +390,8 @@ ApiError ToApiError(const Error& e) {
       return {409, "conflict", e.message};
     case ErrorCode::kForbidden:
       return {403, "forbidden", e.message};
+    case ErrorCode::kTooManyPending:
+      return {429, "too_many_pending", e.message};
     case ErrorCode::kNotLeader:
       return {503, "not_leader", e.message};
     case ErrorCode::kUnavailable:

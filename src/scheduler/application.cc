@@ -51,7 +51,24 @@ Target SubmissionTarget(const core::TaskSpec& spec) {
   Target t;
   t.priority = spec.priority;
   t.team = spec.team;
+  t.user = spec.user;
   return t;
+}
+
+// An authenticated submitter's task is its own: `user` is the identity's name when the request
+// gives none, and the team its first team when the request names the default one and the
+// identity does not list that.
+void ApplyIdentity(const Identity& identity, core::TaskSpec* spec) {
+  if (!identity.authenticated) return;
+  if (spec->user.empty()) spec->user = identity.user;
+  if (spec->team == core::kDefaultTeam && !identity.teams.empty() &&
+      std::find(identity.teams.begin(), identity.teams.end(), spec->team) == identity.teams.end()) {
+    spec->team = identity.teams.front();
+  }
+}
+
+std::string Describe(const Identity& identity) {
+  return "user \"" + identity.user + "\" (role " + std::string(ToString(identity.role)) + ")";
 }
 
 Target TeamTarget(const std::string& team) {
@@ -117,6 +134,60 @@ std::string_view ToString(Action action) {
       return "report_finish";
   }
   return "unknown";
+}
+
+Role RequiredRole(Action action) {
+  switch (action) {
+    case Action::kReadTasks:
+    case Action::kReadCluster:
+      return Role::kViewer;
+    case Action::kSubmitTask:
+    case Action::kCancelTask:
+      return Role::kUser;
+    case Action::kSetQuota:
+    case Action::kSetTeam:
+    case Action::kTakeSnapshot:
+      return Role::kAdmin;
+    case Action::kRegisterNode:
+    case Action::kNodeHeartbeat:
+    case Action::kReportStart:
+    case Action::kReportFinish:
+      break;
+  }
+  return Role::kAdmin;
+}
+
+Status RoleAuthorizer::Authorize(const Caller& caller, Action action, const Target& target) const {
+  const bool agent_action = action == Action::kRegisterNode || action == Action::kNodeHeartbeat ||
+                            action == Action::kReportStart || action == Action::kReportFinish;
+  if (caller.transport == Caller::Transport::kGrpc) {
+    if (agent_action) return OkStatus();
+    return PermissionDenied(std::string(ToString(action)) + " is not an agent's action");
+  }
+  if (agent_action) return PermissionDenied(std::string(ToString(action)) + " is for agents");
+  const Identity& who = caller.identity;
+  if (!who.authenticated) return OkStatus();  // auth.mode none: the transport admitted the peer.
+  const Role needed = RequiredRole(action);
+  if (who.role < needed) {
+    return PermissionDenied(Describe(who) + " may not " + std::string(ToString(action)) +
+                            "; that needs role " + std::string(ToString(needed)) + " or higher");
+  }
+  if (action != Action::kSubmitTask) return OkStatus();
+  if (target.user != who.user && who.role < Role::kAdmin) {
+    return PermissionDenied(Describe(who) + " may not submit tasks as \"" + target.user +
+                            "\"; leave `user` out or give its own name");
+  }
+  if (who.role >= Role::kOperator) return OkStatus();
+  const bool member = who.teams.empty() ? target.team == core::kDefaultTeam
+                                        : std::find(who.teams.begin(), who.teams.end(),
+                                                    target.team) != who.teams.end();
+  if (!member) {
+    std::string teams;
+    for (const auto& t : who.teams) teams += (teams.empty() ? "" : ", ") + t;
+    return PermissionDenied(Describe(who) + " may not submit to team \"" + target.team +
+                            "\"; its teams: " + (teams.empty() ? "default" : teams));
+  }
+  return OkStatus();
 }
 
 Error ErrorFromStatus(const Status& s) {
@@ -199,6 +270,7 @@ void Application::ReplyWhenDurable(CoreLoop::Context& c, T value, Reply<T> reply
 // --- Client commands ---------------------------------------------------------------------------
 
 void Application::Submit(const Caller& caller, SubmitRequest request, Reply<Submitted> reply) {
+  ApplyIdentity(caller.identity, &request.spec);
   if (auto e = ValidateTaskSpec(request.spec)) return reply(*e);
   if (auto e = Authorize(caller, Action::kSubmitTask, SubmissionTarget(request.spec))) {
     return reply(*e);
@@ -207,6 +279,14 @@ void Application::Submit(const Caller& caller, SubmitRequest request, Reply<Subm
   d_.loop->Post([this, spec = std::move(request.spec),
                  reply = std::move(reply)](CoreLoop::Context& c) mutable {
     if (Status h = c.journal().health(); !h.ok()) return reply(StorageError(h));
+    if (!spec.user.empty() &&
+        c.core.PendingOfUser(spec.user) >= static_cast<size_t>(d_.max_pending_per_user)) {
+      return reply(MakeError(ErrorCode::kTooManyPending, StatusCode::kResourceExhausted,
+                             "user \"" + spec.user + "\" has " +
+                                 std::to_string(c.core.PendingOfUser(spec.user)) +
+                                 " pending tasks, the most limits.max_pending_per_user allows; "
+                                 "wait for some to start or cancel some"));
+    }
     auto id = c.core.Submit(spec, c.now);
     if (!id.ok()) return reply(ErrorFromStatus(id.status()));
     const core::TaskNumber n = *id;
@@ -230,7 +310,17 @@ void Application::Cancel(const Caller& caller, const CancelRequest& request, Rep
   if (auto e = Authorize(caller, Action::kCancelTask, TaskTarget(request.task))) return reply(*e);
   if (auto e = RefuseClientWrite()) return reply(*e);
   d_.loop->Post([this, n = request.task, grace = request.grace_seconds.value_or(-1),
+                 identity = caller.identity,
                  reply = std::move(reply)](CoreLoop::Context& c) mutable {
+    // A user cancels only its own tasks; operators and admins any.
+    if (const core::Task* t = c.core.FindTask(n); t != nullptr && identity.authenticated &&
+                                                  identity.role < Role::kOperator &&
+                                                  t->spec.user != identity.user) {
+      return reply(MakeError(ErrorCode::kForbidden, StatusCode::kPermissionDenied,
+                             Describe(identity) + " may cancel only its own tasks; " +
+                                 core::FormatTaskId(n) + " was submitted by \"" + t->spec.user +
+                                 "\""));
+    }
     Status s = c.core.Cancel(n, c.now, grace);
     if (s.code() == StatusCode::kNotFound) return AnswerCancelOfUnknown(n, std::move(reply));
     if (!s.ok()) return reply(ErrorFromStatus(s));

@@ -28,6 +28,7 @@
 #include "base/status.h"
 #include "core/scheduler_core.h"
 #include "core/types.h"
+#include "scheduler/auth.h"
 #include "scheduler/core_loop.h"
 #include "scheduler/leader_state.h"
 #include "scheduler/metrics.h"
@@ -39,11 +40,12 @@ namespace dgpu::scheduler {
 
 // --- Who asks, for what ------------------------------------------------------------------------
 
-// The caller of a use case: for now the transport and the peer's address.
+// The caller of a use case: the transport, the peer's address and who it is (auth.h).
 struct Caller {
   enum class Transport { kRest, kGrpc };
   Transport transport = Transport::kRest;
   std::string peer;
+  Identity identity;  // Without authentication: an admin with no name.
 };
 
 enum class Action {
@@ -67,6 +69,7 @@ struct Target {
   std::optional<core::Priority> priority;  // Of a task being submitted.
   std::string node_id;                     // Of an agent's actions.
   std::string team;                        // Of a task being submitted, or a team being set.
+  std::string user;                        // Of a task being submitted (its `user` field).
 };
 
 // Decides whether a caller may do an action. OK allows it; any error refuses it and its message
@@ -77,11 +80,23 @@ class Authorizer {
   virtual Status Authorize(const Caller& caller, Action action, const Target& target) const = 0;
 };
 
-// Today's contract: everyone may do everything.
+// Everyone may do everything (tests of the use cases).
 class AllowAllAuthorizer final : public Authorizer {
  public:
   Status Authorize(const Caller&, Action, const Target&) const override { return OkStatus(); }
 };
+
+// The daemon's authorizer. REST callers by role: viewer reads; user also submits (to its own
+// teams, as itself) and cancels (its own tasks: checked by the use case, which knows the owner);
+// operator also cancels any task; admin also sets quotas and teams and takes snapshots. Agent
+// actions come from gRPC callers only, whose peers the transport admitted (auth.h).
+class RoleAuthorizer final : public Authorizer {
+ public:
+  Status Authorize(const Caller& caller, Action action, const Target& target) const override;
+};
+
+// The lowest role that may do `action` over REST.
+Role RequiredRole(Action action);
 
 // --- Results -----------------------------------------------------------------------------------
 
@@ -91,6 +106,7 @@ enum class ErrorCode {
   kAlreadyExists,       // REST 409 already_exists.
   kConflict,            // REST 409 conflict (a failed precondition).
   kForbidden,           // REST 403 forbidden.
+  kTooManyPending,      // REST 429 too_many_pending: limits.max_pending_per_user reached.
   kNotLeader,           // REST 503 not_leader.
   kUnavailable,         // REST 503 unavailable.
   kStorageUnavailable,  // REST 503 storage_unavailable: not durable, or storage is failing.
@@ -281,6 +297,7 @@ struct ApplicationDeps {
   AgentChannel* agents;
   const Authorizer* authorizer;
   WorkerPool* background;  // Long jobs (database snapshots), off the owner and reader threads.
+  int max_pending_per_user = 100000;  // limits.max_pending_per_user; tasks with a user only.
 };
 
 class Application {

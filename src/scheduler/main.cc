@@ -1,5 +1,6 @@
 // dgpu-scheduler: REST for users, gRPC for agents, the scheduling core on one owner thread,
 // SQLite for durability.
+#include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -18,6 +19,8 @@
 #include "common/logging.h"
 #include "common/time_util.h"
 #include "scheduler/agent_service.h"
+#include "scheduler/audit_log.h"
+#include "scheduler/auth.h"
 #include "scheduler/core_loop.h"
 #include "scheduler/event_recorder.h"
 #include "scheduler/replication.h"
@@ -73,9 +76,20 @@ int Run(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGHUP);  // Reopens the log file (logrotate).
+  sigaddset(&signals, SIGHUP);  // Reopens the log files (logrotate), reloads auth.tokens_file.
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+
+  // Who may do what.
+  auto auth_or = Authenticator::Create(cfg.auth);
+  if (!auth_or.ok()) return Fail(auth_or.status().message());
+  std::unique_ptr<Authenticator> auth = std::move(*auth_or);
+  std::unique_ptr<AuditLog> audit;
+  if (!cfg.audit_file.empty()) {
+    auto audit_or = AuditLog::Open(cfg.audit_file);
+    if (!audit_or.ok()) return Fail(audit_or.status().message());
+    audit = std::move(*audit_or);
+  }
 
   // Storage.
   std::error_code ec;
@@ -135,6 +149,7 @@ int Run(int argc, char** argv) {
     ho.etcd_endpoints = cfg.ha.etcd_endpoints;
     ho.lease_ttl = cfg.ha.lease_ttl;
     ho.etcd_prefix = cfg.ha.etcd_prefix;
+    ho.auth = auth.get();
     ha = std::make_unique<HaController>(ho, cfg, &leader, db.get(), &journal, &loop, &hub,
                                         &background);
     if (cfg.replication.enabled) loop.SetReplication(ha.get());
@@ -190,13 +205,13 @@ int Run(int argc, char** argv) {
   });
 
   // The use cases both transports call.
-  AllowAllAuthorizer authorizer;
-  Application app(
-      {&loop, &leader, db.get(), &readers, &journal, &metrics, &hub, &authorizer, &background});
+  RoleAuthorizer authorizer;
+  Application app({&loop, &leader, db.get(), &readers, &journal, &metrics, &hub, &authorizer,
+                   &background, cfg.limits.max_pending_per_user});
 
   // gRPC.
-  AgentService agent_service(&app, &hub,
-                             static_cast<int>(cfg.scheduler.schedule_interval.count() / 1000));
+  AgentService agent_service(
+      &app, &hub, static_cast<int>(cfg.scheduler.schedule_interval.count() / 1000), auth.get());
   grpc::ServerBuilder builder;
   int grpc_port = 0;
   std::string grpc_bind = (grpc_addr->host.empty() ? "0.0.0.0" : grpc_addr->host) + ":" +
@@ -220,9 +235,12 @@ int Run(int argc, char** argv) {
   }
 
   // REST.
-  RestServer rest({&app, &leader, &metrics});
+  RestServer rest({&app, &leader, &metrics, auth.get(), audit.get()});
   std::string http_host = http->host.empty() ? "0.0.0.0" : http->host;
-  if (Status s = rest.Start(http_host, http->port, 2); !s.ok()) {
+  RestOptions rest_options;
+  rest_options.read_timeout = cfg.server.read_timeout;
+  rest_options.max_connections = static_cast<size_t>(cfg.server.max_connections);
+  if (Status s = rest.Start(http_host, http->port, rest_options); !s.ok()) {
     grpc_server->Shutdown();
     stop_pruner = true;
     pruner.join();
@@ -241,8 +259,35 @@ int Run(int argc, char** argv) {
                common::BuildVersion(), http_host, http->port, grpc_bind,
                leader.is_leader() ? "leader" : "standby", leader.epoch());
 
+  if (cfg.auth.mode == common::AuthMode::kNone) {
+    spdlog::info("auth.mode none: {}",
+                 cfg.auth.allow_insecure_remote
+                     ? "every peer may do everything (auth.allow_insecure_remote: true)"
+                     : "REST and gRPC answer loopback peers only (/healthz, /readyz and "
+                       "/metrics answer everyone)");
+  } else {
+    spdlog::info("auth.mode {}: REST requests need a bearer token{}",
+                 common::ToString(cfg.auth.mode),
+                 cfg.auth.mode == common::AuthMode::kToken
+                     ? fmt::format(" ({} users in {})", auth->users(), cfg.auth.tokens_file)
+                     : std::string());
+  }
+
   int sig = 0;
-  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) common::ReopenLogsOnSighup();
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+    common::ReopenLogsOnSighup();
+    if (audit) {
+      if (Status s = audit->Reopen(); !s.ok()) spdlog::error("{}", s.message());
+    }
+    if (cfg.auth.mode == common::AuthMode::kToken) {
+      if (Status s = auth->Reload(); s.ok()) {
+        spdlog::info("reloaded {}: {} users", cfg.auth.tokens_file, auth->users());
+      } else {
+        spdlog::error("cannot reload the tokens file; the users loaded before stay: {}",
+                      s.message());
+      }
+    }
+  }
   spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   const common::Clock& clock = common::SystemClock::Instance();
   const int64_t shutdown_start = clock.MonotonicMicros();

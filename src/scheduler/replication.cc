@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "common/number.h"
 #include "common/time_util.h"
+#include "scheduler/grpc_access.h"
 #include "scheduler/queued_bidi_reactor.h"
 #include "store/snapshot.h"
 
@@ -600,7 +601,10 @@ void HaController::FireReplicated(uint64_t acked) {
 }
 
 grpc::ServerBidiReactor<SyncRequest, SyncResponse>* HaController::SyncState(
-    grpc::CallbackServerContext*) {
+    grpc::CallbackServerContext* ctx) {
+  if (grpc::Status refused = AdmitGrpcPeer(opt_.auth, ctx, "SyncState"); !refused.ok()) {
+    return new RefusedStream<SyncRequest, SyncResponse>(refused);
+  }
   auto r = std::make_shared<SyncStreamReactor>(this);
   SyncStreamReactor* raw = r.get();
   raw->Begin(std::move(r));
@@ -610,6 +614,11 @@ grpc::ServerBidiReactor<SyncRequest, SyncResponse>* HaController::SyncState(
 grpc::ServerUnaryReactor* HaController::Ping(grpc::CallbackServerContext* ctx,
                                              const dgpu::v1::PingRequest* req,
                                              dgpu::v1::PingResponse* resp) {
+  if (grpc::Status refused = AdmitGrpcPeer(opt_.auth, ctx, "Ping"); !refused.ok()) {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(refused);
+    return reactor;
+  }
   leader_->ObserveEpoch(req->epoch());
   if (!leader_->is_leader() && req->role() == "leader" && req->epoch() >= leader_->epoch()) {
     std::lock_guard<std::mutex> lock(mu_);

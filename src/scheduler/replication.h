@@ -72,6 +72,7 @@ struct HaOptions {
   std::vector<std::string> etcd_endpoints;
   std::chrono::milliseconds lease_ttl{10000};
   std::string etcd_prefix = "/dgpu/leader";
+  const Authenticator* auth = nullptr;  // Which peers may call; nullptr: everyone.
 };
 
 class SyncStreamReactor;

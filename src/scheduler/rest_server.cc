@@ -3,12 +3,16 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <restinio/all.hpp>
 
 #include "common/logging.h"
+#include "common/time_util.h"
 #include "scheduler/api_json.h"
+#include "scheduler/audit_log.h"
 #include "scheduler/openapi_spec.h"
 
 namespace dgpu::scheduler {
@@ -19,8 +23,41 @@ using router_t = restinio::router::express_router_t<>;
 using req_t = restinio::request_handle_t;
 using params_t = restinio::router::route_params_t;
 
+// Counts open connections, and says once a minute at most when the limit holds new ones back
+// (they wait in the listen backlog until one closes).
+class ConnectionCounter {
+ public:
+  void set_limit(size_t limit) { limit_ = limit; }
+  size_t open() const { return open_.load(std::memory_order_relaxed); }
+
+  void state_changed(const restinio::connection_state::notice_t& notice) noexcept {
+    const auto cause = notice.cause();
+    if (restinio::get_if<restinio::connection_state::accepted_t>(&cause) != nullptr) {
+      const size_t now = open_.fetch_add(1, std::memory_order_relaxed) + 1;
+      if (now < limit_) return;
+      const int64_t t = common::NowMicros();
+      int64_t last = last_warning_.load(std::memory_order_relaxed);
+      if (t - last >= 60'000'000 && last_warning_.compare_exchange_strong(last, t)) {
+        spdlog::warn(
+            "{} REST connections are open, the most server.max_connections allows: new ones wait "
+            "until one closes (the last accepted came from {})",
+            now, notice.remote_endpoint().address().to_string());
+      }
+    } else if (restinio::get_if<restinio::connection_state::closed_t>(&cause) != nullptr) {
+      open_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+
+ private:
+  size_t limit_ = SIZE_MAX;
+  std::atomic<size_t> open_{0};
+  std::atomic<int64_t> last_warning_{-60'000'000};
+};
+
 struct Traits : public restinio::default_traits_t {
   using request_handler_t = router_t;
+  using connection_state_listener_t = ConnectionCounter;
+  static constexpr bool use_connection_count_limiter = true;
 };
 using RunningServer = restinio::running_server_handle_t<Traits>;
 
@@ -38,12 +75,17 @@ struct RestServer::Impl {
   // (SIGSEGV on SIGTERM under load). Destroyed with the Impl, after the daemon stopped both.
   std::shared_ptr<restinio::asio_ns::io_context> io =
       std::make_shared<restinio::asio_ns::io_context>();
+  std::shared_ptr<ConnectionCounter> connections = std::make_shared<ConnectionCounter>();
   RunningServer server;
 
   // A response with its status line, content type and, on a standby, the headers that say so.
-  auto StartResponse(const req_t& req, const std::string& route, int status,
-                     const char* content_type) {
+  auto StartResponse(const req_t& req, const Caller& caller, const std::string& route, int status,
+                     const char* content_type, const std::string& task_id = {}) {
     d.metrics->HttpRequest(route, status);
+    if (d.audit != nullptr) {
+      d.audit->Record(caller, req->header().method().c_str(), req->header().path(), status,
+                      task_id);
+    }
     auto resp = req->create_response(restinio::http_status_line_t{
         restinio::http_status_code_t{static_cast<std::uint16_t>(status)}, ReasonPhrase(status)});
     resp.append_header(restinio::http_field::content_type, content_type);
@@ -55,9 +97,10 @@ struct RestServer::Impl {
     return resp;
   }
 
-  void Send(const req_t& req, const std::string& route, int status, std::string body,
-            const char* content_type = "application/json") {
-    auto resp = StartResponse(req, route, status, content_type);
+  void Send(const req_t& req, const Caller& caller, const std::string& route, int status,
+            std::string body, const char* content_type = "application/json",
+            const std::string& task_id = {}) {
+    auto resp = StartResponse(req, caller, route, status, content_type, task_id);
     resp.set_body(std::move(body));
     resp.done();
   }
@@ -70,6 +113,8 @@ struct RestServer::Impl {
         return "Created";
       case 400:
         return "Bad Request";
+      case 401:
+        return "Unauthorized";
       case 403:
         return "Forbidden";
       case 404:
@@ -82,6 +127,8 @@ struct RestServer::Impl {
         return "Payload Too Large";
       case 415:
         return "Unsupported Media Type";
+      case 429:
+        return "Too Many Requests";
       case 500:
         return "Internal Server Error";
       case 503:
@@ -91,18 +138,21 @@ struct RestServer::Impl {
     }
   }
 
-  void SendError(const req_t& req, const std::string& route, const ApiError& e) {
-    Send(req, route, e.http_status, e.Body());
+  void SendError(const req_t& req, const Caller& caller, const std::string& route,
+                 const ApiError& e, const std::string& task_id = {}) {
+    Send(req, caller, route, e.http_status, e.Body(), "application/json", task_id);
   }
 
-  void SendError(const req_t& req, const std::string& route, const Error& e) {
-    SendError(req, route, ToApiError(e));
+  void SendError(const req_t& req, const Caller& caller, const std::string& route, const Error& e,
+                 const std::string& task_id = {}) {
+    SendError(req, caller, route, ToApiError(e), task_id);
   }
 
-  static Caller CallerOf(const req_t& req) {
+  static std::string PeerOf(const req_t& req) {
     const auto& peer = req->remote_endpoint();
-    return {Caller::Transport::kRest,
-            peer.address().to_string() + ":" + std::to_string(peer.port())};
+    const auto address = peer.address();
+    return (address.is_v6() ? "[" + address.to_string() + "]" : address.to_string()) + ":" +
+           std::to_string(peer.port());
   }
 
   static std::string Dump(const json& body) {
@@ -110,12 +160,14 @@ struct RestServer::Impl {
   }
 
   // Answers `req` with `ok(value)` (status and body), or with the error.
+  // `task_id` names the task in the audit log.
   template <typename T, typename Ok>
-  Reply<T> Answer(const req_t& req, const std::string& route, Ok ok) {
-    return [this, req, route, ok = std::move(ok)](const Result<T>& r) {
-      if (!r.ok()) return SendError(req, route, r.error());
+  Reply<T> Answer(const req_t& req, const Caller& caller, const std::string& route, Ok ok,
+                  const std::string& task_id = {}) {
+    return [this, req, caller, route, task_id, ok = std::move(ok)](const Result<T>& r) {
+      if (!r.ok()) return SendError(req, caller, route, r.error(), task_id);
       auto [status, body] = ok(r.value());
-      Send(req, route, status, std::move(body));
+      Send(req, caller, route, status, std::move(body), "application/json", task_id);
     };
   }
 
@@ -124,40 +176,46 @@ struct RestServer::Impl {
   }
 
   // A task id of the path; else not found.
-  std::optional<core::TaskNumber> TaskIdOf(const req_t& req, const std::string& route,
-                                           const params_t& params) {
+  std::optional<core::TaskNumber> TaskIdOf(const req_t& req, const Caller& caller,
+                                           const std::string& route, const params_t& params) {
     std::string id_text(params["id"]);
     auto n = core::ParseTaskId(id_text);
-    if (!n) SendError(req, route, ApiError{404, "not_found", "task " + id_text + " not found"});
+    if (!n) {
+      SendError(req, caller, route, ApiError{404, "not_found", "task " + id_text + " not found"});
+    }
     return n;
   }
 
   // --- Handlers --------------------------------------------------------------------------------
 
-  restinio::request_handling_status_t Submit(const req_t& req) {
+  restinio::request_handling_status_t Submit(const req_t& req, const Caller& caller) {
     const std::string route = "POST /api/v1/tasks";
     if (req->body().size() > kMaxBodyBytes) {
-      SendError(req, route,
+      SendError(req, caller, route,
                 ApiError{413, "payload_too_large",
                          "request body is " + std::to_string(req->body().size()) +
                              " bytes; the limit is " + std::to_string(kMaxBodyBytes)});
       return restinio::request_accepted();
     }
     if (auto e = CheckJsonContentType(Header(req, restinio::http_field::content_type))) {
-      SendError(req, route, *e);
+      SendError(req, caller, route, *e);
       return restinio::request_accepted();
     }
     SubmitRequest request;
     if (auto e = ParseSubmitRequest(req->body(), &request.spec)) {
-      SendError(req, route, *e);
+      SendError(req, caller, route, *e);
       return restinio::request_accepted();
     }
-    d.app->Submit(
-        CallerOf(req), std::move(request), Answer<Submitted>(req, route, [](const Submitted& s) {
-          return std::pair(201, Dump({{"task_id", core::FormatTaskId(s.task)},
-                                      {"status", "pending"},
-                                      {"created_at", common::FormatRfc3339(s.created_at)}}));
-        }));
+    d.app->Submit(caller, std::move(request),
+                  [this, req, caller, route](const Result<Submitted>& r) {
+                    if (!r.ok()) return SendError(req, caller, route, r.error());
+                    const std::string id = core::FormatTaskId(r.value().task);
+                    Send(req, caller, route, 201,
+                         Dump({{"task_id", id},
+                               {"status", "pending"},
+                               {"created_at", common::FormatRfc3339(r.value().created_at)}}),
+                         "application/json", id);
+                  });
     return restinio::request_accepted();
   }
 
@@ -165,23 +223,24 @@ struct RestServer::Impl {
     return {200, Dump(TaskToJson(*v.task, v.reason))};
   }
 
-  restinio::request_handling_status_t GetTask(const req_t& req, const params_t& params) {
+  restinio::request_handling_status_t GetTask(const req_t& req, const Caller& caller,
+                                              const params_t& params) {
     const std::string route = "GET /api/v1/tasks/{id}";
-    auto n = TaskIdOf(req, route, params);
+    auto n = TaskIdOf(req, caller, route, params);
     if (!n) return restinio::request_accepted();
-    d.app->GetTask(CallerOf(req), *n, Answer<TaskView>(req, route, TaskBody));
+    d.app->GetTask(caller, *n, Answer<TaskView>(req, caller, route, TaskBody));
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t ListTasks(const req_t& req) {
+  restinio::request_handling_status_t ListTasks(const req_t& req, const Caller& caller) {
     const std::string route = "GET /api/v1/tasks";
     ListTasksRequest request;
     if (auto e = ParseListQuery(req->header().query(), &request)) {
-      SendError(req, route, *e);
+      SendError(req, caller, route, *e);
       return restinio::request_accepted();
     }
     d.app->ListTasks(
-        CallerOf(req), request, Answer<TaskPage>(req, route, [](const TaskPage& page) {
+        caller, request, Answer<TaskPage>(req, caller, route, [](const TaskPage& page) {
           json tasks = json::array();
           for (const auto& v : page.tasks) tasks.push_back(TaskToJson(*v.task, v.reason));
           return std::pair(
@@ -196,10 +255,10 @@ struct RestServer::Impl {
   // The whole database as one SQLite file: taken on the background pool, sent from the file with
   // sendfile(2), unlinked as soon as it is open so that nothing is left behind whatever happens to
   // the connection.
-  restinio::request_handling_status_t Snapshot(const req_t& req) {
+  restinio::request_handling_status_t Snapshot(const req_t& req, const Caller& caller) {
     const std::string route = "GET /api/v1/snapshot";
-    d.app->Snapshot(CallerOf(req), [this, req, route](const Result<store::SnapshotFile>& r) {
-      if (!r.ok()) return SendError(req, route, r.error());
+    d.app->Snapshot(caller, [this, req, caller, route](const Result<store::SnapshotFile>& r) {
+      if (!r.ok()) return SendError(req, caller, route, r.error());
       const store::SnapshotFile& file = r.value();
       std::optional<restinio::sendfile_t> body;
       std::string failed;
@@ -211,12 +270,12 @@ struct RestServer::Impl {
       ::unlink(file.path.c_str());  // Open or not, the name is gone; an open file stays readable.
       if (!body) {
         spdlog::error("cannot send the snapshot {}: {}", file.path, failed);
-        return SendError(req, route,
+        return SendError(req, caller, route,
                          ApiError{500, "internal", "cannot open the snapshot file: " + failed});
       }
       // A slow reader gets a minute plus a second per MiB before the server gives up on it.
       body->timelimit(std::chrono::seconds(60 + file.bytes / (1 << 20)));
-      auto resp = StartResponse(req, route, 200, "application/vnd.sqlite3");
+      auto resp = StartResponse(req, caller, route, 200, "application/vnd.sqlite3");
       resp.append_header(restinio::http_field::content_disposition,
                          "attachment; filename=\"dgpu-snapshot-" +
                              std::to_string(file.meta.last_applied_seq) + ".db\"");
@@ -229,70 +288,78 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t Cancel(const req_t& req, const params_t& params) {
+  restinio::request_handling_status_t Cancel(const req_t& req, const Caller& caller,
+                                             const params_t& params) {
     const std::string route = "DELETE /api/v1/tasks/{id}";
-    auto n = TaskIdOf(req, route, params);
+    auto n = TaskIdOf(req, caller, route, params);
     if (!n) return restinio::request_accepted();
     CancelRequest request{*n, std::nullopt};
     if (auto error = ParseCancelQuery(req->header().query(), &request.grace_seconds)) {
-      SendError(req, route, *error);
+      SendError(req, caller, route, *error);
       return restinio::request_accepted();
     }
-    d.app->Cancel(CallerOf(req), request, Answer<Done>(req, route, [](const Done&) {
-                    return std::pair(200, Dump({{"message", "Task cancelled"}}));
-                  }));
+    d.app->Cancel(caller, request,
+                  Answer<Done>(
+                      req, caller, route,
+                      [](const Done&) {
+                        return std::pair(200, Dump({{"message", "Task cancelled"}}));
+                      },
+                      core::FormatTaskId(*n)));
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t Teams(const req_t& req) {
-    d.app->ListTeams(CallerOf(req),
-                     Answer<std::vector<core::TeamView>>(
-                         req, "GET /api/v1/teams", [](const std::vector<core::TeamView>& all) {
-                           json teams = json::array();
-                           for (const auto& t : all) teams.push_back(TeamToJson(t));
-                           return std::pair(200, Dump({{"teams", std::move(teams)}}));
-                         }));
+  restinio::request_handling_status_t Teams(const req_t& req, const Caller& caller) {
+    d.app->ListTeams(
+        caller, Answer<std::vector<core::TeamView>>(
+                    req, caller, "GET /api/v1/teams", [](const std::vector<core::TeamView>& all) {
+                      json teams = json::array();
+                      for (const auto& t : all) teams.push_back(TeamToJson(t));
+                      return std::pair(200, Dump({{"teams", std::move(teams)}}));
+                    }));
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t GetTeam(const req_t& req, const params_t& params) {
-    d.app->GetTeam(
-        CallerOf(req), std::string(params["name"]),
-        Answer<core::TeamView>(req, "GET /api/v1/teams/{name}", [](const core::TeamView& t) {
-          return std::pair(200, Dump(TeamToJson(t)));
-        }));
+  restinio::request_handling_status_t GetTeam(const req_t& req, const Caller& caller,
+                                              const params_t& params) {
+    d.app->GetTeam(caller, std::string(params["name"]),
+                   Answer<core::TeamView>(req, caller, "GET /api/v1/teams/{name}",
+                                          [](const core::TeamView& t) {
+                                            return std::pair(200, Dump(TeamToJson(t)));
+                                          }));
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t PutTeam(const req_t& req, const params_t& params) {
+  restinio::request_handling_status_t PutTeam(const req_t& req, const Caller& caller,
+                                              const params_t& params) {
     const std::string route = "PUT /api/v1/teams/{name}";
     if (auto e = CheckJsonContentType(Header(req, restinio::http_field::content_type))) {
-      SendError(req, route, *e);
+      SendError(req, caller, route, *e);
       return restinio::request_accepted();
     }
     TeamRequest request;
     request.name = std::string(params["name"]);
     if (auto e = ParseTeamRequest(req->body(), &request)) {
-      SendError(req, route, *e);
+      SendError(req, caller, route, *e);
       return restinio::request_accepted();
     }
-    d.app->SetTeam(CallerOf(req), request,
-                   Answer<core::TeamView>(req, route, [](const core::TeamView& t) {
+    d.app->SetTeam(caller, request,
+                   Answer<core::TeamView>(req, caller, route, [](const core::TeamView& t) {
                      return std::pair(200, Dump(TeamToJson(t)));
                    }));
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t DeleteTeam(const req_t& req, const params_t& params) {
+  restinio::request_handling_status_t DeleteTeam(const req_t& req, const Caller& caller,
+                                                 const params_t& params) {
     const std::string route = "DELETE /api/v1/teams/{name}";
     std::string name(params["name"]);
-    d.app->DeleteTeam(CallerOf(req), name, Answer<Done>(req, route, [name](const Done&) {
+    d.app->DeleteTeam(caller, name, Answer<Done>(req, caller, route, [name](const Done&) {
                         return std::pair(200, Dump({{"name", name}, {"deleted", true}}));
                       }));
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t Gpus(const req_t& req) {
+  restinio::request_handling_status_t Gpus(const req_t& req, const Caller& caller) {
     auto body = [](const std::vector<core::GpuView>& all) {
       json gpus = json::array();
       int idle = 0, busy = 0, offline = 0;
@@ -316,14 +383,14 @@ struct RestServer::Impl {
                                   {"offline", offline},
                                   {"gpus", std::move(gpus)}}));
     };
-    d.app->ListGpus(CallerOf(req),
-                    Answer<std::vector<core::GpuView>>(req, "GET /api/v1/gpus", std::move(body)));
+    d.app->ListGpus(caller, Answer<std::vector<core::GpuView>>(req, caller, "GET /api/v1/gpus",
+                                                               std::move(body)));
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t GetQuota(const req_t& req) {
-    d.app->GetQuota(CallerOf(req),
-                    Answer<QuotaState>(req, "GET /api/v1/quota", [](const QuotaState& q) {
+  restinio::request_handling_status_t GetQuota(const req_t& req, const Caller& caller) {
+    d.app->GetQuota(caller,
+                    Answer<QuotaState>(req, caller, "GET /api/v1/quota", [](const QuotaState& q) {
                       json body = QuotaToJson(q.quota);
                       AddQuotaTeams(q.teams, &body);
                       body["online_percent"] = q.online_percent;
@@ -333,28 +400,29 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t PutQuota(const req_t& req) {
+  restinio::request_handling_status_t PutQuota(const req_t& req, const Caller& caller) {
     const std::string route = "PUT /api/v1/quota";
     if (req->body().size() > kMaxBodyBytes) {
-      SendError(req, route, ApiError{413, "payload_too_large", "request body is over 1 MiB"});
+      SendError(req, caller, route,
+                ApiError{413, "payload_too_large", "request body is over 1 MiB"});
       return restinio::request_accepted();
     }
     if (auto e = CheckJsonContentType(Header(req, restinio::http_field::content_type))) {
-      SendError(req, route, *e);
+      SendError(req, caller, route, *e);
       return restinio::request_accepted();
     }
     QuotaRequest request;
     if (auto e = ParseQuotaRequest(req->body(), &request.online_percent)) {
-      SendError(req, route, *e);
+      SendError(req, caller, route, *e);
       return restinio::request_accepted();
     }
-    d.app->SetQuota(CallerOf(req), request, Answer<Done>(req, route, [](const Done&) {
+    d.app->SetQuota(caller, request, Answer<Done>(req, caller, route, [](const Done&) {
                       return std::pair(200, Dump({{"message", "Quota updated"}}));
                     }));
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t Agents(const req_t& req) {
+  restinio::request_handling_status_t Agents(const req_t& req, const Caller& caller) {
     auto body = [](const std::vector<core::NodeView>& nodes) {
       json agents = json::array();
       for (const auto& n : nodes) {
@@ -369,25 +437,26 @@ struct RestServer::Impl {
       }
       return std::pair(200, Dump({{"agents", std::move(agents)}}));
     };
-    d.app->ListAgents(CallerOf(req), Answer<std::vector<core::NodeView>>(req, "GET /api/v1/agents",
-                                                                         std::move(body)));
+    d.app->ListAgents(caller, Answer<std::vector<core::NodeView>>(req, caller, "GET /api/v1/agents",
+                                                                  std::move(body)));
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t Ready(const req_t& req) {
+  restinio::request_handling_status_t Ready(const req_t& req, const Caller& caller) {
     const Readiness r = d.app->Ready();
     json body = {{"role", r.leader ? "leader" : "standby"}, {"epoch", r.epoch}};
     body["storage"] = r.storage.ok() ? "ok" : r.storage.message();
     if (!r.detail.empty()) body["detail"] = r.detail;
     body["status"] = r.ready() ? "ready" : "not_ready";
-    Send(req, "GET /readyz", r.ready() ? 200 : 503, Dump(body));
+    Send(req, caller, "GET /readyz", r.ready() ? 200 : 503, Dump(body));
     return restinio::request_accepted();
   }
 
-  restinio::request_handling_status_t MetricsPage(const req_t& req) {
-    d.app->Gauges(CallerOf(req), [this, req](const Result<GaugeSnapshot>& g) {
-      if (!g.ok()) return SendError(req, "GET /metrics", g.error());
-      Send(req, "GET /metrics", 200, d.metrics->Render(g.value()), "text/plain; version=0.0.4");
+  restinio::request_handling_status_t MetricsPage(const req_t& req, const Caller& caller) {
+    d.app->Gauges(caller, [this, req, caller](const Result<GaugeSnapshot>& g) {
+      if (!g.ok()) return SendError(req, caller, "GET /metrics", g.error());
+      Send(req, caller, "GET /metrics", 200, d.metrics->Render(g.value()),
+           "text/plain; version=0.0.4");
     });
     return restinio::request_accepted();
   }
@@ -396,8 +465,39 @@ struct RestServer::Impl {
   // --print-routes prints and the contract test compares with api/openapi.yaml.
   std::vector<RestRoute> routes;
 
+  // Who may reach a route: anyone (health, the API description), anyone when
+  // auth.metrics_public (metrics), or authenticated callers (the rest).
+  enum class Access { kPublic, kMetrics, kAuthenticated };
+
+  // The caller of `req`, or false once it has been answered with 401 or 403.
+  bool Admit(const req_t& req, Access access, const std::string& route, Caller* caller) {
+    caller->peer = PeerOf(req);
+    if (d.auth == nullptr || access == Access::kPublic) return true;
+    if (access == Access::kMetrics && d.auth->metrics_public()) return true;
+    auto who = d.auth->Authenticate(Header(req, restinio::http_field::authorization), caller->peer);
+    if (auto* identity = std::get_if<Identity>(&who)) {
+      caller->identity = std::move(*identity);
+      return true;
+    }
+    const AuthRefusal& refusal = std::get<AuthRefusal>(who);
+    if (refusal.kind == AuthRefusal::Kind::kInsecureRemote) {
+      SendError(req, *caller, route, ApiError{403, "insecure_remote_access", refusal.message});
+      return false;
+    }
+    auto resp = StartResponse(req, *caller, route, 401, "application/json");
+    resp.append_header(restinio::http_field::www_authenticate,
+                       Header(req, restinio::http_field::authorization).empty()
+                           ? std::string("Bearer realm=\"dgpu\"")
+                           : std::string("Bearer realm=\"dgpu\", error=\"invalid_token\""));
+    resp.set_body(ApiError{401, "unauthenticated", refusal.message}.Body());
+    resp.done();
+    return false;
+  }
+
+  static Caller Anonymous(const req_t& req) { return {Caller::Transport::kRest, PeerOf(req), {}}; }
+
   template <typename Handler>
-  void Route(router_t& r, restinio::http_method_id_t method, const std::string& path,
+  void Route(router_t& r, restinio::http_method_id_t method, const std::string& path, Access access,
              Handler handler) {
     // RESTinio's ":name" parameters are OpenAPI's "{name}".
     std::string described;
@@ -412,7 +512,13 @@ struct RestServer::Impl {
       i = end - 1;
     }
     routes.push_back({method.c_str(), described});
-    r.add_handler(method, path, std::move(handler));
+    r.add_handler(method, path,
+                  [this, access, route = std::string(method.c_str()) + " " + described,
+                   handler = std::move(handler)](const req_t& q, params_t p) {
+                    Caller caller;
+                    if (!Admit(q, access, route, &caller)) return restinio::request_accepted();
+                    return handler(q, caller, std::move(p));
+                  });
   }
 
   std::unique_ptr<router_t> MakeRouter() {
@@ -420,7 +526,7 @@ struct RestServer::Impl {
     routes.clear();
     auto not_allowed = [this](const char* route) {
       return [this, route](const req_t& req, params_t) {
-        SendError(req, route,
+        SendError(req, Anonymous(req), route,
                   ApiError{405, "method_not_allowed",
                            std::string(req->header().method().c_str()) + " is not allowed on " +
                                std::string(req->header().path())});
@@ -433,67 +539,72 @@ struct RestServer::Impl {
     using restinio::http_method_put;
     using restinio::router::none_of_methods;
 
-    Route(*r, http_method_post(), "/api/v1/tasks",
-          [this](const req_t& q, params_t) { return Submit(q); });
-    Route(*r, http_method_get(), "/api/v1/tasks",
-          [this](const req_t& q, params_t) { return ListTasks(q); });
+    Route(*r, http_method_post(), "/api/v1/tasks", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t) { return Submit(q, c); });
+    Route(*r, http_method_get(), "/api/v1/tasks", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t) { return ListTasks(q, c); });
     r->add_handler(none_of_methods(http_method_get(), http_method_post()), "/api/v1/tasks",
                    not_allowed("/api/v1/tasks"));
-    Route(*r, http_method_get(), "/api/v1/tasks/:id",
-          [this](const req_t& q, params_t p) { return GetTask(q, p); });
-    Route(*r, http_method_delete(), "/api/v1/tasks/:id",
-          [this](const req_t& q, params_t p) { return Cancel(q, p); });
+    Route(*r, http_method_get(), "/api/v1/tasks/:id", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t p) { return GetTask(q, c, p); });
+    Route(*r, http_method_delete(), "/api/v1/tasks/:id", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t p) { return Cancel(q, c, p); });
     r->add_handler(none_of_methods(http_method_get(), http_method_delete()), "/api/v1/tasks/:id",
                    not_allowed("/api/v1/tasks/{id}"));
-    Route(*r, http_method_get(), "/api/v1/gpus",
-          [this](const req_t& q, params_t) { return Gpus(q); });
+    Route(*r, http_method_get(), "/api/v1/gpus", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t) { return Gpus(q, c); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/gpus", not_allowed("/api/v1/gpus"));
-    Route(*r, http_method_get(), "/api/v1/quota",
-          [this](const req_t& q, params_t) { return GetQuota(q); });
-    Route(*r, http_method_put(), "/api/v1/quota",
-          [this](const req_t& q, params_t) { return PutQuota(q); });
+    Route(*r, http_method_get(), "/api/v1/quota", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t) { return GetQuota(q, c); });
+    Route(*r, http_method_put(), "/api/v1/quota", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t) { return PutQuota(q, c); });
     r->add_handler(none_of_methods(http_method_get(), http_method_put()), "/api/v1/quota",
                    not_allowed("/api/v1/quota"));
-    Route(*r, http_method_get(), "/api/v1/teams",
-          [this](const req_t& q, params_t) { return Teams(q); });
+    Route(*r, http_method_get(), "/api/v1/teams", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t) { return Teams(q, c); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/teams",
                    not_allowed("/api/v1/teams"));
-    Route(*r, http_method_get(), "/api/v1/teams/:name",
-          [this](const req_t& q, params_t p) { return GetTeam(q, p); });
-    Route(*r, http_method_put(), "/api/v1/teams/:name",
-          [this](const req_t& q, params_t p) { return PutTeam(q, p); });
-    Route(*r, http_method_delete(), "/api/v1/teams/:name",
-          [this](const req_t& q, params_t p) { return DeleteTeam(q, p); });
+    Route(*r, http_method_get(), "/api/v1/teams/:name", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t p) { return GetTeam(q, c, p); });
+    Route(*r, http_method_put(), "/api/v1/teams/:name", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t p) { return PutTeam(q, c, p); });
+    Route(*r, http_method_delete(), "/api/v1/teams/:name", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t p) { return DeleteTeam(q, c, p); });
     r->add_handler(none_of_methods(http_method_get(), http_method_put(), http_method_delete()),
                    "/api/v1/teams/:name", not_allowed("/api/v1/teams/{name}"));
-    Route(*r, http_method_get(), "/api/v1/agents",
-          [this](const req_t& q, params_t) { return Agents(q); });
+    Route(*r, http_method_get(), "/api/v1/agents", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t) { return Agents(q, c); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/agents",
                    not_allowed("/api/v1/agents"));
-    Route(*r, http_method_get(), "/api/v1/snapshot",
-          [this](const req_t& q, params_t) { return Snapshot(q); });
+    Route(*r, http_method_get(), "/api/v1/snapshot", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t) { return Snapshot(q, c); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/snapshot",
                    not_allowed("/api/v1/snapshot"));
-    Route(*r, http_method_get(), "/api/v1/openapi.yaml", [this](const req_t& q, params_t) {
-      Send(q, "GET /api/v1/openapi.yaml", 200, std::string(OpenApiYaml()), "application/yaml");
-      return restinio::request_accepted();
-    });
+    Route(*r, http_method_get(), "/api/v1/openapi.yaml", Access::kPublic,
+          [this](const req_t& q, const Caller& c, params_t) {
+            Send(q, c, "GET /api/v1/openapi.yaml", 200, std::string(OpenApiYaml()),
+                 "application/yaml");
+            return restinio::request_accepted();
+          });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/openapi.yaml",
                    not_allowed("/api/v1/openapi.yaml"));
     for (const char* p : {"/healthz", "/api/v1/healthz"}) {
-      Route(*r, http_method_get(), p, [this](const req_t& q, params_t) {
-        Send(q, "GET /healthz", 200, R"({"status":"ok"})");
-        return restinio::request_accepted();
-      });
+      Route(*r, http_method_get(), p, Access::kPublic,
+            [this](const req_t& q, const Caller& c, params_t) {
+              Send(q, c, "GET /healthz", 200, R"({"status":"ok"})");
+              return restinio::request_accepted();
+            });
     }
     for (const char* p : {"/readyz", "/api/v1/readyz"}) {
-      Route(*r, http_method_get(), p, [this](const req_t& q, params_t) { return Ready(q); });
+      Route(*r, http_method_get(), p, Access::kPublic,
+            [this](const req_t& q, const Caller& c, params_t) { return Ready(q, c); });
     }
     for (const char* p : {"/metrics", "/api/v1/metrics"}) {
-      Route(*r, http_method_get(), p, [this](const req_t& q, params_t) { return MetricsPage(q); });
+      Route(*r, http_method_get(), p, Access::kMetrics,
+            [this](const req_t& q, const Caller& c, params_t) { return MetricsPage(q, c); });
     }
     r->non_matched_request_handler([this](const req_t& q) {
-      SendError(q, "unmatched",
+      SendError(q, Anonymous(q), "unmatched",
                 {404, "not_found", "no such endpoint: " + std::string(q->header().path())});
       return restinio::request_accepted();
     });
@@ -505,7 +616,8 @@ RestServer::RestServer(RestDeps deps) : impl_(std::make_unique<Impl>()) { impl_-
 
 RestServer::~RestServer() { Stop(); }
 
-Status RestServer::Start(const std::string& host, uint16_t port, size_t threads) {
+Status RestServer::Start(const std::string& host, uint16_t port, const RestOptions& options) {
+  impl_->connections->set_limit(options.max_connections);
   try {
     impl_->server = restinio::run_async<Traits>(
         restinio::external_io_context(*impl_->io),
@@ -515,14 +627,19 @@ Status RestServer::Start(const std::string& host, uint16_t port, size_t threads)
             .incoming_http_msg_limits(
                 restinio::incoming_http_msg_limits_t{}.max_body_size(kTransportBodyLimit))
             .max_pipelined_requests(16)
+            .read_next_http_message_timelimit(options.read_timeout)
+            .max_parallel_connections(options.max_connections)
+            .connection_state_listener(impl_->connections)
             .request_handler(impl_->MakeRouter()),
-        threads);
+        options.threads);
   } catch (const std::exception& e) {
     return Unavailable("cannot listen for HTTP on " + host + ":" + std::to_string(port) + ": " +
                        e.what());
   }
   return OkStatus();
 }
+
+size_t RestServer::connections() const { return impl_->connections->open(); }
 
 std::vector<RestRoute> RestServer::Routes() {
   Impl impl;

@@ -3,21 +3,33 @@
 // status and body; they answer asynchronously, from whichever thread the use case answers on.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "scheduler/application.h"
+#include "scheduler/auth.h"
 #include "scheduler/leader_state.h"
 #include "scheduler/metrics.h"
 
 namespace dgpu::scheduler {
 
+class AuditLog;
+
 struct RestDeps {
   Application* app = nullptr;
-  LeaderState* leader = nullptr;  // For the X-Dgpu-Stale and X-Leader headers.
-  Metrics* metrics = nullptr;     // Counts requests by route and HTTP status.
+  LeaderState* leader = nullptr;        // For the X-Dgpu-Stale and X-Leader headers.
+  Metrics* metrics = nullptr;           // Counts requests by route and HTTP status.
+  const Authenticator* auth = nullptr;  // Who the caller is; nullptr: everyone, as an admin.
+  AuditLog* audit = nullptr;            // Write requests are recorded there; may be nullptr.
+};
+
+struct RestOptions {
+  size_t threads = 2;
+  std::chrono::milliseconds read_timeout{10'000};  // server.read_timeout
+  size_t max_connections = 10000;                  // server.max_connections
 };
 
 // One (method, path) the router serves; the path in OpenAPI form ("/api/v1/tasks/{id}").
@@ -34,8 +46,10 @@ class RestServer {
 
   explicit RestServer(RestDeps deps);
   ~RestServer();
-  // Binds host:port and starts `threads` HTTP threads. Unavailable if it cannot listen.
-  Status Start(const std::string& host, uint16_t port, size_t threads);
+  // Binds host:port and starts the HTTP threads. Unavailable if it cannot listen.
+  Status Start(const std::string& host, uint16_t port, const RestOptions& options);
+  // Open connections now.
+  size_t connections() const;
   void Stop();
 
  private:

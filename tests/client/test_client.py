@@ -276,7 +276,9 @@ def test_every_error_code_has_its_class():
              "unsupported_media_type": dgpu.UnsupportedMediaType, "not_leader": dgpu.NotLeader,
              "unavailable": dgpu.Unavailable, "storage_unavailable": dgpu.StorageUnavailable,
              "internal": dgpu.Internal, "forbidden": dgpu.Forbidden,
-             "already_exists": dgpu.AlreadyExists}
+             "already_exists": dgpu.AlreadyExists, "unauthenticated": dgpu.Unauthenticated,
+             "insecure_remote_access": dgpu.InsecureRemoteAccess,
+             "too_many_pending": dgpu.TooManyPending}
     sys.path.insert(0, os.path.join(harness.HERE, "..", "pylib"))
     import api_contract
     if not api_contract.missing_modules():

@@ -724,6 +724,65 @@ TEST(SchedulerConfigTest, TeamGuaranteesAreNotCheckedAgainstTheClassQuotaHere) {
   EXPECT_DOUBLE_EQ(c.quota.online_percent, 0.0);
 }
 
+TEST(SchedulerConfigTest, AuthLimitsAndServerTimeouts) {
+  const SchedulerConfig d;
+  EXPECT_EQ(d.auth.mode, AuthMode::kNone);
+  EXPECT_FALSE(d.auth.allow_insecure_remote);
+  EXPECT_TRUE(d.auth.metrics_public);
+  EXPECT_EQ(d.limits.max_pending_per_user, 100000);
+  EXPECT_EQ(d.server.read_timeout, milliseconds{10'000});
+  EXPECT_EQ(d.server.max_connections, 10000);
+  const SchedulerConfig c = MustLoadScheduler(
+      "server: {read_timeout: 2s, max_connections: 50}\n"
+      "auth:\n  mode: jwt\n  jwt: {issuer: https://idp, audience: dgpu, rs256_public_key_file: "
+      "/k.pem, default_role: viewer, clock_skew: 0}\n"
+      "limits: {max_pending_per_user: 7}\nlogging: {audit_file: /var/log/dgpu/audit.log}\n");
+  EXPECT_EQ(c.server.read_timeout, milliseconds{2'000});
+  EXPECT_EQ(c.server.max_connections, 50);
+  EXPECT_EQ(c.auth.mode, AuthMode::kJwt);
+  EXPECT_EQ(c.auth.jwt.issuer, "https://idp");
+  EXPECT_EQ(c.auth.jwt.rs256_public_key_file, "/k.pem");
+  EXPECT_EQ(c.auth.jwt.default_role, "viewer");
+  EXPECT_EQ(c.auth.jwt.clock_skew, milliseconds{0});
+  EXPECT_EQ(c.limits.max_pending_per_user, 7);
+  EXPECT_EQ(c.audit_file, "/var/log/dgpu/audit.log");
+  EXPECT_EQ(MustLoadScheduler("auth: {mode: token, tokens_file: /t.yaml}").auth.tokens_file,
+            "/t.yaml");
+
+  struct Case {
+    std::string yaml, message;
+  };
+  const std::vector<Case> cases = {
+      {"auth: {mode: ldap}", "auth.mode: must be one of none, token, jwt; got \"ldap\""},
+      {"auth: {mode: token}", "auth.tokens_file: is required when auth.mode is \"token\""},
+      {"auth: {mode: jwt, jwt: {audience: a, hs256_secret_file: /s}}",
+       "auth.jwt.issuer: is required when auth.mode is \"jwt\""},
+      {"auth: {mode: jwt, jwt: {issuer: i, hs256_secret_file: /s}}",
+       "auth.jwt.audience: is required when auth.mode is \"jwt\""},
+      {"auth: {mode: jwt, jwt: {issuer: i, audience: a}}",
+       "auth.jwt: needs exactly one of hs256_secret_file and rs256_public_key_file"},
+      {"auth: {mode: jwt, jwt: {issuer: i, audience: a, hs256_secret_file: /s, "
+       "rs256_public_key_file: /k}}",
+       "auth.jwt: needs exactly one of hs256_secret_file and rs256_public_key_file"},
+      {"auth: {jwt: {default_role: root}}",
+       "auth.jwt.default_role: must be one of viewer, user, operator, admin; got \"root\""},
+      {"auth: {allow_insecure_remote: maybe}", "auth.allow_insecure_remote: must be true or false"},
+      {"auth: {token_file: x}", "unknown key \"auth.token_file\" (did you mean \"tokens_file\"?)"},
+      {"limits: {max_pending_per_user: 0}", "limits.max_pending_per_user: must be an integer in"},
+      {"server: {read_timeout: 0}", "server.read_timeout: must be a positive duration"},
+      {"server: {max_connections: 0}", "server.max_connections: must be an integer in [1, "},
+  };
+  for (const Case& c : cases) {
+    auto loaded = LoadSchedulerConfigFromString(c.yaml);
+    ASSERT_FALSE(loaded.ok()) << c.yaml;
+    EXPECT_EQ(loaded.status().message().rfind(c.message, 0), 0u)
+        << c.yaml << " -> " << loaded.status().message();
+  }
+  auto agent = LoadAgentConfigFromString("logging: {audit_file: /x}");
+  ASSERT_FALSE(agent.ok());
+  EXPECT_EQ(agent.status().message().rfind("unknown key \"logging.audit_file\"", 0), 0u);
+}
+
 // ---------------------------------------------------------------------------------------------
 // YAML syntax and files.
 

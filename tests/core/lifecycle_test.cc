@@ -178,5 +178,36 @@ TEST_F(LifecycleTest, RestoreRefusesAStopThatCannotBe) {
   EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
 }
 
+// limits.max_pending_per_user reads the count of a user's pending tasks: it follows every way a
+// task enters and leaves its queue (the invariants recount it the slow way after each step).
+TEST_F(LifecycleTest, PendingTasksAreCountedPerUser) {
+  auto submit = [&](const std::string& user, int gpus) {
+    TaskSpec spec = Spec(Priority::kHigh, gpus, "");
+    spec.user = user;
+    auto r = core_.Submit(spec, now_);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : 0;
+  };
+  const TaskNumber a1 = submit("alice", 2);
+  const TaskNumber a2 = submit("alice", 2);
+  submit("bob", 1);
+  submit("", 1);  // No user: not counted.
+  EXPECT_EQ(core_.PendingOfUser("alice"), 2u);
+  EXPECT_EQ(core_.PendingOfUser("bob"), 1u);
+  EXPECT_EQ(core_.PendingOfUser(""), 0u);
+  EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+  Pass();  // a1 starts on the node's two GPUs.
+  EXPECT_EQ(T(a1).status, TaskStatus::kRunning);
+  EXPECT_EQ(core_.PendingOfUser("alice"), 1u);
+  ASSERT_TRUE(core_.Cancel(a2, now_).ok());
+  EXPECT_EQ(core_.PendingOfUser("alice"), 0u);
+  // Preempted: back in the queue, counted again.
+  ASSERT_TRUE(core_.StopTask(a1, StopReason::kPreempt, 5, now_).ok());
+  Confirm(a1);
+  EXPECT_EQ(T(a1).status, TaskStatus::kPending);
+  EXPECT_EQ(core_.PendingOfUser("alice"), 1u);
+  EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+}
+
 }  // namespace
 }  // namespace dgpu::core

@@ -1,5 +1,6 @@
 // dgpuctl command logic, driven through its command line with an in-memory HTTP client.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +33,7 @@ class ForwardingClient : public HttpClient {
  public:
   explicit ForwardingClient(HttpClient* target) : target_(target) {}
   HttpResult Send(HttpMethod method, const std::string& url, const std::string& body) override {
+    target_->set_auth(auth_);  // What the command was given, for the test to read.
     return target_->Send(method, url, body);
   }
 
@@ -85,6 +87,64 @@ class CtlTest : public ::testing::Test {
 
 constexpr char kRunningTask[] =
     R"({"task_id":"task-1","status":"running","node_id":"node-a","exit_code":null})";
+
+// --token, then $DGPU_TOKEN, then the config file; the same order for the server and the CA.
+TEST_F(CtlTest, TokenServerAndCaComeFromFlagsThenEnvironmentThenTheConfigFile) {
+  char dir[] = "/tmp/dgpuctl-config-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string config = std::string(dir) + "/config.yaml";
+  std::ofstream(config) << "server: http://file:1\ntoken: file-token\nca_file: /file/ca.pem\n";
+  ::chmod(config.c_str(), 0600);
+  env_["DGPU_CONFIG"] = config;
+  http_.Answer(Method::kGet, "http://file:1/api/v1/quota", 200, "{}");
+  Outcome r = Run({"-o", "json", "quota"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(http_.auth().token, "file-token");
+  EXPECT_EQ(http_.auth().ca_file, "/file/ca.pem");
+
+  env_["DGPU_TOKEN"] = "env-token";
+  env_["DGPU_SERVER"] = "http://env:2";
+  http_.Answer(Method::kGet, "http://env:2/api/v1/quota", 200, "{}");
+  r = Run({"-o", "json", "quota"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(http_.auth().token, "env-token");
+
+  http_.Answer(Method::kGet, Url("/quota"), 200, "{}");
+  r = Run({"--server", kDefaultServer, "--token", "flag-token", "--cacert", "/flag/ca.pem", "-o",
+           "json", "quota"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(http_.auth().token, "flag-token");
+  EXPECT_EQ(http_.auth().ca_file, "/flag/ca.pem");
+
+  // A token others may read is worth a warning; a broken file stops the command.
+  ::chmod(config.c_str(), 0644);
+  r = Run({"-o", "json", "quota"});
+  EXPECT_NE(r.err.find("holds a token and other users may read it (chmod 600"), std::string::npos)
+      << r.err;
+  std::ofstream(config) << "server: x\ntokn: y\n";
+  r = Run({"quota"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err, "error: " + config +
+                       ": unknown key \"tokn\" (the file holds server, token and ca_file)\n");
+  env_["DGPU_CONFIG"] = std::string(dir) + "/missing.yaml";
+  r = Run({"quota"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("which does not exist"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(CtlTest, UnauthenticatedSaysHowToGiveAToken) {
+  http_.Answer(Method::kGet, Url("/quota"), 401,
+               R"j({"error":{"code":"unauthenticated","message":"this scheduler requires a )j"
+               R"j(bearer token (Authorization: Bearer <token>)"}})j");
+  Outcome r = Run({"quota"});
+  EXPECT_EQ(r.code, kExitApiError);
+  EXPECT_EQ(r.err,
+            "error: this scheduler requires a bearer token (Authorization: Bearer <token>) "
+            "(unauthenticated, HTTP 401); give a token with --token, $DGPU_TOKEN or the config "
+            "file's token\n");
+}
 
 TEST_F(CtlTest, SubmitPostsTheContractBodyAndPrintsTheId) {
   http_.Answer(Method::kPost, Url("/tasks"), 201,

@@ -250,6 +250,7 @@ class Cluster:
         self.agents = {}  # id -> Daemon
         self.agent_configs = {}
         self.old_daemons = []  # killed/replaced incarnations, for their logs
+        self.token = None  # Sent as "Authorization: Bearer" by request() and get() when set.
         _LIVE_CLUSTERS.add(self)
 
     # -- configuration ------------------------------------------------------------------------
@@ -399,11 +400,18 @@ class Cluster:
 
     # -- REST ---------------------------------------------------------------------------------
 
+    def _with_token(self, kw):
+        if self.token is not None:
+            headers = dict(kw.get("headers") or {})
+            headers.setdefault("Authorization", "Bearer " + self.token)
+            kw["headers"] = headers
+        return kw
+
     def request(self, method, path, body=None, **kw):
-        return http(self.base, method, path, body=body, **kw)
+        return http(self.base, method, path, body=body, **self._with_token(kw))
 
     def get(self, path, **kw):
-        return http(self.base, "GET", path, **kw)
+        return http(self.base, "GET", path, **self._with_token(kw))
 
     def submit(self, command, gpu_count=1, priority="high", expect=201, **fields):
         body = {"priority": priority, "gpu_count": gpu_count, "command": command}

@@ -186,8 +186,8 @@ class ApplicationTest : public ::testing::Test {
   FakeAgentChannel agents_;
   RecordingAuthorizer authorizer_;
   std::unique_ptr<Application> app_;
-  Caller caller_{Caller::Transport::kRest, "127.0.0.1:5000"};
-  Caller agent_caller_{Caller::Transport::kGrpc, "ipv4:10.0.0.5:4000"};
+  Caller caller_{Caller::Transport::kRest, "127.0.0.1:5000", {}};
+  Caller agent_caller_{Caller::Transport::kGrpc, "ipv4:10.0.0.5:4000", {}};
 };
 
 TEST_F(ApplicationTest, SubmitAnswersOnceTheTaskIsDurable) {

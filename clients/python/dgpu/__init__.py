@@ -8,10 +8,10 @@
 
 from .client import DEFAULT_SERVER, UNCHANGED, Client, Snapshot, TaskPage, resolve_server
 from .errors import (AlreadyExists, ApiError, Conflict, ConnectionFailed, DgpuError, Forbidden,
-                     Internal, InvalidField,
+                     InsecureRemoteAccess, Internal, InvalidField,
                      InvalidJson, MethodNotAllowed, NotFound, NotLeader, PayloadTooLarge,
-                     StorageUnavailable, Unavailable, UnknownField, UnsupportedMediaType,
-                     WaitTimeout)
+                     StorageUnavailable, TooManyPending, Unauthenticated, Unavailable,
+                     UnknownField, UnsupportedMediaType, WaitTimeout)
 from .models import (DEFAULT_TEAM, FINISHED, PENDING_REASONS, PRIORITIES, STATUSES, Agent, Gpu,
                      GpuList, NodeAllocation, Quota, QuotaClass, Submitted, Task, Team, TeamClass)
 
@@ -22,7 +22,8 @@ __all__ = [
     "DgpuError", "ApiError", "ConnectionFailed", "WaitTimeout",
     "InvalidJson", "InvalidField", "UnknownField", "NotFound", "MethodNotAllowed", "Conflict",
     "PayloadTooLarge", "UnsupportedMediaType", "NotLeader", "Unavailable", "StorageUnavailable",
-    "Internal", "Forbidden", "AlreadyExists",
+    "Internal", "Forbidden", "AlreadyExists", "Unauthenticated", "InsecureRemoteAccess",
+    "TooManyPending",
     "Task", "NodeAllocation", "Submitted", "Gpu", "GpuList", "Quota", "QuotaClass", "Team",
     "TeamClass", "Agent", "PRIORITIES", "STATUSES", "FINISHED", "PENDING_REASONS", "DEFAULT_TEAM",
 ]

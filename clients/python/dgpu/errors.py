@@ -109,8 +109,25 @@ class StorageUnavailable(ApiError):
 
 
 class Forbidden(ApiError):
-    """403: the caller may not do this (no v1 endpoint refuses a caller yet)."""
+    """403: the caller's role or teams do not allow this (a viewer submitting, a user
+    cancelling another user's task)."""
     code = "forbidden"
+
+
+class InsecureRemoteAccess(Forbidden):
+    """403: the scheduler runs without authentication and answers loopback clients only."""
+    code = "insecure_remote_access"
+
+
+class Unauthenticated(ApiError):
+    """401: no token, or one the scheduler does not accept (unknown, expired, wrong audience);
+    the message says which."""
+    code = "unauthenticated"
+
+
+class TooManyPending(ApiError):
+    """429: the user has limits.max_pending_per_user pending tasks already."""
+    code = "too_many_pending"
 
 
 class AlreadyExists(ApiError):
@@ -146,7 +163,8 @@ _BY_CODE: Dict[str, Type[ApiError]] = {
     cls.code: cls for cls in (InvalidJson, InvalidField, UnknownField, NotFound,
                               MethodNotAllowed, Conflict, PayloadTooLarge, UnsupportedMediaType,
                               NotLeader, Unavailable, StorageUnavailable, Internal, Forbidden,
-                              AlreadyExists)
+                              AlreadyExists, InsecureRemoteAccess, Unauthenticated,
+                              TooManyPending)
 }
 
 _QUOTED = re.compile(r'^unknown (?:field|query parameter) "([^"]*)"')
