@@ -1,10 +1,11 @@
-# dgpu front door: make deps | build | test | test-asan | test-tsan | run | bench | fmt | fmt-check |
+# dgpu front door: make deps | build | test | test-asan | test-tsan | fuzz | run | bench | fmt | fmt-check |
 # tidy | lint-api | lint
+SHELL := /bin/bash
 PRESET ?= release
 BUILD_DIR := $(if $(filter release,$(PRESET)),build,build-$(PRESET))
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test test-asan test-tsan run bench fmt fmt-check tidy lint-api lint clean
+.PHONY: all deps configure build test test-asan test-tsan fuzz run bench fmt fmt-check tidy lint-api lint clean
 
 all: build
 
@@ -28,6 +29,26 @@ test-asan:
 	cmake --preset asan
 	cmake --build --preset asan -j $(JOBS)
 	ctest --preset asan -j $(JOBS)
+
+# libFuzzer targets (fuzz/, preset "fuzz": clang with AddressSanitizer and UBSan), each run for
+# FUZZ_SECONDS on a scratch copy of its seed corpus fuzz/corpus/<target>/ (the seeds are only
+# read). A crash, a sanitizer report or a leak fails the run and leaves the input in
+# build-fuzz/artifacts/.
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS := fuzz_rest fuzz_config fuzz_auth fuzz_stored fuzz_text
+fuzz:
+	cmake --preset fuzz
+	cmake --build --preset fuzz -j $(JOBS)
+	mkdir -p build-fuzz/artifacts
+	set -e; for t in $(FUZZ_TARGETS); do \
+	  rm -rf build-fuzz/corpus/$$t; mkdir -p build-fuzz/corpus/$$t; \
+	  echo "== $$t ($(FUZZ_SECONDS) s)"; \
+	  build-fuzz/bin/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	    -max_len=65536 -print_final_stats=1 -artifact_prefix=build-fuzz/artifacts/$$t- \
+	    build-fuzz/corpus/$$t fuzz/corpus/$$t 2>&1 | \
+	    grep -E "^(INFO: Seed|#[0-9]+ +DONE|stat::number_of_executed_units|==[0-9]+==|SUMMARY)" ; \
+	  test "$${PIPESTATUS[0]}" -eq 0; \
+	done
 
 # The daemon binaries built with ThreadSanitizer (build-tsan) under the integration and HA suites
 # (ctest labels "integration" and "ha"). Reports go to build-tsan/tsan-reports/; tests/pylib/tsan_triage.py
@@ -76,4 +97,4 @@ lint-api: $(REDOCLY)
 lint: tidy lint-api
 
 clean:
-	rm -rf build build-debug build-asan build-tsan
+	rm -rf build build-debug build-asan build-tsan build-fuzz

@@ -5,11 +5,11 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
-  clang-format clang-tidy
+  clang-format clang-tidy clang libclang-rt-14-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libabsl-dev
   librestinio-dev libasio-dev libhttp-parser-dev libfmt-dev
   libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev libsqlite3-dev sqlite3
-  libcli11-dev libcurl4-openssl-dev curl
+  libcli11-dev libcurl4-openssl-dev curl libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   wrk prometheus etcd-server etcd-client
   python3 python3-yaml python3-jsonschema python3-pytest python3-pip python3-setuptools

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "agent/process_executor.h"
+#include "agent/run_as.h"
 #include "common/task_env.h"
 
 namespace dgpu::agent {
@@ -67,6 +68,23 @@ Status DockerExecutor::Start(const TaskLaunch& launch) {
   if (!argv.ok()) return argv.status();
   LaunchPlan plan;
   plan.argv = std::move(*argv);
+  if (options_.run_as_submitter) {
+    StatusOr<RunAsUser> user = LookUpRunAsUser(launch.user, options_.allow_root);
+    if (!user.ok()) {
+      plan.refused = user.status().message();
+    } else {
+      // After "run": docker run --user U:G --group-add G1 ... (the rest as built).
+      std::vector<std::string> ids = {"--user",
+                                      std::to_string(user->uid) + ":" + std::to_string(user->gid)};
+      for (gid_t g : user->groups) {
+        if (g == user->gid) continue;
+        ids.push_back("--group-add");
+        ids.push_back(std::to_string(g));
+      }
+      plan.argv.insert(plan.argv.begin() + 2, ids.begin(), ids.end());
+      plan.owner = std::make_pair(user->uid, user->gid);
+    }
+  }
   std::vector<std::pair<std::string, std::string>> client_env;
   if (!options_.socket.empty()) client_env.emplace_back("DOCKER_HOST", "unix://" + options_.socket);
   plan.env = MergeEnvironment(CurrentEnvironment(), client_env);

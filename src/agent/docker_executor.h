@@ -34,6 +34,10 @@ struct DockerExecutorOptions {
   std::string socket;
   bool child_subreaper = true;
   std::function<int64_t()> clock;  // Unix micros; default: system clock.
+  // executor.run_as: submitter: the container runs with --user uid:gid and --group-add for the
+  // submitter's groups on this node.
+  bool run_as_submitter = false;
+  bool allow_root = false;
 };
 
 // "dgpu-<task_id>".

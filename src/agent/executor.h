@@ -31,6 +31,7 @@ struct TaskLaunch {
   std::vector<int> gpu_indices;  // Node-local GPU indices, in the order the task sees them.
   int64_t timeout_seconds = 0;   // 0 = no limit.
   std::string image;             // Docker image; empty = the executor's default image.
+  std::string user;              // The submitter (executor.run_as: submitter); may be empty.
 };
 
 struct TaskExit {

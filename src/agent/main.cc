@@ -8,6 +8,7 @@
 #include <iostream>
 #include <thread>
 
+#include "agent/child_process.h"
 #include "agent/docker_executor.h"
 #include "agent/epoch_file.h"
 #include "agent/finish_outbox.h"
@@ -109,6 +110,13 @@ int Run(int argc, char** argv) {
   if (ec)
     return Fail("executor.work_dir: cannot create " + cfg.executor.work_dir + ": " + ec.message());
 
+  const bool run_as_submitter = cfg.executor.run_as == common::RunAs::kSubmitter;
+  if (run_as_submitter && geteuid() != 0) {
+    return Fail(
+        "executor.run_as: submitter needs the agent to run as root (it switches to each task's "
+        "user); this agent runs as uid " +
+        std::to_string(geteuid()));
+  }
   std::unique_ptr<Executor> executor;
   if (cfg.executor.execution_method == common::ExecutionMethod::kDocker) {
     DockerExecutorOptions o;
@@ -117,11 +125,23 @@ int Run(int argc, char** argv) {
     o.docker_binary = cfg.executor.docker.binary;
     o.default_image = cfg.executor.docker.default_image;
     o.socket = cfg.executor.docker.socket;
+    o.run_as_submitter = run_as_submitter;
+    o.allow_root = cfg.executor.allow_root;
     executor = std::make_unique<DockerExecutor>(std::move(o));
   } else {
     ProcessExecutorOptions o;
     o.work_dir = cfg.executor.work_dir;
     o.kill_grace = cfg.executor.kill_grace_period;
+    o.run_as_submitter = run_as_submitter;
+    o.allow_root = cfg.executor.allow_root;
+    if (run_as_submitter) {
+      auto setpriv = FindExecutable("setpriv");
+      if (!setpriv.ok()) {
+        return Fail("executor.run_as: submitter needs setpriv (util-linux): " +
+                    setpriv.status().message());
+      }
+      o.setpriv = *setpriv;
+    }
     executor = std::make_unique<ProcessExecutor>(std::move(o));
   }
 

@@ -3,6 +3,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "agent/run_as.h"
 #include "common/task_env.h"
 
 extern char** environ;
@@ -61,6 +62,19 @@ Status ProcessExecutor::Start(const TaskLaunch& launch) {
   LaunchPlan plan;
   plan.argv = {options_.shell, "-c", launch.command};
   plan.env = BuildEnvironment(launch);
+  if (options_.run_as_submitter) {
+    StatusOr<RunAsUser> user = LookUpRunAsUser(launch.user, options_.allow_root);
+    if (!user.ok()) {
+      plan.refused = user.status().message();
+    } else {
+      std::vector<std::string> argv = SetprivPrefix(*user, options_.setpriv);
+      argv.insert(argv.end(), plan.argv.begin(), plan.argv.end());
+      plan.argv = std::move(argv);
+      plan.env = MergeEnvironment(
+          plan.env, {{"HOME", user->home}, {"USER", user->name}, {"LOGNAME", user->name}});
+      plan.owner = std::make_pair(user->uid, user->gid);
+    }
+  }
   return supervisor_.Start(launch, plan);
 }
 

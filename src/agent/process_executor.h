@@ -30,6 +30,10 @@ struct ProcessExecutorOptions {
   // Base environment ("KEY=VALUE"); nullopt = the agent's environment at Start().
   std::optional<std::vector<std::string>> base_env;
   std::function<int64_t()> clock;  // Unix micros; default: system clock.
+  // executor.run_as: submitter: tasks run as their `user` through setpriv (run_as.h).
+  bool run_as_submitter = false;
+  bool allow_root = false;
+  std::string setpriv = "setpriv";
 };
 
 class ProcessExecutor final : public SupervisedExecutor {

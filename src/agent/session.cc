@@ -323,6 +323,7 @@ void AgentSession::HandleInbound() {
       launch.gpu_indices.assign(a.gpu_indices().begin(), a.gpu_indices().end());
       launch.timeout_seconds = a.timeout_seconds();
       launch.image = a.image();
+      launch.user = a.user();
       StartTask(a.task_id(), launch, m.epoch());
     }
     ApplyStops(m);

@@ -121,6 +121,26 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
   if (log_fd < 0) {
     return start_failed("cannot open log '" + log_path + "': " + strerror(errno));
   }
+  if (!plan.refused.empty()) {
+    AppendLine(log_fd, "dgpu: task did not start: " + plan.refused);
+    close(log_fd);
+    TaskExit exit;
+    exit.task_id = launch.task_id;
+    exit.error = plan.refused;
+    exit.finished_at_unix_micros = now;
+    pending_exits_.push_back(std::move(exit));
+    return OkStatus();
+  }
+  if (plan.owner) {
+    const auto [uid, gid] = *plan.owner;
+    if (chown(task_dir.c_str(), uid, gid) != 0 || fchown(log_fd, uid, gid) != 0) {
+      const std::string why = std::string("cannot give the task's directory and log to uid ") +
+                              std::to_string(uid) + ": " + strerror(errno);
+      AppendLine(log_fd, "dgpu: task did not start: " + why);
+      close(log_fd);
+      return start_failed(why);
+    }
+  }
   SpawnOptions spawn;
   spawn.argv = plan.argv;
   spawn.env = plan.env;

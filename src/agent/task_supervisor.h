@@ -54,6 +54,11 @@ struct LaunchPlan {
   std::vector<std::string> kill_argv;
   // Environment for stop/kill commands; empty = the agent's environment.
   std::vector<std::string> helper_env;
+  // Not empty: the task is not started and finishes with exactly this error (its log says why),
+  // e.g. "unknown_user: ...".
+  std::string refused;
+  // The task's directory and log belong to this uid:gid (executor.run_as: submitter).
+  std::optional<std::pair<uid_t, gid_t>> owner;
 };
 
 class TaskSupervisor {

@@ -60,6 +60,7 @@ constexpr EnumName<GpuDetectionMethod> kDetectionMethods[] = {
     {"fake", GpuDetectionMethod::kFake}};
 constexpr EnumName<ExecutionMethod> kExecutionMethods[] = {{"process", ExecutionMethod::kProcess},
                                                            {"docker", ExecutionMethod::kDocker}};
+constexpr EnumName<RunAs> kRunAs[] = {{"agent", RunAs::kAgent}, {"submitter", RunAs::kSubmitter}};
 
 template <typename E, size_t N>
 std::string_view NameOf(const EnumName<E> (&table)[N], E value) {
@@ -749,9 +750,9 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
   DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadString("model", &g.fake.model, false));
   DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadInt("memory_mb", 1, int64_t{1} << 40, &g.fake.memory_mb));
 
-  DGPU_OPEN_SECTION(
-      executor, root, "executor",
-      {"execution_method", "work_dir", "kill_grace_period", "keep_tasks_on_exit", "docker"});
+  DGPU_OPEN_SECTION(executor, root, "executor",
+                    {"execution_method", "work_dir", "kill_grace_period", "keep_tasks_on_exit",
+                     "docker", "run_as", "allow_root"});
   ExecutorConfig& e = c.executor;
   DGPU_CONFIG_RETURN_IF_ERROR(
       executor.ReadEnum("execution_method", kExecutionMethods, &e.execution_method));
@@ -759,6 +760,8 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
   DGPU_CONFIG_RETURN_IF_ERROR(
       executor.ReadDuration("kill_grace_period", &e.kill_grace_period, DurationRule::kNonNegative));
   DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadBool("keep_tasks_on_exit", &e.keep_tasks_on_exit));
+  DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadEnum("run_as", kRunAs, &e.run_as));
+  DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadBool("allow_root", &e.allow_root));
   DGPU_OPEN_SECTION(docker, executor, "docker", {"socket", "default_image", "binary"});
   DGPU_CONFIG_RETURN_IF_ERROR(docker.ReadString("socket", &e.docker.socket, false));
   DGPU_CONFIG_RETURN_IF_ERROR(docker.ReadString("default_image", &e.docker.default_image, false));
@@ -890,5 +893,6 @@ std::string_view ToString(ElectionMethod value) { return NameOf(kElectionMethods
 std::string_view ToString(AuthMode value) { return NameOf(kAuthModes, value); }
 std::string_view ToString(GpuDetectionMethod value) { return NameOf(kDetectionMethods, value); }
 std::string_view ToString(ExecutionMethod value) { return NameOf(kExecutionMethods, value); }
+std::string_view ToString(RunAs value) { return NameOf(kRunAs, value); }
 
 }  // namespace dgpu::common

@@ -257,8 +257,14 @@ struct DockerConfig {
 };
 
 // Section `executor`.
+enum class RunAs { kAgent, kSubmitter };
+
 struct ExecutorConfig {
   ExecutionMethod execution_method = ExecutionMethod::kProcess;
+  // submitter: a task runs with the uid, gid and groups of its `user` on this node (the agent
+  // must run as root); agent: as the agent's own user.
+  RunAs run_as = RunAs::kAgent;
+  bool allow_root = false;  // run_as submitter: a task of a user with uid 0 may run
   std::string work_dir = "/var/lib/dgpu-agent/tasks";
   milliseconds kill_grace_period{10'000};  // SIGTERM to SIGKILL; >= 0
   bool keep_tasks_on_exit = false;         // true: tasks outlive the agent process
@@ -317,6 +323,7 @@ std::string_view ToString(ReplicationMode value);
 std::string_view ToString(ElectionMethod value);
 std::string_view ToString(GpuDetectionMethod value);
 std::string_view ToString(ExecutionMethod value);
+std::string_view ToString(RunAs value);
 std::string_view ToString(AuthMode value);
 
 }  // namespace dgpu::common

@@ -227,6 +227,7 @@ void AgentHub::Dispatch(const core::SchedulerCore& core,
     for (int i : d.gpu_indices) a->add_gpu_indices(i);
     a->set_timeout_seconds(t->spec.timeout_seconds);
     a->set_image(t->spec.image);
+    a->set_user(t->spec.user);
   }
   for (auto& [node, msg] : by_node) Send(node, std::move(msg));
 }

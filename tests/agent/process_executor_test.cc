@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -504,6 +506,123 @@ TEST_F(ProcessExecutorTest, MakesTheAgentAChildSubreaper) {
   int flag = 0;
   ASSERT_EQ(prctl(PR_GET_CHILD_SUBREAPER, &flag, 0, 0, 0), 0);
   EXPECT_EQ(flag, 1);
+}
+
+// --- executor.run_as: submitter ----------------------------------------------------------------
+
+// A user and a group of its own, made with useradd and removed afterwards (root only).
+class TestAccount {
+ public:
+  TestAccount() {
+    const std::string suffix = std::to_string(getpid());
+    name_ = "dgpu-ru-" + suffix;
+    group_ = "dgpu-rg-" + suffix;
+    ok_ = Run("groupadd " + group_) && Run("useradd -M -N -s /bin/sh -G " + group_ + " " + name_);
+  }
+  ~TestAccount() {
+    Run("userdel " + name_);
+    Run("groupdel " + group_);
+  }
+  bool ok() const { return ok_; }
+  const std::string& name() const { return name_; }
+  std::string Id(const std::string& flag) const {
+    auto r = RunCommand({"id", flag, name_}, 5000);
+    if (!r.ok()) return "";
+    std::string out = r->out;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    return out;
+  }
+
+ private:
+  // /etc/passwd may be locked by a parallel test: a few tries.
+  static bool Run(const std::string& command) {
+    for (int i = 0; i < 20; ++i) {
+      auto r = RunCommand({"/bin/sh", "-c", command + " 2>&1"}, 10000);
+      if (r.ok() && r->wait_status == 0) return true;
+      usleep(100000);
+    }
+    return false;
+  }
+  std::string name_, group_;
+  bool ok_ = false;
+};
+
+class RunAsSubmitterTest : public ProcessExecutorTest {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "run_as submitter needs root";
+    if (!FindExecutable("setpriv").ok() || !FindExecutable("useradd").ok()) {
+      GTEST_SKIP() << "needs setpriv and useradd";
+    }
+    ASSERT_EQ(chmod(dir_.path().c_str(), 0755), 0);  // The user walks into work_dir.
+  }
+  ProcessExecutorOptions Options(bool allow_root = false) {
+    ProcessExecutorOptions o = ProcessExecutorTest::Options();
+    o.run_as_submitter = true;
+    o.allow_root = allow_root;
+    return o;
+  }
+};
+
+TEST_F(RunAsSubmitterTest, TaskRunsWithTheUsersIdsAndOwnsItsFiles) {
+  TestAccount account;
+  ASSERT_TRUE(account.ok());
+  ProcessExecutor executor(Options());
+  TaskLaunch launch = Launch("task-ru", "id -u; id -g; id -G; echo HOME=$HOME USER=$USER; touch f");
+  launch.user = account.name();
+  ASSERT_TRUE(executor.Start(launch).ok());
+  auto exit = PollUntilExit(executor, "task-ru");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success) << exit->error << ReadFile(executor.LogPath("task-ru"));
+  const std::string uid = account.Id("-u"), gid = account.Id("-g"), groups = account.Id("-G");
+  ASSERT_FALSE(uid.empty());
+  ASSERT_NE(uid, "0");
+  EXPECT_EQ(ReadFile(executor.LogPath("task-ru")), uid + "\n" + gid + "\n" + groups +
+                                                       "\nHOME=/home/" + account.name() +
+                                                       " USER=" + account.name() + "\n");
+  EXPECT_EQ(groups.find(' '), groups.rfind(' '));  // Its own group and the extra one.
+  struct stat st {};
+  ASSERT_EQ(stat(TaskFile("task-ru", "f").c_str(), &st), 0);
+  EXPECT_EQ(std::to_string(st.st_uid), uid);
+  ASSERT_EQ(stat(executor.LogPath("task-ru").c_str(), &st), 0);
+  EXPECT_EQ(std::to_string(st.st_uid), uid);
+  EXPECT_EQ(std::to_string(st.st_gid), gid);
+  ASSERT_EQ(stat((dir_.path() + "/work/task-ru").c_str(), &st), 0);
+  EXPECT_EQ(std::to_string(st.st_uid), uid);
+}
+
+TEST_F(RunAsSubmitterTest, UnknownUserNoUserAndRootFailTheTaskNamingWhy) {
+  ProcessExecutor executor(Options());
+  TaskLaunch nobody = Launch("task-unknown", "echo ran");
+  nobody.user = "dgpu-no-such-user";
+  TaskLaunch none = Launch("task-none", "echo ran");
+  TaskLaunch root = Launch("task-root", "echo ran");
+  root.user = "root";
+  for (const TaskLaunch& l : {nobody, none, root}) ASSERT_TRUE(executor.Start(l).ok());
+  // They fail at Start: one Poll returns all three.
+  std::map<std::string, TaskExit> exits;
+  for (const TaskExit& e : executor.Poll(testing::UnixMicros())) exits[e.task_id] = e;
+  ASSERT_EQ(exits.size(), 3u);
+  EXPECT_EQ(exits["task-unknown"].error,
+            "unknown_user: no user \"dgpu-no-such-user\" on this node");
+  EXPECT_FALSE(exits["task-unknown"].success);
+  EXPECT_EQ(exits["task-unknown"].exit_code, -1);
+  EXPECT_THAT(exits["task-none"].error, StartsWith("unknown_user: the task names no user"));
+  EXPECT_EQ(exits["task-root"].error,
+            "root_not_allowed: user \"root\" has uid 0, and executor.allow_root is false on this "
+            "node");
+  EXPECT_EQ(ReadFile(executor.LogPath("task-unknown")),
+            "dgpu: task did not start: unknown_user: no user \"dgpu-no-such-user\" on this node\n");
+
+  // allow_root: root's task runs.
+  ProcessExecutor rooted(Options(/*allow_root=*/true));
+  TaskLaunch again = Launch("task-root2", "id -u");
+  again.user = "root";
+  ASSERT_TRUE(rooted.Start(again).ok());
+  auto exit = PollUntilExit(rooted, "task-root2");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success) << exit->error;
+  EXPECT_EQ(ReadFile(rooted.LogPath("task-root2")), "0\n");
 }
 
 }  // namespace

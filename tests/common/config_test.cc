@@ -783,6 +783,18 @@ TEST(SchedulerConfigTest, AuthLimitsAndServerTimeouts) {
   EXPECT_EQ(agent.status().message().rfind("unknown key \"logging.audit_file\"", 0), 0u);
 }
 
+TEST(AgentConfigTest, RunAsSubmitter) {
+  EXPECT_EQ(AgentConfig{}.executor.run_as, RunAs::kAgent);
+  EXPECT_FALSE(AgentConfig{}.executor.allow_root);
+  const AgentConfig c = MustLoadAgent("executor: {run_as: submitter, allow_root: true}");
+  EXPECT_EQ(c.executor.run_as, RunAs::kSubmitter);
+  EXPECT_TRUE(c.executor.allow_root);
+  auto bad = LoadAgentConfigFromString("executor: {run_as: nobody}");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "executor.run_as: must be one of agent, submitter; got \"nobody\"");
+}
+
 // ---------------------------------------------------------------------------------------------
 // YAML syntax and files.
 

@@ -393,6 +393,60 @@ class ProtectedModeInsecureRemoteTest(ProtectedModeTest):
 
 
 # ----------------------------------------------------------------------------------------------
+# executor.run_as: submitter, with users made by the test.
+
+def _run(cmd):
+    for _ in range(20):  # /etc/passwd may be locked by another test's useradd.
+        if subprocess.run(cmd, capture_output=True).returncode == 0:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+class RunAsSubmitterTest(ClusterTestCase):
+    AGENTS = 1
+
+    def setUp(self):
+        if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("setpriv"):
+            self.skipTest("needs root, useradd and setpriv")
+        suffix = str(os.getpid())
+        self.user, self.group = "dgpu-itu-" + suffix, "dgpu-itg-" + suffix
+        self.assertTrue(_run(["groupadd", self.group]))
+        self.addCleanup(_run, ["groupdel", self.group])
+        self.assertTrue(_run(["useradd", "-M", "-N", "-s", "/bin/sh", "-G", self.group,
+                              self.user]))
+        self.addCleanup(_run, ["userdel", self.user])
+        super().setUp()
+
+    def start_cluster(self):
+        os.chmod(self.c.tmp, 0o755)  # Tasks of the test user walk into the agent's work_dir.
+        self.c.start(agents=1, gpus=4, agent_kwargs={
+            "extra": {"executor": {"run_as": "submitter"}}})
+
+    def test_task_runs_as_its_user_and_an_unknown_user_fails(self):
+        def ids(flag):
+            return subprocess.run(["id", flag, self.user], capture_output=True,
+                                  text=True).stdout.strip()
+        task = self.c.submit("id -u; id -G; touch mine", user=self.user)
+        t = self.c.wait_finished(task)
+        log = self.c.task_log("a1", task)
+        self.assertEqual(t["status"], "success", (t, read_text(log)))
+        self.assertEqual(read_text(log), "%s\n%s\n" % (ids("-u"), ids("-G")))
+        self.assertEqual(str(os.stat(log).st_uid), ids("-u"))
+        mine = os.path.join(self.c.work_dir("a1"), task, "mine")
+        self.assertEqual(str(os.stat(mine).st_uid), ids("-u"))
+
+        bad = self.c.submit("true", user="dgpu-nobody-here")
+        t = self.c.wait_finished(bad)
+        self.assertEqual(t["status"], "failed", t)
+        self.assertEqual(t["error"], 'unknown_user: no user "dgpu-nobody-here" on this node')
+        root = self.c.submit("true", user="root")
+        t = self.c.wait_finished(root)
+        self.assertEqual(t["status"], "failed", t)
+        self.assertTrue(t["error"].startswith("root_not_allowed: "), t)
+
+
+# ----------------------------------------------------------------------------------------------
 # Slow clients.
 
 class SlowClientTest(ClusterTestCase):

@@ -1,0 +1,44 @@
+// REST request bodies and query strings, as the HTTP threads parse them: the first byte picks
+// the parser, the rest is the input. A parse that succeeds is also validated the way the
+// application validates it.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "scheduler/api_json.h"
+#include "scheduler/application.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::string_view input(reinterpret_cast<const char*>(data) + 1, size - 1);
+  using namespace dgpu::scheduler;
+  switch (data[0] % 5) {
+    case 0: {
+      dgpu::core::TaskSpec spec;
+      if (!ParseSubmitRequest(input, &spec)) (void)ValidateTaskSpec(spec);
+      break;
+    }
+    case 1: {
+      TeamRequest team;
+      team.name = "fuzz";
+      (void)ParseTeamRequest(input, &team);
+      break;
+    }
+    case 2: {
+      double online = 0;
+      (void)ParseQuotaRequest(input, &online);
+      break;
+    }
+    case 3: {
+      ListTasksRequest list;
+      (void)ParseListQuery(input, &list);
+      break;
+    }
+    default: {
+      std::optional<int32_t> grace;
+      (void)ParseCancelQuery(input, &grace);
+      break;
+    }
+  }
+  return 0;
+}
