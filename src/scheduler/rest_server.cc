@@ -469,6 +469,20 @@ struct RestServer::Impl {
   // auth.metrics_public (metrics), or authenticated callers (the rest).
   enum class Access { kPublic, kMetrics, kAuthenticated };
 
+  // Protected mode refusals: the first one, then at most one line a minute with the count.
+  std::atomic<int64_t> remote_refusals{0};
+  std::atomic<int64_t> last_refusal_log{-60'000'000};
+  void LogRemoteRefusal(const std::string& peer) {
+    const int64_t count = remote_refusals.fetch_add(1, std::memory_order_relaxed) + 1;
+    const int64_t now = common::NowMicros();
+    int64_t last = last_refusal_log.load(std::memory_order_relaxed);
+    if (now - last < 60'000'000 || !last_refusal_log.compare_exchange_strong(last, now)) return;
+    spdlog::warn(
+        "refused a REST request from {}: not a loopback peer, and auth.mode is none without "
+        "auth.allow_insecure_remote ({} such requests refused so far)",
+        peer, count);
+  }
+
   // The caller of `req`, or false once it has been answered with 401 or 403.
   bool Admit(const req_t& req, Access access, const std::string& route, Caller* caller) {
     caller->peer = PeerOf(req);
@@ -481,6 +495,7 @@ struct RestServer::Impl {
     }
     const AuthRefusal& refusal = std::get<AuthRefusal>(who);
     if (refusal.kind == AuthRefusal::Kind::kInsecureRemote) {
+      LogRemoteRefusal(caller->peer);
       SendError(req, *caller, route, ApiError{403, "insecure_remote_access", refusal.message});
       return false;
     }

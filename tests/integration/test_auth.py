@@ -372,6 +372,8 @@ class ProtectedModeRefusesRemotePeersTest(ProtectedModeTest):
         self.assertIn("auth.allow_insecure_remote", err["message"])
         for path in ("/healthz", "/readyz", "/metrics"):
             self.assertEqual(self.remote_get(path)[0], 200, path)
+        self.assertIn("refused a REST request from 198.51.100.2:",
+                      read_text(self.c.scheduler.stdout_path))
         # Loopback is served as before.
         self.assertEqual(self.c.get(API + "/tasks").status, 200)
         agent = self.start_remote_agent()

@@ -330,13 +330,14 @@ TEST(JwtTest, Rs256TokenVerifiesWithThePublicKeyOnly) {
   ASSERT_NE(key, nullptr);
   BIO* bio = BIO_new(BIO_s_mem());
   PEM_write_bio_PUBKEY(bio, key);
-  char* pem = nullptr;
-  const long pem_len = BIO_get_mem_data(bio, &pem);
+  char* pem_data = nullptr;
+  const long pem_len = BIO_get_mem_data(bio, &pem_data);
+  const std::string pem(pem_data, pem_len);
+  BIO_free(bio);
   common::JwtConfig cfg;
   cfg.issuer = "https://idp.example";
   cfg.audience = "dgpu";
-  cfg.rs256_public_key_file = dir.Write("key.pem", std::string(pem, pem_len));
-  BIO_free(bio);
+  cfg.rs256_public_key_file = dir.Write("key.pem", pem);
   auto v = JwtVerifier::Create(cfg);
   ASSERT_TRUE(v.ok()) << v.status().message();
 
@@ -359,8 +360,7 @@ TEST(JwtTest, Rs256TokenVerifiesWithThePublicKeyOnly) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->identity.user, "alice");
   // The algorithm-confusion attack: an HS256 token "signed" with the public key as secret.
-  auto confused =
-      (*v)->Verify(SignHs256({{"alg", "HS256"}}, Claims(), std::string(pem, 10)), Now());
+  auto confused = (*v)->Verify(SignHs256({{"alg", "HS256"}}, Claims(), pem), Now());
   ASSERT_FALSE(confused.ok());
   EXPECT_NE(confused.status().message().find("accepts RS256 only"), std::string::npos);
   // A flipped byte of the signature.
