@@ -22,8 +22,10 @@ _dgpuctl() {
   local cur="${COMP_WORDS[COMP_CWORD]}"
   local prev=""
   ((COMP_CWORD > 0)) && prev="${COMP_WORDS[COMP_CWORD - 1]}"
-  local global_opts="--server -o --output --timeout --request-timeout --no-headers --help --version"
-  local value_opts=" --server -o --output --timeout --request-timeout --gpus --priority --model \
+  local global_opts="--server --token --cacert -o --output --timeout --request-timeout --no-headers \
+--help --version"
+  local value_opts=" --server --token --cacert -o --output --timeout --request-timeout --gpus \
+--priority --model \
 --name --env --image --team --preemption-grace --status --limit --offset --after --interval \
 --online --batch --max-gpus --weight --grace "
 
@@ -52,6 +54,13 @@ _dgpuctl() {
   done
 
   case "$prev" in
+    --cacert)
+      COMPREPLY=($(compgen -f -- "$cur"))
+      return 0
+      ;;
+    --token)
+      return 0
+      ;;
     -o | --output)
       COMPREPLY=($(compgen -W "table json wide" -- "$cur"))
       return 0

@@ -649,6 +649,9 @@ TEST_F(DgpuctlProcessTest, CompletionScriptMatchesTheDeployedFileAndCompletes) {
   EXPECT_EQ(complete(std::string(DGPUCTL_BIN) + " team delete r", 3), "research\n");
   EXPECT_EQ(complete(std::string(DGPUCTL_BIN) + " submit --team v", 3), "vision\n");
   EXPECT_EQ(complete("dgpuctl snapshot --", 2), "--force --help\n");
+  EXPECT_EQ(complete("dgpuctl --tok", 1), "--token\n");
+  EXPECT_EQ(complete("dgpuctl --token secret --cacert ca.pem get ''", 6),
+            "tasks task teams team gpus agents\n");
   EXPECT_EQ(complete("dgpuctl get tasks --a", 3), "--after\n");
   EXPECT_EQ(complete("dgpuctl -o json get tasks --status r", 6), "running\n");
   EXPECT_EQ(complete(std::string(DGPUCTL_BIN) + " cancel ''", 2), "task-4 task-3 task-2 task-1\n");
