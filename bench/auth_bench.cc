@@ -18,24 +18,6 @@
 namespace dgpu::scheduler {
 namespace {
 
-std::string Base64Url(std::string_view data) {
-  static constexpr char kChars[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (unsigned char c : data) {
-    acc = (acc << 8) | c;
-    bits += 8;
-    while (bits >= 6) {
-      bits -= 6;
-      out.push_back(kChars[(acc >> bits) & 63]);
-    }
-  }
-  if (bits > 0) out.push_back(kChars[(acc << (6 - bits)) & 63]);
-  return out;
-}
-
 std::string Dir() {
   static const std::string dir = [] {
     char tmpl[] = "/tmp/dgpu-auth-bench-XXXXXX";
@@ -56,7 +38,8 @@ std::string Signing(const char* alg) {
                            {"sub", "alice"},
                            {"teams", {"nlp"}},
                            {"exp", static_cast<int64_t>(std::time(nullptr)) + 3600}};
-  return Base64Url(nlohmann::json({{"alg", alg}}).dump()) + "." + Base64Url(claims.dump());
+  return Base64UrlEncode(nlohmann::json({{"alg", alg}}).dump()) + "." +
+         Base64UrlEncode(claims.dump());
 }
 
 const std::string kSecret = "bench-secret-0123456789abcdef-0123456789";
@@ -67,7 +50,7 @@ std::string Hs256Token() {
   unsigned int len = 0;
   HMAC(EVP_sha256(), kSecret.data(), static_cast<int>(kSecret.size()),
        reinterpret_cast<const unsigned char*>(s.data()), s.size(), mac, &len);
-  return s + "." + Base64Url(std::string(reinterpret_cast<char*>(mac), len));
+  return s + "." + Base64UrlEncode(std::string(reinterpret_cast<char*>(mac), len));
 }
 
 common::JwtConfig JwtConfig() {
@@ -141,7 +124,7 @@ void BM_JwtVerifyRs256(benchmark::State& state) {
                  reinterpret_cast<const unsigned char*>(s.data()), s.size());
   EVP_MD_CTX_free(ctx);
   EVP_PKEY_free(key);
-  const std::string token = s + "." + Base64Url(sig.substr(0, sig_len));
+  const std::string token = s + "." + Base64UrlEncode(sig.substr(0, sig_len));
   auto v = JwtVerifier::Create(cfg);
   const int64_t now = std::time(nullptr);
   for (auto _ : state) {

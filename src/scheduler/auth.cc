@@ -71,38 +71,6 @@ StatusOr<std::string> ReadWholeFile(const std::string& path, const std::string& 
   return buf.str();
 }
 
-// base64url without padding (RFC 7515 section 2), as JWTs use it.
-std::optional<std::string> Base64UrlDecode(std::string_view in) {
-  std::string out;
-  out.reserve(in.size() * 3 / 4);
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : in) {
-    int v;
-    if (c >= 'A' && c <= 'Z') {
-      v = c - 'A';
-    } else if (c >= 'a' && c <= 'z') {
-      v = c - 'a' + 26;
-    } else if (c >= '0' && c <= '9') {
-      v = c - '0' + 52;
-    } else if (c == '-') {
-      v = 62;
-    } else if (c == '_') {
-      v = 63;
-    } else {
-      return std::nullopt;
-    }
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((acc >> bits) & 0xff));
-    }
-  }
-  if (bits >= 6) return std::nullopt;  // A length of 4n + 1 characters is not base64.
-  return out;
-}
-
 std::string FormatUnix(int64_t seconds) { return common::FormatRfc3339(seconds * 1'000'000); }
 
 }  // namespace
@@ -154,6 +122,56 @@ std::string Sha256Hex(std::string_view data) {
     out.push_back(kHex[b >> 4]);
     out.push_back(kHex[b & 15]);
   }
+  return out;
+}
+
+std::string Base64UrlEncode(std::string_view data) {
+  static constexpr char kChars[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out;
+  out.reserve((data.size() * 4 + 2) / 3);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (unsigned char c : data) {
+    acc = (acc << 8) | c;
+    bits += 8;
+    while (bits >= 6) {
+      bits -= 6;
+      out.push_back(kChars[(acc >> bits) & 63]);
+    }
+  }
+  if (bits > 0) out.push_back(kChars[(acc << (6 - bits)) & 63]);
+  return out;
+}
+
+std::optional<std::string> Base64UrlDecode(std::string_view in) {
+  std::string out;
+  out.reserve(in.size() * 3 / 4);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    int v;
+    if (c >= 'A' && c <= 'Z') {
+      v = c - 'A';
+    } else if (c >= 'a' && c <= 'z') {
+      v = c - 'a' + 26;
+    } else if (c >= '0' && c <= '9') {
+      v = c - '0' + 52;
+    } else if (c == '-') {
+      v = 62;
+    } else if (c == '_') {
+      v = 63;
+    } else {
+      return std::nullopt;
+    }
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  if (bits >= 6) return std::nullopt;  // A length of 4n + 1 characters is not base64.
   return out;
 }
 

@@ -52,6 +52,11 @@ bool IsLoopbackPeer(std::string_view peer);
 // SHA-256 of `data` as 64 lowercase hex digits.
 std::string Sha256Hex(std::string_view data);
 
+// base64url without padding (RFC 7515 section 2), the encoding of a JWT's three parts. Decode
+// gives nullopt for anything else (padding included).
+std::string Base64UrlEncode(std::string_view data);
+std::optional<std::string> Base64UrlDecode(std::string_view text);
+
 // The users of auth.tokens_file.
 class TokenTable {
  public:

@@ -21,24 +21,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string Base64Url(std::string_view data) {
-  static constexpr char kChars[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (unsigned char c : data) {
-    acc = (acc << 8) | c;
-    bits += 8;
-    while (bits >= 6) {
-      bits -= 6;
-      out.push_back(kChars[(acc >> bits) & 63]);
-    }
-  }
-  if (bits > 0) out.push_back(kChars[(acc << (6 - bits)) & 63]);
-  return out;
-}
-
 class TempDir {
  public:
   TempDir() {
@@ -71,6 +53,19 @@ TEST(LoopbackPeerTest, RecognisesEveryFormTransportsGive) {
        {"10.0.0.1:5000", "ipv4:192.0.2.2:41000", "ipv6:[2001:db8::1]:80", "[::ffff:10.1.2.3]:80",
         "128.0.0.1:1", "127.0.0:1", "", "localhost:80", "ipv4:127.0.0.1.evil:1"}) {
     EXPECT_FALSE(IsLoopbackPeer(p)) << p;
+  }
+}
+
+TEST(Base64UrlTest, Rfc4648VectorsWithoutPadding) {
+  const std::vector<std::pair<std::string, std::string>> vectors = {
+      {"", ""},           {"f", "Zg"},          {"fo", "Zm8"},          {"foo", "Zm9v"},
+      {"foob", "Zm9vYg"}, {"fooba", "Zm9vYmE"}, {"foobar", "Zm9vYmFy"}, {"\xfb\xff", "-_8"}};
+  for (const auto& [plain, encoded] : vectors) {
+    EXPECT_EQ(Base64UrlEncode(plain), encoded);
+    EXPECT_EQ(Base64UrlDecode(encoded), plain) << encoded;
+  }
+  for (const char* bad : {"Zg==", "Z", "Zm9vY", "Zm+v", "Zm/v", "Zm v"}) {
+    EXPECT_EQ(Base64UrlDecode(bad), std::nullopt) << bad;
   }
 }
 
@@ -226,12 +221,12 @@ TEST(AuthenticatorTest, MissingFilesAreNamedAtStart) {
 const std::string kSecret = "0123456789abcdef0123456789abcdef-secret";
 
 std::string SignHs256(const json& header, const json& claims, const std::string& secret) {
-  const std::string signing = Base64Url(header.dump()) + "." + Base64Url(claims.dump());
+  const std::string signing = Base64UrlEncode(header.dump()) + "." + Base64UrlEncode(claims.dump());
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
        reinterpret_cast<const unsigned char*>(signing.data()), signing.size(), mac, &len);
-  return signing + "." + Base64Url(std::string(reinterpret_cast<char*>(mac), len));
+  return signing + "." + Base64UrlEncode(std::string(reinterpret_cast<char*>(mac), len));
 }
 
 json Claims(int64_t exp_offset = 3600) {
@@ -302,7 +297,7 @@ TEST(JwtTest, EachBadTokenSaysWhatToFix) {
       {"a.b", "not a JWT"},
       {"a.b.c.d", "not a JWT"},
       {"a!.b.c", "not base64url"},
-      {Base64Url("[]") + "." + Base64Url("{}") + ".AA", "not a JSON object"},
+      {Base64UrlEncode("[]") + "." + Base64UrlEncode("{}") + ".AA", "not a JSON object"},
   };
   for (const auto& [token, expected] : cases) {
     auto r = (*v)->Verify(token, Now());
@@ -342,7 +337,7 @@ TEST(JwtTest, Rs256TokenVerifiesWithThePublicKeyOnly) {
   ASSERT_TRUE(v.ok()) << v.status().message();
 
   const std::string signing =
-      Base64Url(json({{"alg", "RS256"}}).dump()) + "." + Base64Url(Claims().dump());
+      Base64UrlEncode(json({{"alg", "RS256"}}).dump()) + "." + Base64UrlEncode(Claims().dump());
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   size_t sig_len = 0;
   ASSERT_EQ(EVP_DigestSignInit(ctx, nullptr, EVP_sha256(), nullptr, key), 1);
@@ -355,7 +350,7 @@ TEST(JwtTest, Rs256TokenVerifiesWithThePublicKeyOnly) {
             1);
   EVP_MD_CTX_free(ctx);
   EVP_PKEY_free(key);
-  const std::string token = signing + "." + Base64Url(sig.substr(0, sig_len));
+  const std::string token = signing + "." + Base64UrlEncode(sig.substr(0, sig_len));
   auto r = (*v)->Verify(token, Now());
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->identity.user, "alice");
