@@ -53,7 +53,6 @@ constexpr EnumName<ElectionMethod> kElectionMethods[] = {{"none", ElectionMethod
                                                          {"etcd", ElectionMethod::kEtcd}};
 constexpr EnumName<AuthMode> kAuthModes[] = {
     {"none", AuthMode::kNone}, {"token", AuthMode::kToken}, {"jwt", AuthMode::kJwt}};
-constexpr std::string_view kRoleNames[] = {"viewer", "user", "operator", "admin"};
 constexpr EnumName<GpuDetectionMethod> kDetectionMethods[] = {
     {"nvml", GpuDetectionMethod::kNvml},
     {"nvidia-smi", GpuDetectionMethod::kNvidiaSmi},
@@ -425,8 +424,7 @@ Status ReadAuth(const Section& root, AuthConfig* out) {
   DGPU_CONFIG_RETURN_IF_ERROR(jwt.ReadString("teams_claim", &j.teams_claim, false));
   DGPU_CONFIG_RETURN_IF_ERROR(jwt.ReadString("role_claim", &j.role_claim, false));
   DGPU_CONFIG_RETURN_IF_ERROR(jwt.ReadString("default_role", &j.default_role, false));
-  if (std::find(std::begin(kRoleNames), std::end(kRoleNames), j.default_role) ==
-      std::end(kRoleNames)) {
+  if (!ParseRole(j.default_role)) {
     return Invalid("auth.jwt.default_role",
                    "must be one of viewer, user, operator, admin; got " + Quote(j.default_role));
   }
@@ -891,6 +889,21 @@ std::string_view ToString(SchedulerRole value) { return NameOf(kRoles, value); }
 std::string_view ToString(ReplicationMode value) { return NameOf(kReplicationModes, value); }
 std::string_view ToString(ElectionMethod value) { return NameOf(kElectionMethods, value); }
 std::string_view ToString(AuthMode value) { return NameOf(kAuthModes, value); }
+
+// Exact names only: a role is a permission, spelled one way everywhere.
+constexpr EnumName<Role> kAccessRoles[] = {{"viewer", Role::kViewer},
+                                           {"user", Role::kUser},
+                                           {"operator", Role::kOperator},
+                                           {"admin", Role::kAdmin}};
+
+std::optional<Role> ParseRole(std::string_view name) {
+  for (const auto& entry : kAccessRoles) {
+    if (entry.name == name) return entry.value;
+  }
+  return std::nullopt;
+}
+
+std::string_view ToString(Role value) { return NameOf(kAccessRoles, value); }
 std::string_view ToString(GpuDetectionMethod value) { return NameOf(kDetectionMethods, value); }
 std::string_view ToString(ExecutionMethod value) { return NameOf(kExecutionMethods, value); }
 std::string_view ToString(RunAs value) { return NameOf(kRunAs, value); }

@@ -71,6 +71,11 @@ struct ServerConfig {
 
 enum class AuthMode { kNone, kToken, kJwt };
 
+// What an identity may do over REST (scheduler/auth.h), each role what the one before may too.
+// The names: viewer, user, operator, admin (exact spelling, as in tokens files and JWT claims).
+enum class Role { kViewer = 0, kUser = 1, kOperator = 2, kAdmin = 3 };
+std::optional<Role> ParseRole(std::string_view name);
+
 // Section `auth.jwt`: bearer tokens signed by an identity provider.
 struct JwtConfig {
   std::string issuer;                 // required: the `iss` every token must carry
@@ -325,5 +330,6 @@ std::string_view ToString(GpuDetectionMethod value);
 std::string_view ToString(ExecutionMethod value);
 std::string_view ToString(RunAs value);
 std::string_view ToString(AuthMode value);
+std::string_view ToString(Role value);
 
 }  // namespace dgpu::common

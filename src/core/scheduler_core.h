@@ -593,7 +593,6 @@ class SchedulerCore {
   PlacementIndex index_;
   std::unique_ptr<PriorityQueue> queues_[kPriorityCount];
   size_t pending_count_[kPriorityCount] = {0, 0};
-  std::unordered_map<std::string, size_t> pending_by_user_;  // Tasks with a user only.
   size_t running_count_[kPriorityCount] = {0, 0};
 
   int total_online_gpus_ = 0;
@@ -631,6 +630,9 @@ class SchedulerCore {
   std::vector<Change> changes_;
   std::vector<Event> events_;
   Stats stats_;
+  // Pending tasks by user (limits.max_pending_per_user); tasks with a user only. Last: the
+  // members the pass reads stay where they were.
+  std::unordered_map<std::string, size_t> pending_by_user_;
 };
 
 }  // namespace dgpu::core

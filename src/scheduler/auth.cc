@@ -75,28 +75,6 @@ std::string FormatUnix(int64_t seconds) { return common::FormatRfc3339(seconds *
 
 }  // namespace
 
-std::optional<Role> ParseRole(std::string_view name) {
-  if (name == "viewer") return Role::kViewer;
-  if (name == "user") return Role::kUser;
-  if (name == "operator") return Role::kOperator;
-  if (name == "admin") return Role::kAdmin;
-  return std::nullopt;
-}
-
-std::string_view ToString(Role role) {
-  switch (role) {
-    case Role::kViewer:
-      return "viewer";
-    case Role::kUser:
-      return "user";
-    case Role::kOperator:
-      return "operator";
-    case Role::kAdmin:
-      return "admin";
-  }
-  return "viewer";
-}
-
 bool IsLoopbackPeer(std::string_view peer) {
   if (peer.starts_with("unix:")) return true;  // A local socket.
   if (peer.starts_with("ipv4:")) peer.remove_prefix(5);

@@ -34,9 +34,8 @@
 
 namespace dgpu::scheduler {
 
-enum class Role { kViewer = 0, kUser = 1, kOperator = 2, kAdmin = 3 };
-std::optional<Role> ParseRole(std::string_view name);
-std::string_view ToString(Role role);
+using common::ParseRole;
+using Role = common::Role;  // Named, parsed and printed with the configuration (common/config.h).
 
 struct Identity {
   std::string user;  // Empty without authentication.

@@ -326,6 +326,23 @@ class Cluster:
         self.agents[agent_id] = d
         return d
 
+    def start_agent_from(self, name, doc, wrapper=(), track_as=None):
+        """An agent from a config `doc` the test made itself (a clone of another agent's, one
+        in another network namespace), run under `wrapper` (an argv prefix), with the cluster's
+        marker, and stopped with the cluster. `track_as`: its id in self.agents (checked by
+        wait_agents_online); else it is kept with the old daemons."""
+        path = os.path.join(self.tmp, "%s.yaml" % name)
+        write_config(path, doc)
+        env = dict(os.environ)
+        env["DGPU_IT_MARKER"] = self.marker
+        d = Daemon(name, list(wrapper) + [AGENT_BIN, "--config", path], self.tmp,
+                   env=env).start()
+        if track_as is None:
+            self.old_daemons.append(d)
+        else:
+            self.agents[track_as] = d
+        return d
+
     def start(self, agents=2, gpus=4, agent_kwargs=None, **scheduler_kwargs):
         """Scheduler plus agents a1..aN; returns once all agents are online."""
         self.start_scheduler(**scheduler_kwargs)

@@ -6,8 +6,7 @@ import sys
 import time
 import unittest
 
-from harness import (AGENT_BIN, ClusterTestCase, Daemon, pid_alive, read_pid, read_text,
-                     wait_until, write_config)
+from harness import ClusterTestCase, pid_alive, read_pid, read_text, wait_until
 
 
 def note(message):
@@ -173,13 +172,7 @@ class DuplicateAgentIdTest(ClusterTestCase):
         # Its own work directory, hence its own instance id; 8 GPUs, to tell it apart.
         work = os.path.join(self.c.tmp, "clone-work")
         doc = self.c.agent_config("a1", gpus=8, extra={"executor": {"work_dir": work}})
-        path = os.path.join(self.c.tmp, "clone.yaml")
-        write_config(path, doc)
-        env = dict(os.environ)
-        env["DGPU_IT_MARKER"] = self.c.marker
-        clone = Daemon("clone", [AGENT_BIN, "--config", path], self.c.tmp, env=env).start()
-        self.c.old_daemons.append(clone)
-        return clone
+        return self.c.start_agent_from("clone", doc)
 
     def test_a_second_agent_with_a_live_agents_id_is_refused(self):
         tid = self.c.submit("sleep 30", gpu_count=1)

@@ -16,8 +16,7 @@ import subprocess
 import time
 import unittest
 
-from harness import (API, AGENT_BIN, CTL_BIN, ClusterTestCase, Daemon, http, read_text,
-                     wait_until, write_config)
+from harness import API, CTL_BIN, ClusterTestCase, http, read_text, wait_until
 
 TOKENS = {
     "vera": ("viewer", []),
@@ -352,15 +351,11 @@ class ProtectedModeTest(ClusterTestCase):
         return int(status or 0), body
 
     def start_remote_agent(self):
-        path = os.path.join(self.c.tmp, "agent-remote.yaml")
         doc = self.c.agent_config("remote", gpus=2)
         doc["scheduler"]["master_address"] = "198.51.100.1:%d" % self.c.grpc_port
-        write_config(path, doc)
-        agent = Daemon("agent-remote.1",
-                       ["ip", "netns", "exec", self.ns, AGENT_BIN, "--config", path],
-                       self.c.tmp).start()
-        self.c.agents["remote"] = agent
-        return agent
+        return self.c.start_agent_from("agent-remote.1", doc, wrapper=["ip", "netns", "exec",
+                                                                       self.ns],
+                                       track_as="remote")
 
 
 class ProtectedModeRefusesRemotePeersTest(ProtectedModeTest):
