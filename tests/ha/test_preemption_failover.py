@@ -75,12 +75,13 @@ class PreemptionFailoverTest(HaTestCase):
         for v in set(victims) - set(borrowed):
             self.assertEqual(self.marks(v), ["start"], v)
 
-        # Started once on the agent: by the new leader (epoch 2), never by the old one.
+        # Started once on the agent: by the new leader (epoch 2), never by the old one. Read
+        # after it succeeded: "running" can reach the scheduler before the agent's log line.
+        c.wait_task_status("b", online, "success", 15)
         starts = [s for s in c.task_started("ag1") if s["task_id"] == online]
         self.assertEqual([s["epoch"] for s in starts], ["2"], starts)
 
         # The victims run again after the preemptor, once each.
-        c.wait_task_status("b", online, "success", 15)
         for v in borrowed:
             c.wait_task_status("b", v, "running", 10)
             wait_until(lambda v=v: self.marks(v)[:1] + self.marks(v)[-1:] == ["start", "start"]
