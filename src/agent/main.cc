@@ -1,11 +1,14 @@
 // dgpu-agent: discovers the node's GPUs, runs the tasks the scheduler gives it with exactly
 // those GPUs visible, and reports back.
+#include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "agent/child_process.h"
@@ -19,6 +22,7 @@
 #include "common/config.h"
 #include "common/flags.h"
 #include "common/logging.h"
+#include "common/tls_files.h"
 
 namespace dgpu::agent {
 namespace {
@@ -81,6 +85,20 @@ int Run(int argc, char** argv) {
   if (Status s = common::SetupLogging(cfg.logging, "agent"); !s.ok()) return Fail(s.message());
 
   std::string agent_id = common::IdOrHostname(cfg.agent.id);
+
+  std::optional<common::TlsMaterial> tls;
+  if (cfg.scheduler.tls.enabled()) {
+    auto loaded_tls = common::LoadClientTls(cfg.scheduler.tls, "scheduler.tls");
+    if (!loaded_tls.ok()) return Fail(loaded_tls.status().message());
+    tls = std::move(*loaded_tls);
+    const auto& names = tls->names;
+    if (!tls->cert.empty() && std::find(names.begin(), names.end(), agent_id) == names.end()) {
+      spdlog::warn(
+          "scheduler.tls.cert_file names {}, not this agent's id \"{}\": a scheduler that asks "
+          "for client certificates will refuse it; set agent.id to the certificate's name",
+          fmt::join(names, ", "), agent_id);
+    }
+  }
 
   // GPU discovery: the configured methods in order; the first that works is used.
   DiscoveryOptions opts;
@@ -160,6 +178,7 @@ int Run(int argc, char** argv) {
   AgentSession session(cfg, agent_id, std::move(discovery), std::move(executor), std::move(*outbox),
                        *epoch);
   session.SetInstanceId(*instance);
+  session.SetTls(std::move(tls));
   std::thread waiter([&] {
     int sig = 0;
     while (sigwait(&signals, &sig) == 0 && (sig == SIGCHLD || sig == SIGHUP)) {

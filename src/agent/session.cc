@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "agent/epoch_file.h"
+#include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/time_util.h"
 #include "dgpu/v1/scheduler.grpc.pb.h"
@@ -206,7 +207,7 @@ bool AgentSession::Connect() {
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   auto conn = std::make_unique<Connection>();
   conn->address = address;
-  conn->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  conn->channel = grpc::CreateCustomChannel(address, common::ChannelCredentials(tls_), args);
   conn->stub = dgpu::v1::SchedulerService::NewStub(conn->channel);
 
   auto devices = gpus_->Discover();
@@ -231,7 +232,7 @@ bool AgentSession::Connect() {
   ctx.set_deadline(std::chrono::system_clock::now() + config_.scheduler.connection_timeout);
   ctx.set_wait_for_ready(false);
   grpc::Status s = conn->stub->RegisterAgent(&ctx, req, &resp);
-  if (!s.ok()) return fail(s.error_message());
+  if (!s.ok()) return fail(s.error_message() + TransportHint(s));
   if (Status accepted = AcceptEpoch(resp.epoch()); !accepted.ok()) {
     return fail(accepted.message());
   }
@@ -248,6 +249,27 @@ bool AgentSession::Connect() {
                                        {"running", static_cast<int64_t>(task_gpus_.size())}});
   next_heartbeat_ = 0;
   return true;
+}
+
+std::string AgentSession::TransportHint(const grpc::Status& s) const {
+  if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return "";
+  const std::string& m = s.error_message();
+  if (!tls_ && m.find("Socket closed") != std::string::npos) {
+    return " (a scheduler with server.tls set closes plain-text connections: set "
+           "scheduler.tls.ca_file, and cert_file and key_file if it asks for client "
+           "certificates)";
+  }
+  if (tls_ && (m.find("Socket closed") != std::string::npos ||
+               m.find("andshake") != std::string::npos || m.find("SSL") != std::string::npos)) {
+    return tls_->cert.empty()
+               ? " (the TLS handshake failed: check that the scheduler has server.tls set and "
+                 "that scheduler.tls.ca_file signed its certificate; a scheduler with "
+                 "server.tls.client_ca_file also needs scheduler.tls.cert_file and key_file)"
+               : " (the TLS handshake failed: check that the scheduler has server.tls set, that "
+                 "scheduler.tls.ca_file signed its certificate and that its client_ca_file "
+                 "signed this agent's)";
+  }
+  return "";
 }
 
 void AgentSession::Disconnect(const std::string& why) {

@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,6 +40,11 @@
 #include "agent/finish_outbox.h"
 #include "agent/gpu_discovery.h"
 #include "common/config.h"
+#include "common/tls_files.h"
+
+namespace grpc {
+class Status;
+}  // namespace grpc
 
 namespace dgpu::v1 {
 class HeartbeatResponse;
@@ -64,6 +70,8 @@ class AgentSession {
   void Wake() { waker_.Wake(); }
   // Sent with every registration (LoadOrCreateInstanceId); before Run.
   void SetInstanceId(std::string id) { instance_id_ = std::move(id); }
+  // scheduler.tls, checked (tls_files.h): gRPC over TLS; nullopt: plain text. Before Run.
+  void SetTls(std::optional<common::TlsMaterial> tls) { tls_ = std::move(tls); }
 
   // Wakes the owner thread from other threads.
   class Waker {
@@ -117,6 +125,9 @@ class AgentSession {
   common::AgentConfig config_;
   std::string agent_id_;
   std::string instance_id_;
+  std::optional<common::TlsMaterial> tls_;
+  // What to check when a connection failed in a way TLS set-up explains; "" otherwise.
+  std::string TransportHint(const grpc::Status& s) const;
   std::unique_ptr<GpuDiscovery> gpus_;
   std::unique_ptr<Executor> executor_;
   FinishOutbox outbox_;

@@ -448,6 +448,44 @@ Status ReadAuth(const Section& root, AuthConfig* out) {
   return OkStatus();
 }
 
+// A TLS client section (`ca_file`, `cert_file`, `key_file`) under `parent`.
+Status ReadClientTls(const Section& parent, std::string_view key, ClientTlsConfig* out) {
+  DGPU_OPEN_SECTION(tls, parent, key, {"ca_file", "cert_file", "key_file"});
+  DGPU_CONFIG_RETURN_IF_ERROR(tls.ReadString("ca_file", &out->ca_file));
+  DGPU_CONFIG_RETURN_IF_ERROR(tls.ReadString("cert_file", &out->cert_file));
+  DGPU_CONFIG_RETURN_IF_ERROR(tls.ReadString("key_file", &out->key_file));
+  if (out->cert_file.empty() != out->key_file.empty()) {
+    return Invalid(tls.KeyPath(out->cert_file.empty() ? "cert_file" : "key_file"),
+                   "is required with " +
+                       tls.KeyPath(out->cert_file.empty() ? "key_file" : "cert_file") +
+                       " (a client certificate needs its key)");
+  }
+  if (!out->cert_file.empty() && out->ca_file.empty()) {
+    return Invalid(tls.KeyPath("ca_file"),
+                   "is required with a client certificate: the CA bundle that verifies the "
+                   "server");
+  }
+  return OkStatus();
+}
+
+Status ReadServerTls(const Section& server, ServerTlsConfig* out) {
+  DGPU_OPEN_SECTION(tls, server, "tls", {"cert_file", "key_file", "client_ca_file"});
+  DGPU_CONFIG_RETURN_IF_ERROR(tls.ReadString("cert_file", &out->cert_file));
+  DGPU_CONFIG_RETURN_IF_ERROR(tls.ReadString("key_file", &out->key_file));
+  DGPU_CONFIG_RETURN_IF_ERROR(tls.ReadString("client_ca_file", &out->client_ca_file));
+  if (out->cert_file.empty() != out->key_file.empty()) {
+    return Invalid(
+        tls.KeyPath(out->cert_file.empty() ? "cert_file" : "key_file"),
+        "is required with " + tls.KeyPath(out->cert_file.empty() ? "key_file" : "cert_file"));
+  }
+  if (!out->client_ca_file.empty() && out->cert_file.empty()) {
+    return Invalid(tls.KeyPath("client_ca_file"),
+                   "needs server.tls.cert_file and key_file: client certificates are asked for "
+                   "over TLS only");
+  }
+  return OkStatus();
+}
+
 // A "http://host:port" etcd endpoint (https too; a trailing '/' is tolerated).
 bool IsEtcdEndpoint(std::string_view endpoint) {
   std::string_view rest;
@@ -585,12 +623,13 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   const Section& root = *root_or;
 
   DGPU_OPEN_SECTION(server, root, "server",
-                    {"grpc_address", "http_address", "read_timeout", "max_connections"});
+                    {"grpc_address", "http_address", "read_timeout", "max_connections", "tls"});
   DGPU_CONFIG_RETURN_IF_ERROR(server.ReadAddress("grpc_address", &c.server.grpc_address, false));
   DGPU_CONFIG_RETURN_IF_ERROR(server.ReadAddress("http_address", &c.server.http_address, false));
   DGPU_CONFIG_RETURN_IF_ERROR(server.ReadDuration("read_timeout", &c.server.read_timeout));
   DGPU_CONFIG_RETURN_IF_ERROR(
       server.ReadInt("max_connections", 1, 1'000'000, &c.server.max_connections));
+  DGPU_CONFIG_RETURN_IF_ERROR(ReadServerTls(server, &c.server.tls));
 
   DGPU_OPEN_SECTION(scheduler, root, "scheduler",
                     {"role", "schedule_interval", "snapshot_interval", "max_attempts", "max_bypass",
@@ -608,7 +647,7 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
 
   DGPU_OPEN_SECTION(replication, root, "replication",
                     {"enabled", "peer_address", "heartbeat_interval", "heartbeat_timeout", "mode",
-                     "sync_timeout"});
+                     "sync_timeout", "tls"});
   ReplicationConfig& r = c.replication;
   DGPU_CONFIG_RETURN_IF_ERROR(replication.ReadBool("enabled", &r.enabled));
   DGPU_CONFIG_RETURN_IF_ERROR(replication.ReadAddress("peer_address", &r.peer_address, true));
@@ -617,6 +656,17 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   DGPU_CONFIG_RETURN_IF_ERROR(replication.ReadDuration("heartbeat_timeout", &r.heartbeat_timeout));
   DGPU_CONFIG_RETURN_IF_ERROR(replication.ReadEnum("mode", kReplicationModes, &r.mode));
   DGPU_CONFIG_RETURN_IF_ERROR(replication.ReadDuration("sync_timeout", &r.sync_timeout));
+  DGPU_CONFIG_RETURN_IF_ERROR(ReadClientTls(replication, "tls", &r.tls));
+  if (r.enabled && c.server.tls.enabled() && !r.tls.enabled()) {
+    return Invalid("replication.tls.ca_file",
+                   "is required when server.tls is set: the peer scheduler's gRPC port speaks "
+                   "TLS (both schedulers share one TLS set-up)");
+  }
+  if (r.enabled && !c.server.tls.client_ca_file.empty() && r.tls.cert_file.empty()) {
+    return Invalid("replication.tls.cert_file",
+                   "is required when server.tls.client_ca_file is set: the peer asks for a "
+                   "client certificate (this scheduler's own certificate will do)");
+  }
   if (r.enabled && r.peer_address.empty()) {
     return Invalid("replication.peer_address", "required when replication.enabled is true");
   }
@@ -680,13 +730,21 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   DGPU_CONFIG_RETURN_IF_ERROR(storage.ReadDuration("retention", &st.retention));
   DGPU_CONFIG_RETURN_IF_ERROR(storage.ReadBool("fsync", &st.fsync));
 
-  DGPU_OPEN_SECTION(ha, root, "ha", {"election", "etcd_endpoints", "lease_ttl", "etcd_prefix"});
+  DGPU_OPEN_SECTION(ha, root, "ha",
+                    {"election", "etcd_endpoints", "lease_ttl", "etcd_prefix", "etcd_tls"});
   HaConfig& h = c.ha;
   h.election = st.shared_storage.empty() ? ElectionMethod::kNone : ElectionMethod::kLease;
   DGPU_CONFIG_RETURN_IF_ERROR(ha.ReadEnum("election", kElectionMethods, &h.election));
   DGPU_CONFIG_RETURN_IF_ERROR(ReadEtcdEndpoints(ha, &h.etcd_endpoints));
   DGPU_CONFIG_RETURN_IF_ERROR(ha.ReadDuration("lease_ttl", &h.lease_ttl));
   DGPU_CONFIG_RETURN_IF_ERROR(ha.ReadString("etcd_prefix", &h.etcd_prefix, false));
+  DGPU_CONFIG_RETURN_IF_ERROR(ReadClientTls(ha, "etcd_tls", &h.etcd_tls));
+  for (size_t i = 0; i < h.etcd_endpoints.size(); ++i) {
+    if (h.etcd_tls.enabled() && !h.etcd_endpoints[i].starts_with("https://")) {
+      return Invalid("ha.etcd_endpoints[" + std::to_string(i) + "]",
+                     "must be https:// when ha.etcd_tls is set, got " + Quote(h.etcd_endpoints[i]));
+    }
+  }
   if (!h.etcd_prefix.starts_with('/')) {
     return Invalid("ha.etcd_prefix", "must start with '/', got " + Quote(h.etcd_prefix));
   }
@@ -721,13 +779,14 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
 
   DGPU_OPEN_SECTION(scheduler, root, "scheduler",
                     {"master_address", "standby_address", "connection_timeout", "retry_interval",
-                     "max_retry_interval"});
+                     "max_retry_interval", "tls"});
   SchedulerEndpointsConfig& s = c.scheduler;
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadAddress("master_address", &s.master_address, false));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadAddress("standby_address", &s.standby_address, true));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("connection_timeout", &s.connection_timeout));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("retry_interval", &s.retry_interval));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("max_retry_interval", &s.max_retry_interval));
+  DGPU_CONFIG_RETURN_IF_ERROR(ReadClientTls(scheduler, "tls", &s.tls));
   if (s.max_retry_interval < s.retry_interval) {
     return Invalid("scheduler.max_retry_interval", "must be at least scheduler.retry_interval (" +
                                                        FormatDuration(s.retry_interval) +

@@ -58,6 +58,27 @@ enum class SchedulerRole { kMaster, kStandby };  // "primary" reads as kMaster
 enum class ReplicationMode { kSync, kAsync };
 enum class ElectionMethod { kNone, kLease, kEtcd };
 
+// Section `server.tls`: REST over HTTPS and gRPC over TLS. Both files or neither; a client CA
+// makes gRPC require and verify client certificates (agents, the standby). PEM files.
+struct ServerTlsConfig {
+  std::string cert_file;       // the server's certificate chain
+  std::string key_file;        // its private key
+  std::string client_ca_file;  // CA bundle for gRPC client certificates; empty: none asked
+  bool enabled() const { return !cert_file.empty(); }
+  bool operator==(const ServerTlsConfig&) const = default;
+};
+
+// A TLS client's files (agent `scheduler.tls`, `replication.tls`, `ha.etcd_tls`): the CA bundle
+// that verifies the server, and the client's own certificate and key (both or neither). TLS is
+// on when ca_file is set.
+struct ClientTlsConfig {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  bool enabled() const { return !ca_file.empty(); }
+  bool operator==(const ClientTlsConfig&) const = default;
+};
+
 // Section `server`. Addresses are "host:port"; ":port" means all interfaces.
 struct ServerConfig {
   std::string grpc_address = ":9090";
@@ -66,6 +87,7 @@ struct ServerConfig {
   // kept-alive connection) before the scheduler closes the connection.
   std::chrono::milliseconds read_timeout{10'000};  // positive
   int max_connections = 10000;                     // open REST connections; 1..1000000
+  ServerTlsConfig tls;
   bool operator==(const ServerConfig&) const = default;
 };
 
@@ -133,6 +155,8 @@ struct ReplicationConfig {
   milliseconds heartbeat_timeout{6'000};   // > heartbeat_interval
   ReplicationMode mode = ReplicationMode::kSync;
   milliseconds sync_timeout{2'000};  // sync mode: longest wait for the standby's ack; > 0
+  // The link to the peer's gRPC port; required when server.tls is set (the peer speaks TLS).
+  ClientTlsConfig tls;
   bool operator==(const ReplicationConfig&) const = default;
 };
 
@@ -190,6 +214,7 @@ struct HaConfig {
                                              // list or one comma-separated string
   milliseconds lease_ttl{10'000};            // > 0
   std::string etcd_prefix = "/dgpu/leader";  // starts with '/'
+  ClientTlsConfig etcd_tls;                  // for https:// endpoints
   bool operator==(const HaConfig&) const = default;
 };
 
@@ -231,6 +256,7 @@ struct SchedulerEndpointsConfig {
   milliseconds connection_timeout{10'000};        // > 0
   milliseconds retry_interval{2'000};             // first reconnect delay; > 0
   milliseconds max_retry_interval{30'000};        // backoff cap; >= retry_interval
+  ClientTlsConfig tls;                            // gRPC over TLS to both schedulers
   bool operator==(const SchedulerEndpointsConfig&) const = default;
 };
 

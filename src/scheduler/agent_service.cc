@@ -71,7 +71,8 @@ StartsRequest ToStarts(const HeartbeatRequest& req) {
 // that decisions can be pushed at any time. One write in flight at a time.
 class HeartbeatReactor : public QueuedBidiReactor<HeartbeatRequest, HeartbeatResponse> {
  public:
-  HeartbeatReactor(AgentService* svc, std::string peer) : svc_(svc), peer_(std::move(peer)) {}
+  HeartbeatReactor(AgentService* svc, std::string peer, std::vector<std::string> names)
+      : svc_(svc), peer_(std::move(peer)), names_(std::move(names)) {}
   void Begin(std::shared_ptr<HeartbeatReactor> self) {
     self_ = std::move(self);
     Read(&req_);
@@ -95,6 +96,10 @@ class HeartbeatReactor : public QueuedBidiReactor<HeartbeatRequest, HeartbeatRes
 
   void HandleHeartbeat(const HeartbeatRequest& req) {
     if (req.agent_id().empty()) return;
+    if (req.agent_id() != agent_id_) {
+      grpc::Status refused = AdmitNode(svc_->access_, names_, req.agent_id(), peer_, "Heartbeat");
+      if (!refused.ok()) return Close(refused);
+    }
     if (agent_id_.empty()) {
       agent_id_ = req.agent_id();
       svc_->hub_->Attach(agent_id_, self_);
@@ -122,6 +127,7 @@ class HeartbeatReactor : public QueuedBidiReactor<HeartbeatRequest, HeartbeatRes
 
   AgentService* svc_;
   const std::string peer_;
+  const std::vector<std::string> names_;  // of the client certificate, if any
   HeartbeatRequest req_;
   std::string agent_id_;  // Reactor callbacks only.
   // Set in Begin, released in StreamDone (both reactor callbacks, never concurrent).
@@ -236,14 +242,22 @@ void AgentHub::Dispatch(const core::SchedulerCore& core,
 // AgentService
 
 AgentService::AgentService(Application* app, AgentHub* hub, int heartbeat_interval_seconds,
-                           const Authenticator* auth)
-    : app_(app), hub_(hub), heartbeat_interval_seconds_(heartbeat_interval_seconds), auth_(auth) {}
+                           GrpcAccess access)
+    : app_(app),
+      hub_(hub),
+      heartbeat_interval_seconds_(heartbeat_interval_seconds),
+      access_(std::move(access)) {}
 
 grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContext* ctx,
                                                       const dgpu::v1::RegisterAgentRequest* req,
                                                       dgpu::v1::RegisterAgentResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (grpc::Status refused = AdmitGrpcPeer(auth_, ctx, "RegisterAgent"); !refused.ok()) {
+  grpc::Status refused = AdmitGrpcPeer(access_, ctx, "RegisterAgent");
+  if (refused.ok()) {
+    refused = AdmitNode(access_, PeerCertificateNames(ctx), req->agent_id(), ctx->peer(),
+                        "RegisterAgent");
+  }
+  if (!refused.ok()) {
     reactor->Finish(refused);
     return reactor;
   }
@@ -275,10 +289,10 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
 
 grpc::ServerBidiReactor<HeartbeatRequest, HeartbeatResponse>* AgentService::Heartbeat(
     grpc::CallbackServerContext* ctx) {
-  if (grpc::Status refused = AdmitGrpcPeer(auth_, ctx, "Heartbeat"); !refused.ok()) {
+  if (grpc::Status refused = AdmitGrpcPeer(access_, ctx, "Heartbeat"); !refused.ok()) {
     return new RefusedStream<HeartbeatRequest, HeartbeatResponse>(refused);
   }
-  auto reactor = std::make_shared<HeartbeatReactor>(this, ctx->peer());
+  auto reactor = std::make_shared<HeartbeatReactor>(this, ctx->peer(), PeerCertificateNames(ctx));
   HeartbeatReactor* raw = reactor.get();
   raw->Begin(std::move(reactor));
   return raw;
@@ -288,7 +302,12 @@ grpc::ServerUnaryReactor* AgentService::TaskFinished(grpc::CallbackServerContext
                                                      const dgpu::v1::TaskFinishedRequest* req,
                                                      dgpu::v1::TaskFinishedResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (grpc::Status refused = AdmitGrpcPeer(auth_, ctx, "TaskFinished"); !refused.ok()) {
+  grpc::Status refused = AdmitGrpcPeer(access_, ctx, "TaskFinished");
+  if (refused.ok()) {
+    refused =
+        AdmitNode(access_, PeerCertificateNames(ctx), req->agent_id(), ctx->peer(), "TaskFinished");
+  }
+  if (!refused.ok()) {
     reactor->Finish(refused);
     return reactor;
   }

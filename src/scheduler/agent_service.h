@@ -17,6 +17,7 @@
 #include "dgpu/v1/scheduler.grpc.pb.h"
 #include "scheduler/application.h"
 #include "scheduler/core_loop.h"
+#include "scheduler/grpc_access.h"
 #include "scheduler/leader_state.h"
 #include "scheduler/metrics.h"
 
@@ -50,9 +51,9 @@ class AgentHub : public Dispatcher, public AgentChannel {
 
 class AgentService final : public dgpu::v1::SchedulerService::CallbackService {
  public:
-  // `auth` (may be nullptr: everyone) decides which peers may call.
+  // `access` decides which peers may call, and as which node (grpc_access.h).
   AgentService(Application* app, AgentHub* hub, int heartbeat_interval_seconds,
-               const Authenticator* auth = nullptr);
+               GrpcAccess access = {});
 
   grpc::ServerUnaryReactor* RegisterAgent(grpc::CallbackServerContext* ctx,
                                           const dgpu::v1::RegisterAgentRequest* req,
@@ -68,7 +69,7 @@ class AgentService final : public dgpu::v1::SchedulerService::CallbackService {
   Application* app_;
   AgentHub* hub_;
   int heartbeat_interval_seconds_;
-  const Authenticator* auth_;
+  const GrpcAccess access_;
 };
 
 }  // namespace dgpu::scheduler

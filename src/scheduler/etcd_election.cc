@@ -106,6 +106,13 @@ StatusOr<std::string> EtcdClient::Post(const std::string& path, const std::strin
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
     if (timeout_ms > 0) curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+    char curl_error[CURL_ERROR_SIZE] = {};
+    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, curl_error);
+    if (!tls_.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, tls_.ca_file.c_str());
+    if (!tls_.cert_file.empty()) {
+      curl_easy_setopt(curl, CURLOPT_SSLCERT, tls_.cert_file.c_str());
+      curl_easy_setopt(curl, CURLOPT_SSLKEY, tls_.key_file.c_str());
+    }
     curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, Progress);
     curl_easy_setopt(curl, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(cancel));
@@ -119,7 +126,9 @@ StatusOr<std::string> EtcdClient::Post(const std::string& path, const std::strin
       return out;
     }
     if (rc == CURLE_ABORTED_BY_CALLBACK) return Unavailable("cancelled");
-    last_error = rc != CURLE_OK ? std::string(curl_easy_strerror(rc))
+    last_error = rc != CURLE_OK ? endpoints_[idx] + ": " +
+                                      (curl_error[0] != '\0' ? std::string(curl_error)
+                                                             : std::string(curl_easy_strerror(rc)))
                                 : "HTTP " + std::to_string(code) + ": " + out;
     if (rc == CURLE_OK) break;  // The endpoint answered: another one would say the same.
   }
@@ -170,9 +179,9 @@ Status EtcdClient::Put(const std::string& key, const std::string& value) {
   return r.ok() ? OkStatus() : r.status();
 }
 
-EtcdElection::EtcdElection(std::vector<std::string> endpoints, std::string name, std::string value,
+EtcdElection::EtcdElection(EtcdClient client, std::string name, std::string value,
                            std::chrono::milliseconds ttl, Callbacks callbacks)
-    : client_(std::move(endpoints)),
+    : client_(std::move(client)),
       name_(std::move(name)),
       value_(std::move(value)),
       ttl_(ttl),

@@ -19,13 +19,21 @@
 #include <vector>
 
 #include "base/status.h"
+#include "common/config.h"
 
 namespace dgpu::scheduler {
 
 // Minimal etcd v3 JSON gateway client. Thread-safe: every request has its own curl handle.
 class EtcdClient {
  public:
-  explicit EtcdClient(std::vector<std::string> endpoints) : endpoints_(std::move(endpoints)) {}
+  // `tls`: the CA that verifies https:// endpoints and the client certificate etcd may ask for
+  // (ha.etcd_tls); with no CA file, the system's CAs.
+  explicit EtcdClient(std::vector<std::string> endpoints, common::ClientTlsConfig tls = {})
+      : endpoints_(std::move(endpoints)), tls_(std::move(tls)) {}
+  EtcdClient(EtcdClient&& other) noexcept
+      : endpoints_(std::move(other.endpoints_)),
+        tls_(std::move(other.tls_)),
+        preferred_(other.preferred_.load()) {}
   // POSTs `body` (JSON) to /v3/<path> on the first endpoint that answers. `timeout_ms` 0 means
   // no limit (campaign); `cancel` aborts a transfer in progress when it turns true.
   StatusOr<std::string> Post(const std::string& path, const std::string& body, long timeout_ms,
@@ -40,6 +48,7 @@ class EtcdClient {
 
  private:
   std::vector<std::string> endpoints_;
+  common::ClientTlsConfig tls_;
   // The endpoint that answered last; the election and its keep-alive thread both post.
   std::atomic<size_t> preferred_ = 0;
 };
@@ -61,7 +70,7 @@ class EtcdElection {
     // The deadline (monotonic micros) until which the leader may act.
     std::function<void(int64_t)> set_act_until;
   };
-  EtcdElection(std::vector<std::string> endpoints, std::string name, std::string value,
+  EtcdElection(EtcdClient client, std::string name, std::string value,
                std::chrono::milliseconds ttl, Callbacks callbacks);
   ~EtcdElection();
   void Start(std::chrono::milliseconds first_delay);

@@ -12,10 +12,12 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "common/config.h"
 #include "common/flags.h"
+#include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/time_util.h"
 #include "scheduler/agent_service.h"
@@ -84,6 +86,30 @@ int Run(int argc, char** argv) {
   auto auth_or = Authenticator::Create(cfg.auth);
   if (!auth_or.ok()) return Fail(auth_or.status().message());
   std::unique_ptr<Authenticator> auth = std::move(*auth_or);
+  // TLS material, checked now: a bad file is named before anything listens.
+  std::optional<common::TlsMaterial> server_tls;
+  if (cfg.server.tls.enabled()) {
+    auto tls = common::LoadServerTls(cfg.server.tls, "server.tls");
+    if (!tls.ok()) return Fail(tls.status().message());
+    server_tls = std::move(*tls);
+  }
+  std::optional<common::TlsMaterial> peer_tls;
+  if (cfg.replication.enabled && cfg.replication.tls.enabled()) {
+    auto tls = common::LoadClientTls(cfg.replication.tls, "replication.tls");
+    if (!tls.ok()) return Fail(tls.status().message());
+    peer_tls = std::move(*tls);
+  }
+  if (cfg.ha.etcd_tls.enabled()) {
+    auto tls = common::LoadClientTls(cfg.ha.etcd_tls, "ha.etcd_tls");
+    if (!tls.ok()) return Fail(tls.status().message());
+  }
+  GrpcAccess grpc_access;
+  grpc_access.auth = auth.get();
+  grpc_access.client_certificates = server_tls && !server_tls->ca.empty();
+  if (cfg.replication.enabled) {
+    auto peer = common::ParseHostPort(common::ToConnectAddress(cfg.replication.peer_address));
+    if (peer) grpc_access.peer_scheduler_name = peer->host;
+  }
   std::unique_ptr<AuditLog> audit;
   if (!cfg.audit_file.empty()) {
     auto audit_or = AuditLog::Open(cfg.audit_file);
@@ -149,7 +175,9 @@ int Run(int argc, char** argv) {
     ho.etcd_endpoints = cfg.ha.etcd_endpoints;
     ho.lease_ttl = cfg.ha.lease_ttl;
     ho.etcd_prefix = cfg.ha.etcd_prefix;
-    ho.auth = auth.get();
+    ho.access = grpc_access;
+    ho.peer_tls = peer_tls;
+    ho.etcd_tls = cfg.ha.etcd_tls;
     ha = std::make_unique<HaController>(ho, cfg, &leader, db.get(), &journal, &loop, &hub,
                                         &background);
     if (cfg.replication.enabled) loop.SetReplication(ha.get());
@@ -211,12 +239,12 @@ int Run(int argc, char** argv) {
 
   // gRPC.
   AgentService agent_service(
-      &app, &hub, static_cast<int>(cfg.scheduler.schedule_interval.count() / 1000), auth.get());
+      &app, &hub, static_cast<int>(cfg.scheduler.schedule_interval.count() / 1000), grpc_access);
   grpc::ServerBuilder builder;
   int grpc_port = 0;
   std::string grpc_bind = (grpc_addr->host.empty() ? "0.0.0.0" : grpc_addr->host) + ":" +
                           std::to_string(grpc_addr->port);
-  builder.AddListeningPort(grpc_bind, grpc::InsecureServerCredentials(), &grpc_port);
+  builder.AddListeningPort(grpc_bind, common::ServerCredentials(server_tls), &grpc_port);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
@@ -240,6 +268,7 @@ int Run(int argc, char** argv) {
   RestOptions rest_options;
   rest_options.read_timeout = cfg.server.read_timeout;
   rest_options.max_connections = static_cast<size_t>(cfg.server.max_connections);
+  if (server_tls) rest_options.tls = RestTls{server_tls->cert, server_tls->key};
   if (Status s = rest.Start(http_host, http->port, rest_options); !s.ok()) {
     grpc_server->Shutdown();
     stop_pruner = true;
@@ -255,9 +284,17 @@ int Run(int argc, char** argv) {
   } else if (configured_lead) {
     leader.set_leader_http(http_connect);
   }
-  spdlog::info("dgpu-scheduler {} listening: http {}:{} grpc {} role {} epoch {}",
-               common::BuildVersion(), http_host, http->port, grpc_bind,
-               leader.is_leader() ? "leader" : "standby", leader.epoch());
+  spdlog::info("dgpu-scheduler {} listening: {} {}:{} grpc {} role {} epoch {}",
+               common::BuildVersion(), server_tls ? "https" : "http", http_host, http->port,
+               grpc_bind, leader.is_leader() ? "leader" : "standby", leader.epoch());
+  if (server_tls) {
+    spdlog::info(
+        "TLS: certificate for {} (expires {}); gRPC {}", fmt::join(server_tls->names, ", "),
+        common::FormatRfc3339(server_tls->not_after_unix * 1'000'000),
+        server_tls->ca.empty()
+            ? "without client certificates"
+            : "requires client certificates: agents act only as the node their certificate names");
+  }
 
   if (cfg.auth.mode == common::AuthMode::kNone) {
     spdlog::info("auth.mode none: {}",

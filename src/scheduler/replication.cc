@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_file.h"
+#include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/number.h"
 #include "common/time_util.h"
@@ -323,7 +324,7 @@ HaController::HaController(HaOptions options, const common::SchedulerConfig& cfg
     args.SetMaxReceiveMessageSize(64 << 20);
     peer_channel_ =
         grpc::CreateCustomChannel(common::ToConnectAddress(opt_.replication.peer_address),
-                                  grpc::InsecureChannelCredentials(), args);
+                                  common::ChannelCredentials(opt_.peer_tls), args);
     peer_ = dgpu::v1::ReplicationService::NewStub(peer_channel_);
   }
 }
@@ -356,9 +357,9 @@ void HaController::Start(bool configured_leader) {
     cb.on_elected = [this] { return Promote("won the etcd election"); };
     cb.on_lost = [this](const std::string& why) { StepDown(leader_->epoch(), why); };
     cb.set_act_until = [this](int64_t until) { leader_->set_lease_until(until); };
-    election_ = std::make_unique<EtcdElection>(opt_.etcd_endpoints, opt_.etcd_prefix + "/election",
-                                               opt_.id + " " + opt_.http_address, opt_.lease_ttl,
-                                               std::move(cb));
+    election_ = std::make_unique<EtcdElection>(
+        EtcdClient(opt_.etcd_endpoints, opt_.etcd_tls), opt_.etcd_prefix + "/election",
+        opt_.id + " " + opt_.http_address, opt_.lease_ttl, std::move(cb));
     // The configured master campaigns first, so it normally wins a fresh start.
     election_->Start(configured_leader ? std::chrono::milliseconds(0)
                                        : std::chrono::milliseconds(1000));
@@ -602,7 +603,7 @@ void HaController::FireReplicated(uint64_t acked) {
 
 grpc::ServerBidiReactor<SyncRequest, SyncResponse>* HaController::SyncState(
     grpc::CallbackServerContext* ctx) {
-  if (grpc::Status refused = AdmitGrpcPeer(opt_.auth, ctx, "SyncState"); !refused.ok()) {
+  if (grpc::Status refused = AdmitPeerScheduler(opt_.access, ctx, "SyncState"); !refused.ok()) {
     return new RefusedStream<SyncRequest, SyncResponse>(refused);
   }
   auto r = std::make_shared<SyncStreamReactor>(this);
@@ -614,7 +615,7 @@ grpc::ServerBidiReactor<SyncRequest, SyncResponse>* HaController::SyncState(
 grpc::ServerUnaryReactor* HaController::Ping(grpc::CallbackServerContext* ctx,
                                              const dgpu::v1::PingRequest* req,
                                              dgpu::v1::PingResponse* resp) {
-  if (grpc::Status refused = AdmitGrpcPeer(opt_.auth, ctx, "Ping"); !refused.ok()) {
+  if (grpc::Status refused = AdmitPeerScheduler(opt_.access, ctx, "Ping"); !refused.ok()) {
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(refused);
     return reactor;
@@ -908,9 +909,16 @@ void HaController::FollowLoop() {
     std::vector<core::Task> snapshot;
     std::vector<core::TeamRecord> snapshot_teams;
     bool have_snapshot = false;
-    if (stream->Write(hello)) {
+    // True when the leader ended the stream (its status then says why); false when this side
+    // left it, which cancels it.
+    bool peer_ended = !stream->Write(hello);
+    if (!peer_ended) {
       SyncResponse resp;
-      while (stream->Read(&resp)) {
+      while (true) {
+        if (!stream->Read(&resp)) {
+          peer_ended = true;
+          break;
+        }
         if (leader_->is_leader()) break;
         if (resp.epoch() < leader_->epoch()) {
           spdlog::warn("ignoring replication from an older epoch {}", resp.epoch());
@@ -973,10 +981,13 @@ void HaController::FollowLoop() {
         ack.set_standby_id(opt_.id);
         ack.set_epoch(leader_->epoch());
         ack.set_acked_seq(applied);
-        if (!stream->Write(ack)) break;
+        if (!stream->Write(ack)) {
+          peer_ended = true;
+          break;
+        }
       }
     }
-    ctx.TryCancel();
+    if (!peer_ended) ctx.TryCancel();
     if (grpc::Status finished = stream->Finish();
         !finished.ok() && finished.error_code() != grpc::StatusCode::CANCELLED) {
       spdlog::info("replication stream ended: {}", finished.error_message());

@@ -30,15 +30,18 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/config.h"
+#include "common/tls_files.h"
 #include "dgpu/v1/replication.grpc.pb.h"
 #include "scheduler/agent_service.h"
 #include "scheduler/core_loop.h"
 #include "scheduler/etcd_election.h"
+#include "scheduler/grpc_access.h"
 #include "scheduler/leader_state.h"
 #include "scheduler/worker_pool.h"
 #include "store/database.h"
@@ -72,7 +75,10 @@ struct HaOptions {
   std::vector<std::string> etcd_endpoints;
   std::chrono::milliseconds lease_ttl{10000};
   std::string etcd_prefix = "/dgpu/leader";
-  const Authenticator* auth = nullptr;  // Which peers may call; nullptr: everyone.
+  GrpcAccess access;  // Which peers may call (grpc_access.h).
+  // replication.tls, checked: the link to the peer speaks TLS; nullopt: plain text.
+  std::optional<common::TlsMaterial> peer_tls;
+  common::ClientTlsConfig etcd_tls;  // ha.etcd_tls
 };
 
 class SyncStreamReactor;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,10 +27,17 @@ struct RestDeps {
   AuditLog* audit = nullptr;            // Write requests are recorded there; may be nullptr.
 };
 
+// server.tls for REST: HTTPS with this certificate chain and key (PEM text, checked).
+struct RestTls {
+  std::string cert_pem;
+  std::string key_pem;
+};
+
 struct RestOptions {
   size_t threads = 2;
   std::chrono::milliseconds read_timeout{10'000};  // server.read_timeout
   size_t max_connections = 10000;                  // server.max_connections
+  std::optional<RestTls> tls;                      // nullopt: plain HTTP
 };
 
 // One (method, path) the router serves; the path in OpenAPI form ("/api/v1/tasks/{id}").

@@ -783,6 +783,68 @@ TEST(SchedulerConfigTest, AuthLimitsAndServerTimeouts) {
   EXPECT_EQ(agent.status().message().rfind("unknown key \"logging.audit_file\"", 0), 0u);
 }
 
+TEST(SchedulerConfigTest, Tls) {
+  EXPECT_FALSE(SchedulerConfig{}.server.tls.enabled());
+  const SchedulerConfig c = MustLoadScheduler(
+      "server: {tls: {cert_file: /c/s.crt, key_file: /c/s.key, client_ca_file: /c/ca.crt}}\n"
+      "replication: {enabled: true, peer_address: 'b:9090',\n"
+      "  tls: {ca_file: /c/ca.crt, cert_file: /c/s.crt, key_file: /c/s.key}}\n"
+      "ha: {election: etcd, etcd_endpoints: ['https://e:2379'],\n"
+      "  etcd_tls: {ca_file: /c/ca.crt, cert_file: /c/e.crt, key_file: /c/e.key}}\n");
+  EXPECT_TRUE(c.server.tls.enabled());
+  EXPECT_EQ(c.server.tls.client_ca_file, "/c/ca.crt");
+  EXPECT_EQ(c.replication.tls.cert_file, "/c/s.crt");
+  EXPECT_EQ(c.ha.etcd_tls.key_file, "/c/e.key");
+  // HTTPS alone: no client certificates, no replication.
+  EXPECT_TRUE(MustLoadScheduler("server: {tls: {cert_file: /s.crt, key_file: /s.key}}")
+                  .server.tls.client_ca_file.empty());
+
+  struct Case {
+    std::string yaml, message;
+  };
+  const std::vector<Case> cases = {
+      {"server: {tls: {cert_file: /s.crt}}",
+       "server.tls.key_file: is required with server.tls.cert_file"},
+      {"server: {tls: {key_file: /s.key}}",
+       "server.tls.cert_file: is required with server.tls.key_file"},
+      {"server: {tls: {client_ca_file: /ca.crt}}",
+       "server.tls.client_ca_file: needs server.tls.cert_file and key_file"},
+      {"server: {tls: {cert_fle: /s.crt}}",
+       "unknown key \"server.tls.cert_fle\" (did you mean \"cert_file\"?)"},
+      {"server: {tls: {cert_file: /s.crt, key_file: /s.key}}\n"
+       "replication: {enabled: true, peer_address: 'b:9090'}",
+       "replication.tls.ca_file: is required when server.tls is set"},
+      {"server: {tls: {cert_file: /s.crt, key_file: /s.key, client_ca_file: /ca.crt}}\n"
+       "replication: {enabled: true, peer_address: 'b:9090', tls: {ca_file: /ca.crt}}",
+       "replication.tls.cert_file: is required when server.tls.client_ca_file is set"},
+      {"replication: {tls: {cert_file: /s.crt, key_file: /s.key}}",
+       "replication.tls.ca_file: is required with a client certificate"},
+      {"ha: {etcd_tls: {ca_file: /ca.crt, cert_file: /e.crt}}",
+       "ha.etcd_tls.key_file: is required with ha.etcd_tls.cert_file"},
+      {"ha: {etcd_endpoints: ['http://e:2379'], etcd_tls: {ca_file: /ca.crt}}",
+       "ha.etcd_endpoints[0]: must be https:// when ha.etcd_tls is set"},
+  };
+  for (const Case& k : cases) {
+    auto loaded = LoadSchedulerConfigFromString(k.yaml);
+    ASSERT_FALSE(loaded.ok()) << k.yaml;
+    EXPECT_EQ(loaded.status().message().rfind(k.message, 0), 0u)
+        << k.yaml << " -> " << loaded.status().message();
+  }
+}
+
+TEST(AgentConfigTest, Tls) {
+  EXPECT_FALSE(AgentConfig{}.scheduler.tls.enabled());
+  const AgentConfig c = MustLoadAgent(
+      "scheduler: {tls: {ca_file: /c/ca.crt, cert_file: /c/n1.crt, key_file: /c/n1.key}}");
+  EXPECT_TRUE(c.scheduler.tls.enabled());
+  EXPECT_EQ(c.scheduler.tls.cert_file, "/c/n1.crt");
+  auto bad = LoadAgentConfigFromString("scheduler: {tls: {cert_file: /c/n1.crt}}");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "scheduler.tls.key_file: is required with scheduler.tls.cert_file (a client "
+            "certificate needs its key)");
+}
+
 TEST(AgentConfigTest, RunAsSubmitter) {
   EXPECT_EQ(AgentConfig{}.executor.run_as, RunAs::kAgent);
   EXPECT_FALSE(AgentConfig{}.executor.allow_root);

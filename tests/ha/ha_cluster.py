@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -51,10 +52,11 @@ def parse_event_lines(text, event):
 class Http:
     """One keep-alive HTTP connection to 127.0.0.1:port; reconnects after an error."""
 
-    def __init__(self, port, timeout=5.0):
+    def __init__(self, port, timeout=5.0, ca_file=None):
         self.port = port
         self.timeout = timeout
         self.conn = None
+        self.context = ssl.create_default_context(cafile=ca_file) if ca_file else None
 
     def close(self):
         if self.conn is not None:
@@ -65,7 +67,13 @@ class Http:
         """Returns (status, headers dict (lower-case names), parsed JSON or text). Raises
         OSError / HTTPException when no answer came (the connection is closed then)."""
         if self.conn is None:
-            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+            if self.context is not None:
+                self.conn = http.client.HTTPSConnection("127.0.0.1", self.port,
+                                                        timeout=self.timeout,
+                                                        context=self.context)
+            else:
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port,
+                                                       timeout=self.timeout)
         hdrs = {}
         data = None
         if body is not None:
@@ -182,6 +190,8 @@ class HaCluster:
         if shared:
             os.makedirs(self.shared_dir)
         self.extra_sched = extra_sched or {}
+        self.tls_certs = None
+        self.ca_file = None
         self.ports = {n: {"http": free_port(), "grpc": free_port()} for n in ("a", "b")}
         self.schedulers = {}
         self.agents = {}
@@ -190,6 +200,13 @@ class HaCluster:
         self._lock = threading.Lock()
 
     # --- configuration ------------------------------------------------------------------------
+
+    def use_tls(self, certs):
+        """TLS everywhere with the files of scripts/make-dev-certs.sh in `certs`: HTTPS, gRPC
+        with client certificates (agent-<id>.crt for agents, scheduler.crt for the standby
+        link). Before the daemons start."""
+        self.tls_certs = certs
+        self.ca_file = os.path.join(certs, "ca.crt")
 
     def http_address(self, name):
         return "127.0.0.1:%d" % self.ports[name]["http"]
@@ -213,6 +230,13 @@ class HaCluster:
         }
         if self.shared_dir:
             doc["storage"]["shared_storage"] = self.shared_dir
+        if self.tls_certs:
+            cert = os.path.join(self.tls_certs, "scheduler.crt")
+            key = os.path.join(self.tls_certs, "scheduler.key")
+            doc["server"]["tls"] = {"cert_file": cert, "key_file": key,
+                                    "client_ca_file": self.ca_file}
+            doc["replication"]["tls"] = {"ca_file": self.ca_file, "cert_file": cert,
+                                         "key_file": key}
         for section, values in self.extra_sched.items():
             doc.setdefault(section, {}).update(values)
         return doc
@@ -249,6 +273,11 @@ class HaCluster:
             "executor": {"work_dir": work, "kill_grace_period": 1},
             "logging": {"level": "info", "format": "text"},
         }
+        if self.tls_certs:
+            doc["scheduler"]["tls"] = {
+                "ca_file": self.ca_file,
+                "cert_file": os.path.join(self.tls_certs, "agent-%s.crt" % agent_id),
+                "key_file": os.path.join(self.tls_certs, "agent-%s.key" % agent_id)}
         cfg = self.write_config("agent-%s.yaml" % agent_id, doc)
         d = Daemon("agent-" + agent_id, [bin_path("dgpu-agent"), "--config", cfg],
                    os.path.join(self.tmp, "agent-%s.log" % agent_id)).start()
@@ -308,14 +337,14 @@ class HaCluster:
 
     def client(self, name, timeout=5.0):
         """A fresh keep-alive client (one per thread: Http is not thread-safe)."""
-        return Http(self.ports[name]["http"], timeout)
+        return Http(self.ports[name]["http"], timeout, self.ca_file)
 
     def request(self, name, method, path, body=None, timeout=5.0):
         key = (name, threading.get_ident())
         with self._lock:
             c = self._clients.get(key)
             if c is None:
-                c = self._clients[key] = Http(self.ports[name]["http"], timeout)
+                c = self._clients[key] = Http(self.ports[name]["http"], timeout, self.ca_file)
         return c.request(method, path, body)
 
     def task_body(self, command, gpu_count=1, priority="low", name=None):

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -27,15 +28,20 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from dgpu_testlib import bin_path, free_port, missing_dependency, wait_until  # noqa: E402
 ETCD_BIN = os.environ.get("DGPU_ETCD_BIN") or shutil.which("etcd")
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 LEASE_TTL = 3.0          # ha.lease_ttl (seconds)
 HB_INTERVAL = 0.5        # replication.heartbeat_interval
 HB_TIMEOUT = 2.0         # replication.heartbeat_timeout
 NET_ERRORS = (OSError, http.client.HTTPException)
 
 
-def http_call(port, method, path, body=None, timeout=3.0):
-    """One request on a fresh connection: (status, parsed JSON body or text)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+def http_call(port, method, path, body=None, timeout=3.0, context=None):
+    """One request on a fresh connection: (status, parsed JSON body or text); HTTPS with the
+    ssl `context` when given."""
+    if context is not None:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=context)
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         data = json.dumps(body) if body is not None else None
         conn.request(method, path, body=data,
@@ -99,18 +105,29 @@ class Proc:
 
 
 class Etcd:
-    """A single-member etcd on free loopback ports with a temporary data directory."""
+    """A single-member etcd on free loopback ports with a temporary data directory. certs: a
+    directory of scripts/make-dev-certs.sh's files: clients over TLS with client certificates
+    (scheduler.crt serves, the test itself uses client-test.crt)."""
 
-    def __init__(self, tmp):
+    def __init__(self, tmp, certs=None):
         self.port = free_port()
         self.peer_port = free_port()
-        self.endpoint = "http://127.0.0.1:%d" % self.port
+        self.endpoint = "%s://127.0.0.1:%d" % ("https" if certs else "http", self.port)
         peer = "http://127.0.0.1:%d" % self.peer_port
+        tls = []
+        self.context = None
+        if certs:
+            tls = ["--cert-file", os.path.join(certs, "scheduler.crt"),
+                   "--key-file", os.path.join(certs, "scheduler.key"),
+                   "--trusted-ca-file", os.path.join(certs, "ca.crt"), "--client-cert-auth"]
+            self.context = ssl.create_default_context(cafile=os.path.join(certs, "ca.crt"))
+            self.context.load_cert_chain(os.path.join(certs, "client-test.crt"),
+                                         os.path.join(certs, "client-test.key"))
         self.proc = Proc("etcd", [
             ETCD_BIN, "--name", "t", "--data-dir", os.path.join(tmp, "etcd-data"),
             "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", "t=" + peer], os.path.join(tmp, "etcd.log"))
+            "--initial-cluster", "t=" + peer] + tls, os.path.join(tmp, "etcd.log"))
 
     def start(self, timeout=20):
         self.proc.start()
@@ -118,13 +135,18 @@ class Etcd:
         def healthy():
             if not self.proc.running():
                 raise AssertionError("etcd exited:\n" + self.proc.log_text()[-3000:])
-            status, body = http_call(self.port, "GET", "/health", timeout=1)
+            try:
+                status, body = http_call(self.port, "GET", "/health", timeout=1,
+                                         context=self.context)
+            except NET_ERRORS:
+                return False
             return status == 200 and isinstance(body, dict) and body.get("health") == "true"
         wait_until(healthy, timeout, "etcd healthy on " + self.endpoint)
         return self
 
     def post(self, path, body):
-        status, resp = http_call(self.port, "POST", "/v3/" + path, body, timeout=2)
+        status, resp = http_call(self.port, "POST", "/v3/" + path, body, timeout=2,
+                                 context=self.context)
         if status != 200:
             raise AssertionError("etcd %s: HTTP %d %s" % (path, status, resp))
         return resp
@@ -146,13 +168,31 @@ class EtcdHaCluster:
 
     PREFIX = "/dgpu/leader"
 
-    def __init__(self, name):
+    def __init__(self, name, tls=False):
         self.tmp = tempfile.mkdtemp(prefix="dgpu-ha-etcd-%s-" % name)
-        self.etcd = Etcd(self.tmp)
+        self.certs = None
+        self.context = None
+        if tls:
+            self.certs = os.path.join(self.tmp, "certs")
+            subprocess.run([os.path.join(REPO, "scripts", "make-dev-certs.sh"), "-o", self.certs,
+                            "--client", "test"], check=True, capture_output=True, timeout=60)
+            self.context = ssl.create_default_context(cafile=os.path.join(self.certs, "ca.crt"))
+        self.etcd = Etcd(self.tmp, self.certs)
         self.ports = {n: {"http": free_port(), "grpc": free_port()} for n in ("a", "b")}
         self.scheds = {}
 
     def config(self, name):
+        doc = self.plain_config(name)
+        if self.certs:
+            ca = os.path.join(self.certs, "ca.crt")
+            pair = {"cert_file": os.path.join(self.certs, "scheduler.crt"),
+                    "key_file": os.path.join(self.certs, "scheduler.key")}
+            doc["server"]["tls"] = dict(pair, client_ca_file=ca)
+            doc["replication"]["tls"] = dict(pair, ca_file=ca)
+            doc["ha"]["etcd_tls"] = dict(pair, ca_file=ca)
+        return doc
+
+    def plain_config(self, name):
         peer = "b" if name == "a" else "a"
         return {
             "server": {"grpc_address": "127.0.0.1:%d" % self.ports[name]["grpc"],
@@ -203,7 +243,7 @@ class EtcdHaCluster:
     # --- REST -------------------------------------------------------------------------------------
 
     def call(self, name, method, path, body=None, timeout=3.0):
-        return http_call(self.ports[name]["http"], method, path, body, timeout)
+        return http_call(self.ports[name]["http"], method, path, body, timeout, self.context)
 
     def readyz(self, name):
         """(status, body) or (None, None) when the scheduler does not answer."""
@@ -328,8 +368,8 @@ class EtcdElectionTest(unittest.TestCase):
                                      "(make deps)" % (ETCD_BIN or "not in PATH"))
         bin_path("dgpu-scheduler")
 
-    def new_cluster(self):
-        self.cluster = EtcdHaCluster(self.id().rsplit(".", 1)[-1])
+    def new_cluster(self, tls=False):
+        self.cluster = EtcdHaCluster(self.id().rsplit(".", 1)[-1], tls=tls)
         return self.cluster
 
     def assert_one_leader_for(self, seconds, expected):
@@ -360,6 +400,21 @@ class EtcdElectionTest(unittest.TestCase):
         status, body = c.submit("b", "on-standby")
         self.assertEqual(status, 503, body)
         self.assertEqual(body["error"]["code"], "not_leader", body)
+
+    def test_everything_over_tls(self):
+        """etcd with client certificates (ha.etcd_tls), the standby link over mutual TLS
+        (replication.tls), REST over HTTPS: the election and a failover work as in plain text."""
+        c = self.new_cluster(tls=True)
+        c.start_pair()
+        self.assertTrue(c.etcd.endpoint.startswith("https://"), c.etcd.endpoint)
+        self.assert_one_leader_for(1.0, "a")
+        status, body = c.submit("a", "over-tls")
+        self.assertEqual(status, 201, body)
+        c.scheds["a"].kill9()
+        c.wait_role("b", "leader", LEASE_TTL + 10)
+        self.assert_one_leader_for(0.5, "b")
+        t = c.get_task("b", body["task_id"])
+        self.assertIsNotNone(t, "the task acknowledged by A is on B")
 
     # --- (2) ------------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -116,9 +117,10 @@ class HttpResult:
         return "HttpResult(%d, %s)" % (self.status, self.body[:300])
 
 
-def http(base, method, path, body=None, raw=None, headers=None, timeout=10):
+def http(base, method, path, body=None, raw=None, headers=None, timeout=10, ca_file=None):
     """One HTTP request. `body` is JSON-encoded (Content-Type application/json); `raw` is sent as
-    is (bytes or str) with the given headers. Returns HttpResult; HTTP errors are results too.
+    is (bytes or str) with the given headers; `ca_file` verifies an https:// base. Returns
+    HttpResult; HTTP errors are results too.
     Every response is checked against api/openapi.yaml (api_contract): one that the description
     does not allow raises ContractViolation."""
     hdrs = dict(headers or {})
@@ -130,7 +132,8 @@ def http(base, method, path, body=None, raw=None, headers=None, timeout=10):
         hdrs.setdefault("Content-Type", "application/json")
     req = urllib.request.Request(base + path, data=data, method=method, headers=hdrs)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        context = ssl.create_default_context(cafile=ca_file) if ca_file else None
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
             result = HttpResult(resp.status, resp.headers, resp.read())
     except urllib.error.HTTPError as e:
         payload = e.read()
@@ -251,6 +254,9 @@ class Cluster:
         self.agent_configs = {}
         self.old_daemons = []  # killed/replaced incarnations, for their logs
         self.token = None  # Sent as "Authorization: Bearer" by request() and get() when set.
+        self.ca_file = None  # Verifies the scheduler's HTTPS certificate (use_tls).
+        self.tls_certs = None  # use_tls: the directory of make-dev-certs.sh's files
+        self.tls_server = None  # use_tls: the scheduler's server.tls
         _LIVE_CLUSTERS.add(self)
 
     # -- configuration ------------------------------------------------------------------------
@@ -268,6 +274,8 @@ class Cluster:
             "storage": {"snapshot_dir": os.path.join(self.tmp, "state")},
             "logging": {"level": "info", "format": "text", "output": "stdout"},
         }
+        if self.tls_server:
+            doc["server"]["tls"] = dict(self.tls_server)
         for section, values in (extra or {}).items():
             doc.setdefault(section, {}).update(values)
         return doc
@@ -284,6 +292,8 @@ class Cluster:
                          "kill_grace_period": kill_grace},
             "logging": {"level": "info", "format": "text", "output": "stdout"},
         }
+        if self.tls_server:
+            doc["scheduler"]["tls"] = self.agent_tls(agent_id)
         for section, values in (extra or {}).items():
             doc.setdefault(section, {}).update(values)
         return doc
@@ -417,7 +427,32 @@ class Cluster:
 
     # -- REST ---------------------------------------------------------------------------------
 
+    def use_tls(self, certs, client_certificates=True):
+        """Turns on server.tls with the certificates of scripts/make-dev-certs.sh in `certs`
+        (scheduler.crt, agent-<id>.crt), REST over HTTPS and agents over TLS with their own
+        certificate; before start_scheduler and start_agent."""
+        tls = {"cert_file": os.path.join(certs, "scheduler.crt"),
+               "key_file": os.path.join(certs, "scheduler.key")}
+        if client_certificates:
+            tls["client_ca_file"] = os.path.join(certs, "ca.crt")
+        self.tls_certs = certs
+        self.tls_server = tls
+        self.ca_file = os.path.join(certs, "ca.crt")
+        self.base = "https://127.0.0.1:%d" % self.http_port
+
+    def agent_tls(self, agent_id, cert_of=None):
+        """scheduler.tls of an agent: the CA, and the certificate made for `cert_of` (default:
+        agent_id itself; None when no such certificate exists)."""
+        name = cert_of or agent_id
+        tls = {"ca_file": self.ca_file}
+        cert = os.path.join(self.tls_certs, "agent-%s.crt" % name)
+        if os.path.exists(cert):
+            tls.update(cert_file=cert, key_file=os.path.join(self.tls_certs, "agent-%s.key" % name))
+        return tls
+
     def _with_token(self, kw):
+        if self.ca_file is not None:
+            kw.setdefault("ca_file", self.ca_file)
         if self.token is not None:
             headers = dict(kw.get("headers") or {})
             headers.setdefault("Authorization", "Bearer " + self.token)
