@@ -2,13 +2,16 @@
 the structure the brief asks for; every dgpu configuration shipped in them (compose config
 files, ConfigMaps) uses only keys of the reference configs (configs/*.yaml list every key) and
 is accepted by the real daemon (started with addresses and paths moved to a temporary
-directory and free ports; a bad config makes it exit at once with a one-line reason).
+directory and free ports, certificates and tokens made there by scripts/make-dev-certs.sh and
+make-token.sh; a bad config makes it exit at once with a one-line reason). The shipped configs
+turn on TLS with client certificates and bearer tokens; the test checks that they do.
 
 Not checked here, because nothing on the build machine can: that the images build, that
 compose starts, that the manifests apply (no Docker engine, no Kubernetes cluster)."""
 
 import copy
 import glob
+import subprocess
 import os
 import shutil
 import tempfile
@@ -85,6 +88,8 @@ class DeployFilesTest(unittest.TestCase):
                 configs = [m[0] for m in mounts if m[1].startswith("/etc/dgpu/")]
                 self.assertEqual(len(configs), 1)
                 self.assertTrue(os.path.isfile(os.path.join(DEPLOY, "docker", configs[0])))
+                # Certificates and tokens (deploy/README.md makes them), read-only.
+                self.assertIn(["./secrets", "/etc/dgpu-secrets", "ro"], mounts)
                 for m in mounts:
                     if not m[0].startswith("."):
                         self.assertIn(m[0], doc["volumes"])
@@ -186,6 +191,35 @@ class DeployFilesTest(unittest.TestCase):
             with self.subTest(config=label):
                 self.assertLessEqual(key_paths(cfg), refs[kind])
 
+    def secrets(self):
+        """Certificates (agents node-1, agent-1, agent-2) and a tokens file in the temporary
+        directory, made by the scripts the deploy README names."""
+        d = os.path.join(self.tmp, "secrets")
+        if not os.path.isdir(d):
+            subprocess.run([os.path.join(REPO, "scripts", "make-dev-certs.sh"), "-o", d,
+                            "--agent", "node-1", "--agent", "agent-1", "--agent", "agent-2"],
+                           check=True, capture_output=True, timeout=60)
+            subprocess.run([os.path.join(REPO, "scripts", "make-token.sh"), "-f",
+                            os.path.join(d, "tokens.yaml"), "ops", "admin"], check=True,
+                           capture_output=True, timeout=30)
+        return d
+
+    def test_configs_turn_on_tls_and_tokens(self):
+        for label, kind, cfg in self.shipped_configs():
+            with self.subTest(config=label):
+                if kind == "scheduler":
+                    self.assertEqual(set(cfg["server"]["tls"]),
+                                     {"cert_file", "key_file", "client_ca_file"})
+                    self.assertEqual(set(cfg["replication"]["tls"]),
+                                     {"ca_file", "cert_file", "key_file"})
+                    self.assertEqual(cfg["auth"]["mode"], "token")
+                    self.assertNotIn("allow_insecure_remote", cfg["auth"])
+                else:
+                    tls = cfg["scheduler"]["tls"]
+                    self.assertEqual(set(tls), {"ca_file", "cert_file", "key_file"})
+                    # The certificate of this very node.
+                    self.assertIn("agent-" + cfg["agent"]["id"] + ".crt", tls["cert_file"])
+
     def test_daemons_accept_the_configs(self):
         for b in (harness.SCHEDULER_BIN, harness.AGENT_BIN):
             if not os.access(b, os.X_OK):
@@ -198,9 +232,15 @@ class DeployFilesTest(unittest.TestCase):
                 d = os.path.join(self.tmp, "cfg-%d" % i)
                 os.makedirs(d)
                 # Same keys and values, except where the daemon must listen, store and connect.
+                secrets = self.secrets()
                 if kind == "scheduler":
-                    cfg["server"] = {"grpc_address": "127.0.0.1:%d" % harness.free_port(),
-                                     "http_address": "127.0.0.1:%d" % harness.free_port()}
+                    cfg["server"].update(grpc_address="127.0.0.1:%d" % harness.free_port(),
+                                         http_address="127.0.0.1:%d" % harness.free_port())
+                    for tls in (cfg["server"].get("tls"), cfg.get("replication", {}).get("tls")):
+                        for k, v in (tls or {}).items():
+                            tls[k] = os.path.join(secrets, os.path.basename(v))
+                    if cfg.get("auth", {}).get("tokens_file"):
+                        cfg["auth"]["tokens_file"] = os.path.join(secrets, "tokens.yaml")
                     cfg["storage"]["snapshot_dir"] = os.path.join(d, "state")
                     if cfg.get("replication", {}).get("enabled"):
                         cfg["replication"]["peer_address"] = "127.0.0.1:%d" % harness.free_port()
@@ -215,6 +255,9 @@ class DeployFilesTest(unittest.TestCase):
                         cfg["gpu"]["detection_method"] = "fake"  # no GPU on the build machine
                     if cfg["agent"].get("id") == "__NODE_NAME__":
                         cfg["agent"]["id"] = "node-1"
+                    for k, v in (cfg["scheduler"].get("tls") or {}).items():
+                        name = os.path.basename(v).replace("__NODE_NAME__", "node-1")
+                        cfg["scheduler"]["tls"][k] = os.path.join(secrets, name)
                     binary = harness.AGENT_BIN
                 path = os.path.join(d, "config.yaml")
                 with open(path, "w") as f:
