@@ -17,18 +17,34 @@ make_work() {
   trap cleanup EXIT
 }
 
+# use_tls: the next start_scheduler serves HTTPS and gRPC over TLS with client certificates
+# (certificates from scripts/make-dev-certs.sh in $WORK/certs, an agent certificate per id given);
+# curl and metric follow.
+use_tls() {
+  local args=() id
+  for id in "$@"; do args+=(--agent "$id"); done
+  "$REPO/scripts/make-dev-certs.sh" -o "$WORK/certs" "${args[@]}" >/dev/null
+  local c="$WORK/certs"
+  SERVER_TLS="tls: { cert_file: \"$c/scheduler.crt\", key_file: \"$c/scheduler.key\", client_ca_file: \"$c/ca.crt\" }"
+  SCHEME=https
+  CURL_TLS=(--cacert "$c/ca.crt")
+}
+SCHEME=http
+SERVER_TLS=""
+CURL_TLS=()
+
 # start_scheduler [extra yaml lines...]: sets HTTP_PORT, GRPC_PORT, SCHED_PID.
 start_scheduler() {
   HTTP_PORT=$(free_port); GRPC_PORT=$(free_port)
   {
-    echo "server: { grpc_address: \"127.0.0.1:$GRPC_PORT\", http_address: \"127.0.0.1:$HTTP_PORT\" }"
+    echo "server: { grpc_address: \"127.0.0.1:$GRPC_PORT\", http_address: \"127.0.0.1:$HTTP_PORT\"${SERVER_TLS:+, $SERVER_TLS} }"
     echo "storage: { snapshot_dir: \"$WORK/state\", fsync: true }"
     for line in "$@"; do echo "$line"; done
   } > "$WORK/sched.yaml"
   "$BIN/dgpu-scheduler" --config "$WORK/sched.yaml" > "$WORK/sched.log" 2>&1 &
   SCHED_PID=$!; PIDS+=("$SCHED_PID")
   for _ in $(seq 200); do
-    curl -fsS "http://127.0.0.1:$HTTP_PORT/healthz" >/dev/null 2>&1 && return 0
+    curl -fsS "${CURL_TLS[@]}" "$SCHEME://127.0.0.1:$HTTP_PORT/healthz" >/dev/null 2>&1 && return 0
     kill -0 "$SCHED_PID" 2>/dev/null || { cat "$WORK/sched.log"; echo "scheduler exited" >&2; exit 1; }
     sleep 0.05
   done
@@ -37,6 +53,6 @@ start_scheduler() {
 
 # metric NAME: sum of the samples of a metric (all label sets).
 metric() {
-  curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" |
+  curl -fsS "${CURL_TLS[@]}" "$SCHEME://127.0.0.1:$HTTP_PORT/metrics" |
     awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $2 } END { printf "%.15g\n", s + 0 }'
 }

@@ -4,6 +4,8 @@
 #   THREADS=2 CONNS=64 DURATION=10s bench/run_rest_bench.sh
 #   AUTH=token bench/run_rest_bench.sh   # every request carries a bearer token (auth.mode token)
 #   AUTH=jwt bench/run_rest_bench.sh     # an HS256 JWT (auth.mode jwt, verified once, then cached)
+#   TLS=1 bench/run_rest_bench.sh        # HTTPS (server.tls; wrk keeps its connections, so this
+#                                        # measures encryption, not handshakes)
 # Prints accepted submissions/s (every answer must be a 201: wrk's Non-2xx count must be 0),
 # latency p50/p99 and the journal's group-commit factor (appends per fsync'ed transaction).
 set -euo pipefail
@@ -33,10 +35,11 @@ print(s + "." + b(hmac.new(open(sys.argv[1], "rb").read(), s.encode(), hashlib.s
     export TOKEN ;;
   *) echo "AUTH must be none, token or jwt" >&2; exit 2 ;;
 esac
+[[ -n "${TLS:-}" ]] && use_tls
 # No agents: every submission stays pending, so the per-user limit is lifted.
 start_scheduler "logging: { level: warn, format: text }" "$AUTH_YAML" \
   "limits: { max_pending_per_user: 100000000 }"
-echo "auth.mode: ${AUTH:-none}"
+echo "auth.mode: ${AUTH:-none}, $SCHEME"
 echo "scheduler pid $SCHED_PID, state in $WORK/state (fsync on), $(nproc) CPUs"
 
 cpu_before=$(awk '{ print $14 + $15 }' /proc/$SCHED_PID/stat)
@@ -45,7 +48,7 @@ if [[ -n "${PERF:-}" ]]; then  # PERF=1: profile the scheduler during the run (p
   PERF_PID=$!
 fi
 wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$REPO/bench/rest_submit.lua" \
-  "http://127.0.0.1:$HTTP_PORT" | tee "$WORK/wrk.out"
+  "$SCHEME://127.0.0.1:$HTTP_PORT" | tee "$WORK/wrk.out"
 
 requests=$(awk '/requests in/ { print $1 }' "$WORK/wrk.out")
 seconds=$(awk '/requests in/ { sub(/s,$/, "", $4); print $4 }' "$WORK/wrk.out")

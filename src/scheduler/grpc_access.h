@@ -35,13 +35,18 @@ class RefusedStream final : public grpc::ServerBidiReactor<Request, Response> {
   void OnDone() override { delete this; }
 };
 
-// The names of the caller's verified client certificate: its CN, then its subject alternative
-// names. Empty without one.
-inline std::vector<std::string> PeerCertificateNames(const grpc::ServerContextBase* ctx) {
+// The names of the caller's verified client certificate: its CN, then its DNS subject
+// alternative names (`kDnsNames`, what names a node) or all of them, IP addresses included
+// (`kAllNames`, what names a scheduler host). Empty without one.
+enum class CertificateNames { kDnsNames, kAllNames };
+inline std::vector<std::string> PeerCertificateNames(
+    const grpc::ServerContextBase* ctx, CertificateNames which = CertificateNames::kDnsNames) {
   std::vector<std::string> names;
   const std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
   if (!auth || !auth->IsPeerAuthenticated()) return names;
-  for (const char* property : {GRPC_X509_CN_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME}) {
+  const char* sans = which == CertificateNames::kDnsNames ? GRPC_PEER_DNS_PROPERTY_NAME
+                                                          : GRPC_X509_SAN_PROPERTY_NAME;
+  for (const char* property : {GRPC_X509_CN_PROPERTY_NAME, sans}) {
     for (const grpc::string_ref& value : auth->FindPropertyValues(property)) {
       std::string name(value.data(), value.size());
       if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
@@ -96,7 +101,7 @@ inline grpc::Status AdmitPeerScheduler(const GrpcAccess& access,
                                        std::string_view service) {
   if (grpc::Status s = AdmitGrpcPeer(access, ctx, service); !s.ok()) return s;
   if (!access.client_certificates) return grpc::Status::OK;
-  const std::vector<std::string> names = PeerCertificateNames(ctx);
+  const std::vector<std::string> names = PeerCertificateNames(ctx, CertificateNames::kAllNames);
   if (std::find(names.begin(), names.end(), access.peer_scheduler_name) != names.end()) {
     return grpc::Status::OK;
   }
