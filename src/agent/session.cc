@@ -243,12 +243,29 @@ bool AgentSession::Connect() {
   conn_ = std::move(conn);
   ++connection_generation_;
   failures_ = 0;
+  Contact(Mono());
   common::LogEvent("agent_connected", {{"scheduler", address},
                                        {"epoch", highest_epoch_},
                                        {"gpus", static_cast<int64_t>(devices_.size())},
                                        {"running", static_cast<int64_t>(task_gpus_.size())}});
   next_heartbeat_ = 0;
   return true;
+}
+
+void AgentSession::StopTasksIfCutOff(int64_t now) {
+  const int64_t limit = ToMicros(config_.agent.stop_tasks_after_disconnect);
+  if (limit <= 0 || stopped_for_disconnect_ || now - last_contact_ < limit) return;
+  stopped_for_disconnect_ = true;
+  const std::vector<std::string> running = executor_->Running();
+  if (running.empty()) return;
+  spdlog::warn(
+      "no scheduler has answered for {} ms (agent.stop_tasks_after_disconnect): stopping {} "
+      "task(s); they are reported as disconnected when a scheduler answers again",
+      (now - last_contact_) / 1000, running.size());
+  for (const auto& id : running) {
+    StopTask(id, StopOrder{core::StopReason::kDisconnected, std::chrono::milliseconds(-1), {}},
+             highest_epoch_);
+  }
 }
 
 std::string AgentSession::TransportHint(const grpc::Status& s) const {
@@ -325,6 +342,7 @@ void AgentSession::HandleInbound() {
     msgs.swap(conn_->inbox);
     broken = conn_->broken;
   }
+  if (!msgs.empty()) Contact(Mono());
   for (const auto& m : msgs) {
     if (Status accepted = AcceptEpoch(m.epoch()); !accepted.ok()) {
       spdlog::warn("ignored orders from epoch {} (following epoch {}): {}", m.epoch(),
@@ -571,6 +589,7 @@ int AgentSession::Run() {
   devices_ = std::move(*devices);
   spdlog::info("dgpu-agent {} starting: {} GPUs via {}, executor {}, schedulers {}", agent_id_,
                devices_.size(), gpus_->name(), executor_->name(), addresses_.size());
+  Contact(Mono());
   while (!stop_.load()) {
     int64_t now = Mono();
     std::vector<TaskExit> exits = executor_->Poll(common::NowMicros());
@@ -589,6 +608,7 @@ int AgentSession::Run() {
                                                        {"error", e.error}});
     }
     HandleReportResults(now);
+    StopTasksIfCutOff(now);
     if (!conn_) {
       if (now >= next_attempt_) Connect();
     } else {

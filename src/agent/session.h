@@ -121,6 +121,13 @@ class AgentSession {
   // Fails for an epoch lower than the highest seen, and for a higher one that cannot be stored.
   Status AcceptEpoch(uint64_t epoch);
   void Shutdown();
+  // agent.stop_tasks_after_disconnect: stops every task once no scheduler answered for that
+  // long (once per disconnection).
+  void StopTasksIfCutOff(int64_t now);
+  void Contact(int64_t now) {
+    last_contact_ = now;
+    stopped_for_disconnect_ = false;
+  }
 
   common::AgentConfig config_;
   std::string agent_id_;
@@ -144,6 +151,10 @@ class AgentSession {
   int failures_ = 0;
   int64_t next_attempt_ = 0;
   int64_t next_heartbeat_ = 0;
+  // The last time a scheduler answered (a registration, a message on the stream), monotonic
+  // micros; and whether the tasks were stopped since, for agent.stop_tasks_after_disconnect.
+  int64_t last_contact_ = 0;
+  bool stopped_for_disconnect_ = false;
   int64_t next_finish_retry_ = 0;
   int64_t next_persist_retry_ = 0;
   std::map<std::string, TaskExit> unpersisted_;  // Finishes the outbox could not take yet.

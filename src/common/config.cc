@@ -772,10 +772,14 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
   if (!root_or.ok()) return root_or.status();
   const Section& root = *root_or;
 
-  DGPU_OPEN_SECTION(agent, root, "agent", {"id", "heartbeat_interval"});
+  DGPU_OPEN_SECTION(agent, root, "agent",
+                    {"id", "heartbeat_interval", "stop_tasks_after_disconnect"});
   DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadString("id", &c.agent.id));
   DGPU_CONFIG_RETURN_IF_ERROR(
       agent.ReadDuration("heartbeat_interval", &c.agent.heartbeat_interval));
+  DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadDuration("stop_tasks_after_disconnect",
+                                                 &c.agent.stop_tasks_after_disconnect,
+                                                 DurationRule::kNonNegative));
 
   DGPU_OPEN_SECTION(scheduler, root, "scheduler",
                     {"master_address", "standby_address", "connection_timeout", "retry_interval",

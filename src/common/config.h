@@ -246,6 +246,9 @@ enum class ExecutionMethod { kProcess, kDocker };
 struct AgentIdentityConfig {
   std::string id;                          // empty: the host name (see IdOrHostname)
   milliseconds heartbeat_interval{5'000};  // > 0
+  // Reached no scheduler for this long: stop every task (SIGTERM, kill_grace_period, SIGKILL)
+  // and report them when a scheduler answers again. 0: never (tasks keep running).
+  milliseconds stop_tasks_after_disconnect{0};  // >= 0
   bool operator==(const AgentIdentityConfig&) const = default;
 };
 

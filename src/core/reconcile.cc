@@ -34,6 +34,12 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     Task& t = *found;
     const int member = RunningMemberOn(t.allocation, node_id);
     bool held_here = (t.status == TaskStatus::kRunning || t.stopping) && member >= 0;
+    if (IsDisconnectStop(f)) {
+      // The agent, cut off, stopped it itself: a lost attempt if it is still held here;
+      // queued again or running elsewhere already, the cut run changes nothing.
+      if (held_here) LoseHeld(t, now, node_id);
+      continue;
+    }
     if (held_here && t.allocation.size() > 1) {
       (void)FinishMember(t, member, f, now);
     } else if (held_here) {

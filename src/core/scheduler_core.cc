@@ -367,6 +367,12 @@ Status SchedulerCore::TaskFinished(const std::string& node_id, const FinishRepor
     return FailedPrecondition(FormatTaskId(report.task) + " is not running on node " + node_id +
                               " (status " + std::string(ToString(t.status)) + ")");
   }
+  if (IsDisconnectStop(report)) {
+    // The agent stopped it itself, cut off from the schedulers: not the task's failure, a lost
+    // attempt, as if the node had been declared lost (it may come back before it was).
+    LoseHeld(t, now, node_id);
+    return OkStatus();
+  }
   if (multi) return FinishMember(t, member, report, now);
   return ApplyFinish(t, report, now);
 }

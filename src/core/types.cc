@@ -78,6 +78,8 @@ std::string_view ToString(StopReason r) {
       return "reconcile";
     case StopReason::kMemberLost:
       return "member_lost";
+    case StopReason::kDisconnected:
+      return "disconnected";
   }
   return "unknown";
 }
@@ -152,6 +154,8 @@ std::string_view StopError(StopReason r) {
       return "gpu_unhealthy";
     case StopReason::kMemberLost:
       return "agent_lost";
+    case StopReason::kDisconnected:
+      return "disconnected";
     case StopReason::kNone:
     case StopReason::kReconcile:
       return "stopped";
@@ -186,7 +190,7 @@ std::optional<PendingReason> ParsePendingReason(std::string_view s) {
 std::optional<StopReason> ParseStopReason(std::string_view s) {
   for (auto r : {StopReason::kNone, StopReason::kCancel, StopReason::kPreempt, StopReason::kDrain,
                  StopReason::kMemberFailure, StopReason::kTimeout, StopReason::kGpuFailure,
-                 StopReason::kReconcile, StopReason::kMemberLost}) {
+                 StopReason::kReconcile, StopReason::kMemberLost, StopReason::kDisconnected}) {
     if (ToString(r) == s) return r;
   }
   return std::nullopt;

@@ -61,6 +61,9 @@ enum class StopReason : uint8_t {
   kGpuFailure,     // One of its GPUs became unhealthy.
   kReconcile,      // Its agent runs it, but the scheduler did not assign it (or no longer) there.
   kMemberLost,     // Another member of its multi-node task was lost with its node.
+  // Its agent reached no scheduler for agent.stop_tasks_after_disconnect and stopped it on its
+  // own (never ordered by the core; the finish says so: the attempt counts as lost).
+  kDisconnected,
 };
 
 std::string_view ToString(Priority p);
@@ -193,6 +196,12 @@ struct FinishReport {
   std::string error;  // "", "timeout", "signal:9", "cancelled", ...
   TimeMicros finished_at = 0;
 };
+
+// The end of a run its agent stopped on its own, cut off from every scheduler
+// (StopReason::kDisconnected): the attempt was lost, the task did not fail.
+inline bool IsDisconnectStop(const FinishReport& f) {
+  return !f.success && f.error == StopError(StopReason::kDisconnected);
+}
 
 // An order for an agent. kStart carries the allocation on that node; kStop why the task is
 // stopped and how long it may take to exit after SIGTERM before it is killed.

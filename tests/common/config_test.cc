@@ -845,6 +845,17 @@ TEST(AgentConfigTest, Tls) {
             "certificate needs its key)");
 }
 
+TEST(AgentConfigTest, StopTasksAfterDisconnect) {
+  EXPECT_EQ(AgentConfig{}.agent.stop_tasks_after_disconnect, milliseconds{0});
+  EXPECT_EQ(
+      MustLoadAgent("agent: {stop_tasks_after_disconnect: 5s}").agent.stop_tasks_after_disconnect,
+      milliseconds{5'000});
+  auto bad = LoadAgentConfigFromString("agent: {stop_tasks_after_disconnect: -1}");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "agent.stop_tasks_after_disconnect: must be a non-negative duration, got \"-1\"");
+}
+
 TEST(AgentConfigTest, RunAsSubmitter) {
   EXPECT_EQ(AgentConfig{}.executor.run_as, RunAs::kAgent);
   EXPECT_FALSE(AgentConfig{}.executor.allow_root);

@@ -209,5 +209,43 @@ TEST_F(LifecycleTest, PendingTasksAreCountedPerUser) {
   EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
 }
 
+// agent.stop_tasks_after_disconnect: the agent stopped the task itself while cut off. Its
+// finish ("disconnected") is a lost attempt, never the task's failure, whether it arrives while
+// the task is still held there or after the node was declared lost and the task requeued.
+TEST_F(LifecycleTest, ATaskItsAgentStoppedWhileCutOffIsALostAttempt) {
+  const TaskNumber t = Submit();
+  ASSERT_EQ(Pass().size(), 1u);
+  ASSERT_TRUE(core_.TaskFinished("n1", {t, false, 143, "disconnected", now_ - 1}, now_).ok());
+  ASSERT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+  EXPECT_EQ(T(t).status, TaskStatus::kPending);
+  EXPECT_EQ(T(t).error, "agent_lost");
+  EXPECT_EQ(T(t).attempts, 1);
+  // It runs again, and its next end is its own.
+  ASSERT_EQ(Pass().size(), 1u);
+  EXPECT_EQ(T(t).attempts, 2);
+  ASSERT_TRUE(core_.TaskFinished("n1", {t, false, 1, "", now_}, now_).ok());
+  EXPECT_EQ(T(t).status, TaskStatus::kFailed);
+
+  // Declared lost first, then the node comes back reporting the cut run: still queued.
+  const TaskNumber u = Submit();
+  ASSERT_EQ(Pass().size(), 1u);
+  ASSERT_TRUE(core_.NodeLost("n1", now_).ok());
+  EXPECT_EQ(T(u).status, TaskStatus::kPending);
+  ASSERT_TRUE(core_
+                  .RegisterNode("n1", "", MakeGpus(2, "A100"), {},
+                                {{u, false, 143, "disconnected", now_ - 1}}, now_)
+                  .ok());
+  ASSERT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+  EXPECT_EQ(T(u).status, TaskStatus::kPending) << "the cut run is not the task's end";
+  EXPECT_EQ(T(u).attempts, 1);
+  // A run that ended by itself while its node was away is still recorded as its end.
+  ASSERT_EQ(Pass().size(), 1u);
+  ASSERT_TRUE(core_.NodeLost("n1", now_).ok());
+  ASSERT_TRUE(
+      core_.RegisterNode("n1", "", MakeGpus(2, "A100"), {}, {{u, true, 0, "", now_ - 1}}, now_)
+          .ok());
+  EXPECT_EQ(T(u).status, TaskStatus::kSuccess);
+}
+
 }  // namespace
 }  // namespace dgpu::core

@@ -533,6 +533,55 @@ for _sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
 
 
 # ----------------------------------------------------------------------------------------------
+# A network namespace joined to this one by a veth pair: a peer that is not loopback.
+
+
+def ip(*args):
+    return subprocess.run(["ip"] + list(args), capture_output=True, text=True)
+
+
+class NetNs:
+    """Namespace `dgpu-it-<tag>` holding `remote` (here: `local`), /30 addresses on a veth pair.
+    Needs root and iproute2 (create() says why not). cut() and heal() take the host's end of
+    the pair down and up: a partition, with both ends' processes still running. Give each test
+    module its own `local`/`remote` pair: modules run in parallel."""
+
+    def __init__(self, tag, local, remote):
+        self.ns = "dgpu-it-" + tag
+        self.veth = "dgv" + tag
+        self.local, self.remote = local, remote
+
+    def create(self, test):
+        if os.geteuid() != 0 or shutil.which("ip") is None:
+            test.skipTest("needs root and iproute2 to make a network namespace")
+        if ip("netns", "add", self.ns).returncode != 0:
+            test.skipTest("cannot create a network namespace here")
+        test.addCleanup(ip, "netns", "del", self.ns)
+        for cmd in (["link", "add", self.veth, "type", "veth", "peer", "name", self.veth + "p"],
+                    ["link", "set", self.veth + "p", "netns", self.ns],
+                    ["addr", "add", self.local + "/30", "dev", self.veth],
+                    ["link", "set", self.veth, "up"],
+                    ["-n", self.ns, "addr", "add", self.remote + "/30", "dev", self.veth + "p"],
+                    ["-n", self.ns, "link", "set", self.veth + "p", "up"]):
+            r = ip(*cmd)
+            test.assertEqual(r.returncode, 0, (cmd, r.stderr))
+        test.addCleanup(ip, "link", "del", self.veth)
+        return self
+
+    def wrapper(self):
+        """The argv prefix that runs a command inside the namespace."""
+        return ["ip", "netns", "exec", self.ns]
+
+    def cut(self):
+        r = ip("link", "set", self.veth, "down")
+        assert r.returncode == 0, r.stderr
+
+    def heal(self):
+        r = ip("link", "set", self.veth, "up")
+        assert r.returncode == 0, r.stderr
+
+
+# ----------------------------------------------------------------------------------------------
 # Test base class
 
 

@@ -16,7 +16,7 @@ import subprocess
 import time
 import unittest
 
-from harness import API, CTL_BIN, ClusterTestCase, http, read_text, wait_until
+from harness import API, CTL_BIN, ClusterTestCase, NetNs, http, read_text, wait_until
 
 TOKENS = {
     "vera": ("viewer", []),
@@ -305,10 +305,6 @@ class JwtAuthTest(ClusterTestCase):
 # ----------------------------------------------------------------------------------------------
 # auth.mode none from a peer that is not loopback.
 
-def _ip(*args):
-    return subprocess.run(["ip"] + list(args), capture_output=True, text=True)
-
-
 class ProtectedModeTest(ClusterTestCase):
     """The scheduler listens on every interface; a client in another network namespace
     (198.51.100.2 over a veth pair to 198.51.100.1) is not loopback."""
@@ -317,23 +313,9 @@ class ProtectedModeTest(ClusterTestCase):
     INSECURE = False
 
     def setUp(self):
-        if os.geteuid() != 0 or shutil.which("ip") is None:
-            self.skipTest("needs root and iproute2 to make a network namespace")
-        suffix = "%d%d" % (os.getpid() % 10000, int(self.INSECURE))
-        self.ns = "dgpu-it-" + suffix
-        self.veth = "dgv" + suffix
-        if _ip("netns", "add", self.ns).returncode != 0:
-            self.skipTest("cannot create a network namespace here")
-        self.addCleanup(_ip, "netns", "del", self.ns)
-        for cmd in (["link", "add", self.veth, "type", "veth", "peer", "name", self.veth + "p"],
-                    ["link", "set", self.veth + "p", "netns", self.ns],
-                    ["addr", "add", "198.51.100.1/30", "dev", self.veth],
-                    ["link", "set", self.veth, "up"],
-                    ["-n", self.ns, "addr", "add", "198.51.100.2/30", "dev", self.veth + "p"],
-                    ["-n", self.ns, "link", "set", self.veth + "p", "up"]):
-            r = _ip(*cmd)
-            self.assertEqual(r.returncode, 0, (cmd, r.stderr))
-        self.addCleanup(_ip, "link", "del", self.veth)
+        tag = "%d%d" % (os.getpid() % 10000, int(self.INSECURE))
+        self.net = NetNs(tag, "198.51.100.1", "198.51.100.2").create(self)
+        self.ns = self.net.ns
         super().setUp()
 
     def start_cluster(self):
@@ -353,8 +335,7 @@ class ProtectedModeTest(ClusterTestCase):
     def start_remote_agent(self):
         doc = self.c.agent_config("remote", gpus=2)
         doc["scheduler"]["master_address"] = "198.51.100.1:%d" % self.c.grpc_port
-        return self.c.start_agent_from("agent-remote.1", doc, wrapper=["ip", "netns", "exec",
-                                                                       self.ns],
+        return self.c.start_agent_from("agent-remote.1", doc, wrapper=self.net.wrapper(),
                                        track_as="remote")
 
 
