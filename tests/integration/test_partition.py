@@ -75,9 +75,12 @@ class PartitionedAgentTest(PartitionTestCase):
         wait_until(lambda: len([m for m in self.marks(task) if m[0] == "start"]) == 2,
                    self.HB_TIMEOUT + 10, what="the task's start on near")
         marks = self.marks(task)
-        self.assertEqual([m[0] for m in marks], ["start", "term", "start"], marks)
-        term_at, second_start_at = float(marks[1][1]), float(marks[2][2])
-        self.assertEqual(marks[2][1], "agent-near")
+        starts = [m for m in marks if m[0] == "start"]
+        terms = [m for m in marks if m[0] == "term"]
+        # (The trap's own $(date) child may get the SIGTERM too: a second "term" line.)
+        self.assertTrue(terms, marks)
+        term_at, second_start_at = float(terms[0][1]), float(starts[1][2])
+        self.assertEqual(starts[1][1], "agent-near")
         self.assertGreaterEqual(term_at - cut, STOP_AFTER - 0.5, "stopped too early")
         self.assertLess(term_at, second_start_at, "the task ran twice at once")
         self.assertIn("(agent.stop_tasks_after_disconnect): stopping 1 task(s)",
@@ -90,7 +93,7 @@ class PartitionedAgentTest(PartitionTestCase):
         time.sleep(1.0)
         t = self.c.task(task)
         self.assertEqual((t["status"], t["node_id"], t["attempts"]), ("running", "near", 2), t)
-        self.assertEqual(len(self.marks(task)), 3)
+        self.assertEqual(len([m for m in self.marks(task) if m[0] == "start"]), 2)
         self.c.cancel(task)
 
 
