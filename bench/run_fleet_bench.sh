@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# A fleet on one machine: AGENTS agents with GPUS GPUs each, played by bench/agent_loadgen over
+# real gRPC (one connection each), heartbeating every HEARTBEAT seconds, while RATE short tasks a
+# second (RUN_TIME seconds each) are submitted over REST for DURATION seconds. Prints the
+# scheduler's CPU and peak RSS, the submission-to-assignment latency seen by the agents, and
+# whether any agent timed out.
+#   bench/run_fleet_bench.sh                      # 1,000 agents x 8 GPUs, 100 tasks/s, 30 s
+#   AGENTS=10000 RATE=1000 DURATION=60 bench/run_fleet_bench.sh
+set -euo pipefail
+source "$(dirname "$0")/bench_lib.sh"
+AGENTS=${AGENTS:-1000}; GPUS=${GPUS:-8}; HEARTBEAT=${HEARTBEAT:-5}; RATE=${RATE:-100}
+RUN_TIME=${RUN_TIME:-1}; DURATION=${DURATION:-30}
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+make_work
+start_scheduler "logging: { level: warn, format: text }" "agent: { heartbeat_timeout: 15 }" \
+  "limits: { max_pending_per_user: 100000000 }"
+echo "scheduler pid $SCHED_PID; $AGENTS agents x $GPUS GPUs, heartbeat ${HEARTBEAT}s; $RATE tasks/s of ${RUN_TIME}s for ${DURATION}s; $(nproc) CPUs"
+
+# The fleet registers first (its time is not measured), then runs for the measured DURATION.
+SETTLE=$(( AGENTS / 1000 + 5 ))
+"$BIN/agent_loadgen" --scheduler "127.0.0.1:$GRPC_PORT" --agents "$AGENTS" --gpus "$GPUS" \
+  --heartbeat "$HEARTBEAT" --run-time "$RUN_TIME" --duration $((DURATION + SETTLE + 3)) \
+  > "$WORK/loadgen.out" 2>&1 &
+LOADGEN_PID=$!; PIDS+=("$LOADGEN_PID")
+for _ in $(seq $((SETTLE * 10))); do
+  grep -q "registered $AGENTS " "$WORK/loadgen.out" 2>/dev/null && break
+  sleep 0.1
+done
+grep -q "registered $AGENTS " "$WORK/loadgen.out" || { tail -5 "$WORK/loadgen.out"; echo "the fleet did not register in ${SETTLE}s" >&2; exit 1; }
+echo "fleet registered: $(grep -c . "$WORK/loadgen.out") s after start"
+
+cpu_before=$(awk '{ print $14 + $15 }' /proc/$SCHED_PID/stat)
+python3 - "$HTTP_PORT" "$RATE" "$DURATION" <<'EOF'
+import http.client, json, sys, threading, time
+port, rate, duration = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+threads = 8
+sent, errors = [0], [0]
+lock = threading.Lock()
+def run(k):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    start = time.monotonic()
+    i = 0
+    while True:
+        due = start + (i * threads + k) / rate
+        if due - start >= duration:
+            return
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        body = json.dumps({"command": "true", "gpu_count": 1, "priority": "low",
+                           "env": {"LOADGEN_SUBMITTED_US": str(time.time_ns() // 1000)}})
+        conn.request("POST", "/api/v1/tasks", body, {"Content-Type": "application/json"})
+        r = conn.getresponse(); r.read()
+        with lock:
+            sent[0] += 1
+            errors[0] += r.status != 201
+        i += 1
+ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+t0 = time.monotonic()
+for t in ts: t.start()
+for t in ts: t.join()
+print("submitted %d tasks in %.1f s (%d not 201)" % (sent[0], time.monotonic() - t0, errors[0]))
+EOF
+cpu_after=$(awk '{ print $14 + $15 }' /proc/$SCHED_PID/stat)
+wait "$LOADGEN_PID" || true
+tail -2 "$WORK/loadgen.out"
+offline=$(grep -c "event=agent_offline" "$WORK/sched.log" || true)
+rss=$(awk '/VmHWM/ { printf "%.0f MiB", $2 / 1024 }' /proc/$SCHED_PID/status)
+awk -v c=$((cpu_after - cpu_before)) -v hz="$(getconf CLK_TCK)" -v d="$DURATION" \
+  'BEGIN { printf "scheduler CPU:          %.2f cores over the %ss of submissions\n", c / hz / d, d }'
+echo "scheduler peak RSS:     $rss"
+echo "agents timed out:       $offline"
