@@ -98,7 +98,8 @@ class Stream final : public grpc::ClientBidiReactor<HeartbeatRequest, HeartbeatR
 
 class Agent {
  public:
-  Agent(std::string id, std::shared_ptr<grpc::Channel> channel, const Options& o, Counters* c)
+  Agent(std::string id, const std::shared_ptr<grpc::Channel>& channel, const Options& o,
+        Counters* c)
       : id_(std::move(id)),
         stub_(dgpu::v1::SchedulerService::NewStub(channel)),
         opt_(o),
@@ -321,6 +322,7 @@ int main(int argc, char** argv) {
   Counters c;
   const int channels = o.channels == 0 ? o.agents : std::min(o.channels, o.agents);
   std::vector<std::shared_ptr<grpc::Channel>> pool;
+  pool.reserve(static_cast<size_t>(channels));
   for (int i = 0; i < channels; ++i) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection each, as real agents
@@ -329,6 +331,7 @@ int main(int argc, char** argv) {
         grpc::CreateCustomChannel(o.scheduler, grpc::InsecureChannelCredentials(), args));
   }
   std::vector<std::unique_ptr<Agent>> agents;
+  agents.reserve(static_cast<size_t>(o.agents));
   for (int i = 0; i < o.agents; ++i) {
     agents.push_back(std::make_unique<Agent>(o.prefix + "-" + std::to_string(i + 1),
                                              pool[static_cast<size_t>(i % channels)], o, &c));

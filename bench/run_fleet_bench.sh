@@ -6,6 +6,7 @@
 # whether any agent timed out.
 #   bench/run_fleet_bench.sh                      # 1,000 agents x 8 GPUs, 100 tasks/s, 30 s
 #   AGENTS=10000 RATE=1000 DURATION=60 bench/run_fleet_bench.sh
+#   SCHEDULER_YAML='scheduler: { snapshot_interval: 1h }' bench/run_fleet_bench.sh
 set -euo pipefail
 source "$(dirname "$0")/bench_lib.sh"
 AGENTS=${AGENTS:-1000}; GPUS=${GPUS:-8}; HEARTBEAT=${HEARTBEAT:-5}; RATE=${RATE:-100}
@@ -13,8 +14,9 @@ RUN_TIME=${RUN_TIME:-1}; DURATION=${DURATION:-30}
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 make_work
+# SCHEDULER_YAML: more top-level sections for the scheduler's config (one line each).
 start_scheduler "logging: { level: warn, format: text }" "agent: { heartbeat_timeout: 15 }" \
-  "limits: { max_pending_per_user: 100000000 }"
+  "limits: { max_pending_per_user: 100000000 }" ${SCHEDULER_YAML:+"$SCHEDULER_YAML"}
 echo "scheduler pid $SCHED_PID; $AGENTS agents x $GPUS GPUs, heartbeat ${HEARTBEAT}s; $RATE tasks/s of ${RUN_TIME}s for ${DURATION}s; $(nproc) CPUs"
 
 # The fleet registers first (its time is not measured), then runs for the measured DURATION.
