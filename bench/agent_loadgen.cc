@@ -1,7 +1,8 @@
 // A fleet of agents in one process, over real gRPC: each registers with its GPUs, keeps one
-// Heartbeat stream open and heartbeats every --heartbeat seconds, confirms each task it is given
-// at once and reports it finished --run-time seconds later (a stop order ends it at once). For
-// measuring the scheduler with many nodes on one machine (bench/run_fleet_bench.sh).
+// Heartbeat stream open and heartbeats every --heartbeat seconds (the agents' phases spread
+// evenly over the interval, as agents started at different times are), confirms each task it is
+// given at once and reports it finished --run-time seconds later (a stop order ends it at once).
+// For measuring the scheduler with many nodes on one machine (bench/run_fleet_bench.sh).
 //
 //   agent_loadgen --scheduler 127.0.0.1:9090 --agents 10000 --gpus 8 --heartbeat 5
 //                 --run-time 1 --duration 60    (one command line)
@@ -105,6 +106,10 @@ class Agent {
         opt_(o),
         counters_(c) {}
 
+  // Real agents start at different times: their heartbeats are spread over the interval, not
+  // sent by all in the same instant. Before the first Tick.
+  void set_phase(int64_t micros) { phase_ = micros; }
+
   // Called by the driver thread every tick.
   void Tick(int64_t now) {
     std::vector<std::string> ending;
@@ -112,6 +117,7 @@ class Agent {
       std::lock_guard<std::mutex> lock(mu_);
       if (state_ == State::kNew) {
         state_ = State::kRegistering;
+        next_heartbeat_ = now + phase_;
         Register();
         return;
       }
@@ -261,6 +267,7 @@ class Agent {
   std::map<std::string, int64_t> running_;  // GUARDED_BY(mu_): task -> end (unix micros)
   Stream* stream_ = nullptr;                // set once, before kOnline; freed at exit
   int64_t next_heartbeat_ = 0;              // driver thread only
+  int64_t phase_ = 0;                       // offset of the first heartbeat, micros
 };
 
 std::mutex latency_mu;
@@ -335,6 +342,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < o.agents; ++i) {
     agents.push_back(std::make_unique<Agent>(o.prefix + "-" + std::to_string(i + 1),
                                              pool[static_cast<size_t>(i % channels)], o, &c));
+    agents.back()->set_phase(static_cast<int64_t>(o.heartbeat * 1e6) * i / o.agents);
   }
   const auto start = std::chrono::steady_clock::now();
   const auto end = start + std::chrono::microseconds(static_cast<int64_t>(o.duration * 1e6));

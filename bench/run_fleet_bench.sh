@@ -7,6 +7,7 @@
 #   bench/run_fleet_bench.sh                      # 1,000 agents x 8 GPUs, 100 tasks/s, 30 s
 #   AGENTS=10000 RATE=1000 DURATION=60 bench/run_fleet_bench.sh
 #   SCHEDULER_YAML='scheduler: { snapshot_interval: 1h }' bench/run_fleet_bench.sh
+#   CHANNELS=100 bench/run_fleet_bench.sh    # the agents share 100 connections (default: one each)
 set -euo pipefail
 source "$(dirname "$0")/bench_lib.sh"
 AGENTS=${AGENTS:-1000}; GPUS=${GPUS:-8}; HEARTBEAT=${HEARTBEAT:-5}; RATE=${RATE:-100}
@@ -23,7 +24,7 @@ echo "scheduler pid $SCHED_PID; $AGENTS agents x $GPUS GPUs, heartbeat ${HEARTBE
 SETTLE=$(( AGENTS / 1000 + 5 ))
 "$BIN/agent_loadgen" --scheduler "127.0.0.1:$GRPC_PORT" --agents "$AGENTS" --gpus "$GPUS" \
   --heartbeat "$HEARTBEAT" --run-time "$RUN_TIME" --duration $((DURATION + SETTLE + 3)) \
-  > "$WORK/loadgen.out" 2>&1 &
+  --channels "${CHANNELS:-0}" > "$WORK/loadgen.out" 2>&1 &
 LOADGEN_PID=$!; PIDS+=("$LOADGEN_PID")
 for _ in $(seq $((SETTLE * 10))); do
   grep -q "registered $AGENTS " "$WORK/loadgen.out" 2>/dev/null && break
