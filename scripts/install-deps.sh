@@ -9,7 +9,7 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libabsl-dev
   librestinio-dev libasio-dev libhttp-parser-dev libfmt-dev
   libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev libsqlite3-dev sqlite3
-  libcli11-dev libcurl4-openssl-dev curl libssl-dev
+  libcli11-dev libcurl4-openssl-dev curl libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   wrk prometheus etcd-server etcd-client
   python3 python3-yaml python3-jsonschema python3-pytest python3-pip python3-setuptools

@@ -12,6 +12,7 @@ import subprocess
 import unittest
 
 from ha_cluster import Daemon, HaCluster, HaTestCase, bin_path, wait_until
+from dgpu_testlib import missing_dependency  # noqa: E402 (its path comes with ha_cluster)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 HB_TIMEOUT = 2.0
@@ -27,7 +28,7 @@ class TlsFailoverTest(HaTestCase):
 
     def setUp(self):
         if shutil.which("openssl") is None:
-            self.skipTest("openssl is not installed")
+            missing_dependency(self, "openssl is not installed (make deps)")
 
     def test_failover_over_mutual_tls(self):
         c = self.cluster = HaCluster("tls", hb_timeout=HB_TIMEOUT)

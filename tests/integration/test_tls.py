@@ -15,6 +15,7 @@ import unittest
 
 from harness import (API, CTL_BIN, SCHEDULER_BIN, ClusterTestCase, read_text, wait_until,
                      write_config)
+from dgpu_testlib import missing_dependency
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 MAKE_CERTS = os.path.join(REPO, "scripts", "make-dev-certs.sh")
@@ -39,7 +40,7 @@ class TlsTestCase(ClusterTestCase):
 
     def setUp(self):
         if shutil.which("openssl") is None:
-            self.skipTest("openssl is not installed")
+            missing_dependency(self, "openssl is not installed (make deps)")
         super().setUp()
 
     def start_cluster(self):
@@ -163,7 +164,7 @@ class BadTlsFilesTest(unittest.TestCase):
 
     def setUp(self):
         if shutil.which("openssl") is None:
-            self.skipTest("openssl is not installed")
+            missing_dependency(self, "openssl is not installed (make deps)")
         if not os.access(SCHEDULER_BIN, os.X_OK):
             self.skipTest("dgpu-scheduler not built")
         import tempfile
