@@ -1,5 +1,6 @@
 #include "scheduler/replication.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <deque>
@@ -882,6 +883,11 @@ void HaController::MonitorLoop() {
 }
 
 void HaController::FollowLoop() {
+  // The same failure is logged once a minute with how often it repeated, not at every retry
+  // (a standby that cannot attach retries several times a second).
+  std::string last_error;
+  int64_t last_logged = 0;
+  int repeated = 0;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -990,7 +996,18 @@ void HaController::FollowLoop() {
     if (!peer_ended) ctx.TryCancel();
     if (grpc::Status finished = stream->Finish();
         !finished.ok() && finished.error_code() != grpc::StatusCode::CANCELLED) {
-      spdlog::info("replication stream ended: {}", finished.error_message());
+      const int64_t now = Mono();
+      if (have_snapshot || finished.error_message() != last_error ||
+          now - last_logged >= 60'000'000) {
+        spdlog::info("replication stream ended: {}{}", finished.error_message(),
+                     repeated > 0 ? fmt::format(" ({} more failures since the last line)", repeated)
+                                  : std::string());
+        last_error = finished.error_message();
+        last_logged = now;
+        repeated = 0;
+      } else {
+        ++repeated;
+      }
     }
     {
       std::unique_lock<std::mutex> lock(mu_);
