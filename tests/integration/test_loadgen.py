@@ -41,7 +41,8 @@ class LoadgenTest(ClusterTestCase):
         self.assertEqual(proc.returncode, 0, out)
         summary = [line for line in out.splitlines() if line.startswith("summary:")][0]
         self.assertIn("registered 50 register_failures 0", summary)
-        self.assertIn("started 10 finished 10 finish_failures 0 streams_lost 0", summary)
+        self.assertIn("started 10 finished 10 finish_failures 0 streams_lost 0 "
+                      "reregister_requests 0", summary)
         self.assertEqual(self.c.get(API + "/tasks?status=success").json["total"], 10)
 
 
