@@ -56,6 +56,22 @@ struct Options {
 
 class Agent;
 
+// A unary call's request, response and context, alive until its callback has run.
+template <typename Request, typename Response>
+struct UnaryCall {
+  UnaryCall() { ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30)); }
+  Request req;
+  Response resp;
+  grpc::ClientContext ctx;
+};
+
+// The fields every GPU report of the fleet shares.
+void FillGpu(dgpu::v1::GpuStatus* s, int index) {
+  s->set_index(index);
+  s->set_model("Tesla V100-SXM2-32GB");
+  s->set_memory_mb(32768);
+}
+
 // The agent's Heartbeat stream: one write in flight at a time, the rest queued.
 class Stream final : public grpc::ClientBidiReactor<HeartbeatRequest, HeartbeatResponse> {
  public:
@@ -144,9 +160,7 @@ class Agent {
       req.set_sent_at_unix_micros(NowMicros());
       for (int g = 0; g < opt_.gpus; ++g) {
         auto* s = req.add_gpus();
-        s->set_index(g);
-        s->set_model("Tesla V100-SXM2-32GB");
-        s->set_memory_mb(32768);
+        FillGpu(s, g);
         s->set_utilization_pct(-1);
         s->set_temperature_c(-1);
       }
@@ -201,23 +215,19 @@ class Agent {
 
   void Register() {
     auto call = std::make_shared<
-        std::pair<dgpu::v1::RegisterAgentRequest, dgpu::v1::RegisterAgentResponse>>();
-    auto ctx = std::make_shared<grpc::ClientContext>();
-    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    auto& req = call->first;
+        UnaryCall<dgpu::v1::RegisterAgentRequest, dgpu::v1::RegisterAgentResponse>>();
+    auto& req = call->req;
     req.set_agent_id(id_);
     req.set_address("loadgen");
     req.set_version("loadgen");
     req.set_instance_id(id_);
     for (int g = 0; g < opt_.gpus; ++g) {
       auto* s = req.add_gpus();
-      s->set_index(g);
+      FillGpu(s, g);
       s->set_uuid("GPU-" + id_ + "-" + std::to_string(g));
-      s->set_model("Tesla V100-SXM2-32GB");
-      s->set_memory_mb(32768);
     }
-    stub_->async()->RegisterAgent(ctx.get(), &call->first, &call->second,
-                                  [this, call, ctx](const grpc::Status& s) {
+    stub_->async()->RegisterAgent(&call->ctx, &call->req, &call->resp,
+                                  [this, call](const grpc::Status& s) {
                                     std::lock_guard<std::mutex> lock(mu_);
                                     if (!s.ok()) {
                                       state_ = State::kFailed;
@@ -226,7 +236,7 @@ class Agent {
                                                    s.error_message().c_str());
                                       return;
                                     }
-                                    epoch_ = call->second.epoch();
+                                    epoch_ = call->resp.epoch();
                                     stream_ = new Stream(this);
                                     stream_->Begin(stub_.get());
                                     state_ = State::kOnline;
@@ -241,10 +251,8 @@ class Agent {
       epoch = epoch_;
     }
     auto call = std::make_shared<
-        std::pair<dgpu::v1::TaskFinishedRequest, dgpu::v1::TaskFinishedResponse>>();
-    auto ctx = std::make_shared<grpc::ClientContext>();
-    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    auto& req = call->first;
+        UnaryCall<dgpu::v1::TaskFinishedRequest, dgpu::v1::TaskFinishedResponse>>();
+    auto& req = call->req;
     req.set_agent_id(id_);
     req.set_epoch(epoch);
     req.mutable_result()->set_task_id(task);
@@ -253,7 +261,7 @@ class Agent {
     req.mutable_result()->set_error(error);
     req.mutable_result()->set_finished_at_unix_micros(NowMicros());
     stub_->async()->TaskFinished(
-        ctx.get(), &call->first, &call->second, [this, call, ctx](const grpc::Status& s) {
+        &call->ctx, &call->req, &call->resp, [this, call](const grpc::Status& s) {
           if (s.ok() || s.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
             counters_->finished++;
           } else {

@@ -10,8 +10,10 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <initializer_list>
 #include <span>
+#include <sstream>
 #include <utility>
 
 #include "common/time_util.h"
@@ -885,6 +887,14 @@ StatusOr<Config> LoadFromFile(const std::string& path,
 
 StatusOr<SchedulerConfig> LoadSchedulerConfigFromString(std::string_view yaml) {
   return ParseYaml<SchedulerConfig>(yaml, ParseSchedulerDocument);
+}
+
+StatusOr<std::string> ReadConfiguredFile(const std::string& key, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgument(key + ": cannot read " + path + ": " + std::strerror(errno));
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
 }
 
 StatusOr<SchedulerConfig> LoadSchedulerConfig(const std::string& path) {

@@ -319,6 +319,9 @@ struct AgentConfig {
 // Loaders. `path` errors are prefixed with the path: `<path>: <reason>`.
 
 StatusOr<SchedulerConfig> LoadSchedulerConfig(const std::string& path);
+// The whole file that configuration key `key` names (a tokens file, a key, a certificate).
+// InvalidArgument "<key>: cannot read <path>: <reason>" when it cannot be read.
+StatusOr<std::string> ReadConfiguredFile(const std::string& key, const std::string& path);
 StatusOr<SchedulerConfig> LoadSchedulerConfigFromString(std::string_view yaml);
 StatusOr<AgentConfig> LoadAgentConfig(const std::string& path);
 StatusOr<AgentConfig> LoadAgentConfigFromString(std::string_view yaml);

@@ -8,12 +8,8 @@
 #include <openssl/x509v3.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <ctime>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 namespace dgpu::common {
 namespace {
@@ -37,16 +33,6 @@ BioPtr MemBio(std::string_view pem) {
 
 std::string Key(std::string_view prefix, std::string_view field) {
   return std::string(prefix) + "." + std::string(field);
-}
-
-StatusOr<std::string> ReadFile(const std::string& key, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return InvalidArgument(key + ": cannot read " + path + ": " + std::strerror(errno));
-  }
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
 }
 
 // Every certificate of a PEM bundle; an error when there is none.
@@ -115,12 +101,12 @@ Status LoadPair(std::string_view prefix, std::string_view cert_field, const std:
                 std::string_view key_field, const std::string& key_path, TlsMaterial* out) {
   const std::string cert_key = Key(prefix, cert_field);
   const std::string key_key = Key(prefix, key_field);
-  auto cert_pem = ReadFile(cert_key, cert_path);
+  auto cert_pem = ReadConfiguredFile(cert_key, cert_path);
   if (!cert_pem.ok()) return cert_pem.status();
   auto certs = ParseCertificates(cert_key, cert_path, *cert_pem);
   if (!certs.ok()) return certs.status();
   X509* leaf = certs->front().get();
-  auto key_pem = ReadFile(key_key, key_path);
+  auto key_pem = ReadConfiguredFile(key_key, key_path);
   if (!key_pem.ok()) return key_pem.status();
   BioPtr bio = MemBio(*key_pem);
   KeyPtr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
@@ -153,7 +139,7 @@ Status LoadPair(std::string_view prefix, std::string_view cert_field, const std:
 Status LoadCa(std::string_view prefix, std::string_view field, const std::string& path,
               TlsMaterial* out) {
   const std::string key = Key(prefix, field);
-  auto pem = ReadFile(key, path);
+  auto pem = ReadConfiguredFile(key, path);
   if (!pem.ok()) return pem.status();
   auto certs = ParseCertificates(key, path, *pem);
   if (!certs.ok()) return certs.status();

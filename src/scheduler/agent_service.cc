@@ -254,7 +254,7 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
   auto* reactor = ctx->DefaultReactor();
   grpc::Status refused = AdmitGrpcPeer(access_, ctx, "RegisterAgent");
   if (refused.ok()) {
-    refused = AdmitNode(access_, PeerCertificateNames(ctx), req->agent_id(), ctx->peer(),
+    refused = AdmitNode(access_, NodeCertificateNames(access_, ctx), req->agent_id(), ctx->peer(),
                         "RegisterAgent");
   }
   if (!refused.ok()) {
@@ -292,7 +292,8 @@ grpc::ServerBidiReactor<HeartbeatRequest, HeartbeatResponse>* AgentService::Hear
   if (grpc::Status refused = AdmitGrpcPeer(access_, ctx, "Heartbeat"); !refused.ok()) {
     return new RefusedStream<HeartbeatRequest, HeartbeatResponse>(refused);
   }
-  auto reactor = std::make_shared<HeartbeatReactor>(this, ctx->peer(), PeerCertificateNames(ctx));
+  auto reactor =
+      std::make_shared<HeartbeatReactor>(this, ctx->peer(), NodeCertificateNames(access_, ctx));
   HeartbeatReactor* raw = reactor.get();
   raw->Begin(std::move(reactor));
   return raw;
@@ -304,8 +305,8 @@ grpc::ServerUnaryReactor* AgentService::TaskFinished(grpc::CallbackServerContext
   auto* reactor = ctx->DefaultReactor();
   grpc::Status refused = AdmitGrpcPeer(access_, ctx, "TaskFinished");
   if (refused.ok()) {
-    refused =
-        AdmitNode(access_, PeerCertificateNames(ctx), req->agent_id(), ctx->peer(), "TaskFinished");
+    refused = AdmitNode(access_, NodeCertificateNames(access_, ctx), req->agent_id(), ctx->peer(),
+                        "TaskFinished");
   }
   if (!refused.ok()) {
     reactor->Finish(refused);

@@ -8,12 +8,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <cstring>
 #include <ctime>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/time_util.h"
 #include "core/types.h"
@@ -61,14 +57,6 @@ std::array<uint8_t, 32> Sha256(std::string_view data) {
   unsigned int len = 0;
   EVP_Digest(data.data(), data.size(), out.data(), &len, EVP_sha256(), nullptr);
   return out;
-}
-
-StatusOr<std::string> ReadWholeFile(const std::string& path, const std::string& key) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return InvalidArgument(key + ": cannot read " + path + ": " + std::strerror(errno));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
 }
 
 std::string FormatUnix(int64_t seconds) { return common::FormatRfc3339(seconds * 1'000'000); }
@@ -243,7 +231,7 @@ StatusOr<std::shared_ptr<const TokenTable>> TokenTable::Parse(std::string_view y
 }
 
 StatusOr<std::shared_ptr<const TokenTable>> TokenTable::Load(const std::string& path) {
-  auto text = ReadWholeFile(path, "auth.tokens_file");
+  auto text = common::ReadConfiguredFile("auth.tokens_file", path);
   if (!text.ok()) return text.status();
   return Parse(*text, path);
 }
@@ -270,7 +258,8 @@ StatusOr<std::unique_ptr<JwtVerifier>> JwtVerifier::Create(const common::JwtConf
   std::unique_ptr<JwtVerifier> v(new JwtVerifier());
   v->cfg_ = config;
   if (!config.hs256_secret_file.empty()) {
-    auto secret = ReadWholeFile(config.hs256_secret_file, "auth.jwt.hs256_secret_file");
+    auto secret =
+        common::ReadConfiguredFile("auth.jwt.hs256_secret_file", config.hs256_secret_file);
     if (!secret.ok()) return secret.status();
     // A trailing newline (echo > file) is not part of the secret.
     while (!secret->empty() && (secret->back() == '\n' || secret->back() == '\r')) {
@@ -284,7 +273,8 @@ StatusOr<std::unique_ptr<JwtVerifier>> JwtVerifier::Create(const common::JwtConf
     v->hs256_secret_ = std::move(*secret);
     return v;
   }
-  auto pem = ReadWholeFile(config.rs256_public_key_file, "auth.jwt.rs256_public_key_file");
+  auto pem =
+      common::ReadConfiguredFile("auth.jwt.rs256_public_key_file", config.rs256_public_key_file);
   if (!pem.ok()) return pem.status();
   BIO* bio = BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size()));
   EVP_PKEY* pkey = PEM_read_bio_PUBKEY(bio, nullptr, nullptr, nullptr);

@@ -55,6 +55,14 @@ inline std::vector<std::string> PeerCertificateNames(
   return names;
 }
 
+// The names that may bind the caller to a node: its certificate's with client certificates on;
+// none (nothing read) otherwise, when AdmitNode admits every id.
+inline std::vector<std::string> NodeCertificateNames(const GrpcAccess& access,
+                                                     const grpc::ServerContextBase* ctx) {
+  if (!access.client_certificates) return {};
+  return PeerCertificateNames(ctx);
+}
+
 inline std::string JoinNames(const std::vector<std::string>& names) {
   std::string out;
   for (const std::string& n : names) out += (out.empty() ? "\"" : ", \"") + n + "\"";
