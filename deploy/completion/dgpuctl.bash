@@ -18,6 +18,13 @@ _dgpuctl_team_names() {
     while read -r name _; do printf '%s\n' "$name"; done
 }
 
+_dgpuctl_agent_ids() {
+  local -a server_args=()
+  [[ -n $1 ]] && server_args=(--server "$1")
+  "${COMP_WORDS[0]}" "${server_args[@]}" get agents --no-headers 2>/dev/null |
+    while read -r id _; do printf '%s\n' "$id"; done
+}
+
 _dgpuctl() {
   local cur="${COMP_WORDS[COMP_CWORD]}"
   local prev=""
@@ -89,7 +96,7 @@ _dgpuctl() {
   local words=""
   case "$cmd" in
     "")
-      words="submit get quota team snapshot cancel wait logs completion"
+      words="submit get quota team snapshot cancel wait logs cordon uncordon drain completion"
       [[ $cur == -* ]] && words="$global_opts"
       ;;
     submit)
@@ -146,6 +153,14 @@ _dgpuctl() {
         esac
       else
         words="$(_dgpuctl_task_ids "$server")"
+      fi
+      ;;
+    cordon | uncordon | drain)
+      if [[ $cur == -* ]]; then
+        words="--help"
+        [[ $cmd == drain ]] && words="--evict --grace --help"
+      else
+        words="$(_dgpuctl_agent_ids "$server")"
       fi
       ;;
     snapshot)

@@ -167,10 +167,54 @@ Status SchedulerCore::SetNodeMode(const std::string& node_id, NodeMode mode, Tim
   node->mode = mode;
   IndexInsert(*node);
   if (mode != NodeMode::kSchedulable) DropReservationsOn(node->slot);
+  if (config_.record_changes) {
+    Change c;
+    c.kind = Change::Kind::kNodeUpsert;
+    c.node = {node_id, mode};
+    changes_.push_back(std::move(c));
+  }
   if (config_.record_events) {
     EmitNodeEvent(Event::Kind::kNodeStateChanged, node_id, now).detail =
         std::string(ToString(mode));
   }
+  return OkStatus();
+}
+
+StatusOr<int> SchedulerCore::DrainNode(const std::string& node_id, bool evict,
+                                       int32_t grace_seconds, TimeMicros now) {
+  if (grace_seconds < -1) return InvalidArgument("grace_seconds must be -1 or more");
+  if (Status s = SetNodeMode(node_id, NodeMode::kDraining, now); !s.ok()) return s;
+  if (!evict) return 0;
+  const NodeState& node = *FindNodeState(node_id);
+  std::vector<TaskNumber> held = node.HeldTasks();
+  std::sort(held.begin(), held.end());
+  int stopped = 0;
+  for (TaskNumber id : held) {
+    const Task* t = tasks_.Find(id);
+    if (t == nullptr || t->status != TaskStatus::kRunning || t->stopping) continue;
+    const int32_t grace = grace_seconds >= 0 ? grace_seconds
+                          : t->spec.preemption_grace_seconds >= 0
+                              ? t->spec.preemption_grace_seconds
+                              : config_.preemption_grace_seconds;
+    if (StopTask(id, StopReason::kDrain, grace, now).ok()) stopped++;
+  }
+  return stopped;
+}
+
+Status SchedulerCore::RestoreNodeMode(const NodeRecord& record) {
+  if (record.id.empty()) return InvalidArgument("node id must not be empty");
+  NodeState* node = FindNodeState(record.id);
+  if (node == nullptr) {
+    if (record.mode == NodeMode::kSchedulable) return OkStatus();
+    node = &AddNodeState(record.id);  // A placeholder until it registers.
+  }
+  if (node->mode == record.mode) return OkStatus();
+  pass_needed_ = true;
+  structure_seq_ = ++change_seq_;
+  IndexErase(*node);
+  node->mode = record.mode;
+  IndexInsert(*node);
+  if (record.mode != NodeMode::kSchedulable) DropReservationsOn(node->slot);
   return OkStatus();
 }
 
@@ -286,6 +330,7 @@ std::optional<NodeView> SchedulerCore::FindNode(const std::string& node_id) cons
   v.last_heartbeat = n->last_heartbeat;
   v.mode = n->mode;
   v.labels = n->labels;
+  v.tasks = static_cast<int>(n->HeldTasks().size());
   return v;
 }
 

@@ -263,8 +263,8 @@ void SchedulerCore::EndStop(Task& t, StopReason reason, TimeMicros now, std::str
   if (!(t.error.size() > word.size() && t.error.starts_with(word) && t.error[word.size()] == ':')) {
     t.error = std::string(word);
   }
-  if (reason == StopReason::kPreempt) {
-    // A preempted run is not a lost attempt: attempts counts the others.
+  if (reason == StopReason::kPreempt || reason == StopReason::kDrain) {
+    // A preempted (or evicted) run is not a lost attempt: attempts counts the others.
     t.preemptions++;
     t.preempted_by = 0;
     t.attempts = std::max(0, t.attempts - 1);

@@ -108,6 +108,7 @@ struct NodeView {
   TimeMicros last_heartbeat = 0;
   NodeMode mode = NodeMode::kSchedulable;
   Labels labels;
+  int tasks = 0;  // Tasks holding GPUs there (running or stopping).
 };
 
 class SchedulerCore {
@@ -148,10 +149,20 @@ class SchedulerCore {
                       const std::vector<FinishReport>& finished, TimeMicros now);
 
   // Cordons (no new tasks), marks draining (no new tasks either), or makes a node schedulable
-  // again. Its running tasks go on (a drain that evicts stops them with StopTask(kDrain)). A
-  // node keeps its mode while offline and when it registers again. NotFound if never
-  // registered.
+  // again. Its running tasks go on (DrainNode evicts them). A node keeps its mode while offline
+  // and when it registers again; a change of mode is durable (a kNodeUpsert change). NotFound
+  // if never registered.
   Status SetNodeMode(const std::string& node_id, NodeMode mode, TimeMicros now);
+  // Marks a node draining and, with `evict`, stops every task running there for kDrain, each
+  // with `grace_seconds` between SIGTERM and SIGKILL (-1: its own preemption grace, else
+  // preemption_grace_seconds); they go back to their queues at their old place once their
+  // agent confirms, without counting an attempt. Returns how many stops it ordered. NotFound if
+  // never registered; InvalidArgument for a grace below -1.
+  StatusOr<int> DrainNode(const std::string& node_id, bool evict, int32_t grace_seconds,
+                          TimeMicros now);
+  // Puts back a stored node mode (start-up, promotion); a node not registered yet keeps it until
+  // it does. InvalidArgument for an empty id.
+  Status RestoreNodeMode(const NodeRecord& record);
 
   // Marks a GPU healthy or not. An unhealthy GPU leaves placement and the quota totals; a task
   // running on it is stopped for gpu_failure (and requeued once its agent confirms). Health

@@ -165,7 +165,7 @@ struct Task {
   // Runs beyond its team's (or its class's shared) guarantee on GPUs lent while idle, so it may
   // be preempted. Kept by the core as guarantees free up (quota.borrowing only).
   bool borrowed = false;
-  int preemptions = 0;          // Times it was stopped and requeued by a preemption.
+  int preemptions = 0;          // Times it was stopped and requeued by a preemption or an eviction.
   TaskNumber preempted_by = 0;  // While stopping for a preemption: the task it makes room for.
 
   int TotalGpus() const { return spec.gpu_count; }
@@ -240,13 +240,29 @@ struct TeamRecord {
   bool operator==(const TeamRecord&) const = default;
 };
 
+// A node's mode as it is stored: set by an operator (cordon, drain, uncordon), kept across
+// restarts and failover, and applied when the node registers. Schedulable nodes have no record:
+// a kNodeUpsert to kSchedulable removes it.
+struct NodeRecord {
+  std::string id;
+  NodeMode mode = NodeMode::kSchedulable;
+  bool operator==(const NodeRecord&) const = default;
+};
+
 struct Change {
-  enum class Kind : uint8_t { kTaskUpsert, kQuotaPercent, kNextTaskNumber, kTeamUpsert };
+  enum class Kind : uint8_t {
+    kTaskUpsert,
+    kQuotaPercent,
+    kNextTaskNumber,
+    kTeamUpsert,
+    kNodeUpsert,
+  };
   Kind kind = Kind::kTaskUpsert;
   Task task;                   // kTaskUpsert: the task as it is after the change.
   double online_percent = 0;   // kQuotaPercent.
   TaskNumber next_number = 0;  // kNextTaskNumber.
   TeamRecord team;             // kTeamUpsert: limits set, a deletion, or usage.
+  NodeRecord node;             // kNodeUpsert: a node's mode.
 };
 
 // Something that happened in the core, for metrics, logs and (later) audit, watchers and task

@@ -259,6 +259,24 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
                    "agent's kill_grace_period)")
       ->check(CLI::Range(0, 86400));
 
+  // cordon, uncordon, drain
+  NodeModeOptions node_mode;
+  CLI::App* cordon_cmd = app.add_subcommand("cordon", "Keep new tasks off a node");
+  cordon_cmd->add_option("node", node_mode.node, "Agent id")->required();
+  CLI::App* uncordon_cmd =
+      app.add_subcommand("uncordon", "Let a cordoned or draining node take tasks again");
+  uncordon_cmd->add_option("node", node_mode.node, "Agent id")->required();
+  CLI::App* drain_cmd = app.add_subcommand(
+      "drain", "Keep new tasks off a node and, with --evict, requeue its tasks elsewhere");
+  drain_cmd->add_option("node", node_mode.node, "Agent id")->required();
+  drain_cmd->add_flag("--evict", node_mode.evict,
+                      "Stop the node's tasks now; they go back to their queues");
+  drain_cmd
+      ->add_option("--grace", node_mode.grace_seconds,
+                   "Seconds an evicted task gets between SIGTERM and SIGKILL (default: its "
+                   "preemption grace)")
+      ->check(CLI::Range(0, 86400));
+
   // wait
   std::string wait_id;
   std::string wait_timeout;
@@ -360,6 +378,15 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   }
   if (snapshot_cmd->parsed()) return Snapshot(ctx, snapshot);
   if (cancel_cmd->parsed()) return Cancel(ctx, cancel_ids, cancel_grace);
+  for (CLI::App* cmd : {cordon_cmd, uncordon_cmd, drain_cmd}) {
+    if (!cmd->parsed()) continue;
+    if (node_mode.grace_seconds && !node_mode.evict) {
+      err << "error: --grace needs --evict (without it, the node's tasks run to their end)\n";
+      return kExitUsage;
+    }
+    node_mode.verb = cmd->get_name();
+    return SetNodeMode(ctx, node_mode);
+  }
   if (wait_cmd->parsed()) {
     WaitOptions options;
     if (!wait_timeout.empty()) {

@@ -528,7 +528,7 @@ int GetAgents(const CtlContext& ctx) {
   if (!reply->is_object() || !reply->contains("agents") || !(*reply)["agents"].is_array()) {
     return BadResponse(ctx, "GET /api/v1/agents did not return an agents array");
   }
-  Table table({"id", "address", "status", "gpus", "last heartbeat"});
+  Table table({"id", "address", "status", "gpus", "free", "tasks", "last heartbeat"});
   const Clock::time_point now = ctx.now();
   for (const json& agent : (*reply)["agents"]) {
     std::string gpus;
@@ -540,8 +540,8 @@ int GetAgents(const CtlContext& ctx) {
     }
     std::string heartbeat = AgeOf(agent, "last_heartbeat", now);
     table.AddRow({Cell(Field(agent, "id")), Cell(Field(agent, "address")),
-                  Cell(Field(agent, "status")), Cell(gpus),
-                  heartbeat == "-" ? "-" : heartbeat + " ago"});
+                  Cell(Field(agent, "status")), Cell(gpus), Cell(Field(agent, "free_gpus")),
+                  Cell(Field(agent, "tasks")), heartbeat == "-" ? "-" : heartbeat + " ago"});
   }
   if (table.size() == 0) {
     *ctx.err << "no agents found\n";
@@ -777,6 +777,37 @@ int DeleteTeam(const CtlContext& ctx, const std::string& name) {
     return kExitOk;
   }
   *ctx.out << "team " << name << " deleted\n";
+  return kExitOk;
+}
+
+int SetNodeMode(const CtlContext& ctx, const NodeModeOptions& options) {
+  ApiFailure failure;
+  json body = json::object();
+  if (options.verb == "drain") {
+    if (options.evict) body["evict"] = true;
+    if (options.grace_seconds) body["grace_seconds"] = *options.grace_seconds;
+  }
+  auto reply = CallApi(ctx, HttpMethod::kPost,
+                       "/agents/" + UrlEncode(options.node) + "/" + options.verb, &body, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  if (!reply->is_object() || !reply->contains("agent") || !(*reply)["agent"].is_object()) {
+    return BadResponse(ctx, "the answer has no agent object");
+  }
+  const json& agent = (*reply)["agent"];
+  *ctx.out << "node " << options.node << " is " << Field(agent, "status");
+  if (options.verb == "drain") {
+    const std::string tasks = Field(agent, "tasks");
+    if (options.evict) {
+      *ctx.out << "; " << Field(*reply, "evicted") << " task(s) evicted (requeued)";
+    } else if (!tasks.empty() && tasks != "0") {
+      *ctx.out << "; its " << tasks << " task(s) run to their end";
+    }
+  }
+  *ctx.out << "\n";
   return kExitOk;
 }
 

@@ -127,6 +127,14 @@ int DeleteTeam(const CtlContext& ctx, const std::string& name);
 int Cancel(const CtlContext& ctx, const std::vector<std::string>& ids,
            std::optional<int> grace_seconds = std::nullopt);
 int Wait(const CtlContext& ctx, const std::string& id, const WaitOptions& options);
+// `dgpuctl cordon|uncordon|drain NODE`: POST /agents/{node}/{verb}.
+struct NodeModeOptions {
+  std::string verb;  // "cordon", "uncordon" or "drain".
+  std::string node;
+  bool evict = false;                // drain: stop its tasks (requeued elsewhere).
+  std::optional<int> grace_seconds;  // drain --evict: SIGTERM to SIGKILL; nullopt: each task's.
+};
+int SetNodeMode(const CtlContext& ctx, const NodeModeOptions& options);
 // Saves GET /api/v1/snapshot (the whole database as one SQLite file) to `path`: downloaded to
 // `<path>.part`, checked to be a SQLite database, fsynced and renamed over `path`. An existing
 // `path` is refused unless `force`.

@@ -367,6 +367,41 @@ std::optional<ApiError> ParseTeamRequest(std::string_view body, TeamRequest* out
   return std::nullopt;
 }
 
+std::optional<ApiError> ParseDrainRequest(std::string_view body, NodeModeRequest* out) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return std::nullopt;
+  json doc;
+  if (auto err = ParseJsonObject(body, &doc)) return err;
+  for (const auto& [key, value] : doc.items()) {
+    if (key != "evict" && key != "grace_seconds") {
+      return ApiError{400, "unknown_field", "unknown field \"" + key + "\""};
+    }
+  }
+  if (auto it = doc.find("evict"); it != doc.end() && !it->is_null()) {
+    if (!it->is_boolean()) return InvalidField("evict must be true or false, got " + TypeName(*it));
+    out->evict = it->get<bool>();
+  }
+  if (auto it = doc.find("grace_seconds"); it != doc.end() && !it->is_null()) {
+    int64_t grace = 0;
+    if (auto e = GetInteger(*it, "grace_seconds", 0, kMaxGraceSeconds, &grace)) return e;
+    out->grace_seconds = static_cast<int32_t>(grace);
+  }
+  return std::nullopt;
+}
+
+nlohmann::json AgentToJson(const core::NodeView& n) {
+  return json{
+      {"id", n.id},
+      {"address", n.address},
+      {"status", core::NodeStateName(n.online, n.mode)},
+      {"mode", core::ToString(n.mode)},
+      {"gpus", n.gpu_count},
+      {"free_gpus", n.free_gpus},
+      {"tasks", n.tasks},
+      {"labels", n.labels},
+      {"last_heartbeat",
+       n.last_heartbeat == 0 ? json(nullptr) : json(common::FormatRfc3339(n.last_heartbeat))}};
+}
+
 nlohmann::json QuotaToJson(const core::QuotaView& q) {
   auto cls = [&](int p) {
     return json{{"quota", q.quota[p]},

@@ -72,4 +72,12 @@ nlohmann::json TeamToJson(const core::TeamView& team);
 // Parses a PUT /teams/{name} body: {online?, batch?, max_gpus? (null: no cap), weight?}.
 std::optional<ApiError> ParseTeamRequest(std::string_view body, TeamRequest* out);
 
+// Parses a POST /agents/{id}/drain body: {evict?: bool, grace_seconds?: 0..86400}; an empty
+// body drains without evicting.
+std::optional<ApiError> ParseDrainRequest(std::string_view body, NodeModeRequest* out);
+
+// An agent of GET /agents: {id, address, status (online, cordoned, draining, offline), gpus,
+// free_gpus, tasks, labels, last_heartbeat}.
+nlohmann::json AgentToJson(const core::NodeView& node);
+
 }  // namespace dgpu::scheduler

@@ -120,6 +120,8 @@ std::string_view ToString(Action action) {
       return "set_quota";
     case Action::kSetTeam:
       return "set_team";
+    case Action::kSetNodeMode:
+      return "set_node_mode";
     case Action::kReadCluster:
       return "read_cluster";
     case Action::kTakeSnapshot:
@@ -144,6 +146,8 @@ Role RequiredRole(Action action) {
     case Action::kSubmitTask:
     case Action::kCancelTask:
       return Role::kUser;
+    case Action::kSetNodeMode:
+      return Role::kOperator;
     case Action::kSetQuota:
     case Action::kSetTeam:
     case Action::kTakeSnapshot:
@@ -493,6 +497,31 @@ void Application::DeleteTeam(const Caller& caller, const std::string& name, Repl
 void Application::ListGpus(const Caller& caller, Reply<std::vector<core::GpuView>> reply) {
   if (auto e = Authorize(caller, Action::kReadCluster, {})) return reply(*e);
   d_.loop->Post([reply = std::move(reply)](CoreLoop::Context& c) { reply(c.core.Gpus()); });
+}
+
+void Application::SetNodeMode(const Caller& caller, const NodeModeRequest& request,
+                              Reply<NodeModeSet> reply) {
+  if (auto e = ValidateGrace(request.grace_seconds)) return reply(*e);
+  Target target;
+  target.node_id = request.node_id;
+  if (auto e = Authorize(caller, Action::kSetNodeMode, target)) return reply(*e);
+  if (auto e = RefuseClientWrite()) return reply(*e);
+  d_.loop->Post([request, reply = std::move(reply)](CoreLoop::Context& c) mutable {
+    if (Status h = c.journal().health(); !h.ok()) return reply(StorageError(h));
+    NodeModeSet done;
+    if (request.mode == core::NodeMode::kDraining) {
+      StatusOr<int> evicted = c.core.DrainNode(request.node_id, request.evict,
+                                               request.grace_seconds.value_or(-1), c.now);
+      if (!evicted.ok()) return reply(ErrorFromStatus(evicted.status()));
+      done.evicted = *evicted;
+    } else if (Status s = c.core.SetNodeMode(request.node_id, request.mode, c.now); !s.ok()) {
+      return reply(ErrorFromStatus(s));
+    }
+    done.node = *c.core.FindNode(request.node_id);
+    spdlog::info("node {} is now {}{}", request.node_id, core::ToString(request.mode),
+                 request.evict ? fmt::format(" ({} task(s) evicted)", done.evicted) : "");
+    ReplyWhenDurable(c, std::move(done), std::move(reply));
+  });
 }
 
 void Application::ListAgents(const Caller& caller, Reply<std::vector<core::NodeView>> reply) {

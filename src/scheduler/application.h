@@ -54,6 +54,7 @@ enum class Action {
   kReadTasks,
   kSetQuota,
   kSetTeam,       // Set or delete a team's guarantees, cap and weight.
+  kSetNodeMode,   // Cordon, uncordon or drain a node.
   kReadCluster,   // GPUs, agents, quota, teams, metrics.
   kTakeSnapshot,  // A copy of the whole database.
   kRegisterNode,
@@ -88,7 +89,8 @@ class AllowAllAuthorizer final : public Authorizer {
 
 // The daemon's authorizer. REST callers by role: viewer reads; user also submits (to its own
 // teams, as itself) and cancels (its own tasks: checked by the use case, which knows the owner);
-// operator also cancels any task; admin also sets quotas and teams and takes snapshots. Agent
+// operator also cancels any task and cordons, uncordons and drains nodes; admin also sets
+// quotas and teams and takes snapshots. Agent
 // actions come from gRPC callers only, whose peers the transport admitted (auth.h).
 class RoleAuthorizer final : public Authorizer {
  public:
@@ -195,6 +197,18 @@ struct TeamRequest {
   std::optional<int> batch;
   std::optional<int> max_gpus;  // -1: no cap.
   std::optional<double> weight;
+};
+
+// POST /agents/{id}/cordon | uncordon | drain.
+struct NodeModeRequest {
+  std::string node_id;
+  core::NodeMode mode = core::NodeMode::kCordoned;
+  bool evict = false;                    // Drain only: stop the node's tasks (requeued).
+  std::optional<int32_t> grace_seconds;  // 0..kMaxGraceSeconds; none: each task's own.
+};
+struct NodeModeSet {
+  core::NodeView node;
+  int evicted = 0;  // Stops ordered by a drain that evicts.
 };
 
 struct Readiness {
@@ -320,6 +334,8 @@ class Application {
   void DeleteTeam(const Caller& caller, const std::string& name, Reply<Done> reply);
   void ListGpus(const Caller& caller, Reply<std::vector<core::GpuView>> reply);
   void ListAgents(const Caller& caller, Reply<std::vector<core::NodeView>> reply);
+  // Cordon, uncordon or drain (durable; not_found for a node never registered).
+  void SetNodeMode(const Caller& caller, const NodeModeRequest& request, Reply<NodeModeSet> reply);
   void Gauges(const Caller& caller, Reply<GaugeSnapshot> reply);
   // A consistent copy of the database in a new file (store::Database::Snapshot), taken on the
   // background pool; the caller owns the file. One at a time: while one is taken, another is

@@ -1,5 +1,7 @@
 #include "scheduler/metrics.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 
 namespace dgpu::scheduler {
@@ -79,9 +81,7 @@ GaugeSnapshot TakeGaugeSnapshot(const core::SchedulerCore& core) {
   for (const auto& gpu : core.Gpus()) {
     g.gpus[{std::string(core::ToString(gpu.status)), gpu.model}]++;
   }
-  for (const auto& n : core.Nodes()) {
-    (n.online ? g.agents_online : g.agents_offline)++;
-  }
+  for (const auto& n : core.Nodes()) g.agents[core::NodeStateName(n.online, n.mode)]++;
   return g;
 }
 
@@ -187,8 +187,11 @@ std::string Metrics::Render(const GaugeSnapshot& g) const {
     }
   }
   Header(&out, "dgpu_agents", "gauge", "Agents by status.");
-  out += "dgpu_agents{status=\"online\"} " + std::to_string(g.agents_online) + "\n";
-  out += "dgpu_agents{status=\"offline\"} " + std::to_string(g.agents_offline) + "\n";
+  for (const char* status : {"online", "cordoned", "draining", "offline"}) {
+    auto it = g.agents.find(status);
+    out += fmt::format("dgpu_agents{{status=\"{}\"}} {}\n", status,
+                       it == g.agents.end() ? 0 : it->second);
+  }
   Header(&out, "dgpu_is_leader", "gauge", "1 on the leading scheduler, 0 on a standby.");
   out += std::string("dgpu_is_leader ") + (g.is_leader ? "1" : "0") + "\n";
   Header(&out, "dgpu_epoch", "gauge", "Leadership epoch this scheduler follows.");

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/scheduler_core.h"
@@ -37,8 +38,8 @@ struct GaugeSnapshot {
   core::QuotaView quota;
   std::vector<core::TeamView> teams;
   std::map<std::pair<std::string, std::string>, int> gpus;  // (status, model) -> count
-  int agents_online = 0;
-  int agents_offline = 0;
+  // By status: online, cordoned, draining, offline (core::NodeStateName).
+  std::map<std::string_view, int> agents;
   bool is_leader = false;
   uint64_t epoch = 0;
   uint64_t journal_batches = 0;

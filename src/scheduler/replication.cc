@@ -45,6 +45,10 @@ core::Change ChangeFromRecord(const dgpu::v1::ChangeRecord& r) {
       c.kind = core::Change::Kind::kTeamUpsert;
       c.team = TeamFromRecord(r.team());
       break;
+    case dgpu::v1::ChangeRecord::kNode:
+      c.kind = core::Change::Kind::kNodeUpsert;
+      c.node = NodeFromRecord(r.node());
+      break;
     default:
       c.kind = core::Change::Kind::kNextTaskNumber;
       c.next_number = r.next_task_number();
@@ -118,6 +122,16 @@ core::TeamRecord TeamFromRecord(const dgpu::v1::TeamRecord& r) {
   return t;
 }
 
+void NodeToRecord(const core::NodeRecord& n, dgpu::v1::NodeRecord* r) {
+  r->set_id(n.id);
+  r->set_mode(std::string(core::ToString(n.mode)));
+}
+
+core::NodeRecord NodeFromRecord(const dgpu::v1::NodeRecord& r) {
+  // An unknown mode (from a newer primary) keeps the node out of placement.
+  return {r.id(), core::ParseNodeMode(r.mode()).value_or(core::NodeMode::kCordoned)};
+}
+
 core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r) {
   core::Task t;
   t.id = r.number();
@@ -179,6 +193,7 @@ std::unique_ptr<core::SchedulerCore> NewCore(const common::SchedulerConfig& cfg,
     // Stored records were checked when they were read.
     (void)core->RestoreTeam(team);
   }
+  for (const core::NodeRecord& node : meta.nodes) (void)core->RestoreNodeMode(node);
   return core;
 }
 
@@ -287,6 +302,7 @@ class SnapshotSender {
     snap->set_next_task_number(meta_.next_task_number);
     if (!teams_sent_) {
       for (const core::TeamRecord& team : meta_.teams) TeamToRecord(team, snap->add_teams());
+      for (const core::NodeRecord& node : meta_.nodes) NodeToRecord(node, snap->add_nodes());
       teams_sent_ = true;
     }
   }
@@ -545,6 +561,9 @@ void HaController::Publish(uint64_t seq, const std::vector<core::Change>& change
         break;
       case core::Change::Kind::kTeamUpsert:
         TeamToRecord(c.team, r->mutable_team());
+        break;
+      case core::Change::Kind::kNodeUpsert:
+        NodeToRecord(c.node, r->mutable_node());
         break;
     }
   }
@@ -914,6 +933,7 @@ void HaController::FollowLoop() {
     hello.set_http_address(opt_.http_address);
     std::vector<core::Task> snapshot;
     std::vector<core::TeamRecord> snapshot_teams;
+    std::vector<core::NodeRecord> snapshot_nodes;
     bool have_snapshot = false;
     // True when the leader ended the stream (its status then says why); false when this side
     // left it, which cancels it.
@@ -948,11 +968,14 @@ void HaController::FollowLoop() {
           const auto& snap = resp.snapshot();
           for (const auto& r : snap.tasks()) snapshot.push_back(TaskFromRecord(r));
           for (const auto& r : snap.teams()) snapshot_teams.push_back(TeamFromRecord(r));
+          for (const auto& r : snap.nodes()) snapshot_nodes.push_back(NodeFromRecord(r));
           if (snap.more()) continue;
           store::StoreMeta m;
           if (snap.online_percent() >= 0) m.online_percent = snap.online_percent();
           m.teams = std::move(snapshot_teams);
           snapshot_teams.clear();
+          m.nodes = std::move(snapshot_nodes);
+          snapshot_nodes.clear();
           m.epoch = std::max<uint64_t>(snap.epoch(), leader_->epoch());
           m.next_task_number = snap.next_task_number();
           m.last_applied_seq = snap.seq();

@@ -53,6 +53,8 @@ void TaskToRecord(const core::Task& t, dgpu::v1::TaskRecord* r);
 core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r);
 void TeamToRecord(const core::TeamRecord& t, dgpu::v1::TeamRecord* r);
 core::TeamRecord TeamFromRecord(const dgpu::v1::TeamRecord& r);
+void NodeToRecord(const core::NodeRecord& n, dgpu::v1::NodeRecord* r);
+core::NodeRecord NodeFromRecord(const dgpu::v1::NodeRecord& r);
 // The core's configuration: the scheduler's, with what the database stored winning (the online
 // share); NewCore also restores the stored teams.
 core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::StoreMeta& meta);

@@ -612,20 +612,37 @@ struct RestServer::Impl {
   restinio::request_handling_status_t Agents(const req_t& req, const Caller& caller) {
     auto body = [](const std::vector<core::NodeView>& nodes) {
       json agents = json::array();
-      for (const auto& n : nodes) {
-        agents.push_back({{"id", n.id},
-                          {"address", n.address},
-                          {"status", n.online ? "online" : "offline"},
-                          {"gpus", n.gpu_count},
-                          {"free_gpus", n.free_gpus},
-                          {"last_heartbeat", n.last_heartbeat == 0
-                                                 ? json(nullptr)
-                                                 : json(common::FormatRfc3339(n.last_heartbeat))}});
-      }
+      for (const auto& n : nodes) agents.push_back(AgentToJson(n));
       return std::pair(200, Dump({{"agents", std::move(agents)}}));
     };
     d.app->ListAgents(caller, Answer<std::vector<core::NodeView>>(req, caller, "GET /api/v1/agents",
                                                                   std::move(body)));
+    return restinio::request_accepted();
+  }
+
+  // POST /agents/{id}/cordon | uncordon | drain: answered with the agent as it is then and the
+  // stops a drain ordered.
+  restinio::request_handling_status_t SetNodeMode(const req_t& req, const Caller& caller,
+                                                  const params_t& params, core::NodeMode mode,
+                                                  const std::string& route) {
+    NodeModeRequest request;
+    request.node_id = std::string(params["id"]);
+    request.mode = mode;
+    if (mode == core::NodeMode::kDraining) {
+      if (auto e = CheckJsonContentType(Header(req, restinio::http_field::content_type))) {
+        SendError(req, caller, route, *e);
+        return restinio::request_accepted();
+      }
+      if (auto e = ParseDrainRequest(req->body(), &request)) {
+        SendError(req, caller, route, *e);
+        return restinio::request_accepted();
+      }
+    }
+    d.app->SetNodeMode(
+        caller, request, Answer<NodeModeSet>(req, caller, route, [](const NodeModeSet& done) {
+          return std::pair(200,
+                           Dump({{"agent", AgentToJson(done.node)}, {"evicted", done.evicted}}));
+        }));
     return restinio::request_accepted();
   }
 
@@ -726,8 +743,8 @@ struct RestServer::Impl {
   std::unique_ptr<router_t> MakeRouter() {
     auto r = std::make_unique<router_t>();
     routes.clear();
-    auto not_allowed = [this](const char* route) {
-      return [this, route](const req_t& req, params_t) {
+    auto not_allowed = [this](std::string route) {
+      return [this, route = std::move(route)](const req_t& req, params_t) {
         SendError(req, Anonymous(req), route,
                   ApiError{405, "method_not_allowed",
                            std::string(req->header().method().c_str()) + " is not allowed on " +
@@ -778,6 +795,17 @@ struct RestServer::Impl {
           [this](const req_t& q, const Caller& c, params_t) { return Agents(q, c); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/agents",
                    not_allowed("/api/v1/agents"));
+    for (auto [verb, mode] : {std::pair("cordon", core::NodeMode::kCordoned),
+                              std::pair("uncordon", core::NodeMode::kSchedulable),
+                              std::pair("drain", core::NodeMode::kDraining)}) {
+      const std::string path = std::string("/api/v1/agents/:id/") + verb;
+      const std::string described = std::string("/api/v1/agents/{id}/") + verb;
+      Route(*r, http_method_post(), path, Access::kAuthenticated,
+            [this, mode, route = "POST " + described](const req_t& q, const Caller& c, params_t p) {
+              return SetNodeMode(q, c, p, mode, route);
+            });
+      r->add_handler(none_of_methods(http_method_post()), path, not_allowed(described));
+    }
     Route(*r, http_method_get(), "/api/v1/snapshot", Access::kAuthenticated,
           [this](const req_t& q, const Caller& c, params_t) { return Snapshot(q, c); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/snapshot",

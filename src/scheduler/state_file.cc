@@ -60,7 +60,7 @@ json NodesToJson(const std::vector<core::NodeView>& nodes) {
   for (const auto& n : nodes) {
     out.push_back({{"id", n.id},
                    {"address", n.address},
-                   {"status", n.online ? "online" : "offline"},
+                   {"status", core::NodeStateName(n.online, n.mode)},
                    {"gpus", n.gpu_count},
                    {"free_gpus", n.free_gpus}});
   }

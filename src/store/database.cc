@@ -66,6 +66,11 @@ constexpr char kUpsertTeamSql[] =
 constexpr char kReadTeamsSql[] =
     "SELECT name, api_set, online, batch, max_gpus, weight, deleted, usage, usage_at FROM teams "
     "ORDER BY name";
+constexpr char kUpsertNodeSql[] =
+    "INSERT INTO nodes (id, mode) VALUES (?1, ?2) ON CONFLICT (id) DO UPDATE SET mode = "
+    "excluded.mode";
+constexpr char kDeleteNodeSql[] = "DELETE FROM nodes WHERE id = ?1";
+constexpr char kReadNodesSql[] = "SELECT id, mode FROM nodes ORDER BY id";
 constexpr char kSetMetaSql[] =
     "INSERT INTO meta (key, value) VALUES (?1, ?2) "
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value";
@@ -462,6 +467,39 @@ Status UpsertTeam(SqliteConnection& conn, const core::TeamRecord& r) {
   return StepDone(conn, *stmt, "storing team " + r.name + " in");
 }
 
+Status ReadNodeRows(SqliteConnection& conn, std::vector<core::NodeRecord>* nodes) {
+  StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kReadNodesSql);
+  if (!stmt.ok()) return stmt.status();
+  StatementScope scope(*stmt);
+  nodes->clear();
+  while (true) {
+    int rc = sqlite3_step(*stmt);
+    if (rc == SQLITE_DONE) return OkStatus();
+    if (rc != SQLITE_ROW) return conn.Error(rc, "reading node modes from");
+    core::NodeRecord& r = nodes->emplace_back();
+    r.id = ColumnText(*stmt, 0);
+    const std::string mode = ColumnText(*stmt, 1);
+    std::optional<core::NodeMode> m = core::ParseNodeMode(mode);
+    if (r.id.empty() || !m) {
+      return DataLoss("node '" + r.id + "' in " + conn.path() + " has an invalid mode '" + mode +
+                      "'");
+    }
+    r.mode = *m;
+  }
+}
+
+Status UpsertNode(SqliteConnection& conn, const core::NodeRecord& r) {
+  const bool remove = r.mode == core::NodeMode::kSchedulable;
+  StatusOr<sqlite3_stmt*> stmt = conn.Prepare(remove ? kDeleteNodeSql : kUpsertNodeSql);
+  if (!stmt.ok()) return stmt.status();
+  StatementScope scope(*stmt);
+  sqlite3_bind_text(*stmt, 1, r.id.data(), static_cast<int>(r.id.size()), SQLITE_STATIC);
+  const std::string_view mode = core::ToString(r.mode);
+  if (!remove)
+    sqlite3_bind_text(*stmt, 2, mode.data(), static_cast<int>(mode.size()), SQLITE_STATIC);
+  return StepDone(conn, *stmt, "storing the mode of node " + r.id + " in");
+}
+
 Status ReadMetaRows(SqliteConnection& conn, StoreMeta* meta) {
   StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kReadMetaSql);
   if (!stmt.ok()) return stmt.status();
@@ -469,7 +507,10 @@ Status ReadMetaRows(SqliteConnection& conn, StoreMeta* meta) {
   *meta = StoreMeta{};
   while (true) {
     int rc = sqlite3_step(*stmt);
-    if (rc == SQLITE_DONE) return ReadTeamRows(conn, &meta->teams);
+    if (rc == SQLITE_DONE) {
+      if (Status st = ReadTeamRows(conn, &meta->teams); !st.ok()) return st;
+      return ReadNodeRows(conn, &meta->nodes);
+    }
     if (rc != SQLITE_ROW) return conn.Error(rc, "reading meta values from");
     std::string key = ColumnText(*stmt, 0);
     if (key == "online_percent") {
@@ -873,6 +914,9 @@ Status ValidateChanges(const std::vector<core::Change>& changes) {
         }
         break;
       }
+      case core::Change::Kind::kNodeUpsert:
+        if (change.node.id.empty()) return InvalidArgument("a node mode needs a node id");
+        break;
     }
   }
   return OkStatus();
@@ -899,6 +943,9 @@ Status Database::Apply(const std::vector<core::Change>& changes, uint64_t last_s
         break;
       case core::Change::Kind::kTeamUpsert:
         if (Status s = UpsertTeam(conn, change.team); !s.ok()) return s;
+        break;
+      case core::Change::Kind::kNodeUpsert:
+        if (Status s = UpsertNode(conn, change.node); !s.ok()) return s;
         break;
     }
   }
@@ -1151,6 +1198,10 @@ Status Database::ReplaceAll(const StoreMeta& meta, const std::vector<core::Task>
   if (Status s = conn.Exec("DELETE FROM teams", "clearing the teams of"); !s.ok()) return s;
   for (const core::TeamRecord& team : meta.teams) {
     if (Status s = UpsertTeam(conn, team); !s.ok()) return s;
+  }
+  if (Status s = conn.Exec("DELETE FROM nodes", "clearing the node modes of"); !s.ok()) return s;
+  for (const core::NodeRecord& node : meta.nodes) {
+    if (Status s = UpsertNode(conn, node); !s.ok()) return s;
   }
   if (Status s = SetMetaInt(conn, "epoch", meta.epoch); !s.ok()) return s;
   if (Status s = SetMetaInt(conn, "next_task_number", next); !s.ok()) return s;

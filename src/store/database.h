@@ -74,6 +74,8 @@ struct StoreMeta {
   // Teams whose limits were set or deleted through the API, or whose fair-share usage was
   // written out (table `teams`), by name.
   std::vector<core::TeamRecord> teams;
+  // Nodes an operator cordoned or is draining (table `nodes`), by id.
+  std::vector<core::NodeRecord> nodes;
 };
 
 // What a restart needs: the unfinished tasks and the meta values, from one snapshot.
@@ -144,7 +146,8 @@ class Database {
   //   kTaskUpsert     -> insert or replace the task row; next_task_number rises to id + 1;
   //   kQuotaPercent   -> online_percent;
   //   kNextTaskNumber -> next_task_number rises to next_number (it never decreases);
-  //   kTeamUpsert     -> insert or replace the team's row.
+  //   kTeamUpsert     -> insert or replace the team's row;
+  //   kNodeUpsert     -> insert or replace the node's row (delete it when schedulable).
   // All or nothing: on error nothing of the batch is stored. InvalidArgument (see
   // ValidateChanges) refuses the whole batch.
   Status Apply(const std::vector<core::Change>& changes, uint64_t last_seq);

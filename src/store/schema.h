@@ -118,6 +118,14 @@ CREATE TABLE teams (
   usage_at INTEGER NOT NULL
 ) WITHOUT ROWID;
 )sql"},
+    // Node modes set by operators (core::NodeRecord): cordoned and draining nodes, by id.
+    // Schedulable nodes have no row.
+    {4, "add node modes", R"sql(
+CREATE TABLE nodes (
+  id   TEXT PRIMARY KEY NOT NULL,
+  mode TEXT NOT NULL
+) WITHOUT ROWID;
+)sql"},
 };
 
 // The version this build writes, and the newest it reads.

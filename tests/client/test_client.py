@@ -166,6 +166,22 @@ def test_snapshot_saves_the_database_whole(client, tmp_path):
     assert client.snapshot(path, overwrite=True).tasks >= count
 
 
+def test_cordon_drain_uncordon(client):
+    a = client.cordon("a1")
+    assert (a.id, a.status, a.mode) == ("a1", "cordoned", "cordoned")
+    try:
+        agent, evicted = client.drain("a1", evict=True, grace_seconds=0)
+        assert (agent.status, evicted) == ("draining", 0)
+        assert {x.id: x.status for x in client.agents()}["a1"] == "draining"
+        with pytest.raises(dgpu.NotFound):
+            client.cordon("nope")
+        with pytest.raises(dgpu.InvalidField) as e:
+            client.drain("a1", grace_seconds=-1)
+        assert e.value.field == "grace_seconds"
+    finally:
+        assert client.uncordon("a1").status == "online"
+
+
 def test_gpus_agents_and_quota(client):
     g = client.gpus()
     assert isinstance(g, dgpu.GpuList)
@@ -175,7 +191,7 @@ def test_gpus_agents_and_quota(client):
     assert all(x.model == harness.GPU_MODEL and x.memory_mb == 32768 for x in g.gpus)
     agents = client.agents()
     assert sorted(a.id for a in agents) == ["a1", "a2"]
-    assert all(a.status == "online" and a.gpus == 4 for a in agents)
+    assert all(a.status == "online" and a.mode == "schedulable" and a.gpus == 4 for a in agents)
     assert all(isinstance(a.last_heartbeat, datetime.datetime) for a in agents)
     q = client.quota()
     assert q.total_gpus == 8

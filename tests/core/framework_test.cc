@@ -82,6 +82,82 @@ TEST_F(FrameworkTest, ANodeKeepsItsModeWhileOfflineAndWhenItRegistersAgain) {
   EXPECT_EQ(core_.SetNodeMode("nope", NodeMode::kCordoned, now_).code(), StatusCode::kNotFound);
 }
 
+TEST_F(FrameworkTest, AModeChangeIsDurableAndRestoredBeforeTheNodeRegisters) {
+  Register("n1", MakeGpus(2));
+  core_.TakeChanges();
+  ASSERT_TRUE(core_.SetNodeMode("n1", NodeMode::kCordoned, now_).ok());
+  ASSERT_TRUE(core_.SetNodeMode("n1", NodeMode::kCordoned, now_).ok());  // No change: no record.
+  ASSERT_TRUE(core_.SetNodeMode("n1", NodeMode::kSchedulable, now_).ok());
+  std::vector<Change> changes = core_.TakeChanges();
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0].kind, Change::Kind::kNodeUpsert);
+  EXPECT_EQ(changes[0].node, (NodeRecord{"n1", NodeMode::kCordoned}));
+  EXPECT_EQ(changes[1].node, (NodeRecord{"n1", NodeMode::kSchedulable}));
+
+  // A restarted scheduler: the stored mode comes before the node registers, and stays.
+  SchedulerCore restarted(WithAllOnline({}));
+  ASSERT_TRUE(restarted.RestoreNodeMode({"n2", NodeMode::kDraining}).ok());
+  ASSERT_TRUE(restarted.RestoreNodeMode({"n3", NodeMode::kSchedulable}).ok());
+  EXPECT_EQ(restarted.RestoreNodeMode({"", NodeMode::kCordoned}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(restarted.Nodes().empty()) << "a placeholder is not an agent";
+  EXPECT_TRUE(restarted.TakeChanges().empty()) << "restoring writes nothing";
+  ASSERT_TRUE(restarted.RegisterNode("n2", "n2:1", MakeGpus(2), {}, {}, now_).ok());
+  ASSERT_TRUE(restarted.RegisterNode("n3", "n3:1", MakeGpus(1), {}, {}, now_).ok());
+  EXPECT_EQ(restarted.FindNode("n2")->mode, NodeMode::kDraining);
+  TaskNumber t = *restarted.Submit(Spec(Priority::kHigh, 2, ""), now_);
+  restarted.Schedule(now_);
+  EXPECT_TRUE(restarted.TakeDecisions().empty());
+  EXPECT_EQ(restarted.ReasonOf(*restarted.FindTask(t)), PendingReason::kExceedsCluster)
+      << "only n3 (1 GPU) takes tasks";
+  EXPECT_TRUE(restarted.CheckInvariants().ok()) << restarted.CheckInvariants().ToString();
+}
+
+TEST_F(FrameworkTest, ADrainThatEvictsRequeuesTheNodesTasksWithoutCountingAnAttempt) {
+  Register("n1", MakeGpus(4));
+  Register("n2", MakeGpus(4));
+  TaskNumber a = Submit(2);
+  TaskNumber b = *core_.Submit(
+      [] {
+        TaskSpec s = Spec(Priority::kHigh, 2, "");
+        s.preemption_grace_seconds = 7;
+        return s;
+      }(),
+      now_);
+  TaskNumber c = Submit(4);
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(a, "n1", {0, 1}), Start(b, "n1", {2, 3}),
+                                           Start(c, "n2", {0, 1, 2, 3})}));
+  ASSERT_TRUE(core_.TaskStarted(a, "n1", now_).ok());
+  EXPECT_EQ(core_.DrainNode("n1", true, -2, now_).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.DrainNode("nope", false, -1, now_).status().code(), StatusCode::kNotFound);
+
+  StatusOr<int> evicted = core_.DrainNode("n1", true, -1, now_);
+  ASSERT_TRUE(evicted.ok());
+  EXPECT_EQ(*evicted, 2);
+  std::vector<Decision> stops = core_.TakeDecisions();
+  ASSERT_EQ(stops.size(), 2u);
+  EXPECT_EQ(stops[0].kind, Kind::kStop);
+  EXPECT_EQ(stops[0].reason, StopReason::kDrain);
+  EXPECT_EQ(stops[0].grace_seconds, 30) << "preemption_grace_seconds";
+  EXPECT_EQ(stops[1].grace_seconds, 7) << "the task's own grace";
+  EXPECT_EQ(core_.FindNode("n1")->tasks, 2) << "held until their agent confirms";
+  EXPECT_EQ(*core_.DrainNode("n1", true, 5, now_), 0) << "already stopping";
+
+  ASSERT_TRUE(core_.TaskFinished("n1", {a, false, 143, "signal:15", now_}, now_).ok());
+  ASSERT_TRUE(core_.TaskFinished("n1", {b, false, 143, "signal:15", now_}, now_).ok());
+  EXPECT_EQ(core_.FindNode("n1")->tasks, 0);
+  EXPECT_EQ(T(a).status, TaskStatus::kPending);
+  EXPECT_EQ(T(a).error, "drained");
+  EXPECT_EQ(T(a).attempts, 0) << "an eviction is not a lost attempt";
+  EXPECT_EQ(T(a).preemptions, 1);
+  // n1 is draining and n2 is full: they wait; n2 frees up and takes them.
+  EXPECT_TRUE(Pass().empty());
+  ASSERT_TRUE(core_.TaskFinished("n2", {c, true, 0, "", now_}, now_).ok());
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(a, "n2", {0, 1}), Start(b, "n2", {2, 3})}));
+  EXPECT_EQ(T(a).attempts, 1);
+  EXPECT_EQ(core_.FindNode("n1")->mode, NodeMode::kDraining);
+}
+
 TEST_F(FrameworkTest, CordoningTheReservedNodeDropsTheReservation) {
   CoreConfig c;
   c.max_bypass = 1;

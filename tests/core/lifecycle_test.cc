@@ -96,7 +96,9 @@ TEST_F(LifecycleTest, ALostNodeEndsAStopAsIfConfirmed) {
   EXPECT_EQ(T(drained).error, "drained");
   EXPECT_EQ(T(unhealthy).status, TaskStatus::kPending);
   EXPECT_EQ(T(unhealthy).error, "gpu_unhealthy");
-  EXPECT_EQ(T(drained).attempts, 1) << "a stop is not a lost attempt";
+  EXPECT_EQ(T(drained).attempts, 0) << "an eviction is not counted, as a preemption";
+  EXPECT_EQ(T(drained).preemptions, 1);
+  EXPECT_EQ(T(unhealthy).attempts, 1) << "a stop is not a lost attempt";
 }
 
 TEST_F(LifecycleTest, ANodeThatComesBackWithoutTheStoppedTaskEndsItsStop) {

@@ -201,8 +201,8 @@ void ReferenceScheduler::RequeueOrFail(Task& t, TimeMicros now) {
 void ReferenceScheduler::EndStop(Task& t, StopReason reason, TimeMicros now) {
   Release(t);
   t.error = std::string(StopError(reason));
-  if (reason == StopReason::kPreempt) {
-    // A preempted run is not a lost attempt.
+  if (reason == StopReason::kPreempt || reason == StopReason::kDrain) {
+    // A preempted (or evicted) run is not a lost attempt.
     t.preemptions++;
     t.preempted_by = 0;
     t.attempts = std::max(0, t.attempts - 1);

@@ -359,9 +359,9 @@ TEST_F(DgpuctlProcessTest, GetAgents) {
   ProcessResult r = Ctl({"get", "agents"});
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out,
-            "ID      ADDRESS         STATUS   GPUS  LAST HEARTBEAT\n"
-            "node-a  10.0.0.1:50051  online   2     3s ago\n"
-            "node-b  10.0.0.2:50051  offline  2     20m ago\n");
+            "ID      ADDRESS         STATUS   GPUS  FREE  TASKS  LAST HEARTBEAT\n"
+            "node-a  10.0.0.1:50051  online   2     0     1      3s ago\n"
+            "node-b  10.0.0.2:50051  offline  2     -     -      20m ago\n");
 }
 
 TEST_F(DgpuctlProcessTest, Quota) {
@@ -635,7 +635,7 @@ TEST_F(DgpuctlProcessTest, CompletionScriptMatchesTheDeployedFileAndCompletes) {
         .out;
   };
   EXPECT_EQ(complete("dgpuctl ''", 1),
-            "submit get quota team snapshot cancel wait logs completion\n");
+            "submit get quota team snapshot cancel wait logs cordon uncordon drain completion\n");
   EXPECT_EQ(complete("dgpuctl get ''", 2), "tasks task teams team gpus agents\n");
   EXPECT_EQ(complete("dgpuctl team ''", 2), "set delete\n");
   EXPECT_EQ(complete("dgpuctl team set vision --", 4),
@@ -655,6 +655,9 @@ TEST_F(DgpuctlProcessTest, CompletionScriptMatchesTheDeployedFileAndCompletes) {
   EXPECT_EQ(complete("dgpuctl get tasks --a", 3), "--after\n");
   EXPECT_EQ(complete("dgpuctl -o json get tasks --status r", 6), "running\n");
   EXPECT_EQ(complete(std::string(DGPUCTL_BIN) + " cancel ''", 2), "task-4 task-3 task-2 task-1\n");
+  EXPECT_EQ(complete(std::string(DGPUCTL_BIN) + " drain ''", 2), "node-a node-b\n");
+  EXPECT_EQ(complete("dgpuctl drain node-a --", 3), "--evict --grace --help\n");
+  EXPECT_EQ(complete("dgpuctl cordon node-a --", 3), "--help\n");
 }
 
 }  // namespace

@@ -202,6 +202,16 @@ class LiveTest(NeedsModules, ClusterTestCase):
         call("DELETE", API + "/teams/vision", 200)
         call("DELETE", API + "/teams/vision", 404)
         call("GET", API + "/agents", 200)
+        call("POST", API + "/agents/a1/cordon", 200)
+        call("POST", API + "/agents/nope/cordon", 404)
+        call("POST", API + "/agents/a1/drain", 200, {"evict": True, "grace_seconds": 0})
+        call("POST", API + "/agents/a1/drain", 400, {"evict": 1})
+        call("POST", API + "/agents/nope/drain", 404)
+        call("POST", API + "/agents/a1/drain", 413, raw="x" * (2 << 20),
+             headers={"Content-Type": "application/json"})
+        call("POST", API + "/agents/a1/drain", 415, raw="{}", headers={"Content-Type": "text/plain"})
+        call("POST", API + "/agents/a1/uncordon", 200)
+        call("POST", API + "/agents/nope/uncordon", 404)
         call("GET", API + "/openapi.yaml", 200)
         snap = call("GET", API + "/snapshot", 200)
         self.assertEqual(snap.body[:16], b"SQLite format 3\x00")
@@ -212,7 +222,7 @@ class LiveTest(NeedsModules, ClusterTestCase):
         for method, path in (("PATCH", API + "/tasks"), ("PUT", API + "/tasks/" + tid),
                              ("POST", API + "/gpus"), ("DELETE", API + "/quota"),
                              ("POST", API + "/teams"), ("POST", API + "/teams/vision"),
-                             ("POST", API + "/agents"),
+                             ("POST", API + "/agents"), ("GET", API + "/agents/a1/drain"),
                              ("POST", API + "/snapshot")):
             r = self.c.request(method, path, {})
             self.assertApiError(r, 405, "method_not_allowed")

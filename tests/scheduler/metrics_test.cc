@@ -99,8 +99,7 @@ TEST(MetricsTest, GaugesComeFromTheSnapshotWithLabelValuesEscaped) {
   g.quota.used[0] = 4;
   g.gpus[{"busy", "A100"}] = 5;
   g.gpus[{"idle", "odd \"model\"\\\n"}] = 1;
-  g.agents_online = 2;
-  g.agents_offline = 1;
+  g.agents = {{"online", 2}, {"offline", 1}, {"cordoned", 3}};
   g.is_leader = true;
   g.epoch = 7;
   g.journal_batches = 12;
@@ -121,7 +120,8 @@ TEST(MetricsTest, GaugesComeFromTheSnapshotWithLabelValuesEscaped) {
             (Strings{"dgpu_quota_used_gpus{class=\"online\"} 4",
                      "dgpu_quota_used_gpus{class=\"batch\"} 0"}));
   EXPECT_EQ(Samples(text, "dgpu_agents"),
-            (Strings{"dgpu_agents{status=\"online\"} 2", "dgpu_agents{status=\"offline\"} 1"}));
+            (Strings{"dgpu_agents{status=\"online\"} 2", "dgpu_agents{status=\"cordoned\"} 3",
+                     "dgpu_agents{status=\"draining\"} 0", "dgpu_agents{status=\"offline\"} 1"}));
   EXPECT_EQ(Samples(text, "dgpu_is_leader"), (Strings{"dgpu_is_leader 1"}));
   EXPECT_EQ(Samples(text, "dgpu_epoch"), (Strings{"dgpu_epoch 7"}));
   EXPECT_EQ(Samples(text, "dgpu_journal_batches_total"),
@@ -229,6 +229,7 @@ TEST(MetricsTest, TheGaugeSnapshotReadsTheCore) {
   spec.gpu_count = 2;
   ASSERT_TRUE(core.Submit(spec, now).ok());
   core.Schedule(now);
+  ASSERT_TRUE(core.SetNodeMode("n1", core::NodeMode::kCordoned, now).ok());
 
   GaugeSnapshot g = TakeGaugeSnapshot(core);
   EXPECT_EQ(g.pending[0], 1u);
@@ -239,8 +240,7 @@ TEST(MetricsTest, TheGaugeSnapshotReadsTheCore) {
   EXPECT_EQ(g.quota.used[0], 1);
   using Gpus = std::map<std::pair<std::string, std::string>, int>;
   EXPECT_EQ(g.gpus, (Gpus{{{"busy", "A100"}, 1}, {{"idle", "A100"}, 1}, {{"offline", "H100"}, 1}}));
-  EXPECT_EQ(g.agents_online, 1);
-  EXPECT_EQ(g.agents_offline, 1);
+  EXPECT_EQ(g.agents, (std::map<std::string_view, int>{{"cordoned", 1}, {"offline", 1}}));
 }
 
 }  // namespace

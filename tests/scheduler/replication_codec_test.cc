@@ -76,6 +76,23 @@ TEST(ReplicationCodecTest, KeepsATeamWhole) {
   EXPECT_EQ(TeamFromRecord(received), team);
 }
 
+TEST(ReplicationCodecTest, KeepsANodeModeAndKeepsAnUnknownModeOutOfPlacement) {
+  for (core::NodeMode m :
+       {core::NodeMode::kSchedulable, core::NodeMode::kCordoned, core::NodeMode::kDraining}) {
+    dgpu::v1::NodeRecord record;
+    NodeToRecord({"node-a", m}, &record);
+    std::string wire;
+    ASSERT_TRUE(record.SerializeToString(&wire));
+    dgpu::v1::NodeRecord received;
+    ASSERT_TRUE(received.ParseFromString(wire));
+    EXPECT_EQ(NodeFromRecord(received), (core::NodeRecord{"node-a", m}));
+  }
+  dgpu::v1::NodeRecord newer;
+  newer.set_id("node-b");
+  newer.set_mode("retired");
+  EXPECT_EQ(NodeFromRecord(newer).mode, core::NodeMode::kCordoned);
+}
+
 TEST(CoreConfigTest, TakesTheSchedulersQuotaTeamsAndPreemptionKeysInTheCoresUnits) {
   common::SchedulerConfig cfg;
   cfg.quota.online_percent = 0.6;

@@ -545,6 +545,45 @@ TEST(DatabaseTest, TeamsAreDurableReplacedByNameAndValidated) {
   EXPECT_EQ(got->teams, meta.teams);
 }
 
+TEST(DatabaseTest, NodeModesAreDurableRemovedWhenSchedulableAndReplaced) {
+  TempDir dir;
+  auto mode = [](std::string id, core::NodeMode m) {
+    core::Change c;
+    c.kind = core::Change::Kind::kNodeUpsert;
+    c.node = {std::move(id), m};
+    return c;
+  };
+  {
+    auto db = OpenOrDie(dir.path());
+    ASSERT_TRUE(
+        db->Apply({mode("n2", core::NodeMode::kCordoned), mode("n1", core::NodeMode::kDraining),
+                   mode("n3", core::NodeMode::kCordoned)},
+                  1)
+            .ok());
+    ASSERT_TRUE(
+        db->Apply({mode("n3", core::NodeMode::kSchedulable), mode("n2", core::NodeMode::kDraining)},
+                  2)
+            .ok());
+    EXPECT_THAT(
+        db->Apply(
+            {Upsert(SimpleTask(1, TaskStatus::kPending)), mode("", core::NodeMode::kCordoned)}, 3),
+        StatusIs(StatusCode::kInvalidArgument, "a node mode needs a node id"));
+  }
+  auto db = OpenOrDie(dir.path());
+  StatusOr<LoadedState> loaded = db->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_TRUE(loaded->tasks.empty()) << "the refused batch stored nothing";
+  EXPECT_EQ(loaded->nodes, (std::vector<core::NodeRecord>{{"n1", core::NodeMode::kDraining},
+                                                          {"n2", core::NodeMode::kDraining}}));
+
+  StoreMeta meta;
+  meta.nodes = {{"n9", core::NodeMode::kCordoned}};
+  ASSERT_TRUE(db->ReplaceAll(meta, {}).ok());
+  StatusOr<StoreMeta> got = db->ReadMeta();
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->nodes, meta.nodes);
+}
+
 TEST(DatabaseTest, ListsOneTeamsTasksAndCountsThem) {
   TempDir dir;
   auto db = OpenOrDie(dir.path());

@@ -141,7 +141,7 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   ASSERT_NE(db, nullptr);
   ASSERT_TRUE(db->upgrade().has_value());
   EXPECT_EQ(db->upgrade()->from_version, 1);
-  EXPECT_EQ(db->upgrade()->to_version, 4);
+  EXPECT_EQ(db->upgrade()->to_version, 5);
   EXPECT_EQ(db->upgrade()->backup_path, path + ".v1.bak");
 
   StatusOr<std::vector<core::Task>> tasks = db->AllTasks();
@@ -193,9 +193,10 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   EXPECT_EQ(loaded->online_percent, 0.25);
   db.reset();
 
-  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("4"));
-  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("4"));
+  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("5"));
+  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("5"));
   EXPECT_THAT(Rows(path, "SELECT count(*) FROM teams"), ElementsAre("0"));
+  EXPECT_THAT(Rows(path, "SELECT count(*) FROM nodes"), ElementsAre("0"));
   // The backup is a version 1 database holding what the file held before.
   EXPECT_THAT(BackupFiles(dir), ElementsAre("dgpu.db.v1.bak"));
   EXPECT_EQ(V1Content(path + ".v1.bak"), v1_content);
@@ -261,12 +262,39 @@ TEST(MigrationTest, NewDatabaseIsAtTheLatestVersionWithoutBackup) {
   ASSERT_NE(db, nullptr);
   EXPECT_FALSE(db->upgrade().has_value());
   db.reset();
-  EXPECT_EQ(kSchemaVersion, 4);
-  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("4"));
+  EXPECT_EQ(kSchemaVersion, 5);
+  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("5"));
   EXPECT_THAT(
       Rows(dir.Sub(kDatabaseFileName), "SELECT value FROM meta WHERE key = 'schema_version'"),
-      ElementsAre("4"));
+      ElementsAre("5"));
   EXPECT_TRUE(BackupFiles(dir).empty());
+}
+
+TEST(MigrationTest, V4DatabaseGainsAnEmptyNodesTableAndKeepsItsRows) {
+  TempDir dir;
+  {
+    auto db = OpenOrDie(dir.path());
+    core::Change c;
+    c.kind = core::Change::Kind::kTaskUpsert;
+    c.task.id = 7;
+    c.task.spec.name = "kept";
+    ASSERT_TRUE(db->Apply({c}, 1).ok());
+  }
+  // Version 4 had no table `nodes`.
+  const std::string path = dir.Sub(kDatabaseFileName);
+  RunSql(path,
+         "DROP TABLE nodes; UPDATE meta SET value = 4 WHERE key = 'schema_version'; "
+         "PRAGMA user_version = 4;");
+  auto db = OpenOrDie(dir.path());
+  ASSERT_TRUE(db->upgrade().has_value());
+  EXPECT_EQ(db->upgrade()->from_version, 4);
+  EXPECT_EQ(db->upgrade()->backup_path, path + ".v4.bak");
+  StatusOr<std::optional<core::Task>> kept = db->GetTask(7);
+  ASSERT_TRUE(kept.ok() && kept->has_value());
+  EXPECT_EQ((*kept)->spec.name, "kept");
+  StatusOr<StoreMeta> meta = db->ReadMeta();
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  EXPECT_TRUE(meta->nodes.empty());
 }
 
 // A version 1 file whose tasks refuse updates: the step's ALTER TABLE succeeds, its UPDATE fails.
@@ -323,8 +351,8 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
   ASSERT_FALSE(db.ok());
   EXPECT_EQ(db.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(db.status().message(), path +
-                                       " has schema version 5; this dgpu-scheduler reads "
-                                       "versions up to 4: use a newer binary");
+                                       " has schema version 6; this dgpu-scheduler reads "
+                                       "versions up to 5: use a newer binary");
   EXPECT_EQ(ReadBytes(path), before);
   // The read-only check of a WAL-mode file may leave an empty WAL beside it, never content.
   EXPECT_EQ(ReadBytes(path + "-wal"), "");
@@ -334,11 +362,11 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
 INSTANTIATE_TEST_SUITE_P(
     Versions, NewerDatabaseTest,
     ::testing::Values(NewerCase{"Both",
-                                "UPDATE meta SET value = 5 WHERE key = 'schema_version'; "
-                                "PRAGMA user_version = 5;"},
-                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 5;"},
+                                "UPDATE meta SET value = 6 WHERE key = 'schema_version'; "
+                                "PRAGMA user_version = 6;"},
+                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 6;"},
                       NewerCase{"MetaOnly",
-                                "UPDATE meta SET value = 5 WHERE key = 'schema_version';"}),
+                                "UPDATE meta SET value = 6 WHERE key = 'schema_version';"}),
     [](const ::testing::TestParamInfo<NewerCase>& info) { return info.param.name; });
 
 TEST(MigrationTest, DisagreeingVersionsAreRefusedUnmodified) {

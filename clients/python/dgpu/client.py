@@ -245,6 +245,33 @@ class Client:
         """Every agent (``GET /api/v1/agents``)."""
         return [Agent.from_json(a) for a in self._call("GET", API + "/agents")["agents"]]
 
+    def cordon(self, agent_id: str) -> Agent:
+        """Keeps new tasks off a node (``POST /api/v1/agents/{id}/cordon``); its running tasks
+        go on. Returns the agent. NotFound for an agent that never registered."""
+        return self._set_mode(agent_id, "cordon", None)[0]
+
+    def uncordon(self, agent_id: str) -> Agent:
+        """Lets a cordoned or draining node take tasks again; returns the agent."""
+        return self._set_mode(agent_id, "uncordon", None)[0]
+
+    def drain(self, agent_id: str, evict: bool = False,
+              grace_seconds: Optional[int] = None) -> Tuple[Agent, int]:
+        """Marks a node draining (no new tasks); with `evict`, stops its tasks now, each with
+        `grace_seconds` between SIGTERM and SIGKILL (None: its own preemption grace), and they
+        go back to their queues. Returns the agent and the number of tasks evicted."""
+        body: Dict[str, Any] = {"evict": evict}
+        if grace_seconds is not None:
+            body["grace_seconds"] = grace_seconds
+        return self._set_mode(agent_id, "drain", body)
+
+    def _set_mode(self, agent_id: str, verb: str,
+                  body: Optional[Mapping[str, Any]]) -> Tuple[Agent, int]:
+        path = API + "/agents/" + urllib.parse.quote(agent_id, safe="") + "/" + verb
+        # Retried like a read: setting a mode twice is harmless, and a second eviction finds
+        # the tasks already stopping.
+        answer = self._call("POST", path, body=body, fields=("evict", "grace_seconds"))
+        return Agent.from_json(answer["agent"]), int(answer.get("evicted", 0))
+
     def snapshot(self, path: str, overwrite: bool = False) -> Snapshot:
         """Saves a consistent copy of the whole database (``GET /api/v1/snapshot``) to `path`,
         as ``dgpuctl snapshot`` does: streamed to ``<path>.part``, checked to be a SQLite

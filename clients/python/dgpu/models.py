@@ -230,12 +230,17 @@ class Agent:
     """One agent (node) as the scheduler sees it."""
     id: str
     address: str
-    status: str
+    status: str  # online, cordoned, draining or offline
     gpus: int
     free_gpus: int
     last_heartbeat: Optional[datetime]
+    mode: str = "schedulable"  # schedulable, cordoned or draining (kept while offline)
+    tasks: int = 0  # Tasks holding GPUs there (running or stopping).
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Agent":
         return cls(id=d["id"], address=d["address"], status=d["status"], gpus=d["gpus"],
-                   free_gpus=d["free_gpus"], last_heartbeat=parse_time(d["last_heartbeat"]))
+                   free_gpus=d["free_gpus"], last_heartbeat=parse_time(d["last_heartbeat"]),
+                   mode=d.get("mode", "schedulable"), tasks=d.get("tasks", 0),
+                   labels=dict(d.get("labels") or {}))
