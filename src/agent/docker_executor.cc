@@ -23,6 +23,7 @@ std::vector<std::pair<std::string, std::string>> ContainerTaskEnv(const TaskLaun
   env.emplace_back(common::kEnvCudaDeviceOrder, "PCI_BUS_ID");
   env.emplace_back(common::kEnvTaskId, launch.task_id);
   env.emplace_back(common::kEnvGpuIds, JoinGpuIndices(launch.gpu_indices));
+  AddArrayEnv(launch, &env);
   return env;
 }
 

@@ -77,7 +77,14 @@ std::vector<std::pair<std::string, std::string>> ReservedTaskEnv(const TaskLaunc
   env.emplace_back(common::kEnvNvidiaVisibleDevices, gpus);
   env.emplace_back(common::kEnvTaskId, launch.task_id);
   env.emplace_back(common::kEnvGpuIds, gpus);
+  AddArrayEnv(launch, &env);
   return env;
+}
+
+void AddArrayEnv(const TaskLaunch& launch, std::vector<std::pair<std::string, std::string>>* env) {
+  if (launch.array_size <= 0) return;
+  env->emplace_back(common::kEnvArrayIndex, std::to_string(launch.array_index));
+  env->emplace_back(common::kEnvArraySize, std::to_string(launch.array_size));
 }
 
 std::string StopErrorOf(core::StopReason reason) {

@@ -32,6 +32,8 @@ struct TaskLaunch {
   int64_t timeout_seconds = 0;   // 0 = no limit.
   std::string image;             // Docker image; empty = the executor's default image.
   std::string user;              // The submitter (executor.run_as: submitter); may be empty.
+  int array_index = -1;          // A job array's member: its index; -1 otherwise.
+  int array_size = 0;            // A job array's member: the array's size; 0 otherwise.
 };
 
 struct TaskExit {
@@ -117,5 +119,8 @@ std::string JoinGpuIndices(const std::vector<int>& indices);
 // CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER=PCI_BUS_ID, NVIDIA_VISIBLE_DEVICES, DGPU_TASK_ID,
 // DGPU_GPU_IDS (the node-local indices).
 std::vector<std::pair<std::string, std::string>> ReservedTaskEnv(const TaskLaunch& launch);
+// DGPU_ARRAY_INDEX and DGPU_ARRAY_SIZE for a job array's member (nothing otherwise), added to
+// `env`.
+void AddArrayEnv(const TaskLaunch& launch, std::vector<std::pair<std::string, std::string>>* env);
 
 }  // namespace dgpu::agent

@@ -1,6 +1,11 @@
 #include "agent/fake_discovery.h"
 
+#include <cerrno>
+#include <charconv>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 namespace dgpu::agent {
@@ -49,6 +54,59 @@ StatusOr<std::vector<GpuLink>> FakeDiscovery::DiscoverTopology() {
     }
   }
   return links;
+}
+
+StatusOr<std::vector<GpuFault>> FakeDiscovery::CheckHealth() {
+  if (!initialized_) return FailedPrecondition("FakeDiscovery::Init() has not succeeded");
+  if (options_.fault_file.empty()) return std::vector<GpuFault>{};
+  std::ifstream in(options_.fault_file);
+  if (!in) {
+    if (errno == ENOENT) return std::vector<GpuFault>{};
+    return Unavailable("cannot read gpu.fake.fault_file " + options_.fault_file + ": " +
+                       std::strerror(errno));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  StatusOr<std::vector<GpuFault>> faults = ParseFaultFile(text.str(), options_.fault_file);
+  if (!faults.ok()) return faults.status();
+  std::vector<GpuFault> present;
+  for (GpuFault& f : *faults) {
+    if (f.index < options_.count) present.push_back(std::move(f));
+  }
+  return present;
+}
+
+StatusOr<std::vector<GpuFault>> ParseFaultFile(std::string_view text, const std::string& file) {
+  std::vector<GpuFault> faults;
+  int line_number = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_number;
+    if (size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
+    while (!line.empty() && is_space(line.front())) line.remove_prefix(1);
+    while (!line.empty() && is_space(line.back())) line.remove_suffix(1);
+    if (line.empty()) continue;
+    int index = -1;
+    auto [ptr, ec] = std::from_chars(line.data(), line.data() + line.size(), index);
+    const bool ends = ptr == line.data() + line.size() || is_space(*ptr);
+    if (ec != std::errc() || !ends || index < 0 || index > 1023) {
+      return InvalidArgument(file + " line " + std::to_string(line_number) +
+                             ": expected a GPU index from 0 to 1023 and an optional reason, got '" +
+                             std::string(line) + "'");
+    }
+    std::string_view reason = line.substr(static_cast<size_t>(ptr - line.data()));
+    while (!reason.empty() && is_space(reason.front())) reason.remove_prefix(1);
+    GpuFault fault{index, reason.empty() ? "fault listed in " + file : std::string(reason)};
+    bool listed = false;
+    for (const GpuFault& f : faults) listed = listed || f.index == index;
+    if (!listed) faults.push_back(std::move(fault));
+  }
+  return faults;
 }
 
 }  // namespace dgpu::agent

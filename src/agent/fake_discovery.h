@@ -2,7 +2,8 @@
 //
 // GPU i: uuid "GPU-fake-<uuid_tag>-<i>", the configured model and memory, memory used 0,
 // utilization 0, temperature unknown, bus id "00000000:<i+1 in hex, 2 digits>:00.0".
-// Topology: every pair joined by PCIe at host-bridge level, no NVLink. Not thread-safe.
+// Topology: every pair joined by PCIe at host-bridge level, no NVLink. Health: the GPUs listed in
+// the fault file, read at every check. Not thread-safe.
 #pragma once
 
 #include <string>
@@ -20,6 +21,7 @@ class FakeDiscovery final : public GpuDiscovery {
   Status Init() override;
   StatusOr<std::vector<GpuDevice>> Discover() override;
   StatusOr<std::vector<GpuLink>> DiscoverTopology() override;
+  StatusOr<std::vector<GpuFault>> CheckHealth() override;
   std::string name() const override { return "fake"; }
 
  private:

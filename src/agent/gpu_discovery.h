@@ -33,8 +33,18 @@ struct GpuDevice {
   std::optional<int> utilization_pct;  // 0..100; nullopt = unknown.
   std::optional<int> temperature_c;    // nullopt = unknown.
   std::string pci_bus_id;              // e.g. "00000000:07:00.0"; empty when unknown.
+  // Set by the GpuMonitor from the health checks (CheckHealth, the health-check program).
+  bool healthy = true;
+  std::string health_reason;  // Why it is unhealthy; empty when healthy.
 
   bool operator==(const GpuDevice&) const = default;
+};
+
+// A GPU found faulty by a health check, and why ("xid 79", "uncorrectable ECC errors: 2").
+struct GpuFault {
+  int index = 0;
+  std::string reason;
+  bool operator==(const GpuFault&) const = default;
 };
 
 // Closest common PCIe ancestor of two GPUs (NVML nvmlGpuTopologyLevel_t values).
@@ -71,6 +81,14 @@ class GpuDiscovery {
   // topology return an empty vector, not an error.
   virtual StatusOr<std::vector<GpuLink>> DiscoverTopology() = 0;
 
+  // The GPUs that are faulty now, by index; a GPU not listed is healthy. What each method can
+  // see: NVML critical XID errors (through its event API; an XID keeps its GPU faulty until
+  // the agent restarts, as the GPU needs a reset), uncorrectable ECC errors, pages pending
+  // retirement, a GPU lost from the bus; nvidia-smi the ECC and retired-page fields it
+  // reports; the fake the indices listed in its fault file. An error means the check could not
+  // run (the caller keeps what it knew).
+  virtual StatusOr<std::vector<GpuFault>> CheckHealth() = 0;
+
   // "nvml", "nvidia-smi" or "fake".
   virtual std::string name() const = 0;
 };
@@ -82,7 +100,15 @@ struct FakeDiscoveryOptions {
   // Distinguishes the fake GPUs of several agents on one host; uuids are
   // "GPU-fake-<uuid_tag>-<index>" and do not depend on the host name.
   std::string uuid_tag = "0";
+  // gpu.fake.fault_file: lines "INDEX [REASON]" ('#' starts a comment) list faulty GPUs; a
+  // missing file means none. Empty: no faults.
+  std::string fault_file;
 };
+
+// Parses a fault file's text (see FakeDiscoveryOptions::fault_file). InvalidArgument naming the
+// line for anything but an index from 0 to 1023 followed by an optional reason. A GPU without a
+// reason gets "fault listed in <file>".
+StatusOr<std::vector<GpuFault>> ParseFaultFile(std::string_view text, const std::string& file);
 
 struct DiscoveryOptions {
   // dlopen() argument for NVML; a bare soname searches the usual library path.

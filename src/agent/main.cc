@@ -108,6 +108,11 @@ int Run(int argc, char** argv) {
   opts.fake.model = cfg.gpu.fake.model;
   opts.fake.memory_mb = cfg.gpu.fake.memory_mb;
   opts.fake.uuid_tag = agent_id;
+  opts.fake.fault_file = cfg.gpu.fake.fault_file;
+  if (!cfg.gpu.health_check_program.empty()) {
+    auto program = FindExecutable(cfg.gpu.health_check_program);
+    if (!program.ok()) return Fail("gpu.health_check_program: " + program.status().message());
+  }
   std::unique_ptr<GpuDiscovery> discovery;
   std::string errors;
   for (auto method : cfg.gpu.detection_method) {

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <initializer_list>
@@ -23,6 +24,23 @@ constexpr NvmlReturn kNvmlDriverNotLoaded = 9;
 constexpr NvmlReturn kNvmlLibraryNotFound = 12;
 constexpr NvmlReturn kNvmlFunctionNotFound = 13;
 constexpr NvmlReturn kNvmlGpuIsLost = 15;
+
+using NvmlEventSet = struct NvmlEventSetOpaque*;
+struct NvmlEventData {
+  NvmlDevice device;
+  unsigned long long event_type;
+  unsigned long long event_data;
+  unsigned gpu_instance_id;
+  unsigned compute_instance_id;
+};
+constexpr unsigned long long kNvmlEventTypeXidCriticalError = 0x8;
+constexpr int kNvmlMemoryErrorTypeUncorrected = 1;
+constexpr int kNvmlVolatileEcc = 0;
+constexpr int kNvmlFeatureEnabled = 1;
+// XIDs that a faulty application causes, not the GPU (as NVIDIA's device plugin skips them).
+constexpr int kApplicationXids[] = {13, 31, 43, 45, 68, 109};
+// Events drained per check, so that a storm of them cannot hold the check up.
+constexpr int kMaxEventsPerCheck = 1024;
 
 constexpr unsigned kNvmlNameBufferSize = 96;
 constexpr unsigned kNvmlUuidBufferSize = 96;
@@ -74,6 +92,13 @@ struct NvmlDiscovery::Api {
   NvmlReturn (*get_topology_common_ancestor)(NvmlDevice, NvmlDevice, int*) = nullptr;
   NvmlReturn (*get_nvlink_state)(NvmlDevice, unsigned, int*) = nullptr;
   NvmlReturn (*get_nvlink_remote_pci_info)(NvmlDevice, unsigned, NvmlPciInfo*) = nullptr;
+  // Optional (health).
+  NvmlReturn (*event_set_create)(NvmlEventSet*) = nullptr;
+  NvmlReturn (*event_set_free)(NvmlEventSet) = nullptr;
+  NvmlReturn (*register_events)(NvmlDevice, unsigned long long, NvmlEventSet) = nullptr;
+  NvmlReturn (*event_set_wait)(NvmlEventSet, NvmlEventData*, unsigned) = nullptr;
+  NvmlReturn (*get_total_ecc_errors)(NvmlDevice, int, int, unsigned long long*) = nullptr;
+  NvmlReturn (*get_retired_pages_pending)(NvmlDevice, int*) = nullptr;
 
   std::string Describe(NvmlReturn rc) const {
     std::string text;
@@ -123,6 +148,9 @@ std::string Resolve(void* handle, std::initializer_list<const char*> names, Fn* 
 NvmlDiscovery::NvmlDiscovery(std::string library_path) : library_path_(std::move(library_path)) {}
 
 NvmlDiscovery::~NvmlDiscovery() {
+  if (event_set_ != nullptr && api_ && api_->event_set_free != nullptr) {
+    api_->event_set_free(static_cast<NvmlEventSet>(event_set_));
+  }
   if (nvml_initialized_ && api_ && api_->shutdown != nullptr) api_->shutdown();
   if (handle_ != nullptr) dlclose(handle_);
 }
@@ -159,6 +187,12 @@ Status NvmlDiscovery::Init() {
   Resolve(handle_, {"nvmlDeviceGetTopologyCommonAncestor"}, &api->get_topology_common_ancestor);
   Resolve(handle_, {"nvmlDeviceGetNvLinkState"}, &api->get_nvlink_state);
   Resolve(handle_, {"nvmlDeviceGetNvLinkRemotePciInfo_v2"}, &api->get_nvlink_remote_pci_info);
+  Resolve(handle_, {"nvmlEventSetCreate"}, &api->event_set_create);
+  Resolve(handle_, {"nvmlEventSetFree"}, &api->event_set_free);
+  Resolve(handle_, {"nvmlDeviceRegisterEvents"}, &api->register_events);
+  Resolve(handle_, {"nvmlEventSetWait_v2", "nvmlEventSetWait"}, &api->event_set_wait);
+  Resolve(handle_, {"nvmlDeviceGetTotalEccErrors"}, &api->get_total_ecc_errors);
+  Resolve(handle_, {"nvmlDeviceGetRetiredPagesPendingStatus"}, &api->get_retired_pages_pending);
   if (!missing.empty()) {
     std::string list;
     for (const auto& name : missing) list += (list.empty() ? "" : ", ") + name;
@@ -234,6 +268,87 @@ StatusOr<std::vector<GpuDevice>> NvmlDiscovery::Discover() {
     devices.push_back(std::move(gpu));
   }
   return devices;
+}
+
+StatusOr<std::vector<GpuFault>> NvmlDiscovery::CheckHealth() {
+  if (!nvml_initialized_) return FailedPrecondition("NvmlDiscovery::Init() has not succeeded");
+  const Api& api = *api_;
+  unsigned count = 0;
+  NvmlReturn rc = api.get_count(&count);
+  if (rc != kNvmlSuccess) return api.Error("nvmlDeviceGetCount_v2", rc);
+  std::map<int, std::vector<std::string>> reasons;
+  std::vector<NvmlDevice> handles(count, nullptr);
+  for (unsigned i = 0; i < count; ++i) {
+    rc = api.get_handle_by_index(i, &handles[i]);
+    if (rc == kNvmlGpuIsLost) {
+      handles[i] = nullptr;
+      reasons[static_cast<int>(i)].push_back("GPU is lost (fell off the bus)");
+    } else if (rc != kNvmlSuccess) {
+      return api.Error("nvmlDeviceGetHandleByIndex_v2 (GPU " + std::to_string(i) + ")", rc);
+    }
+  }
+
+  if (!events_tried_ && api.event_set_create != nullptr && api.register_events != nullptr &&
+      api.event_set_wait != nullptr) {
+    events_tried_ = true;
+    NvmlEventSet set = nullptr;
+    if (api.event_set_create(&set) == kNvmlSuccess) {
+      event_set_ = set;
+      // A GPU that cannot report XIDs (NOT_SUPPORTED) is still checked the other ways.
+      for (NvmlDevice h : handles) {
+        if (h != nullptr) (void)api.register_events(h, kNvmlEventTypeXidCriticalError, set);
+      }
+    }
+  }
+  if (event_set_ != nullptr) {
+    for (int n = 0; n < kMaxEventsPerCheck; ++n) {
+      NvmlEventData event{};
+      rc = api.event_set_wait(static_cast<NvmlEventSet>(event_set_), &event, 0);
+      if (rc != kNvmlSuccess) break;  // TIMEOUT (10): none left; else: again next check.
+      if ((event.event_type & kNvmlEventTypeXidCriticalError) == 0) continue;
+      const int xid = static_cast<int>(event.event_data);
+      if (std::find(std::begin(kApplicationXids), std::end(kApplicationXids), xid) !=
+          std::end(kApplicationXids)) {
+        continue;
+      }
+      for (unsigned i = 0; i < count; ++i) {
+        if (handles[i] == event.device && !xid_faults_.contains(static_cast<int>(i))) {
+          xid_faults_[static_cast<int>(i)] = "xid " + std::to_string(xid);
+        }
+      }
+    }
+  }
+  for (const auto& [index, reason] : xid_faults_) reasons[index].push_back(reason);
+
+  for (unsigned i = 0; i < count; ++i) {
+    if (handles[i] == nullptr) continue;
+    const int index = static_cast<int>(i);
+    unsigned long long ecc = 0;
+    if (api.get_total_ecc_errors != nullptr) {
+      rc = api.get_total_ecc_errors(handles[i], kNvmlMemoryErrorTypeUncorrected, kNvmlVolatileEcc,
+                                    &ecc);
+      if (rc == kNvmlSuccess && ecc > 0) {
+        reasons[index].push_back("uncorrectable ECC errors: " + std::to_string(ecc));
+      } else if (rc == kNvmlGpuIsLost) {
+        reasons[index].push_back("GPU is lost (fell off the bus)");
+        continue;
+      }
+    }
+    int pending = 0;
+    if (api.get_retired_pages_pending != nullptr &&
+        api.get_retired_pages_pending(handles[i], &pending) == kNvmlSuccess &&
+        pending == kNvmlFeatureEnabled) {
+      reasons[index].push_back("retired pages pending (the GPU needs a reset)");
+    }
+  }
+
+  std::vector<GpuFault> faults;
+  for (auto& [index, list] : reasons) {
+    std::string joined;
+    for (const std::string& r : list) joined += (joined.empty() ? "" : "; ") + r;
+    faults.push_back({index, std::move(joined)});
+  }
+  return faults;
 }
 
 StatusOr<std::vector<GpuLink>> NvmlDiscovery::DiscoverTopology() {

@@ -40,6 +40,8 @@ void FillGpu(const GpuDevice& d, dgpu::v1::GpuStatus* g) {
   g->set_utilization_pct(d.utilization_pct.value_or(-1));
   g->set_temperature_c(d.temperature_c.value_or(-1));
   g->set_pci_bus_id(d.pci_bus_id);
+  g->set_unhealthy(!d.healthy);
+  g->set_health_reason(d.health_reason);
 }
 
 // A StopOrder from the scheduler: no reason (or one this agent does not know) is a cancel, no
@@ -144,7 +146,13 @@ AgentSession::AgentSession(common::AgentConfig config, std::string agent_id,
                            FinishOutbox outbox, uint64_t highest_epoch)
     : config_(std::move(config)),
       agent_id_(std::move(agent_id)),
-      gpus_(std::move(gpus)),
+      gpus_(std::make_unique<GpuMonitor>(
+          std::move(gpus),
+          GpuMonitorOptions{.metrics_interval = config_.agent.heartbeat_interval,
+                            .health_interval = config_.gpu.health_check_interval,
+                            .health_check_program = config_.gpu.health_check_program,
+                            .program_timeout = std::min<std::chrono::milliseconds>(
+                                config_.gpu.health_check_interval, std::chrono::seconds(60))})),
       executor_(std::move(executor)),
       outbox_(std::move(outbox)),
       highest_epoch_(highest_epoch),
@@ -210,8 +218,9 @@ bool AgentSession::Connect() {
   conn->channel = grpc::CreateCustomChannel(address, common::ChannelCredentials(tls_), args);
   conn->stub = dgpu::v1::SchedulerService::NewStub(conn->channel);
 
-  auto devices = gpus_->Discover();
-  if (devices.ok()) devices_ = std::move(*devices);
+  GpuSnapshot gpus = gpus_->Latest();
+  devices_ = std::move(gpus.devices);
+  health_generation_ = gpus.health_generation;
 
   dgpu::v1::RegisterAgentRequest req;
   req.set_agent_id(agent_id_);
@@ -364,6 +373,10 @@ void AgentSession::HandleInbound() {
       launch.timeout_seconds = a.timeout_seconds();
       launch.image = a.image();
       launch.user = a.user();
+      if (a.array_size() > 0) {
+        launch.array_index = a.array_index();
+        launch.array_size = a.array_size();
+      }
       StartTask(a.task_id(), launch, m.epoch());
     }
     ApplyStops(m);
@@ -418,8 +431,9 @@ void AgentSession::SendStarts() {
 }
 
 void AgentSession::SendHeartbeat(int64_t now) {
-  auto devices = gpus_->Discover();
-  if (devices.ok()) devices_ = std::move(*devices);
+  GpuSnapshot gpus = gpus_->Latest();
+  devices_ = std::move(gpus.devices);
+  health_generation_ = gpus.health_generation;
   HeartbeatRequest req;
   req.set_agent_id(agent_id_);
   req.set_epoch(highest_epoch_);
@@ -581,14 +595,13 @@ void AgentSession::Shutdown() {
 }
 
 int AgentSession::Run() {
-  auto devices = gpus_->Discover();
-  if (!devices.ok()) {
-    spdlog::error("GPU discovery failed: {}", devices.status().message());
+  if (Status s = gpus_->Start(); !s.ok()) {
+    spdlog::error("GPU discovery failed: {}", s.message());
     return 1;
   }
-  devices_ = std::move(*devices);
+  devices_ = gpus_->Latest().devices;
   spdlog::info("dgpu-agent {} starting: {} GPUs via {}, executor {}, schedulers {}", agent_id_,
-               devices_.size(), gpus_->name(), executor_->name(), addresses_.size());
+               devices_.size(), gpus_->method(), executor_->name(), addresses_.size());
   Contact(Mono());
   while (!stop_.load()) {
     int64_t now = Mono();
@@ -614,7 +627,10 @@ int AgentSession::Run() {
     } else {
       HandleInbound();
       if (conn_ && !unreported_starts_.empty()) SendStarts();
-      if (conn_ && now >= next_heartbeat_) SendHeartbeat(now);
+      // A GPU whose health changed is reported at once, not at the next heartbeat.
+      if (conn_ && (now >= next_heartbeat_ || gpus_->health_generation() != health_generation_)) {
+        SendHeartbeat(now);
+      }
       if (conn_) RetryReports(now, false);
     }
     // Sleep until an order, an answer, a child's exit (SIGCHLD) or the tick for timeouts.

@@ -39,6 +39,7 @@
 #include "agent/executor.h"
 #include "agent/finish_outbox.h"
 #include "agent/gpu_discovery.h"
+#include "agent/gpu_monitor.h"
 #include "common/config.h"
 #include "common/tls_files.h"
 
@@ -135,10 +136,12 @@ class AgentSession {
   std::optional<common::TlsMaterial> tls_;
   // What to check when a connection failed in a way TLS set-up explains; "" otherwise.
   std::string TransportHint(const grpc::Status& s) const;
-  std::unique_ptr<GpuDiscovery> gpus_;
+  // GPU metrics and health, refreshed on the monitor's own thread (gpu_monitor.h).
+  std::unique_ptr<GpuMonitor> gpus_;
   std::unique_ptr<Executor> executor_;
   FinishOutbox outbox_;
-  std::vector<GpuDevice> devices_;                     // Last discovery.
+  std::vector<GpuDevice> devices_;  // The monitor's latest, as last sent.
+  uint64_t health_generation_ = 0;  // Of devices_: a newer one is reported at once.
   std::map<std::string, std::vector<int>> task_gpus_;  // Running task -> GPU indices.
   struct StartReport {
     std::string task_id;

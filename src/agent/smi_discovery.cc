@@ -117,12 +117,62 @@ StatusOr<std::vector<GpuDevice>> ParseNvidiaSmiCsv(std::string_view output) {
   return devices;
 }
 
+std::vector<std::string> NvidiaSmiHealthArgs() {
+  return {"--query-gpu=index,ecc.errors.uncorrected.volatile.total,retired_pages.pending",
+          "--format=csv,noheader,nounits"};
+}
+
+StatusOr<std::vector<GpuFault>> ParseNvidiaSmiHealthCsv(std::string_view output) {
+  std::vector<GpuFault> faults;
+  int line_number = 0;
+  size_t pos = 0;
+  while (pos < output.size()) {
+    size_t end = output.find('\n', pos);
+    if (end == std::string_view::npos) end = output.size();
+    std::string_view line = output.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_number;
+    if (Trim(line).empty()) continue;
+    auto bad = [&](const std::string& why) {
+      return InvalidArgument("nvidia-smi health output line " + std::to_string(line_number) + ": " +
+                             why + ": '" + std::string(Trim(line)) + "'");
+    };
+    std::vector<std::string_view> fields;
+    for (size_t start = 0;;) {
+      size_t comma = line.find(',', start);
+      fields.push_back(Trim(line.substr(
+          start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
+      if (comma == std::string_view::npos) break;
+      start = comma + 1;
+    }
+    if (fields.size() != 3) {
+      return bad("expected 3 fields, got " + std::to_string(fields.size()));
+    }
+    auto index = ParseInteger<int>(fields[0]);
+    if (!index.has_value() || *index < 0) return bad("index '" + std::string(fields[0]) + "'");
+    std::string reason;
+    if (!IsUnavailable(fields[1])) {
+      auto ecc = ParseInteger<uint64_t>(fields[1]);
+      if (!ecc.has_value()) return bad("ECC count '" + std::string(fields[1]) + "'");
+      if (*ecc > 0) reason = "uncorrectable ECC errors: " + std::to_string(*ecc);
+    }
+    if (fields[2] == "Yes") {
+      reason +=
+          std::string(reason.empty() ? "" : "; ") + "retired pages pending (the GPU needs a reset)";
+    } else if (fields[2] != "No" && !IsUnavailable(fields[2])) {
+      return bad("retired_pages.pending '" + std::string(fields[2]) + "'");
+    }
+    if (!reason.empty()) faults.push_back({*index, std::move(reason)});
+  }
+  return faults;
+}
+
 SmiDiscovery::SmiDiscovery(std::string nvidia_smi_path, int64_t timeout_ms)
     : path_(std::move(nvidia_smi_path)), timeout_ms_(timeout_ms) {}
 
-StatusOr<std::vector<GpuDevice>> SmiDiscovery::Query() {
+StatusOr<std::string> SmiDiscovery::Run(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {path_};
-  for (auto& arg : NvidiaSmiQueryArgs()) argv.push_back(std::move(arg));
+  argv.insert(argv.end(), args.begin(), args.end());
   StatusOr<CommandResult> result = RunCommand(argv, timeout_ms_);
   if (!result.ok()) return result.status();
   if (!WIFEXITED(result->wait_status) || WEXITSTATUS(result->wait_status) != 0) {
@@ -131,7 +181,20 @@ StatusOr<std::vector<GpuDevice>> SmiDiscovery::Query() {
     return Unavailable("'" + path_ + "' failed with " + DescribeWaitStatus(result->wait_status) +
                        (detail.empty() ? "" : ": " + detail));
   }
-  return ParseNvidiaSmiCsv(result->out);
+  return std::move(result->out);
+}
+
+StatusOr<std::vector<GpuDevice>> SmiDiscovery::Query() {
+  StatusOr<std::string> out = Run(NvidiaSmiQueryArgs());
+  if (!out.ok()) return out.status();
+  return ParseNvidiaSmiCsv(*out);
+}
+
+StatusOr<std::vector<GpuFault>> SmiDiscovery::CheckHealth() {
+  if (!initialized_) return FailedPrecondition("SmiDiscovery::Init() has not succeeded");
+  StatusOr<std::string> out = Run(NvidiaSmiHealthArgs());
+  if (!out.ok()) return out.status();
+  return ParseNvidiaSmiHealthCsv(*out);
 }
 
 Status SmiDiscovery::Init() {

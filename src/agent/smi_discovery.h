@@ -26,6 +26,15 @@ std::vector<std::string> NvidiaSmiQueryArgs();
 // line number and text.
 StatusOr<std::vector<GpuDevice>> ParseNvidiaSmiCsv(std::string_view output);
 
+// The health query's arguments: index, ecc.errors.uncorrected.volatile.total and
+// retired_pages.pending, CSV without header or units.
+std::vector<std::string> NvidiaSmiHealthArgs();
+
+// Parses the health query's output: a GPU with a non-zero uncorrectable ECC count or pages
+// pending retirement ("Yes") is faulty; "[N/A]" / "[Not Supported]" says nothing. InvalidArgument
+// naming the line for anything else.
+StatusOr<std::vector<GpuFault>> ParseNvidiaSmiHealthCsv(std::string_view output);
+
 class SmiDiscovery final : public GpuDiscovery {
  public:
   explicit SmiDiscovery(std::string nvidia_smi_path = "nvidia-smi", int64_t timeout_ms = 10000);
@@ -34,10 +43,13 @@ class SmiDiscovery final : public GpuDiscovery {
   Status Init() override;
   StatusOr<std::vector<GpuDevice>> Discover() override;
   StatusOr<std::vector<GpuLink>> DiscoverTopology() override;
+  StatusOr<std::vector<GpuFault>> CheckHealth() override;
   std::string name() const override { return "nvidia-smi"; }
 
  private:
   StatusOr<std::vector<GpuDevice>> Query();
+  // Runs nvidia-smi with `args`; its stdout, or Unavailable naming the exit and first line.
+  StatusOr<std::string> Run(const std::vector<std::string>& args);
 
   std::string path_;
   int64_t timeout_ms_;

@@ -800,15 +800,17 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
                                                        FormatDuration(s.max_retry_interval));
   }
 
-  DGPU_OPEN_SECTION(
-      gpu, root, "gpu",
-      {"detection_method", "health_check_interval", "nvidia_smi_path", "nvml_library", "fake"});
+  DGPU_OPEN_SECTION(gpu, root, "gpu",
+                    {"detection_method", "health_check_interval", "health_check_program",
+                     "nvidia_smi_path", "nvml_library", "fake"});
   GpuConfig& g = c.gpu;
   DGPU_CONFIG_RETURN_IF_ERROR(ReadDetectionMethods(gpu, &g.detection_method));
   DGPU_CONFIG_RETURN_IF_ERROR(gpu.ReadDuration("health_check_interval", &g.health_check_interval));
   DGPU_CONFIG_RETURN_IF_ERROR(gpu.ReadString("nvidia_smi_path", &g.nvidia_smi_path, false));
   DGPU_CONFIG_RETURN_IF_ERROR(gpu.ReadString("nvml_library", &g.nvml_library, false));
-  DGPU_OPEN_SECTION(fake, gpu, "fake", {"count", "model", "memory_mb"});
+  DGPU_CONFIG_RETURN_IF_ERROR(gpu.ReadString("health_check_program", &g.health_check_program));
+  DGPU_OPEN_SECTION(fake, gpu, "fake", {"count", "model", "memory_mb", "fault_file"});
+  DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadString("fault_file", &g.fake.fault_file));
   DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadInt("count", 0, 1024, &g.fake.count));
   DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadString("model", &g.fake.model, false));
   DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadInt("memory_mb", 1, int64_t{1} << 40, &g.fake.memory_mb));

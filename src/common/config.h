@@ -268,6 +268,9 @@ struct FakeGpuConfig {
   int count = 4;                               // 0..1024
   std::string model = "Tesla V100-SXM2-32GB";  // non-empty
   int64_t memory_mb = 32768;                   // > 0
+  // Lines "INDEX [REASON]" name the fake GPUs that are faulty, read at every health check; a
+  // missing file: none. Empty: no fault file.
+  std::string fault_file;
   bool operator==(const FakeGpuConfig&) const = default;
 };
 
@@ -276,6 +279,9 @@ struct GpuConfig {
   // Methods tried in order until one succeeds. YAML: one name or a list of distinct names.
   std::vector<GpuDetectionMethod> detection_method = {GpuDetectionMethod::kNvml};
   milliseconds health_check_interval{30'000};  // > 0
+  // Run at every health check (no arguments, a timeout of min(interval, 60 s)); a non-zero exit
+  // makes every GPU of the node unhealthy, with its first output line as the reason. Empty: none.
+  std::string health_check_program;
   std::string nvidia_smi_path = "nvidia-smi";
   std::string nvml_library = "libnvidia-ml.so.1";
   FakeGpuConfig fake;

@@ -13,6 +13,9 @@ inline constexpr std::string_view kEnvNvidiaVisibleDevices = "NVIDIA_VISIBLE_DEV
 inline constexpr std::string_view kEnvCudaDeviceOrder = "CUDA_DEVICE_ORDER";
 inline constexpr std::string_view kEnvTaskId = "DGPU_TASK_ID";
 inline constexpr std::string_view kEnvGpuIds = "DGPU_GPU_IDS";
+// Members of a job array only: the task's index in the array and the array's size.
+inline constexpr std::string_view kEnvArrayIndex = "DGPU_ARRAY_INDEX";
+inline constexpr std::string_view kEnvArraySize = "DGPU_ARRAY_SIZE";
 
 // Every variable the agent sets for a task.
 inline constexpr std::array<std::string_view, 5> kTaskEnvSetByDgpu = {

@@ -258,6 +258,11 @@ Status SchedulerCore::SetGpuHealth(const std::string& node_id, int gpu_index, bo
   return OkStatus();
 }
 
+bool SchedulerCore::AnyUnhealthyGpu(const std::string& node_id) const {
+  const NodeState* node = FindNodeState(node_id);
+  return node != nullptr && node->any_unhealthy;
+}
+
 Status SchedulerCore::SetNodeLabels(const std::string& node_id, Labels labels) {
   NodeState* node = FindNodeState(node_id);
   if (node == nullptr) return NotFound("node " + node_id + " is not registered");

@@ -173,6 +173,12 @@ StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now)
   }
   if (!IsValidTeamName(spec.team))
     return InvalidArgument("team name '" + spec.team + "' is not valid");
+  if (spec.array_size < 0 || (spec.array_size == 0 && spec.array_index != -1) ||
+      (spec.array_size > 0 && (spec.array_index < 0 || spec.array_index >= spec.array_size))) {
+    return InvalidArgument(
+        "array_index must be in [0, array_size) for an array's member, -1 "
+        "otherwise");
+  }
   int team = TeamIdOf(spec.team);
   if (team < 0) {
     if (teams_.size() >= 10000) return InvalidArgument("too many teams");

@@ -170,6 +170,9 @@ class SchedulerCore {
   Status SetGpuHealth(const std::string& node_id, int gpu_index, bool healthy,
                       const std::string& reason, TimeMicros now);
 
+  // Whether a GPU of the node is unhealthy (false for an unknown node).
+  bool AnyUnhealthyGpu(const std::string& node_id) const;
+
   // Replaces a node's labels (node filters read them). NotFound if never registered.
   Status SetNodeLabels(const std::string& node_id, Labels labels);
 

@@ -127,6 +127,10 @@ struct TaskSpec {
   std::string command;
   std::vector<std::pair<std::string, std::string>> env;  // Sorted by key, keys unique.
   std::string image;                                     // Docker executor only.
+  // A member of a job array (POST /tasks with "array": N): its index in [0, array_size), which
+  // its agent gives it as DGPU_ARRAY_INDEX. array_size 0: not an array (index -1).
+  int32_t array_index = -1;
+  int32_t array_size = 0;
   int64_t timeout_seconds = 0;                           // 0: no limit.
   // Seconds between SIGTERM and SIGKILL when it is preempted; -1: preemption.grace_period.
   int32_t preemption_grace_seconds = -1;

@@ -165,6 +165,11 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
                    "scheduler's)")
       ->check(CLI::Range(0, 86400))
       ->excludes(no_preempt_opt);
+  submit_cmd
+      ->add_option("--array", submit.array,
+                   "Submit a job array of N tasks (each sees DGPU_ARRAY_INDEX 0..N-1); prints "
+                   "every id")
+      ->check(CLI::Range(1, 100000));
   submit_cmd->add_option("command", submit.command, "Command to run, after --");
 
   // get

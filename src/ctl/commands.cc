@@ -320,6 +320,7 @@ std::optional<json> BuildSubmitBody(const SubmitOptions& options, std::string* e
   if (!options.team.empty()) body["team"] = options.team;
   if (options.no_preempt) body["preemptible"] = false;
   if (options.preemption_grace) body["preemption_grace_seconds"] = *options.preemption_grace;
+  if (options.array) body["array"] = *options.array;
   return body;
 }
 
@@ -339,6 +340,17 @@ int Submit(const CtlContext& ctx, const SubmitOptions& options) {
   }
   std::string id = Field(*reply, "task_id");
   if (id.empty()) return BadResponse(ctx, "the submit response has no task_id");
+  if (options.array) {
+    // One id per line, by index.
+    auto ids = reply->find("task_ids");
+    if (ids == reply->end() || !ids->is_array()) {
+      return BadResponse(ctx, "the submit response of an array has no task_ids");
+    }
+    std::string text;
+    for (const json& t : *ids) text += (t.is_string() ? t.get<std::string>() : "-") + "\n";
+    *ctx.out << text;
+    return kExitOk;
+  }
   *ctx.out << id << "\n";
   return kExitOk;
 }
@@ -496,12 +508,24 @@ int GetGpus(const CtlContext& ctx) {
   if (!reply->is_object() || !reply->contains("gpus") || !(*reply)["gpus"].is_array()) {
     return BadResponse(ctx, "GET /api/v1/gpus did not return a gpus array");
   }
-  Table table({"id", "node", "index", "model", "memory", "status", "task"});
+  // The health column only when a GPU is unhealthy: the usual table stays as it was.
+  bool any_reason = false;
+  for (const json& gpu : (*reply)["gpus"])
+    any_reason = any_reason || !Field(gpu, "health_reason").empty();
+  std::vector<std::string> columns = {"id", "node", "index", "model", "memory", "status", "task"};
+  if (any_reason) columns.push_back("health");
+  Table table(columns);
   for (const json& gpu : (*reply)["gpus"]) {
     std::string memory = Field(gpu, "memory_mb");
-    table.AddRow({Cell(Field(gpu, "id")), Cell(Field(gpu, "node_id")), Cell(Field(gpu, "index")),
-                  Cell(Field(gpu, "model")), memory.empty() ? "-" : memory + "MB",
-                  Cell(Field(gpu, "status")), Cell(Field(gpu, "current_task"))});
+    std::vector<std::string> row = {Cell(Field(gpu, "id")),
+                                    Cell(Field(gpu, "node_id")),
+                                    Cell(Field(gpu, "index")),
+                                    Cell(Field(gpu, "model")),
+                                    memory.empty() ? "-" : memory + "MB",
+                                    Cell(Field(gpu, "status")),
+                                    Cell(Field(gpu, "current_task"))};
+    if (any_reason) row.push_back(Cell(Field(gpu, "health_reason")));
+    table.AddRow(std::move(row));
   }
   if (table.size() == 0) {
     *ctx.err << "no GPUs found\n";
@@ -512,7 +536,10 @@ int GetGpus(const CtlContext& ctx) {
     *ctx.out << "\n"
              << OrDash(Field(*reply, "total")) << " GPUs: " << OrDash(Field(*reply, "idle"))
              << " idle, " << OrDash(Field(*reply, "busy")) << " busy, "
-             << OrDash(Field(*reply, "offline")) << " offline\n";
+             << OrDash(Field(*reply, "offline")) << " offline";
+    const std::string unhealthy = Field(*reply, "unhealthy");
+    if (!unhealthy.empty() && unhealthy != "0") *ctx.out << ", " << unhealthy << " unhealthy";
+    *ctx.out << "\n";
   }
   return kExitOk;
 }

@@ -72,6 +72,7 @@ struct SubmitOptions {
   std::string team;                     // empty: the server's default team
   bool no_preempt = false;              // sends "preemptible": false
   std::optional<int> preemption_grace;  // seconds; nullopt: the scheduler's default
+  std::optional<int> array;             // a job array of this many tasks
   std::vector<std::string> command;
 };
 

@@ -50,8 +50,10 @@ HeartbeatReport ToReport(const HeartbeatRequest& req) {
   report.epoch = req.epoch();
   report.running_task_ids.assign(req.running_task_ids().begin(), req.running_task_ids().end());
   for (const auto& g : req.gpus()) {
-    report.gpus.push_back(
-        {static_cast<int>(g.index()), g.model(), static_cast<double>(g.utilization_pct())});
+    report.gpus.push_back({static_cast<int>(g.index()), g.model(),
+                           static_cast<double>(g.utilization_pct()), !g.unhealthy(),
+                           g.health_reason()});
+    report.any_unhealthy = report.any_unhealthy || g.unhealthy();
   }
   return report;
 }
@@ -234,6 +236,10 @@ void AgentHub::Dispatch(const core::SchedulerCore& core,
     a->set_timeout_seconds(t->spec.timeout_seconds);
     a->set_image(t->spec.image);
     a->set_user(t->spec.user);
+    if (t->spec.array_size > 0) {
+      a->set_array_index(t->spec.array_index);
+      a->set_array_size(t->spec.array_size);
+    }
   }
   for (auto& [node, msg] : by_node) Send(node, std::move(msg));
 }
@@ -267,7 +273,8 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
   r.address = req->address();
   r.epoch = req->epoch();
   for (const auto& g : req->gpus()) {
-    r.gpus.push_back({g.index(), g.model(), g.memory_mb(), g.uuid(), true, ""});
+    r.gpus.push_back(
+        {g.index(), g.model(), g.memory_mb(), g.uuid(), !g.unhealthy(), g.health_reason()});
   }
   for (const auto& t : req->running()) {
     r.running.push_back({t.task_id(), {t.gpu_indices().begin(), t.gpu_indices().end()}});

@@ -109,13 +109,15 @@ std::optional<ApiError> CheckJsonContentType(std::string_view ct) {
                   "Content-Type must be application/json, got " + std::string(ct)};
 }
 
-std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec* spec) {
+std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec* spec,
+                                           int* array) {
   json doc;
   if (auto err = ParseJsonObject(body, &doc)) return err;
   static const char* kKnown[] = {
       "priority", "gpu_count", "command",         "gpu_model",
       "env",      "name",      "timeout_seconds", "image",
-      "team",     "user",      "preemptible",     "preemption_grace_seconds"};
+      "team",     "user",      "preemptible",     "preemption_grace_seconds",
+      "array"};
   for (const auto& [key, value] : doc.items()) {
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return ApiError{400, "unknown_field", "unknown field \"" + key + "\""};
@@ -206,6 +208,12 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
     }
     std::sort(s.env.begin(), s.env.end());
   }
+  if (it = doc.find("array"); it != doc.end() && !it->is_null()) {
+    int64_t n = 0;
+    if (auto e = GetInteger(*it, "array", 1, kMaxArraySize, &n)) return e;
+    if (array == nullptr) return ApiError{400, "unknown_field", "unknown field \"array\""};
+    *array = static_cast<int>(n);
+  }
   *spec = std::move(s);
   return std::nullopt;
 }
@@ -293,6 +301,8 @@ nlohmann::json TaskToJson(const core::Task& t, core::PendingReason reason) {
       {"preemption_grace_seconds", t.spec.preemption_grace_seconds},
       {"borrowed", t.status == core::TaskStatus::kRunning && t.borrowed},
       {"preemptions", t.preemptions},
+      {"array_index", t.spec.array_size > 0 ? json(t.spec.array_index) : json(nullptr)},
+      {"array_size", t.spec.array_size > 0 ? json(t.spec.array_size) : json(nullptr)},
   };
 }
 

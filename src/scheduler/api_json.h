@@ -22,6 +22,7 @@ inline constexpr int kMaxGpuCount = 1024;
 inline constexpr size_t kMaxEnvEntries = 256;
 inline constexpr size_t kMaxShortField = 256;  // name, gpu_model, env keys.
 inline constexpr int64_t kMaxTimeoutSeconds = 10LL * 365 * 24 * 3600;
+inline constexpr int64_t kMaxArraySize = 100000;  // Tasks of one job array.
 
 // An API error: HTTP status, machine word and sentence.
 struct ApiError {
@@ -37,8 +38,10 @@ ApiError InvalidField(std::string message);
 std::optional<ApiError> CheckJsonContentType(std::string_view content_type);
 
 // Parses and validates a POST /tasks body: syntax, types and sizes (what a task may ask for is
-// checked by the application, ValidateTaskSpec).
-std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec* spec);
+// checked by the application, ValidateTaskSpec). `array` gets the body's "array" (1 to
+// kMaxArraySize) when it has one; without `array`, the field is refused.
+std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec* spec,
+                                           int* array = nullptr);
 
 // Parses a PUT /quota body: {"online_percent": x} with x in [0, 1].
 std::optional<ApiError> ParseQuotaRequest(std::string_view body, double* online_percent);

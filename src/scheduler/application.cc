@@ -280,32 +280,50 @@ void Application::Submit(const Caller& caller, SubmitRequest request, Reply<Subm
     return reply(*e);
   }
   if (auto e = RefuseClientWrite()) return reply(*e);
-  d_.loop->Post([this, spec = std::move(request.spec),
+  d_.loop->Post([this, spec = std::move(request.spec), array = request.array,
                  reply = std::move(reply)](CoreLoop::Context& c) mutable {
     if (Status h = c.journal().health(); !h.ok()) return reply(StorageError(h));
+    const size_t count = array > 0 ? static_cast<size_t>(array) : 1;
     if (!spec.user.empty() &&
-        c.core.PendingOfUser(spec.user) >= static_cast<size_t>(d_.max_pending_per_user)) {
+        c.core.PendingOfUser(spec.user) + count > static_cast<size_t>(d_.max_pending_per_user)) {
       return reply(MakeError(ErrorCode::kTooManyPending, StatusCode::kResourceExhausted,
                              "user \"" + spec.user + "\" has " +
                                  std::to_string(c.core.PendingOfUser(spec.user)) +
-                                 " pending tasks, the most limits.max_pending_per_user allows; "
-                                 "wait for some to start or cancel some"));
+                                 " pending tasks; " + std::to_string(count) +
+                                 " more would pass limits.max_pending_per_user (" +
+                                 std::to_string(d_.max_pending_per_user) +
+                                 "); wait for some to start or cancel some"));
     }
-    auto id = c.core.Submit(spec, c.now);
-    if (!id.ok()) return reply(ErrorFromStatus(id.status()));
-    const core::TaskNumber n = *id;
-    // Not durable: tell the client, and make sure the task does not run.
-    auto withdraw = [loop = d_.loop, n](const Status& s) {
-      loop->Post([n](CoreLoop::Context& cc) {
-        if (Status cancelled = cc.core.Cancel(n, cc.now); !cancelled.ok()) {
-          spdlog::warn("cannot withdraw {}, which could not be stored: {}", core::FormatTaskId(n),
-                       cancelled.message());
+    // An array's tasks are numbered one after another: nothing else runs on this thread
+    // between these submissions, and they reach the journal as one batch (one durable write).
+    core::TaskNumber first = 0;
+    for (size_t i = 0; i < count; ++i) {
+      if (array > 0) {
+        spec.array_index = static_cast<int32_t>(i);
+        spec.array_size = array;
+      }
+      auto id = c.core.Submit(spec, c.now);
+      if (!id.ok()) {
+        // Only the first can fail (the spec is the same): nothing was submitted.
+        return reply(ErrorFromStatus(id.status()));
+      }
+      if (i == 0) first = *id;
+    }
+    // Not durable: tell the client, and make sure the tasks do not run.
+    auto withdraw = [loop = d_.loop, first, count](const Status& s) {
+      loop->Post([first, count](CoreLoop::Context& cc) {
+        for (core::TaskNumber n = first; n < first + count; ++n) {
+          if (Status cancelled = cc.core.Cancel(n, cc.now); !cancelled.ok()) {
+            spdlog::warn("cannot withdraw {}, which could not be stored: {}", core::FormatTaskId(n),
+                         cancelled.message());
+          }
         }
       });
       return MakeError(ErrorCode::kStorageUnavailable, s.code(),
                        "the task could not be stored (" + s.message() + "); it was not accepted");
     };
-    ReplyWhenDurable(c, Submitted{n, c.now}, std::move(reply), std::move(withdraw));
+    ReplyWhenDurable(c, Submitted{first, c.now, static_cast<int>(count)}, std::move(reply),
+                     std::move(withdraw));
   });
 }
 
@@ -633,6 +651,13 @@ void Application::Heartbeat(const Caller& caller, HeartbeatReport report,
     if (!c.core.Heartbeat(report.agent_id, c.now).ok()) {
       answer.reregister = true;
       return reply(answer);
+    }
+    // GPU health as the agent's checks found it: an unhealthy GPU leaves placement and its
+    // task is stopped (gpu_failure) and requeued; one healthy again returns.
+    if (report.any_unhealthy || c.core.AnyUnhealthyGpu(report.agent_id)) {
+      for (const auto& g : report.gpus) {
+        (void)c.core.SetGpuHealth(report.agent_id, g.index, g.healthy, g.health_reason, c.now);
+      }
     }
     // Tasks the agent runs that are not ours to run there any more are stopped.
     for (const auto& tid : report.running_task_ids) {

@@ -151,10 +151,13 @@ inline constexpr int32_t kMaxGraceSeconds = 86400;
 
 struct SubmitRequest {
   core::TaskSpec spec;
+  // A job array of this many tasks (indices 0..array-1, in one durable write); 0: one task.
+  int array = 0;
 };
 struct Submitted {
-  core::TaskNumber task = 0;
+  core::TaskNumber task = 0;  // The first of an array.
   core::TimeMicros created_at = 0;
+  int count = 1;  // Tasks submitted: numbered task .. task + count - 1.
 };
 
 struct CancelRequest {
@@ -250,11 +253,14 @@ struct HeartbeatReport {
     int index = 0;
     std::string model;
     double utilization_pct = -1;  // Below 0: not known.
+    bool healthy = true;
+    std::string health_reason;
   };
   std::string agent_id;
   uint64_t epoch = 0;
   std::vector<std::string> running_task_ids;
   std::vector<Gpu> gpus;
+  bool any_unhealthy = false;  // Some gpus[i].healthy is false.
 };
 struct HeartbeatAnswer {
   uint64_t epoch = 0;

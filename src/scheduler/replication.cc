@@ -94,6 +94,10 @@ void TaskToRecord(const core::Task& t, dgpu::v1::TaskRecord* r) {
   r->set_borrowed(t.borrowed);
   r->set_preemptions(t.preemptions);
   r->set_preempted_by(t.preempted_by);
+  if (t.spec.array_size > 0) {
+    r->set_array_index(t.spec.array_index);
+    r->set_array_size(t.spec.array_size);
+  }
 }
 
 void TeamToRecord(const core::TeamRecord& t, dgpu::v1::TeamRecord* r) {
@@ -166,6 +170,10 @@ core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r) {
   t.borrowed = r.borrowed();
   t.preemptions = r.preemptions();
   t.preempted_by = r.preempted_by();
+  if (r.array_size() > 0 && r.array_index() >= 0 && r.array_index() < r.array_size()) {
+    t.spec.array_size = r.array_size();
+    t.spec.array_index = r.array_index();
+  }
   return t;
 }
 

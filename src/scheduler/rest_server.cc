@@ -389,19 +389,28 @@ struct RestServer::Impl {
       return restinio::request_accepted();
     }
     SubmitRequest request;
-    if (auto e = ParseSubmitRequest(req->body(), &request.spec)) {
+    if (auto e = ParseSubmitRequest(req->body(), &request.spec, &request.array)) {
       SendError(req, caller, route, *e);
       return restinio::request_accepted();
     }
+    const int request_array = request.array;
     d.app->Submit(caller, std::move(request),
-                  [this, req, caller, route](const Result<Submitted>& r) {
+                  [this, req, caller, route, request_array](const Result<Submitted>& r) {
                     if (!r.ok()) return SendError(req, caller, route, r.error());
-                    const std::string id = core::FormatTaskId(r.value().task);
-                    Send(req, caller, route, 201,
-                         Dump({{"task_id", id},
-                               {"status", "pending"},
-                               {"created_at", common::FormatRfc3339(r.value().created_at)}}),
-                         "application/json", id);
+                    const Submitted& done = r.value();
+                    const std::string id = core::FormatTaskId(done.task);
+                    json body = {{"task_id", id},
+                                 {"status", "pending"},
+                                 {"created_at", common::FormatRfc3339(done.created_at)}};
+                    if (request_array > 0) {
+                      // An array: every id, in index order (its first is task_id).
+                      json ids = json::array();
+                      for (int i = 0; i < done.count; ++i) {
+                        ids.push_back(core::FormatTaskId(done.task + static_cast<uint64_t>(i)));
+                      }
+                      body["task_ids"] = std::move(ids);
+                    }
+                    Send(req, caller, route, 201, Dump(body), "application/json", id);
                   });
     return restinio::request_accepted();
   }
@@ -549,11 +558,12 @@ struct RestServer::Impl {
   restinio::request_handling_status_t Gpus(const req_t& req, const Caller& caller) {
     auto body = [](const std::vector<core::GpuView>& all) {
       json gpus = json::array();
-      int idle = 0, busy = 0, offline = 0;
+      int idle = 0, busy = 0, offline = 0, unhealthy = 0;
       for (const auto& g : all) {
-        (g.status == core::GpuStatus::kIdle   ? idle
-         : g.status == core::GpuStatus::kBusy ? busy
-                                              : offline)++;
+        (g.status == core::GpuStatus::kIdle        ? idle
+         : g.status == core::GpuStatus::kBusy      ? busy
+         : g.status == core::GpuStatus::kUnhealthy ? unhealthy
+                                                   : offline)++;
         gpus.push_back(
             {{"id", GpuId(g.node_id, g.index)},
              {"node_id", g.node_id},
@@ -562,12 +572,14 @@ struct RestServer::Impl {
              {"memory_mb", g.memory_mb},
              {"status", core::ToString(g.status)},
              {"current_task",
-              g.current_task == 0 ? json(nullptr) : json(core::FormatTaskId(g.current_task))}});
+              g.current_task == 0 ? json(nullptr) : json(core::FormatTaskId(g.current_task))},
+             {"health_reason", g.health_reason.empty() ? json(nullptr) : json(g.health_reason)}});
       }
       return std::pair(200, Dump({{"total", gpus.size()},
                                   {"idle", idle},
                                   {"busy", busy},
                                   {"offline", offline},
+                                  {"unhealthy", unhealthy},
                                   {"gpus", std::move(gpus)}}));
     };
     d.app->ListGpus(caller, Answer<std::vector<core::GpuView>>(req, caller, "GET /api/v1/gpus",

@@ -34,15 +34,15 @@ constexpr char kTaskColumns[] =
     "id, name, priority, gpu_count, gpu_model, command, env, timeout_seconds, image, status, "
     "queue_seq, allocation, attempts, exit_code, error, created_at, started_at, finished_at, "
     "stopping, stop_reason, team, user, preemptible, preemption_grace_seconds, borrowed, "
-    "preemptions, preempted_by";
+    "preemptions, preempted_by, array_index, array_size";
 
 constexpr char kUpsertTaskSql[] =
     "INSERT INTO tasks (id, name, priority, gpu_count, gpu_model, command, env, "
     "timeout_seconds, image, status, queue_seq, allocation, attempts, exit_code, error, "
     "created_at, started_at, finished_at, stopping, stop_reason, team, user, preemptible, "
-    "preemption_grace_seconds, borrowed, preemptions, preempted_by) "
+    "preemption_grace_seconds, borrowed, preemptions, preempted_by, array_index, array_size) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-    "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27) "
+    "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29) "
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, priority = excluded.priority, "
     "gpu_count = excluded.gpu_count, gpu_model = excluded.gpu_model, "
     "command = excluded.command, env = excluded.env, "
@@ -56,7 +56,8 @@ constexpr char kUpsertTaskSql[] =
     "preemptible = excluded.preemptible, "
     "preemption_grace_seconds = excluded.preemption_grace_seconds, "
     "borrowed = excluded.borrowed, preemptions = excluded.preemptions, "
-    "preempted_by = excluded.preempted_by";
+    "preempted_by = excluded.preempted_by, array_index = excluded.array_index, "
+    "array_size = excluded.array_size";
 constexpr char kUpsertTeamSql[] =
     "INSERT INTO teams (name, api_set, online, batch, max_gpus, weight, deleted, usage, usage_at) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
@@ -329,6 +330,8 @@ Status BindTask(SqliteConnection& conn, sqlite3_stmt* stmt, const core::Task& t,
       sqlite3_bind_int(stmt, 25, t.borrowed ? 1 : 0),
       sqlite3_bind_int64(stmt, 26, t.preemptions),
       sqlite3_bind_int64(stmt, 27, ToInt64(t.preempted_by)),
+      sqlite3_bind_int(stmt, 28, t.spec.array_index),
+      sqlite3_bind_int(stmt, 29, t.spec.array_size),
   };
   for (int rc : results) {
     if (rc != SQLITE_OK) return conn.Error(rc, "binding task " + core::FormatTaskId(t.id) + " for");
@@ -388,6 +391,14 @@ StatusOr<core::Task> ReadTask(sqlite3_stmt* stmt, const std::string& path) {
   t.borrowed = sqlite3_column_int(stmt, 24) != 0;
   t.preemptions = sqlite3_column_int(stmt, 25);
   t.preempted_by = ToUint64(sqlite3_column_int64(stmt, 26));
+  t.spec.array_index = sqlite3_column_int(stmt, 27);
+  t.spec.array_size = sqlite3_column_int(stmt, 28);
+  if (t.spec.array_size < 0 || t.spec.array_index < -1 ||
+      (t.spec.array_size > 0) != (t.spec.array_index >= 0) ||
+      t.spec.array_index >= std::max(t.spec.array_size, 1)) {
+    return bad("array_index " + std::to_string(t.spec.array_index) + " of array_size " +
+               std::to_string(t.spec.array_size) + " is out of range");
+  }
   return t;
 }
 

@@ -126,6 +126,12 @@ CREATE TABLE nodes (
   mode TEXT NOT NULL
 ) WITHOUT ROWID;
 )sql"},
+    // Job arrays (core::TaskSpec::array_index, array_size). Tasks stored before are not members
+    // of an array.
+    {5, "add job arrays", R"sql(
+ALTER TABLE tasks ADD COLUMN array_index INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE tasks ADD COLUMN array_size INTEGER NOT NULL DEFAULT 0;
+)sql"},
 };
 
 // The version this build writes, and the newest it reads.

@@ -151,6 +151,8 @@ json TaskToJson(const core::Task& t) {
       {"borrowed", t.borrowed},
       {"preemptions", t.preemptions},
       {"preempted_by", t.preempted_by},
+      {"array_index", t.spec.array_index},
+      {"array_size", t.spec.array_size},
   };
 }
 
@@ -214,6 +216,16 @@ StatusOr<core::Task> TaskFromJson(const json& j) {
       return Malformed("preempted_by", "a task number");
     }
     t.preempted_by = by->get<uint64_t>();
+  }
+  // Written by versions with job arrays; a task from before is no array member.
+  if (j.contains("array_size")) {
+    if (s = ReadInt(j, "array_size", &t.spec.array_size); !s.ok()) return s;
+    if (s = ReadInt(j, "array_index", &t.spec.array_index); !s.ok()) return s;
+    if (t.spec.array_size < 0 || t.spec.array_index < -1 ||
+        (t.spec.array_size > 0) != (t.spec.array_index >= 0) ||
+        t.spec.array_index >= std::max(t.spec.array_size, 1)) {
+      return Malformed("array_index", "within [0, array_size) of an array, -1 otherwise");
+    }
   }
   return t;
 }

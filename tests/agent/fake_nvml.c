@@ -3,6 +3,12 @@
  * Return codes are injectable through the environment (read at every call):
  *   FAKE_NVML_INIT_RC, FAKE_NVML_COUNT_RC, FAKE_NVML_MEM_RC, FAKE_NVML_UTIL_RC,
  *   FAKE_NVML_TEMP_RC, FAKE_NVML_NVLINK_RC, FAKE_NVML_TOPO_RC.
+ * Faults come from files in the directory $FAKE_NVML_FAULT_DIR, read at every call:
+ *   xid          lines "GPU XID": each line is delivered once, in order, as a critical XID event
+ *                by nvmlEventSetWait_v2 (to the sets that registered the GPU);
+ *   ecc-<GPU>    the GPU's volatile uncorrectable ECC count;
+ *   pending-<GPU> present: pages pending retirement;
+ *   lost-<GPU>   present: the GPU is lost (GPU_IS_LOST from its handle lookup).
  * Built twice: normally, and with FAKE_NVML_OMIT_UUID to lack nvmlDeviceGetUUID.
  * The unversioned nvmlInit / nvmlDeviceGetCount fail or lie, so a loader that does not prefer the
  * versioned names notices. */
@@ -75,9 +81,32 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned* count) {
   return 0;
 }
 
+/* The path of fault file `name` (with the GPU's index appended when index >= 0), or NULL. */
+static const char* FaultPath(const char* name, int index, char* buffer, size_t size) {
+  const char* dir = getenv("FAKE_NVML_FAULT_DIR");
+  if (dir == NULL) return NULL;
+  if (index >= 0) {
+    snprintf(buffer, size, "%s/%s-%d", dir, name, index);
+  } else {
+    snprintf(buffer, size, "%s/%s", dir, name);
+  }
+  return buffer;
+}
+
+static int FaultFileExists(const char* name, int index) {
+  char path[4096];
+  const char* p = FaultPath(name, index, path, sizeof(path));
+  if (p == NULL) return 0;
+  FILE* f = fopen(p, "r");
+  if (f == NULL) return 0;
+  fclose(f);
+  return 1;
+}
+
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t* device) {
   if (!g_initialized) return 1;
   if (index >= 2) return 2;
+  if (FaultFileExists("lost", (int)index)) return 15;
   *device = &g_devices[index];
   return 0;
 }
@@ -155,5 +184,73 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned l
                                                  nvmlPciInfo_t* pci) {
   if (link >= 12) return 2;
   FillPci(1 - device->index, pci);
+  return 0;
+}
+
+/* Health: events, ECC counts, retired pages. */
+typedef struct {
+  nvmlDevice_t device;
+  unsigned long long eventType, eventData;
+  unsigned gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+struct FakeEventSet {
+  unsigned long long registered[2]; /* event types per GPU */
+  int delivered;                    /* lines of the xid file already delivered */
+};
+typedef struct FakeEventSet* nvmlEventSet_t;
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+  *set = calloc(1, sizeof(struct FakeEventSet));
+  return *set != NULL ? 0 : 999;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+  free(set);
+  return 0;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
+                                      nvmlEventSet_t set) {
+  set->registered[device->index] |= types;
+  return 0;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsigned timeout_ms) {
+  (void)timeout_ms;
+  char path[4096];
+  const char* p = FaultPath("xid", -1, path, sizeof(path));
+  FILE* f = p != NULL ? fopen(p, "r") : NULL;
+  if (f == NULL) return 10;
+  int line = 0, gpu = 0, xid = 0;
+  while (fscanf(f, "%d %d", &gpu, &xid) == 2) {
+    if (line++ < set->delivered) continue;
+    set->delivered = line;
+    if (gpu < 0 || gpu > 1 || (set->registered[gpu] & 0x8) == 0) continue;
+    fclose(f);
+    memset(data, 0, sizeof(*data));
+    data->device = &g_devices[gpu];
+    data->eventType = 0x8;
+    data->eventData = (unsigned long long)xid;
+    return 0;
+  }
+  fclose(f);
+  return 10; /* TIMEOUT: nothing new */
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error_type, int counter_type,
+                                         unsigned long long* count) {
+  if (error_type != 1 || counter_type != 0) return 2;
+  char path[4096];
+  const char* p = FaultPath("ecc", device->index, path, sizeof(path));
+  *count = 0;
+  FILE* f = p != NULL ? fopen(p, "r") : NULL;
+  if (f == NULL) return 0;
+  if (fscanf(f, "%llu", count) != 1) *count = 0;
+  fclose(f);
+  return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, int* pending) {
+  *pending = FaultFileExists("pending", device->index) ? 1 : 0;
   return 0;
 }

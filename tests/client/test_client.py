@@ -186,7 +186,7 @@ def test_gpus_agents_and_quota(client):
     g = client.gpus()
     assert isinstance(g, dgpu.GpuList)
     assert g.total == 8 and len(g.gpus) == 8
-    assert g.idle + g.busy + g.offline == 8
+    assert g.idle + g.busy + g.offline + g.unhealthy == 8 and g.unhealthy == 0
     assert {x.id for x in g.gpus} == {"a%d-gpu-%d" % (n, i) for n in (1, 2) for i in range(4)}
     assert all(x.model == harness.GPU_MODEL and x.memory_mb == 32768 for x in g.gpus)
     agents = client.agents()

@@ -173,6 +173,20 @@ TEST_F(CtlTest, SubmitSendsOnlyGivenFieldsAndAcceptsPlainSeconds) {
             R"("timeout_seconds":90})");
 }
 
+TEST_F(CtlTest, SubmitAnArrayPrintsEveryId) {
+  http_.Answer(Method::kPost, Url("/tasks"), 201,
+               R"({"task_id":"task-4","status":"pending","created_at":"2024-05-01T12:00:00Z",
+                   "task_ids":["task-4","task-5","task-6"]})");
+  Outcome r = Run({"submit", "--gpus", "1", "--priority", "low", "--array", "3", "--", "true"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_EQ(r.out, "task-4\ntask-5\ntask-6\n");
+  EXPECT_EQ(http_.requests()[0].body,
+            R"({"array":3,"command":"true","gpu_count":1,"priority":"low"})");
+  Outcome bad = Run({"submit", "--gpus", "1", "--priority", "low", "--array", "0", "--", "true"});
+  EXPECT_EQ(bad.code, kExitUsage);
+  EXPECT_EQ(http_.requests().size(), 1u) << "nothing sent for a bad size";
+}
+
 TEST_F(CtlTest, SubmitJsonOutputPrintsTheResponse) {
   http_.Answer(Method::kPost, Url("/tasks"), 201,
                R"({"task_id":"task-9","status":"pending","created_at":"2024-05-01T12:00:00Z"})");
@@ -591,6 +605,21 @@ TEST_F(CtlTest, UnreachableServer) {
   EXPECT_EQ(r.code, kExitApiError);
   EXPECT_EQ(r.err,
             "error: cannot reach the scheduler at http://10.1.1.1:8080: Connection refused\n");
+}
+
+TEST_F(CtlTest, UnhealthyGpusShowTheirReason) {
+  http_.Answer(Method::kGet, Url("/gpus"), 200, R"({"total":2,"idle":1,"busy":0,"offline":0,
+    "unhealthy":1,
+    "gpus":[{"id":"n1-gpu-0","node_id":"n1","index":0,"model":"A100","memory_mb":40960,
+             "status":"unhealthy","current_task":null,"health_reason":"xid 79"},
+            {"id":"n1-gpu-1","node_id":"n1","index":1,"model":"A100","memory_mb":40960,
+             "status":"idle","current_task":null,"health_reason":null}]})");
+  EXPECT_EQ(Run({"get", "gpus"}).out,
+            "ID        NODE  INDEX  MODEL  MEMORY   STATUS     TASK  HEALTH\n"
+            "n1-gpu-0  n1    0      A100   40960MB  unhealthy  -     xid 79\n"
+            "n1-gpu-1  n1    1      A100   40960MB  idle       -     -\n"
+            "\n"
+            "2 GPUs: 1 idle, 0 busy, 0 offline, 1 unhealthy\n");
 }
 
 TEST_F(CtlTest, GpusAgentsAndQuota) {

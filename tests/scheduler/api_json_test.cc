@@ -182,6 +182,39 @@ TEST(ApiJsonTest, SubmitReadsEveryFieldSortsEnvAndTakesNullAsAbsent) {
   EXPECT_TRUE(defaults.env.empty());
 }
 
+TEST(ApiJsonTest, SubmitReadsAnArraySizeWithinItsBounds) {
+  json body = ValidSubmit();
+  core::TaskSpec spec;
+  int array = 0;
+  ASSERT_EQ(ParseSubmitRequest(body.dump(), &spec, &array), std::nullopt);
+  EXPECT_EQ(array, 0) << "no array";
+  body["array"] = 100000;
+  ASSERT_EQ(ParseSubmitRequest(body.dump(), &spec, &array), std::nullopt);
+  EXPECT_EQ(array, 100000);
+  for (json bad : {json(0), json(100001), json("3"), json(2.5)}) {
+    body["array"] = bad;
+    auto e = ParseSubmitRequest(body.dump(), &spec, &array);
+    ASSERT_TRUE(e.has_value()) << bad;
+    EXPECT_EQ(e->code, "invalid_field") << bad;
+    EXPECT_NE(e->message.find("array"), std::string::npos) << e->message;
+  }
+  body["array"] = 2;
+  auto e = ParseSubmitRequest(body.dump(), &spec);
+  ASSERT_TRUE(e.has_value()) << "a caller that takes no array";
+  EXPECT_EQ(e->code, "unknown_field");
+
+  core::Task t;
+  t.id = 3;
+  t.spec.array_index = 2;
+  t.spec.array_size = 4;
+  json j = TaskToJson(t, core::PendingReason::kQueued);
+  EXPECT_EQ((j["array_index"], j["array_size"]), (json(2), json(4)));
+  t.spec.array_index = -1;
+  t.spec.array_size = 0;
+  j = TaskToJson(t, core::PendingReason::kQueued);
+  EXPECT_TRUE(j["array_index"].is_null() && j["array_size"].is_null());
+}
+
 TEST(ApiJsonTest, SubmitReadsTeamUserAndPreemptionFields) {
   json body = ValidSubmit();
   body["team"] = "vision-2_b";
@@ -453,6 +486,8 @@ TEST(ApiJsonTest, TaskObjectCarriesTeamUserPreemptibleBorrowedAndPreemptions) {
       {"preemption_grace_seconds", 10},
       {"borrowed", true},
       {"preemptions", 3},
+      {"array_index", nullptr},
+      {"array_size", nullptr},
   };
   // The whole object: preempted_by is the core's (and the agent's) business, not the API's.
   EXPECT_EQ(TaskToJson(RunningTask(), core::PendingReason::kNone), expected);

@@ -212,6 +212,36 @@ TEST_F(ApplicationTest, SubmitAnswersOnceTheTaskIsDurable) {
   EXPECT_EQ(second.value().task, 2u);
 }
 
+TEST_F(ApplicationTest, AJobArrayIsOneDurableWriteOfConsecutiveTasks) {
+  const uint64_t before = Appended();
+  std::optional<core::Task> last_at_reply;
+  std::promise<Result<Submitted>> answer;
+  SubmitRequest request{Spec()};
+  request.array = 5;
+  app_->Submit(caller_, request, [&](const Result<Submitted>& r) {
+    auto stored = db_->GetTask(5);
+    if (stored.ok()) last_at_reply = *stored;
+    answer.set_value(r);
+  });
+  Result<Submitted> r = answer.get_future().get();
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ((r.value().task, r.value().count), (1u, 5));
+  EXPECT_EQ(Appended(), before + 1) << "one batch for the whole array";
+  ASSERT_TRUE(last_at_reply.has_value()) << "answered before the array was stored";
+  EXPECT_EQ((last_at_reply->spec.array_index, last_at_reply->spec.array_size), (4, 5));
+  for (core::TaskNumber n = 1; n <= 5; ++n) {
+    auto t = db_->GetTask(n);
+    ASSERT_TRUE(t.ok() && t->has_value());
+    EXPECT_EQ((*t)->spec.array_index, static_cast<int>(n - 1));
+  }
+  Result<Submitted> single = Submit(Spec());
+  ASSERT_TRUE(single.ok());
+  EXPECT_EQ((single.value().task, single.value().count), (6u, 1));
+  auto t6 = db_->GetTask(6);
+  ASSERT_TRUE(t6.ok() && t6->has_value());
+  EXPECT_EQ(((*t6)->spec.array_index, (*t6)->spec.array_size), (-1, 0));
+}
+
 TEST_F(ApplicationTest, SnapshotCopiesTheDatabaseOnTheBackgroundPool) {
   ASSERT_TRUE(Submit(Spec()).ok());
   ASSERT_TRUE(Submit(Spec()).ok());

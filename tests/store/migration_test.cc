@@ -141,7 +141,7 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   ASSERT_NE(db, nullptr);
   ASSERT_TRUE(db->upgrade().has_value());
   EXPECT_EQ(db->upgrade()->from_version, 1);
-  EXPECT_EQ(db->upgrade()->to_version, 5);
+  EXPECT_EQ(db->upgrade()->to_version, 6);
   EXPECT_EQ(db->upgrade()->backup_path, path + ".v1.bak");
 
   StatusOr<std::vector<core::Task>> tasks = db->AllTasks();
@@ -193,8 +193,8 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   EXPECT_EQ(loaded->online_percent, 0.25);
   db.reset();
 
-  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("5"));
-  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("5"));
+  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("6"));
+  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("6"));
   EXPECT_THAT(Rows(path, "SELECT count(*) FROM teams"), ElementsAre("0"));
   EXPECT_THAT(Rows(path, "SELECT count(*) FROM nodes"), ElementsAre("0"));
   // The backup is a version 1 database holding what the file held before.
@@ -262,11 +262,11 @@ TEST(MigrationTest, NewDatabaseIsAtTheLatestVersionWithoutBackup) {
   ASSERT_NE(db, nullptr);
   EXPECT_FALSE(db->upgrade().has_value());
   db.reset();
-  EXPECT_EQ(kSchemaVersion, 5);
-  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("5"));
+  EXPECT_EQ(kSchemaVersion, 6);
+  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("6"));
   EXPECT_THAT(
       Rows(dir.Sub(kDatabaseFileName), "SELECT value FROM meta WHERE key = 'schema_version'"),
-      ElementsAre("5"));
+      ElementsAre("6"));
   EXPECT_TRUE(BackupFiles(dir).empty());
 }
 
@@ -280,11 +280,12 @@ TEST(MigrationTest, V4DatabaseGainsAnEmptyNodesTableAndKeepsItsRows) {
     c.task.spec.name = "kept";
     ASSERT_TRUE(db->Apply({c}, 1).ok());
   }
-  // Version 4 had no table `nodes`.
+  // Version 4 had no table `nodes` and no array columns.
   const std::string path = dir.Sub(kDatabaseFileName);
   RunSql(path,
-         "DROP TABLE nodes; UPDATE meta SET value = 4 WHERE key = 'schema_version'; "
-         "PRAGMA user_version = 4;");
+         "DROP TABLE nodes; ALTER TABLE tasks DROP COLUMN array_index; "
+         "ALTER TABLE tasks DROP COLUMN array_size; "
+         "UPDATE meta SET value = 4 WHERE key = 'schema_version'; PRAGMA user_version = 4;");
   auto db = OpenOrDie(dir.path());
   ASSERT_TRUE(db->upgrade().has_value());
   EXPECT_EQ(db->upgrade()->from_version, 4);
@@ -292,6 +293,7 @@ TEST(MigrationTest, V4DatabaseGainsAnEmptyNodesTableAndKeepsItsRows) {
   StatusOr<std::optional<core::Task>> kept = db->GetTask(7);
   ASSERT_TRUE(kept.ok() && kept->has_value());
   EXPECT_EQ((*kept)->spec.name, "kept");
+  EXPECT_EQ(((*kept)->spec.array_index, (*kept)->spec.array_size), (-1, 0)) << "no array member";
   StatusOr<StoreMeta> meta = db->ReadMeta();
   ASSERT_TRUE(meta.ok()) << meta.status().ToString();
   EXPECT_TRUE(meta->nodes.empty());
@@ -351,8 +353,8 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
   ASSERT_FALSE(db.ok());
   EXPECT_EQ(db.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(db.status().message(), path +
-                                       " has schema version 6; this dgpu-scheduler reads "
-                                       "versions up to 5: use a newer binary");
+                                       " has schema version 7; this dgpu-scheduler reads "
+                                       "versions up to 6: use a newer binary");
   EXPECT_EQ(ReadBytes(path), before);
   // The read-only check of a WAL-mode file may leave an empty WAL beside it, never content.
   EXPECT_EQ(ReadBytes(path + "-wal"), "");
@@ -362,11 +364,11 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
 INSTANTIATE_TEST_SUITE_P(
     Versions, NewerDatabaseTest,
     ::testing::Values(NewerCase{"Both",
-                                "UPDATE meta SET value = 6 WHERE key = 'schema_version'; "
-                                "PRAGMA user_version = 6;"},
-                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 6;"},
+                                "UPDATE meta SET value = 7 WHERE key = 'schema_version'; "
+                                "PRAGMA user_version = 7;"},
+                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 7;"},
                       NewerCase{"MetaOnly",
-                                "UPDATE meta SET value = 6 WHERE key = 'schema_version';"}),
+                                "UPDATE meta SET value = 7 WHERE key = 'schema_version';"}),
     [](const ::testing::TestParamInfo<NewerCase>& info) { return info.param.name; });
 
 TEST(MigrationTest, DisagreeingVersionsAreRefusedUnmodified) {
@@ -388,7 +390,7 @@ TEST(MigrationTest, UnknownStopReasonInARowIsDataLossNamingTheTask) {
   const std::string path = dir.Sub(kDatabaseFileName);
   RunSql(path, std::string("INSERT INTO tasks VALUES (7, 'x', 'low', 1, '', 'true', '[]', 0, '', "
                            "'running', 7, '[]', 0, 0, '', 1, 0, 0, 1, 'sleepy', "
-                           "'default', '', 1, -1, 0, 0, 0);"));
+                           "'default', '', 1, -1, 0, 0, 0, -1, 0);"));
   auto db = OpenOrDie(dir.path());
   ASSERT_NE(db, nullptr);
   EXPECT_THAT(db->GetTask(7), StatusIs(StatusCode::kDataLoss,

@@ -34,7 +34,7 @@ API = "/api/v1"
 SQLITE_HEADER = b"SQLite format 3\x00"
 SUBMIT_FIELDS = ("priority", "gpu_count", "command", "gpu_model", "env", "name",
                  "timeout_seconds", "image", "team", "user", "preemptible",
-                 "preemption_grace_seconds")
+                 "preemption_grace_seconds", "array")
 TEAM_FIELDS = ("online", "batch", "max_gpus", "weight")
 
 
@@ -127,20 +127,23 @@ class Client:
                image: Optional[str] = None, team: Optional[str] = None,
                preemptible: Optional[bool] = None,
                preemption_grace_seconds: Optional[int] = None,
-               user: Optional[str] = None) -> Submitted:
+               user: Optional[str] = None, array: Optional[int] = None) -> Submitted:
         """Submits a task (``POST /api/v1/tasks``); returns its id, status and creation time.
 
         `priority` is ``"high"`` (online quota) or ``"low"`` (batch quota). `team` is the team
         the task belongs to (the server's ``"default"`` without it); `preemptible` False keeps
         the task from being preempted (the server's default is True); `preemption_grace_seconds`
         is its SIGTERM to SIGKILL time when preempted (the scheduler's default without it);
-        `user` is recorded as who submitted it. Optional fields left None are not sent. Never
-        retried: a ConnectionFailed leaves it unknown whether the task was accepted."""
+        `user` is recorded as who submitted it. `array` submits a job array of that many tasks
+        (1 to 100,000; each sees its index as DGPU_ARRAY_INDEX), listed in ``task_ids``.
+        Optional fields left None are not sent. Never retried: a ConnectionFailed leaves it
+        unknown whether the task was accepted."""
         body: Dict[str, Any] = {"priority": priority, "gpu_count": gpu_count, "command": command}
         for key, value in (("gpu_model", gpu_model), ("env", env), ("name", name),
                            ("timeout_seconds", timeout_seconds), ("image", image),
                            ("team", team), ("user", user), ("preemptible", preemptible),
-                           ("preemption_grace_seconds", preemption_grace_seconds)):
+                           ("preemption_grace_seconds", preemption_grace_seconds),
+                           ("array", array)):
             if value is not None:
                 body[key] = dict(value) if key == "env" else value
         doc = self._call("POST", API + "/tasks", body=body, idempotent=False,

@@ -84,6 +84,8 @@ class Task:
     preemption_grace_seconds: int = -1
     borrowed: bool = False
     preemptions: int = 0
+    array_index: Optional[int] = None  # A job array's member: its index (DGPU_ARRAY_INDEX).
+    array_size: Optional[int] = None   # A job array's member: the array's size.
 
     @property
     def finished(self) -> bool:
@@ -104,21 +106,25 @@ class Task:
             team=d.get("team", DEFAULT_TEAM), user=d.get("user", ""),
             preemptible=d.get("preemptible", True),
             preemption_grace_seconds=d.get("preemption_grace_seconds", -1),
-            borrowed=d.get("borrowed", False), preemptions=d.get("preemptions", 0))
+            borrowed=d.get("borrowed", False), preemptions=d.get("preemptions", 0),
+            array_index=d.get("array_index"), array_size=d.get("array_size"))
 
 
 @dataclass(frozen=True)
 class Submitted:
-    """The answer to a submit: the new task's id, status (``pending``) and creation time."""
+    """The answer to a submit: the new task's id, status (``pending``) and creation time; for
+    a job array, ``task_ids`` lists every task by index (``task_id`` is the first)."""
     task_id: str
     status: str
     created_at: datetime
+    task_ids: List[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Submitted":
         created = parse_time(d["created_at"])
         assert created is not None
-        return cls(task_id=d["task_id"], status=d["status"], created_at=created)
+        return cls(task_id=d["task_id"], status=d["status"], created_at=created,
+                   task_ids=list(d.get("task_ids", [])))
 
 
 @dataclass(frozen=True)
@@ -129,28 +135,31 @@ class Gpu:
     index: int
     model: str
     memory_mb: int
-    status: str
+    status: str  # idle, busy, offline or unhealthy
     current_task: Optional[str]
+    health_reason: Optional[str] = None  # Why its agent found it faulty; None when healthy.
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Gpu":
         return cls(id=d["id"], node_id=d["node_id"], index=d["index"], model=d["model"],
-                   memory_mb=d["memory_mb"], status=d["status"], current_task=d["current_task"])
+                   memory_mb=d["memory_mb"], status=d["status"], current_task=d["current_task"],
+                   health_reason=d.get("health_reason"))
 
 
 @dataclass(frozen=True)
 class GpuList:
-    """Every GPU and the counts by status (``offline`` includes unhealthy GPUs)."""
+    """Every GPU and the counts by status."""
     total: int
     idle: int
     busy: int
     offline: int
     gpus: List[Gpu] = field(default_factory=list)
+    unhealthy: int = 0
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "GpuList":
         return cls(total=d["total"], idle=d["idle"], busy=d["busy"], offline=d["offline"],
-                   gpus=[Gpu.from_json(g) for g in d["gpus"]])
+                   gpus=[Gpu.from_json(g) for g in d["gpus"]], unhealthy=d.get("unhealthy", 0))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,159 @@
+#include "agent/gpu_monitor.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "agent/child_process.h"
+
+namespace dgpu::agent {
+namespace {
+
+std::string FirstLine(const std::string& text) {
+  size_t begin = text.find_first_not_of(" \t\r\n");
+  if (begin == std::string::npos) return "";
+  size_t end = text.find_first_of("\r\n", begin);
+  std::string line = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  constexpr size_t kMaxReason = 200;
+  if (line.size() > kMaxReason) line = line.substr(0, kMaxReason) + "...";
+  return line;
+}
+
+// Empty when the program passed, else why the node is unhealthy.
+std::string RunProgram(const std::string& program, std::chrono::milliseconds timeout) {
+  StatusOr<CommandResult> r = RunCommand({program}, timeout.count());
+  if (!r.ok()) {
+    if (r.status().code() == StatusCode::kDeadlineExceeded) {
+      return "health check " + program + " did not finish within " +
+             std::to_string(timeout.count() / 1000) + " s";
+    }
+    return "health check " + program + " cannot run: " + r.status().message();
+  }
+  if (WIFEXITED(r->wait_status) && WEXITSTATUS(r->wait_status) == 0) return "";
+  std::string said = FirstLine(r->out);
+  if (said.empty()) said = FirstLine(r->err);
+  return "health check " + program + " failed (" + DescribeWaitStatus(r->wait_status) + ")" +
+         (said.empty() ? "" : ": " + said);
+}
+
+}  // namespace
+
+GpuMonitor::GpuMonitor(std::unique_ptr<GpuDiscovery> discovery, GpuMonitorOptions options)
+    : discovery_(std::move(discovery)), options_(std::move(options)), method_(discovery_->name()) {}
+
+GpuMonitor::~GpuMonitor() { Stop(); }
+
+Status GpuMonitor::Start() {
+  StatusOr<std::vector<GpuDevice>> devices = discovery_->Discover();
+  if (!devices.ok()) return devices.status();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    devices_ = std::move(*devices);
+  }
+  CheckHealth();
+  thread_ = std::thread([this] { Loop(); });
+  return OkStatus();
+}
+
+void GpuMonitor::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+GpuSnapshot GpuMonitor::Latest() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {devices_, generation_};
+}
+
+uint64_t GpuMonitor::health_generation() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return generation_;
+}
+
+void GpuMonitor::RefreshMetrics() {
+  StatusOr<std::vector<GpuDevice>> devices = discovery_->Discover();
+  if (!devices.ok()) {
+    spdlog::warn("GPU discovery ({}) failed: {}; keeping the last metrics", method_,
+                 devices.status().message());
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  devices_ = std::move(*devices);
+  Apply();
+}
+
+void GpuMonitor::CheckHealth() {
+  StatusOr<std::vector<GpuFault>> faults = discovery_->CheckHealth();
+  std::string program_fault;
+  if (!options_.health_check_program.empty()) {
+    program_fault = RunProgram(options_.health_check_program, options_.program_timeout);
+  }
+  if (!faults.ok()) {
+    // Logged when the error changes, not at every check.
+    if (faults.status().message() != last_method_error_) {
+      spdlog::warn("GPU health check ({}) failed: {}; keeping what the last check found", method_,
+                   faults.status().message());
+    }
+    last_method_error_ = faults.status().message();
+  } else {
+    last_method_error_.clear();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (faults.ok()) {
+    method_faults_.clear();
+    for (const GpuFault& f : *faults) method_faults_[f.index] = f.reason;
+  }
+  program_fault_ = std::move(program_fault);
+  Apply();
+}
+
+void GpuMonitor::Apply() {
+  bool changed = false;
+  for (GpuDevice& d : devices_) {
+    auto it = method_faults_.find(d.index);
+    std::string reason = it != method_faults_.end() ? it->second : std::string();
+    if (!program_fault_.empty()) reason += (reason.empty() ? "" : "; ") + program_fault_;
+    const bool healthy = reason.empty();
+    if (d.healthy == healthy && d.health_reason == reason) continue;
+    changed = true;
+    if (healthy) {
+      spdlog::info("GPU {} is healthy again", d.index);
+    } else {
+      spdlog::warn("GPU {} is unhealthy: {}", d.index, reason);
+    }
+    d.healthy = healthy;
+    d.health_reason = std::move(reason);
+  }
+  if (changed) generation_++;
+}
+
+void GpuMonitor::Loop() {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point next_metrics = Clock::now() + options_.metrics_interval;
+  Clock::time_point next_health = Clock::now() + options_.health_interval;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    wake_.wait_until(lock, std::min(next_metrics, next_health), [this] { return stop_; });
+    if (stop_) break;
+    const Clock::time_point now = Clock::now();
+    lock.unlock();
+    // Metrics before health, so that a GPU that appears is checked in the same round.
+    if (now >= next_metrics) {
+      RefreshMetrics();
+      next_metrics = now + options_.metrics_interval;
+    }
+    if (now >= next_health) {
+      CheckHealth();
+      next_health = Clock::now() + options_.health_interval;
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace dgpu::agent
