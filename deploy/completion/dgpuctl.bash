@@ -33,7 +33,7 @@ _dgpuctl() {
 --help --version"
   local value_opts=" --server --token --cacert -o --output --timeout --request-timeout --gpus \
 --priority --model \
---name --env --image --team --preemption-grace --array --status --limit --offset --after --interval \
+--name --env --image --team --preemption-grace --array --max-retries --retry-backoff --status --limit --offset --after --interval \
 --online --batch --max-gpus --weight --grace "
 
   # Find the command, its subcommand and --server, skipping options and their values.
@@ -101,7 +101,7 @@ _dgpuctl() {
       ;;
     submit)
       words="--gpus --priority --model --name --env --timeout --image --team --no-preempt \
---preemption-grace --array --help --"
+--preemption-grace --array --max-retries --retry-backoff --help --"
       ;;
     get)
       case "$sub" in

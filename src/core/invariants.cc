@@ -18,7 +18,12 @@ Status SchedulerCore::CheckInvariants() const {
     int p = PrioIndex(t.spec.priority);
     bool held = t.status == TaskStatus::kRunning || t.stopping;
     const Shape* shape = tp->shape;
-    if (t.status == TaskStatus::kPending) {
+    if (t.status == TaskStatus::kPending && t.retry_at != 0) {
+      // Waiting out a retry backoff: in no queue, in retry_wait_.
+      if (shape != nullptr || !retry_wait_.contains({t.retry_at, id})) {
+        return Internal(FormatTaskId(id) + " waits for a retry but is not kept as such");
+      }
+    } else if (t.status == TaskStatus::kPending) {
       if (shape == nullptr || shape->model != t.spec.gpu_model ||
           shape->gpu_count != t.spec.gpu_count || shape->team != tp->team ||
           shape->preemptible != t.spec.preemptible ||

@@ -129,6 +129,7 @@ PendingReason SchedulerCore::Diagnose(const Task& t, const std::vector<int>& mod
 
 void SchedulerCore::Schedule(TimeMicros now) {
   stats_.passes++;
+  if (!retry_wait_.empty()) QueueDueRetries(now);
   // Fair-share usage follows time whether or not the pass has work (it decides orders).
   if (config_.borrowing) AccrueUsage(now);
   // A pass leaves every queue head unable to start (or held back), and only the commands that

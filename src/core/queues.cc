@@ -23,7 +23,10 @@ void SchedulerCore::Enqueue(Task& t) {
 void SchedulerCore::Dequeue(Task& t) {
   auto& record = static_cast<TaskRecord&>(t);
   auto& q = *queues_[PrioIndex(t.spec.priority)];
-  if (record.shape == nullptr) return;
+  if (record.shape == nullptr) {
+    if (t.retry_at != 0) LeaveRetryWait(t);
+    return;
+  }
   if (q.Erase(*record.shape, t.queue_seq, t.id)) {
     pending_count_[PrioIndex(t.spec.priority)]--;
     teams_[record.team].pending--;
@@ -127,8 +130,64 @@ void SchedulerCore::DropReservationsOn(uint32_t slot) {
   pass_needed_ = true;
 }
 
+void SchedulerCore::CountWaiting(const Task& t, int sign) {
+  pending_count_[PrioIndex(t.spec.priority)] += static_cast<size_t>(sign);
+  teams_[static_cast<const TaskRecord&>(t).team].pending += static_cast<size_t>(sign);
+  if (t.spec.user.empty()) return;
+  if (sign > 0) {
+    pending_by_user_[t.spec.user]++;
+  } else if (auto it = pending_by_user_.find(t.spec.user);
+             it != pending_by_user_.end() && --it->second == 0) {
+    pending_by_user_.erase(it);
+  }
+}
+
+void SchedulerCore::WaitForRetry(Task& t) {
+  retry_wait_.emplace(t.retry_at, t.id);
+  CountWaiting(t, +1);
+}
+
+void SchedulerCore::LeaveRetryWait(Task& t) {
+  retry_wait_.erase({t.retry_at, t.id});
+  CountWaiting(t, -1);
+  t.retry_at = 0;
+}
+
+void SchedulerCore::QueueDueRetries(TimeMicros now) {
+  while (!retry_wait_.empty() && retry_wait_.begin()->first <= now) {
+    TaskRecord* t = tasks_.Find(retry_wait_.begin()->second);
+    LeaveRetryWait(*t);
+    Enqueue(*t);
+    pass_needed_ = true;
+  }
+}
+
+void SchedulerCore::RetryLater(Task& t, const FinishReport& report, TimeMicros now,
+                               std::string_view node) {
+  // The run failed: back to the queue at its old place once the backoff is over.
+  running_count_[PrioIndex(t.spec.priority)]--;
+  t.status = TaskStatus::kPending;
+  t.exit_code = report.exit_code;
+  t.error = report.error;
+  t.allocation.clear();
+  static_cast<TaskRecord&>(t).node_slot = kNoSlot;
+  const int shift = std::min(t.retries, 12);
+  const int64_t delay_seconds = std::min<int64_t>(
+      int64_t{std::max(t.spec.retry_backoff_seconds, 0)} << shift, kMaxRetryBackoffSeconds);
+  t.retries++;
+  t.retry_at = std::max<TimeMicros>(now + delay_seconds * kMicrosPerSecond, 1);
+  WaitForRetry(t);
+  Emit(t);
+  if (config_.record_events) {
+    EmitEvent(Event::Kind::kTaskRequeued, t, now, node,
+              "retry " + std::to_string(t.retries) + " of " + std::to_string(t.spec.max_retries) +
+                  " after exit code " + std::to_string(report.exit_code));
+  }
+}
+
 PendingReason SchedulerCore::ReasonOf(const Task& t) const {
   if (t.status != TaskStatus::kPending) return PendingReason::kNone;
+  if (t.retry_at != 0) return PendingReason::kRetryBackoff;
   // The core's own record knows its shape; a copy is looked up by its spec.
   const TaskRecord* record = tasks_.Find(t.id);
   const Shape* s = nullptr;

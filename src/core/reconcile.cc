@@ -241,7 +241,11 @@ Status SchedulerCore::Restore(Task task, TimeMicros now) {
     t.allocation.clear();
     next_back_seq_ = std::max(next_back_seq_, t.queue_seq + 1);
     next_front_seq_ = std::min(next_front_seq_, t.queue_seq - 1);
-    Enqueue(t);
+    if (t.retry_at != 0) {
+      WaitForRetry(t);  // Queued once its backoff is over (at the next tick if it is already).
+    } else {
+      Enqueue(t);
+    }
     return OkStatus();
   }
   // A stop recorded before stop orders carried a reason was a cancellation.

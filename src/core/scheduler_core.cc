@@ -173,6 +173,9 @@ StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now)
   }
   if (!IsValidTeamName(spec.team))
     return InvalidArgument("team name '" + spec.team + "' is not valid");
+  if (spec.max_retries < 0 || spec.retry_backoff_seconds < 0) {
+    return InvalidArgument("max_retries and retry_backoff_seconds must not be negative");
+  }
   if (spec.array_size < 0 || (spec.array_size == 0 && spec.array_index != -1) ||
       (spec.array_size > 0 && (spec.array_index < 0 || spec.array_index >= spec.array_size))) {
     return InvalidArgument(
@@ -335,6 +338,10 @@ Status SchedulerCore::ApplyFinish(Task& t, const FinishReport& report, TimeMicro
     EndStop(t, stop_reason, report.finished_at != 0 ? report.finished_at : now, node);
     return OkStatus();
   }
+  if (was_running && !report.success && t.retries < t.spec.max_retries) {
+    RetryLater(t, report, now, node);
+    return OkStatus();
+  }
   if (was_running) {
     running_count_[PrioIndex(t.spec.priority)]--;
     t.status = report.success ? TaskStatus::kSuccess : TaskStatus::kFailed;
@@ -406,6 +413,7 @@ Status SchedulerCore::SetOnlinePercent(double online_percent, TimeMicros now) {
 }
 
 void SchedulerCore::Tick(TimeMicros now) {
+  if (!retry_wait_.empty()) QueueDueRetries(now);
   if (!preemptions_.empty() || preempt_wake_at_ != 0) ExpirePreemptions(now);
   // Fair-share usage is written out now and then, for a restart or a standby to start from.
   if (config_.borrowing && now - usage_written_at_ >= 60 * kMicrosPerSecond) {

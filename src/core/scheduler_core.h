@@ -442,6 +442,15 @@ class SchedulerCore {
   // reservation of the task it guarded goes.
   void ResetGuard(PriorityQueue& q, TaskNumber oldest);
   void RequeueOrFail(Task& t, TimeMicros now, std::string_view error);
+  // Retries (TaskSpec::max_retries): a failed run waits out its backoff in retry_wait_, pending
+  // but in no queue (counted as pending all the same), then goes back to its old place.
+  static constexpr int64_t kMaxRetryBackoffSeconds = 3600;
+  void RetryLater(Task& t, const FinishReport& report, TimeMicros now, std::string_view node);
+  void WaitForRetry(Task& t);
+  void LeaveRetryWait(Task& t);  // Sets retry_at to 0.
+  void QueueDueRetries(TimeMicros now);
+  void CountWaiting(const Task& t, int sign);
+  std::set<std::pair<TimeMicros, TaskNumber>> retry_wait_;
   // The same for a task whose GPUs are already released.
   void RequeueOrFailReleased(Task& t, TimeMicros now, std::string_view error);
   // A running task stopped for `reason` has ended (its GPUs already released): back to its queue

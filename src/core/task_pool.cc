@@ -61,6 +61,8 @@ void SchedulerCore::TaskPool::Delete(TaskRecord* t) {
   t->borrowed = false;
   t->preemptions = 0;
   t->preempted_by = 0;
+  t->retries = 0;
+  t->retry_at = 0;
   t->node_slot = kNoSlot;
   t->team = 0;
   t->eligible_counted = false;

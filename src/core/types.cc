@@ -40,6 +40,8 @@ std::string_view ToString(PendingReason r) {
       return "team_limit";
     case PendingReason::kWaitingForPreemption:
       return "waiting_for_preemption";
+    case PendingReason::kRetryBackoff:
+      return "retry_backoff";
   }
   return "";
 }
@@ -178,10 +180,10 @@ std::optional<TaskStatus> ParseTaskStatus(std::string_view s) {
 }
 
 std::optional<PendingReason> ParsePendingReason(std::string_view s) {
-  for (auto r :
-       {PendingReason::kNone, PendingReason::kQueued, PendingReason::kQuotaExhausted,
-        PendingReason::kNoNodeFits, PendingReason::kNoGpuModel, PendingReason::kExceedsCluster,
-        PendingReason::kTeamLimit, PendingReason::kWaitingForPreemption}) {
+  for (auto r : {PendingReason::kNone, PendingReason::kQueued, PendingReason::kQuotaExhausted,
+                 PendingReason::kNoNodeFits, PendingReason::kNoGpuModel,
+                 PendingReason::kExceedsCluster, PendingReason::kTeamLimit,
+                 PendingReason::kWaitingForPreemption, PendingReason::kRetryBackoff}) {
     if (ToString(r) == s) return r;
   }
   return std::nullopt;

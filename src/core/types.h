@@ -37,6 +37,8 @@ enum class PendingReason : uint8_t {
   // Within its guarantee: borrowed tasks are being stopped to make room, and the GPUs they free
   // are kept for it.
   kWaitingForPreemption,
+  // It failed and waits out its retry backoff (Task::retry_at) before it is queued again.
+  kRetryBackoff,
 };
 
 enum class GpuStatus : uint8_t { kIdle, kBusy, kOffline, kUnhealthy };
@@ -131,7 +133,11 @@ struct TaskSpec {
   // its agent gives it as DGPU_ARRAY_INDEX. array_size 0: not an array (index -1).
   int32_t array_index = -1;
   int32_t array_size = 0;
-  int64_t timeout_seconds = 0;                           // 0: no limit.
+  // A run that fails (exits non-zero or is killed from outside) is retried this many times:
+  // the task is queued again after retry_backoff_seconds x 2^(retries so far), at most an hour.
+  int32_t max_retries = 0;
+  int32_t retry_backoff_seconds = 10;
+  int64_t timeout_seconds = 0;  // 0: no limit.
   // Seconds between SIGTERM and SIGKILL when it is preempted; -1: preemption.grace_period.
   int32_t preemption_grace_seconds = -1;
   Priority priority = Priority::kLow;
@@ -171,6 +177,8 @@ struct Task {
   bool borrowed = false;
   int preemptions = 0;          // Times it was stopped and requeued by a preemption or an eviction.
   TaskNumber preempted_by = 0;  // While stopping for a preemption: the task it makes room for.
+  int retries = 0;              // Times it failed and was queued again (spec.max_retries).
+  TimeMicros retry_at = 0;      // Pending after a failure: not queued before this time; else 0.
 
   int TotalGpus() const { return spec.gpu_count; }
   bool operator==(const Task&) const = default;

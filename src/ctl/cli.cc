@@ -166,6 +166,14 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
       ->check(CLI::Range(0, 86400))
       ->excludes(no_preempt_opt);
   submit_cmd
+      ->add_option("--max-retries", submit.max_retries,
+                   "Retry a failed run this many times (0-100; default 0)")
+      ->check(CLI::Range(0, 100));
+  submit_cmd
+      ->add_option("--retry-backoff", submit.retry_backoff,
+                   "Seconds before the first retry, doubling for each next one (default 10)")
+      ->check(CLI::Range(0, 86400));
+  submit_cmd
       ->add_option("--array", submit.array,
                    "Submit a job array of N tasks (each sees DGPU_ARRAY_INDEX 0..N-1); prints "
                    "every id")

@@ -321,6 +321,8 @@ std::optional<json> BuildSubmitBody(const SubmitOptions& options, std::string* e
   if (options.no_preempt) body["preemptible"] = false;
   if (options.preemption_grace) body["preemption_grace_seconds"] = *options.preemption_grace;
   if (options.array) body["array"] = *options.array;
+  if (options.max_retries) body["max_retries"] = *options.max_retries;
+  if (options.retry_backoff) body["retry_backoff_seconds"] = *options.retry_backoff;
   return body;
 }
 
@@ -462,6 +464,20 @@ std::string DescribeTask(const json& task, Clock::time_point now) {
       {"Started", TimeText(task, "started_at", now)},
       {"Finished", TimeText(task, "finished_at", now)},
   };
+  // Only for the tasks they concern: the description of every other task stays as it was.
+  const std::string max_retries = Field(task, "max_retries");
+  if (!max_retries.empty() && max_retries != "0") {
+    std::string text = Field(task, "retries") + " of " + max_retries + " (backoff " +
+                       Field(task, "retry_backoff_seconds") + " s, doubling)";
+    if (!Field(task, "retry_at").empty()) {
+      text += "; queued again " + TimeText(task, "retry_at", now);
+    }
+    lines.emplace(lines.begin() + 12, "Retries", text);
+  }
+  if (!Field(task, "array_size").empty()) {
+    lines.emplace(lines.begin() + 2, "Array Index",
+                  Field(task, "array_index") + " of " + Field(task, "array_size"));
+  }
   auto started = common::ParseRfc3339TimePoint(Field(task, "started_at"));
   if (started) {
     auto finished = common::ParseRfc3339TimePoint(Field(task, "finished_at"));

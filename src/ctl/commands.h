@@ -73,6 +73,8 @@ struct SubmitOptions {
   bool no_preempt = false;              // sends "preemptible": false
   std::optional<int> preemption_grace;  // seconds; nullopt: the scheduler's default
   std::optional<int> array;             // a job array of this many tasks
+  std::optional<int> max_retries;       // retries of a failed run
+  std::optional<int> retry_backoff;     // seconds before the first retry
   std::vector<std::string> command;
 };
 

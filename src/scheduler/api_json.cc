@@ -113,11 +113,21 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
                                            int* array) {
   json doc;
   if (auto err = ParseJsonObject(body, &doc)) return err;
-  static const char* kKnown[] = {
-      "priority", "gpu_count", "command",         "gpu_model",
-      "env",      "name",      "timeout_seconds", "image",
-      "team",     "user",      "preemptible",     "preemption_grace_seconds",
-      "array"};
+  static const char* kKnown[] = {"priority",
+                                 "gpu_count",
+                                 "command",
+                                 "gpu_model",
+                                 "env",
+                                 "name",
+                                 "timeout_seconds",
+                                 "image",
+                                 "team",
+                                 "user",
+                                 "preemptible",
+                                 "preemption_grace_seconds",
+                                 "array",
+                                 "max_retries",
+                                 "retry_backoff_seconds"};
   for (const auto& [key, value] : doc.items()) {
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return ApiError{400, "unknown_field", "unknown field \"" + key + "\""};
@@ -207,6 +217,16 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
       s.env.emplace_back(key, std::move(v));
     }
     std::sort(s.env.begin(), s.env.end());
+  }
+  if (it = doc.find("max_retries"); it != doc.end() && !it->is_null()) {
+    int64_t n = 0;
+    if (auto e = GetInteger(*it, "max_retries", 0, kMaxRetries, &n)) return e;
+    s.max_retries = static_cast<int32_t>(n);
+  }
+  if (it = doc.find("retry_backoff_seconds"); it != doc.end() && !it->is_null()) {
+    int64_t n = 0;
+    if (auto e = GetInteger(*it, "retry_backoff_seconds", 0, kMaxGraceSeconds, &n)) return e;
+    s.retry_backoff_seconds = static_cast<int32_t>(n);
   }
   if (it = doc.find("array"); it != doc.end() && !it->is_null()) {
     int64_t n = 0;
@@ -303,6 +323,10 @@ nlohmann::json TaskToJson(const core::Task& t, core::PendingReason reason) {
       {"preemptions", t.preemptions},
       {"array_index", t.spec.array_size > 0 ? json(t.spec.array_index) : json(nullptr)},
       {"array_size", t.spec.array_size > 0 ? json(t.spec.array_size) : json(nullptr)},
+      {"max_retries", t.spec.max_retries},
+      {"retry_backoff_seconds", t.spec.retry_backoff_seconds},
+      {"retries", t.retries},
+      {"retry_at", TimeOrNull(t.retry_at)},
   };
 }
 

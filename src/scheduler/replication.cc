@@ -98,6 +98,10 @@ void TaskToRecord(const core::Task& t, dgpu::v1::TaskRecord* r) {
     r->set_array_index(t.spec.array_index);
     r->set_array_size(t.spec.array_size);
   }
+  r->set_max_retries(t.spec.max_retries);
+  r->set_retry_backoff_seconds(t.spec.retry_backoff_seconds);
+  r->set_retries(t.retries);
+  r->set_retry_at(t.retry_at);
 }
 
 void TeamToRecord(const core::TeamRecord& t, dgpu::v1::TeamRecord* r) {
@@ -174,6 +178,11 @@ core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r) {
     t.spec.array_size = r.array_size();
     t.spec.array_index = r.array_index();
   }
+  t.spec.max_retries = std::max(r.max_retries(), 0);
+  t.spec.retry_backoff_seconds =
+      r.has_retry_backoff_seconds() ? std::max(r.retry_backoff_seconds(), 0) : 10;
+  t.retries = std::max(r.retries(), 0);
+  t.retry_at = t.status == core::TaskStatus::kPending ? std::max<int64_t>(r.retry_at(), 0) : 0;
   return t;
 }
 

@@ -34,15 +34,17 @@ constexpr char kTaskColumns[] =
     "id, name, priority, gpu_count, gpu_model, command, env, timeout_seconds, image, status, "
     "queue_seq, allocation, attempts, exit_code, error, created_at, started_at, finished_at, "
     "stopping, stop_reason, team, user, preemptible, preemption_grace_seconds, borrowed, "
-    "preemptions, preempted_by, array_index, array_size";
+    "preemptions, preempted_by, array_index, array_size, max_retries, retry_backoff_seconds, "
+    "retries, retry_at";
 
 constexpr char kUpsertTaskSql[] =
     "INSERT INTO tasks (id, name, priority, gpu_count, gpu_model, command, env, "
     "timeout_seconds, image, status, queue_seq, allocation, attempts, exit_code, error, "
     "created_at, started_at, finished_at, stopping, stop_reason, team, user, preemptible, "
-    "preemption_grace_seconds, borrowed, preemptions, preempted_by, array_index, array_size) "
+    "preemption_grace_seconds, borrowed, preemptions, preempted_by, array_index, array_size, "
+    "max_retries, retry_backoff_seconds, retries, retry_at) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-    "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29) "
+    "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33) "
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, priority = excluded.priority, "
     "gpu_count = excluded.gpu_count, gpu_model = excluded.gpu_model, "
     "command = excluded.command, env = excluded.env, "
@@ -57,7 +59,9 @@ constexpr char kUpsertTaskSql[] =
     "preemption_grace_seconds = excluded.preemption_grace_seconds, "
     "borrowed = excluded.borrowed, preemptions = excluded.preemptions, "
     "preempted_by = excluded.preempted_by, array_index = excluded.array_index, "
-    "array_size = excluded.array_size";
+    "array_size = excluded.array_size, max_retries = excluded.max_retries, "
+    "retry_backoff_seconds = excluded.retry_backoff_seconds, retries = excluded.retries, "
+    "retry_at = excluded.retry_at";
 constexpr char kUpsertTeamSql[] =
     "INSERT INTO teams (name, api_set, online, batch, max_gpus, weight, deleted, usage, usage_at) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
@@ -332,6 +336,10 @@ Status BindTask(SqliteConnection& conn, sqlite3_stmt* stmt, const core::Task& t,
       sqlite3_bind_int64(stmt, 27, ToInt64(t.preempted_by)),
       sqlite3_bind_int(stmt, 28, t.spec.array_index),
       sqlite3_bind_int(stmt, 29, t.spec.array_size),
+      sqlite3_bind_int(stmt, 30, t.spec.max_retries),
+      sqlite3_bind_int(stmt, 31, t.spec.retry_backoff_seconds),
+      sqlite3_bind_int(stmt, 32, t.retries),
+      sqlite3_bind_int64(stmt, 33, t.retry_at),
   };
   for (int rc : results) {
     if (rc != SQLITE_OK) return conn.Error(rc, "binding task " + core::FormatTaskId(t.id) + " for");
@@ -399,6 +407,15 @@ StatusOr<core::Task> ReadTask(sqlite3_stmt* stmt, const std::string& path) {
     return bad("array_index " + std::to_string(t.spec.array_index) + " of array_size " +
                std::to_string(t.spec.array_size) + " is out of range");
   }
+  t.spec.max_retries = sqlite3_column_int(stmt, 29);
+  t.spec.retry_backoff_seconds = sqlite3_column_int(stmt, 30);
+  t.retries = sqlite3_column_int(stmt, 31);
+  t.retry_at = sqlite3_column_int64(stmt, 32);
+  if (t.spec.max_retries < 0 || t.spec.retry_backoff_seconds < 0 || t.retries < 0 ||
+      t.retry_at < 0) {
+    return bad("negative retry fields");
+  }
+  if (t.retry_at != 0 && t.status != core::TaskStatus::kPending) t.retry_at = 0;
   return t;
 }
 

@@ -126,11 +126,16 @@ CREATE TABLE nodes (
   mode TEXT NOT NULL
 ) WITHOUT ROWID;
 )sql"},
-    // Job arrays (core::TaskSpec::array_index, array_size). Tasks stored before are not members
-    // of an array.
-    {5, "add job arrays", R"sql(
+    // Job arrays (core::TaskSpec::array_index, array_size) and retries (TaskSpec::max_retries,
+    // retry_backoff_seconds; Task::retries, retry_at). Tasks stored before are not members of
+    // an array and are not retried.
+    {5, "add job arrays and retries", R"sql(
 ALTER TABLE tasks ADD COLUMN array_index INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE tasks ADD COLUMN array_size INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN max_retries INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN retry_backoff_seconds INTEGER NOT NULL DEFAULT 10;
+ALTER TABLE tasks ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN retry_at INTEGER NOT NULL DEFAULT 0;
 )sql"},
 };
 

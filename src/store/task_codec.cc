@@ -153,6 +153,10 @@ json TaskToJson(const core::Task& t) {
       {"preempted_by", t.preempted_by},
       {"array_index", t.spec.array_index},
       {"array_size", t.spec.array_size},
+      {"max_retries", t.spec.max_retries},
+      {"retry_backoff_seconds", t.spec.retry_backoff_seconds},
+      {"retries", t.retries},
+      {"retry_at", t.retry_at},
   };
 }
 
@@ -225,6 +229,17 @@ StatusOr<core::Task> TaskFromJson(const json& j) {
         (t.spec.array_size > 0) != (t.spec.array_index >= 0) ||
         t.spec.array_index >= std::max(t.spec.array_size, 1)) {
       return Malformed("array_index", "within [0, array_size) of an array, -1 otherwise");
+    }
+  }
+  // Written by versions with retries; a task from before is not retried.
+  if (j.contains("max_retries")) {
+    if (s = ReadInt(j, "max_retries", &t.spec.max_retries); !s.ok()) return s;
+    if (s = ReadInt(j, "retry_backoff_seconds", &t.spec.retry_backoff_seconds); !s.ok()) return s;
+    if (s = ReadInt(j, "retries", &t.retries); !s.ok()) return s;
+    if (s = ReadInt64(j, "retry_at", &t.retry_at); !s.ok()) return s;
+    if (t.spec.max_retries < 0 || t.spec.retry_backoff_seconds < 0 || t.retries < 0 ||
+        t.retry_at < 0) {
+      return Malformed("max_retries", "retry fields of 0 or more");
     }
   }
   return t;

@@ -1,6 +1,7 @@
 // The task life cycle's stops: why a task is stopped decides where it goes once it has ended.
 #include <gtest/gtest.h>
 
+#include <tuple>
 #include <vector>
 
 #include "core/scheduler_core.h"
@@ -214,6 +215,78 @@ TEST_F(LifecycleTest, PendingTasksAreCountedPerUser) {
 // agent.stop_tasks_after_disconnect: the agent stopped the task itself while cut off. Its
 // finish ("disconnected") is a lost attempt, never the task's failure, whether it arrives while
 // the task is still held there or after the node was declared lost and the task requeued.
+TEST_F(LifecycleTest, AFailedRunIsRetriedAfterADoublingBackoffUntilRetriesAreUsedUp) {
+  TaskSpec spec = Spec(Priority::kHigh, 2, "");
+  spec.max_retries = 2;
+  spec.retry_backoff_seconds = 5;
+  spec.user = "ann";
+  TaskNumber t = *core_.Submit(spec, now_);
+  ASSERT_EQ(Pass().size(), 1u);
+  core_.TakeChanges();
+  ASSERT_TRUE(core_.TaskFinished("n1", {t, false, 3, "", now_}, now_).ok());
+  EXPECT_EQ(T(t).status, TaskStatus::kPending);
+  EXPECT_EQ(std::make_tuple(T(t).retries, T(t).attempts, T(t).exit_code), std::make_tuple(1, 1, 3));
+  EXPECT_EQ(T(t).retry_at, now_ + 5 * kSec);
+  EXPECT_EQ(core_.ReasonOf(T(t)), PendingReason::kRetryBackoff);
+  EXPECT_EQ(core_.PendingCount(Priority::kHigh), 1u);
+  EXPECT_EQ(core_.PendingOfUser("ann"), 1u);
+  EXPECT_EQ(core_.TakeChanges().back().task.retry_at, now_ + 5 * kSec) << "durable";
+  // Nothing starts it during the backoff, though its GPUs are free; a later task goes first.
+  TaskNumber other = Submit(2);
+  EXPECT_EQ(Pass().size(), 1u);
+  ASSERT_TRUE(core_.TaskFinished("n1", {other, true, 0, "", now_}, now_).ok());
+  now_ += 4 * kSec;
+  core_.Tick(now_);
+  EXPECT_TRUE(Pass().empty());
+  now_ += 1 * kSec;
+  core_.Tick(now_);
+  EXPECT_EQ(T(t).retry_at, 0);
+  std::vector<Decision> started = Pass();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].task, t);
+  EXPECT_EQ(T(t).attempts, 2);
+
+  // The second retry waits twice as long; after it, the task fails for good.
+  ASSERT_TRUE(core_.TaskFinished("n1", {t, false, 3, "signal:9", now_}, now_).ok());
+  EXPECT_EQ(T(t).retry_at, now_ + 10 * kSec);
+  EXPECT_EQ(T(t).error, "signal:9");
+  now_ += 10 * kSec;
+  ASSERT_EQ(Pass().size(), 1u) << "a pass queues a task whose backoff is over, too";
+  ASSERT_TRUE(core_.TaskFinished("n1", {t, false, 1, "", now_}, now_).ok());
+  EXPECT_EQ(T(t).status, TaskStatus::kFailed);
+  EXPECT_EQ(std::make_tuple(T(t).retries, T(t).attempts, T(t).exit_code), std::make_tuple(2, 3, 1));
+  EXPECT_EQ(core_.PendingOfUser("ann"), 0u);
+  EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+}
+
+TEST_F(LifecycleTest, ATaskWaitingForARetryCanBeCancelledAndRestored) {
+  TaskSpec spec = Spec(Priority::kHigh, 1, "");
+  spec.max_retries = 1;
+  TaskNumber a = *core_.Submit(spec, now_);
+  TaskNumber b = *core_.Submit(spec, now_);
+  ASSERT_EQ(Pass().size(), 2u);
+  ASSERT_TRUE(core_.TaskFinished("n1", {a, false, 1, "", now_}, now_).ok());
+  ASSERT_TRUE(core_.TaskFinished("n1", {b, false, 1, "", now_}, now_).ok());
+  ASSERT_TRUE(core_.Cancel(a, now_).ok());
+  EXPECT_EQ(T(a).status, TaskStatus::kCancelled);
+  EXPECT_EQ(T(a).retry_at, 0);
+  EXPECT_EQ(core_.PendingCount(Priority::kHigh), 1u);
+  EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+
+  // A restarted core keeps b waiting until its time, then queues it.
+  SchedulerCore restarted;
+  ASSERT_TRUE(restarted.SetOnlinePercent(1.0, now_).ok());
+  ASSERT_TRUE(restarted.Restore(T(b), now_).ok());
+  ASSERT_TRUE(restarted.RegisterNode("n1", "", MakeGpus(2, "A100"), {}, {}, now_).ok());
+  EXPECT_EQ(restarted.ReasonOf(*restarted.FindTask(b)), PendingReason::kRetryBackoff);
+  restarted.Schedule(now_);
+  EXPECT_TRUE(restarted.TakeDecisions().empty());
+  EXPECT_TRUE(restarted.CheckInvariants().ok()) << restarted.CheckInvariants().ToString();
+  restarted.Schedule(now_ + 10 * kSec);
+  EXPECT_EQ(restarted.TakeDecisions().size(), 1u);
+  EXPECT_EQ(restarted.FindTask(b)->retries, 1);
+}
+
 TEST_F(LifecycleTest, ATaskItsAgentStoppedWhileCutOffIsALostAttempt) {
   const TaskNumber t = Submit();
   ASSERT_EQ(Pass().size(), 1u);

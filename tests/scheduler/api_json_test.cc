@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace dgpu::scheduler {
@@ -208,7 +209,7 @@ TEST(ApiJsonTest, SubmitReadsAnArraySizeWithinItsBounds) {
   t.spec.array_index = 2;
   t.spec.array_size = 4;
   json j = TaskToJson(t, core::PendingReason::kQueued);
-  EXPECT_EQ((j["array_index"], j["array_size"]), (json(2), json(4)));
+  EXPECT_EQ(std::make_tuple(j["array_index"], j["array_size"]), std::make_tuple(json(2), json(4)));
   t.spec.array_index = -1;
   t.spec.array_size = 0;
   j = TaskToJson(t, core::PendingReason::kQueued);
@@ -488,6 +489,10 @@ TEST(ApiJsonTest, TaskObjectCarriesTeamUserPreemptibleBorrowedAndPreemptions) {
       {"preemptions", 3},
       {"array_index", nullptr},
       {"array_size", nullptr},
+      {"max_retries", 0},
+      {"retry_backoff_seconds", 10},
+      {"retries", 0},
+      {"retry_at", nullptr},
   };
   // The whole object: preempted_by is the core's (and the agent's) business, not the API's.
   EXPECT_EQ(TaskToJson(RunningTask(), core::PendingReason::kNone), expected);

@@ -10,6 +10,7 @@
 #include <future>
 #include <mutex>
 #include <ostream>
+#include <tuple>
 
 #include "common/time_util.h"
 
@@ -225,10 +226,11 @@ TEST_F(ApplicationTest, AJobArrayIsOneDurableWriteOfConsecutiveTasks) {
   });
   Result<Submitted> r = answer.get_future().get();
   ASSERT_TRUE(r.ok()) << r.error().message;
-  EXPECT_EQ((r.value().task, r.value().count), (1u, 5));
+  EXPECT_EQ(std::make_tuple(r.value().task, r.value().count), std::make_tuple(1u, 5));
   EXPECT_EQ(Appended(), before + 1) << "one batch for the whole array";
   ASSERT_TRUE(last_at_reply.has_value()) << "answered before the array was stored";
-  EXPECT_EQ((last_at_reply->spec.array_index, last_at_reply->spec.array_size), (4, 5));
+  EXPECT_EQ(std::make_tuple(last_at_reply->spec.array_index, last_at_reply->spec.array_size),
+            std::make_tuple(4, 5));
   for (core::TaskNumber n = 1; n <= 5; ++n) {
     auto t = db_->GetTask(n);
     ASSERT_TRUE(t.ok() && t->has_value());
@@ -236,10 +238,11 @@ TEST_F(ApplicationTest, AJobArrayIsOneDurableWriteOfConsecutiveTasks) {
   }
   Result<Submitted> single = Submit(Spec());
   ASSERT_TRUE(single.ok());
-  EXPECT_EQ((single.value().task, single.value().count), (6u, 1));
+  EXPECT_EQ(std::make_tuple(single.value().task, single.value().count), std::make_tuple(6u, 1));
   auto t6 = db_->GetTask(6);
   ASSERT_TRUE(t6.ok() && t6->has_value());
-  EXPECT_EQ(((*t6)->spec.array_index, (*t6)->spec.array_size), (-1, 0));
+  EXPECT_EQ(std::make_tuple((*t6)->spec.array_index, (*t6)->spec.array_size),
+            std::make_tuple(-1, 0));
 }
 
 TEST_F(ApplicationTest, SnapshotCopiesTheDatabaseOnTheBackgroundPool) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "store/database.h"
@@ -280,20 +281,31 @@ TEST(MigrationTest, V4DatabaseGainsAnEmptyNodesTableAndKeepsItsRows) {
     c.task.spec.name = "kept";
     ASSERT_TRUE(db->Apply({c}, 1).ok());
   }
-  // Version 4 had no table `nodes` and no array columns.
+  // Version 4 had no table `nodes` and none of the array and retry columns.
   const std::string path = dir.Sub(kDatabaseFileName);
-  RunSql(path,
-         "DROP TABLE nodes; ALTER TABLE tasks DROP COLUMN array_index; "
-         "ALTER TABLE tasks DROP COLUMN array_size; "
-         "UPDATE meta SET value = 4 WHERE key = 'schema_version'; PRAGMA user_version = 4;");
+  std::string sql = "DROP TABLE nodes;";
+  for (const char* column : {"array_index", "array_size", "max_retries", "retry_backoff_seconds",
+                             "retries", "retry_at"}) {
+    sql += std::string(" ALTER TABLE tasks DROP COLUMN ") + column + ";";
+  }
+  RunSql(path, sql +
+                   " UPDATE meta SET value = 4 WHERE key = 'schema_version'; "
+                   "PRAGMA user_version = 4;");
   auto db = OpenOrDie(dir.path());
+  ASSERT_NE(db, nullptr);
   ASSERT_TRUE(db->upgrade().has_value());
   EXPECT_EQ(db->upgrade()->from_version, 4);
   EXPECT_EQ(db->upgrade()->backup_path, path + ".v4.bak");
   StatusOr<std::optional<core::Task>> kept = db->GetTask(7);
   ASSERT_TRUE(kept.ok() && kept->has_value());
   EXPECT_EQ((*kept)->spec.name, "kept");
-  EXPECT_EQ(((*kept)->spec.array_index, (*kept)->spec.array_size), (-1, 0)) << "no array member";
+  EXPECT_EQ(std::make_tuple((*kept)->spec.array_index, (*kept)->spec.array_size),
+            std::make_tuple(-1, 0))
+      << "no array member";
+  EXPECT_EQ(std::make_tuple((*kept)->spec.max_retries, (*kept)->spec.retry_backoff_seconds,
+                            (*kept)->retries, (*kept)->retry_at),
+            std::make_tuple(0, 10, 0, int64_t{0}))
+      << "not retried";
   StatusOr<StoreMeta> meta = db->ReadMeta();
   ASSERT_TRUE(meta.ok()) << meta.status().ToString();
   EXPECT_TRUE(meta->nodes.empty());
@@ -390,7 +402,7 @@ TEST(MigrationTest, UnknownStopReasonInARowIsDataLossNamingTheTask) {
   const std::string path = dir.Sub(kDatabaseFileName);
   RunSql(path, std::string("INSERT INTO tasks VALUES (7, 'x', 'low', 1, '', 'true', '[]', 0, '', "
                            "'running', 7, '[]', 0, 0, '', 1, 0, 0, 1, 'sleepy', "
-                           "'default', '', 1, -1, 0, 0, 0, -1, 0);"));
+                           "'default', '', 1, -1, 0, 0, 0, -1, 0, 0, 10, 0, 0);"));
   auto db = OpenOrDie(dir.path());
   ASSERT_NE(db, nullptr);
   EXPECT_THAT(db->GetTask(7), StatusIs(StatusCode::kDataLoss,

@@ -160,6 +160,11 @@ inline core::Task FullTask(core::TaskNumber id) {
   t.borrowed = true;
   t.preemptions = 3;
   t.preempted_by = 99;
+  t.spec.array_index = 1;
+  t.spec.array_size = 3;
+  t.spec.max_retries = 4;
+  t.spec.retry_backoff_seconds = 7;
+  t.retries = 2;
   return t;
 }
 

@@ -34,7 +34,7 @@ API = "/api/v1"
 SQLITE_HEADER = b"SQLite format 3\x00"
 SUBMIT_FIELDS = ("priority", "gpu_count", "command", "gpu_model", "env", "name",
                  "timeout_seconds", "image", "team", "user", "preemptible",
-                 "preemption_grace_seconds", "array")
+                 "preemption_grace_seconds", "array", "max_retries", "retry_backoff_seconds")
 TEAM_FIELDS = ("online", "batch", "max_gpus", "weight")
 
 
@@ -127,7 +127,9 @@ class Client:
                image: Optional[str] = None, team: Optional[str] = None,
                preemptible: Optional[bool] = None,
                preemption_grace_seconds: Optional[int] = None,
-               user: Optional[str] = None, array: Optional[int] = None) -> Submitted:
+               user: Optional[str] = None, array: Optional[int] = None,
+               max_retries: Optional[int] = None,
+               retry_backoff_seconds: Optional[int] = None) -> Submitted:
         """Submits a task (``POST /api/v1/tasks``); returns its id, status and creation time.
 
         `priority` is ``"high"`` (online quota) or ``"low"`` (batch quota). `team` is the team
@@ -136,6 +138,8 @@ class Client:
         is its SIGTERM to SIGKILL time when preempted (the scheduler's default without it);
         `user` is recorded as who submitted it. `array` submits a job array of that many tasks
         (1 to 100,000; each sees its index as DGPU_ARRAY_INDEX), listed in ``task_ids``.
+        `max_retries` retries a failed run that many times, after `retry_backoff_seconds`
+        (doubling for each next retry).
         Optional fields left None are not sent. Never retried: a ConnectionFailed leaves it
         unknown whether the task was accepted."""
         body: Dict[str, Any] = {"priority": priority, "gpu_count": gpu_count, "command": command}
@@ -143,7 +147,8 @@ class Client:
                            ("timeout_seconds", timeout_seconds), ("image", image),
                            ("team", team), ("user", user), ("preemptible", preemptible),
                            ("preemption_grace_seconds", preemption_grace_seconds),
-                           ("array", array)):
+                           ("array", array), ("max_retries", max_retries),
+                           ("retry_backoff_seconds", retry_backoff_seconds)):
             if value is not None:
                 body[key] = dict(value) if key == "env" else value
         doc = self._call("POST", API + "/tasks", body=body, idempotent=False,

@@ -86,6 +86,10 @@ class Task:
     preemptions: int = 0
     array_index: Optional[int] = None  # A job array's member: its index (DGPU_ARRAY_INDEX).
     array_size: Optional[int] = None   # A job array's member: the array's size.
+    max_retries: int = 0               # Retries a failed run gets.
+    retry_backoff_seconds: int = 10    # Before the first retry, doubling for each next one.
+    retries: int = 0                   # Times it failed and was queued again.
+    retry_at: Optional[datetime] = None  # While it waits out a backoff: when it is queued again.
 
     @property
     def finished(self) -> bool:
@@ -107,7 +111,10 @@ class Task:
             preemptible=d.get("preemptible", True),
             preemption_grace_seconds=d.get("preemption_grace_seconds", -1),
             borrowed=d.get("borrowed", False), preemptions=d.get("preemptions", 0),
-            array_index=d.get("array_index"), array_size=d.get("array_size"))
+            array_index=d.get("array_index"), array_size=d.get("array_size"),
+            max_retries=d.get("max_retries", 0),
+            retry_backoff_seconds=d.get("retry_backoff_seconds", 10),
+            retries=d.get("retries", 0), retry_at=parse_time(d.get("retry_at")))
 
 
 @dataclass(frozen=True)

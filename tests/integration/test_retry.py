@@ -1,0 +1,79 @@
+"""Retries with real agents and real task processes: a run that fails is queued again after its
+backoff until max_retries are used up; attempts counts every start."""
+
+import os
+import subprocess
+import time
+import unittest
+
+from harness import API, CTL_BIN, ClusterTestCase, read_text, wait_until
+
+
+class RetryTest(ClusterTestCase):
+    AGENTS = 1
+    GPUS = 2
+    SCHEDULER = {"online_percent": 1.0}
+
+    def test_a_task_that_fails_twice_succeeds_on_its_third_run(self):
+        count = os.path.join(self.c.tmp, "runs")
+        # Each run appends a line; the first two exit 3.
+        cmd = "echo run >> %s; [ $(wc -l < %s) -ge 3 ]" % (count, count)
+        r = self.c.request("POST", API + "/tasks", {"priority": "high", "gpu_count": 1,
+                                                     "command": cmd, "max_retries": 3,
+                                                     "retry_backoff_seconds": 2})
+        self.assertEqual(r.status, 201, r)
+        tid = r.json["task_id"]
+        wait_until(lambda: self.c.task(tid)["pending_reason"] == "retry_backoff", 10,
+                   what="the first retry's backoff")
+        t = self.c.task(tid)
+        self.assertEqual((t["status"], t["retries"], t["attempts"], t["exit_code"]),
+                         ("pending", 1, 1, None), t)
+        self.assertIsNotNone(t["retry_at"])
+        started = time.monotonic()
+        t = self.c.wait_finished(tid, timeout=30)
+        self.assertEqual((t["status"], t["retries"], t["attempts"], t["retry_at"]),
+                         ("success", 2, 3, None), t)
+        self.assertEqual(read_text(count), "run\nrun\nrun\n")
+        # What was left of the first 2 s backoff, then the second's 4 s.
+        self.assertGreaterEqual(time.monotonic() - started, 4.0)
+
+    def test_retries_are_used_up(self):
+        tid = self.c.submit("exit 7", max_retries=1, retry_backoff_seconds=0)
+        t = self.c.wait_finished(tid, timeout=15)
+        self.assertEqual((t["status"], t["exit_code"], t["retries"], t["attempts"]),
+                         ("failed", 7, 1, 2), t)
+        # Without max_retries a failure is final, as always.
+        t = self.c.wait_finished(self.c.submit("exit 7"))
+        self.assertEqual((t["status"], t["retries"], t["attempts"], t["max_retries"]),
+                         ("failed", 0, 1, 0))
+
+    def test_bad_values_are_refused(self):
+        for field, value in (("max_retries", -1), ("max_retries", 101),
+                             ("retry_backoff_seconds", -1), ("retry_backoff_seconds", "5")):
+            r = self.c.request("POST", API + "/tasks", {"priority": "low", "gpu_count": 1,
+                                                         "command": "true", field: value})
+            self.assertApiError(r, 400, "invalid_field", field)
+        self.assertEqual(self.c.tasks()["total"], 0)
+
+    @unittest.skipUnless(os.access(CTL_BIN, os.X_OK), "dgpuctl not built")
+    def test_dgpuctl(self):
+        env = dict(os.environ)
+        env.pop("DGPU_SERVER", None)
+        run = lambda *a: subprocess.run([CTL_BIN, "--server", self.c.base] + list(a),
+                                        capture_output=True, text=True, timeout=30, env=env)
+        p = run("submit", "--gpus", "1", "--priority", "high", "--max-retries", "2",
+                "--retry-backoff", "30", "--", "exit 1")
+        self.assertEqual(p.returncode, 0, p)
+        tid = p.stdout.strip()
+        wait_until(lambda: self.c.task(tid)["pending_reason"] == "retry_backoff", 10,
+                   what="the backoff")
+        p = run("get", "task", tid)
+        self.assertRegex(p.stdout, r"(?m)^Retries: +1 of 2 \(backoff 30 s, doubling\); queued again ")
+        self.assertRegex(p.stdout, r"(?m)^Pending Reason: +retry_backoff$")
+        p = run("cancel", tid)
+        self.assertEqual(p.returncode, 0, p)
+        self.assertEqual(self.c.task(tid)["status"], "cancelled")
+
+
+if __name__ == "__main__":
+    unittest.main()
