@@ -807,13 +807,14 @@ struct RestServer::Impl {
           [this](const req_t& q, const Caller& c, params_t) { return Agents(q, c); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/agents",
                    not_allowed("/api/v1/agents"));
-    for (auto [verb, mode] : {std::pair("cordon", core::NodeMode::kCordoned),
-                              std::pair("uncordon", core::NodeMode::kSchedulable),
-                              std::pair("drain", core::NodeMode::kDraining)}) {
-      const std::string path = std::string("/api/v1/agents/:id/") + verb;
-      const std::string described = std::string("/api/v1/agents/{id}/") + verb;
+    for (const auto& verb_mode : {std::pair("cordon", core::NodeMode::kCordoned),
+                                  std::pair("uncordon", core::NodeMode::kSchedulable),
+                                  std::pair("drain", core::NodeMode::kDraining)}) {
+      const std::string path = std::string("/api/v1/agents/:id/") + verb_mode.first;
+      const std::string described = std::string("/api/v1/agents/{id}/") + verb_mode.first;
       Route(*r, http_method_post(), path, Access::kAuthenticated,
-            [this, mode, route = "POST " + described](const req_t& q, const Caller& c, params_t p) {
+            [this, mode = verb_mode.second, route = "POST " + described](
+                const req_t& q, const Caller& c, params_t p) {
               return SetNodeMode(q, c, p, mode, route);
             });
       r->add_handler(none_of_methods(http_method_post()), path, not_allowed(described));
