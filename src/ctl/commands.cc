@@ -211,6 +211,10 @@ std::string TimeText(const json& task, const char* key, Clock::time_point now) {
   if (raw.empty()) return "-";
   auto when = common::ParseRfc3339TimePoint(raw);
   if (!when) return raw;
+  // A time still to come (a retry's) reads "in", the others "ago".
+  if (*when > now) {
+    return raw + " (in " + FormatAge(std::chrono::ceil<std::chrono::seconds>(*when - now)) + ")";
+  }
   return raw + " (" + FormatAge(std::chrono::duration_cast<std::chrono::seconds>(now - *when)) +
          " ago)";
 }

@@ -68,7 +68,8 @@ class RetryTest(ClusterTestCase):
         wait_until(lambda: self.c.task(tid)["pending_reason"] == "retry_backoff", 10,
                    what="the backoff")
         p = run("get", "task", tid)
-        self.assertRegex(p.stdout, r"(?m)^Retries: +1 of 2 \(backoff 30 s, doubling\); queued again ")
+        self.assertRegex(p.stdout, r"(?m)^Retries: +1 of 2 \(backoff 30 s, doubling\); queued again "
+                         r"\S+ \(in [0-9]+s\)$")
         self.assertRegex(p.stdout, r"(?m)^Pending Reason: +retry_backoff$")
         p = run("cancel", tid)
         self.assertEqual(p.returncode, 0, p)
