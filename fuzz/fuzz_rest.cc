@@ -12,10 +12,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view input(reinterpret_cast<const char*>(data) + 1, size - 1);
   using namespace dgpu::scheduler;
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0: {
       dgpu::core::TaskSpec spec;
-      if (!ParseSubmitRequest(input, &spec)) (void)ValidateTaskSpec(spec);
+      int array = 0;
+      if (!ParseSubmitRequest(input, &spec, &array)) (void)ValidateTaskSpec(spec);
+      break;
+    }
+    case 5: {
+      NodeModeRequest drain;
+      (void)ParseDrainRequest(input, &drain);
       break;
     }
     case 1: {

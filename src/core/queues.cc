@@ -173,7 +173,7 @@ void SchedulerCore::RetryLater(Task& t, const FinishReport& report, TimeMicros n
   static_cast<TaskRecord&>(t).node_slot = kNoSlot;
   const int shift = std::min(t.retries, 12);
   const int64_t delay_seconds = std::min<int64_t>(
-      int64_t{std::max(t.spec.retry_backoff_seconds, 0)} << shift, kMaxRetryBackoffSeconds);
+      int64_t{std::max(t.spec.retry_backoff_seconds, 1)} << shift, kMaxRetryBackoffSeconds);
   t.retries++;
   t.retry_at = std::max<TimeMicros>(now + delay_seconds * kMicrosPerSecond, 1);
   WaitForRetry(t);

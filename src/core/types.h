@@ -134,7 +134,8 @@ struct TaskSpec {
   int32_t array_index = -1;
   int32_t array_size = 0;
   // A run that fails (exits non-zero or is killed from outside) is retried this many times:
-  // the task is queued again after retry_backoff_seconds x 2^(retries so far), at most an hour.
+  // the task is queued again after retry_backoff_seconds (at least 1) x 2^(retries so far), at
+  // most an hour.
   int32_t max_retries = 0;
   int32_t retry_backoff_seconds = 10;
   int64_t timeout_seconds = 0;  // 0: no limit.

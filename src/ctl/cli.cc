@@ -172,7 +172,7 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   submit_cmd
       ->add_option("--retry-backoff", submit.retry_backoff,
                    "Seconds before the first retry, doubling for each next one (default 10)")
-      ->check(CLI::Range(0, 86400));
+      ->check(CLI::Range(1, 86400));
   submit_cmd
       ->add_option("--array", submit.array,
                    "Submit a job array of N tasks (each sees DGPU_ARRAY_INDEX 0..N-1); prints "

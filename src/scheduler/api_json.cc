@@ -225,7 +225,9 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
   }
   if (it = doc.find("retry_backoff_seconds"); it != doc.end() && !it->is_null()) {
     int64_t n = 0;
-    if (auto e = GetInteger(*it, "retry_backoff_seconds", 0, kMaxGraceSeconds, &n)) return e;
+    // At least 1 s: an agent tells a task's runs apart by the task's id, so a rerun must not
+    // end on the same node before the previous run's finish is acknowledged there.
+    if (auto e = GetInteger(*it, "retry_backoff_seconds", 1, kMaxGraceSeconds, &n)) return e;
     s.retry_backoff_seconds = static_cast<int32_t>(n);
   }
   if (it = doc.find("array"); it != doc.end() && !it->is_null()) {

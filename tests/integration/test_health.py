@@ -91,7 +91,8 @@ class HealthTest(ClusterTestCase):
         done = self.c.wait_finished(big)
         self.assertEqual((done["status"], done["node_id"]), ("success", "a2"))
 
-    @unittest.skipUnless(os.environ.get("DGPU_FAKE_NVML"), "the fake libnvidia-ml.so is not built")
+    @unittest.skipUnless(os.path.exists(os.environ.get("DGPU_FAKE_NVML", "")),
+                         "the fake libnvidia-ml.so is not built")
     def test_nvml_xid_and_ecc_errors(self):
         fault_dir = os.path.join(self.c.tmp, "nvml-faults")
         os.makedirs(fault_dir)

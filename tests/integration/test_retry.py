@@ -38,7 +38,7 @@ class RetryTest(ClusterTestCase):
         self.assertGreaterEqual(time.monotonic() - started, 4.0)
 
     def test_retries_are_used_up(self):
-        tid = self.c.submit("exit 7", max_retries=1, retry_backoff_seconds=0)
+        tid = self.c.submit("exit 7", max_retries=1, retry_backoff_seconds=1)
         t = self.c.wait_finished(tid, timeout=15)
         self.assertEqual((t["status"], t["exit_code"], t["retries"], t["attempts"]),
                          ("failed", 7, 1, 2), t)
@@ -49,7 +49,7 @@ class RetryTest(ClusterTestCase):
 
     def test_bad_values_are_refused(self):
         for field, value in (("max_retries", -1), ("max_retries", 101),
-                             ("retry_backoff_seconds", -1), ("retry_backoff_seconds", "5")):
+                             ("retry_backoff_seconds", 0), ("retry_backoff_seconds", "5")):
             r = self.c.request("POST", API + "/tasks", {"priority": "low", "gpu_count": 1,
                                                          "command": "true", field: value})
             self.assertApiError(r, 400, "invalid_field", field)
