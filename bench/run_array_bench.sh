@@ -18,7 +18,7 @@ for run in $(seq "$RUNS"); do
   ids=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["task_ids"]))' \
     "$WORK/answer.json")
   printf 'run %d: HTTP %s, %d task ids, answered in %.3f s (%.0f tasks/s)\n' \
-    "$run" "$code" "$ids" "$seconds" "$(echo "$SIZE / $seconds" | bc -l)"
+    "$run" "$code" "$ids" "$seconds" "$(awk -v n="$SIZE" -v s="$seconds" 'BEGIN { print n / s }')"
 done
 echo "pending now: $(metric dgpu_tasks_pending)"
 printf 'scheduler RSS: %d MiB\n' $(( $(awk '/VmRSS/ {print $2}' "/proc/$SCHED_PID/status") / 1024 ))

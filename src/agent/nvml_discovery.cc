@@ -39,6 +39,7 @@ constexpr int kNvmlVolatileEcc = 0;
 constexpr int kNvmlFeatureEnabled = 1;
 // XIDs that a faulty application causes, not the GPU (as NVIDIA's device plugin skips them).
 constexpr int kApplicationXids[] = {13, 31, 43, 45, 68, 109};
+constexpr char kLostReason[] = "GPU is lost (fell off the bus)";
 // Events drained per check, so that a storm of them cannot hold the check up.
 constexpr int kMaxEventsPerCheck = 1024;
 
@@ -282,7 +283,7 @@ StatusOr<std::vector<GpuFault>> NvmlDiscovery::CheckHealth() {
     rc = api.get_handle_by_index(i, &handles[i]);
     if (rc == kNvmlGpuIsLost) {
       handles[i] = nullptr;
-      reasons[static_cast<int>(i)].push_back("GPU is lost (fell off the bus)");
+      reasons[static_cast<int>(i)].push_back(kLostReason);
     } else if (rc != kNvmlSuccess) {
       return api.Error("nvmlDeviceGetHandleByIndex_v2 (GPU " + std::to_string(i) + ")", rc);
     }
@@ -330,7 +331,7 @@ StatusOr<std::vector<GpuFault>> NvmlDiscovery::CheckHealth() {
       if (rc == kNvmlSuccess && ecc > 0) {
         reasons[index].push_back("uncorrectable ECC errors: " + std::to_string(ecc));
       } else if (rc == kNvmlGpuIsLost) {
-        reasons[index].push_back("GPU is lost (fell off the bus)");
+        reasons[index].push_back(kLostReason);
         continue;
       }
     }

@@ -218,9 +218,7 @@ bool AgentSession::Connect() {
   conn->channel = grpc::CreateCustomChannel(address, common::ChannelCredentials(tls_), args);
   conn->stub = dgpu::v1::SchedulerService::NewStub(conn->channel);
 
-  GpuSnapshot gpus = gpus_->Latest();
-  devices_ = std::move(gpus.devices);
-  health_generation_ = gpus.health_generation;
+  TakeGpuSnapshot();
 
   dgpu::v1::RegisterAgentRequest req;
   req.set_agent_id(agent_id_);
@@ -430,10 +428,14 @@ void AgentSession::SendStarts() {
   unreported_starts_.clear();
 }
 
-void AgentSession::SendHeartbeat(int64_t now) {
+void AgentSession::TakeGpuSnapshot() {
   GpuSnapshot gpus = gpus_->Latest();
   devices_ = std::move(gpus.devices);
   health_generation_ = gpus.health_generation;
+}
+
+void AgentSession::SendHeartbeat(int64_t now) {
+  TakeGpuSnapshot();
   HeartbeatRequest req;
   req.set_agent_id(agent_id_);
   req.set_epoch(highest_epoch_);

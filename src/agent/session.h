@@ -142,6 +142,8 @@ class AgentSession {
   FinishOutbox outbox_;
   std::vector<GpuDevice> devices_;  // The monitor's latest, as last sent.
   uint64_t health_generation_ = 0;  // Of devices_: a newer one is reported at once.
+  // devices_ and health_generation_ from the monitor's latest.
+  void TakeGpuSnapshot();
   std::map<std::string, std::vector<int>> task_gpus_;  // Running task -> GPU indices.
   struct StartReport {
     std::string task_id;

@@ -161,12 +161,7 @@ Status SchedulerCore::SetNodeMode(const std::string& node_id, NodeMode mode, Tim
   NodeState* node = FindNodeState(node_id);
   if (node == nullptr) return NotFound("node " + node_id + " is not registered");
   if (node->mode == mode) return OkStatus();
-  pass_needed_ = true;
-  structure_seq_ = ++change_seq_;  // Fewer (or more) nodes can change why a task waits.
-  IndexErase(*node);
-  node->mode = mode;
-  IndexInsert(*node);
-  if (mode != NodeMode::kSchedulable) DropReservationsOn(node->slot);
+  ApplyNodeMode(*node, mode);
   if (config_.record_changes) {
     Change c;
     c.kind = Change::Kind::kNodeUpsert;
@@ -208,14 +203,17 @@ Status SchedulerCore::RestoreNodeMode(const NodeRecord& record) {
     if (record.mode == NodeMode::kSchedulable) return OkStatus();
     node = &AddNodeState(record.id);  // A placeholder until it registers.
   }
-  if (node->mode == record.mode) return OkStatus();
-  pass_needed_ = true;
-  structure_seq_ = ++change_seq_;
-  IndexErase(*node);
-  node->mode = record.mode;
-  IndexInsert(*node);
-  if (record.mode != NodeMode::kSchedulable) DropReservationsOn(node->slot);
+  if (node->mode != record.mode) ApplyNodeMode(*node, record.mode);
   return OkStatus();
+}
+
+void SchedulerCore::ApplyNodeMode(NodeState& node, NodeMode mode) {
+  pass_needed_ = true;
+  structure_seq_ = ++change_seq_;  // Fewer (or more) nodes can change why a task waits.
+  IndexErase(node);
+  node.mode = mode;
+  IndexInsert(node);
+  if (mode != NodeMode::kSchedulable) DropReservationsOn(node.slot);
 }
 
 void SchedulerCore::SetUsable(NodeState& node, size_t pos, bool healthy) {

@@ -176,8 +176,7 @@ StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now)
   if (spec.max_retries < 0 || spec.retry_backoff_seconds < 0) {
     return InvalidArgument("max_retries and retry_backoff_seconds must not be negative");
   }
-  if (spec.array_size < 0 || (spec.array_size == 0 && spec.array_index != -1) ||
-      (spec.array_size > 0 && (spec.array_index < 0 || spec.array_index >= spec.array_size))) {
+  if (!ValidArrayFields(spec)) {
     return InvalidArgument(
         "array_index must be in [0, array_size) for an array's member, -1 "
         "otherwise");

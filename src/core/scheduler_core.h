@@ -526,6 +526,8 @@ class SchedulerCore {
   // IndexInsert after.
   void IndexInsert(NodeState& node);
   void IndexErase(NodeState& node);
+  // Sets a node's mode (it differs) with its index entry, reservations and pass flags.
+  void ApplyNodeMode(NodeState& node, NodeMode mode);
   // Makes the GPU at `pos` usable or not, with its slice, and the totals (node out of the index).
   void SetUsable(NodeState& node, size_t pos, bool healthy);
   PendingReason Diagnose(const Task& t, const std::vector<int>& models) const;

@@ -148,6 +148,13 @@ struct TaskSpec {
   bool operator==(const TaskSpec&) const = default;
 };
 
+// Whether a spec's array fields agree: a member has an index in [0, array_size); any other
+// task has array_size 0 and index -1.
+inline bool ValidArrayFields(const TaskSpec& s) {
+  return s.array_size == 0 ? s.array_index == -1
+                           : s.array_size > 0 && s.array_index >= 0 && s.array_index < s.array_size;
+}
+
 // Plain data: a task as the core, the store, replication and the API see it. The core's own
 // per-task state (node slot, queue, spare buffers) lives in its private record, not here. A
 // new member is reset where records are recycled (TaskPool::Delete); a test compares a

@@ -401,9 +401,7 @@ StatusOr<core::Task> ReadTask(sqlite3_stmt* stmt, const std::string& path) {
   t.preempted_by = ToUint64(sqlite3_column_int64(stmt, 26));
   t.spec.array_index = sqlite3_column_int(stmt, 27);
   t.spec.array_size = sqlite3_column_int(stmt, 28);
-  if (t.spec.array_size < 0 || t.spec.array_index < -1 ||
-      (t.spec.array_size > 0) != (t.spec.array_index >= 0) ||
-      t.spec.array_index >= std::max(t.spec.array_size, 1)) {
+  if (!core::ValidArrayFields(t.spec)) {
     return bad("array_index " + std::to_string(t.spec.array_index) + " of array_size " +
                std::to_string(t.spec.array_size) + " is out of range");
   }

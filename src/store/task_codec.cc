@@ -225,9 +225,7 @@ StatusOr<core::Task> TaskFromJson(const json& j) {
   if (j.contains("array_size")) {
     if (s = ReadInt(j, "array_size", &t.spec.array_size); !s.ok()) return s;
     if (s = ReadInt(j, "array_index", &t.spec.array_index); !s.ok()) return s;
-    if (t.spec.array_size < 0 || t.spec.array_index < -1 ||
-        (t.spec.array_size > 0) != (t.spec.array_index >= 0) ||
-        t.spec.array_index >= std::max(t.spec.array_size, 1)) {
+    if (!core::ValidArrayFields(t.spec)) {
       return Malformed("array_index", "within [0, array_size) of an array, -1 otherwise");
     }
   }
