@@ -96,6 +96,14 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   app.add_option("--team-guarantees", team_guarantees,
                  "proportional (from the workload's GPU time), or a YAML file "
                  "(teams: {name: {online, batch, max_gpus, weight}}); default: none");
+  std::string autoscale_path;
+  double boot_time = 120;
+  app.add_option("--autoscale", autoscale_path,
+                 "Autoscale the node groups of this file (the scheduler's autoscale section); "
+                 "they are the cluster");
+  app.add_option("--boot-time", boot_time,
+                 "With --autoscale: seconds from a scale-up to its nodes registering (default "
+                 "120)");
   app.add_flag("--json", json, "Print one JSON object");
 
   try {
@@ -149,7 +157,28 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
     return fail(InvalidArgument("--borrowing and --team-guarantees need --policy dgpu"));
   }
 
-  if (cluster_path.empty()) {
+  if (!autoscale_path.empty()) {
+    if (!cluster_path.empty() || nodes_opt->count() > 0 || gpus_opt->count() > 0 ||
+        model_opt->count() > 0) {
+      return fail(InvalidArgument(
+          "--autoscale sets the cluster (its node groups at max_nodes): drop --cluster, --nodes, "
+          "--gpus-per-node and --model"));
+    }
+    if (!(boot_time >= 0) || !std::isfinite(boot_time) || boot_time > 1e9) {
+      return fail(InvalidArgument("--boot-time must be a non-negative number of seconds"));
+    }
+    auto settings = LoadAutoscaleFile(autoscale_path);
+    if (!settings.ok()) return fail(settings.status());
+    settings->online_percent = online_percent;
+    settings->borrowing = borrowing;
+    SimOptions::Autoscale autoscale;
+    autoscale.settings = std::move(*settings);
+    autoscale.boot_time = static_cast<core::TimeMicros>(std::llround(boot_time * 1e6));
+    context.cluster = AutoscaleCluster(autoscale.settings);
+    context.sim.autoscale = std::move(autoscale);
+  } else if (boot_time != 120) {
+    return fail(InvalidArgument("--boot-time needs --autoscale"));
+  } else if (cluster_path.empty()) {
     context.cluster.groups.push_back(NodeGroup{nodes, gpus_per_node, model});
   } else {
     auto cluster = LoadClusterFile(cluster_path);

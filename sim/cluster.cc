@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -142,6 +143,97 @@ StatusOr<ClusterSpec> ParseClusterYaml(const std::string& text, const std::strin
   }
   if (spec.groups.empty()) return InvalidArgument(name + ": no node groups");
   return spec;
+}
+
+StatusOr<core::AutoscaleSettings> ParseAutoscaleYaml(const std::string& text,
+                                                     const std::string& name) {
+  core::AutoscaleSettings settings;
+  try {
+    YAML::Node root = YAML::Load(text);
+    if (root.IsMap() && root["autoscale"]) root = root["autoscale"];
+    if (!root.IsMap()) return InvalidArgument(name + ": expected the autoscale section (a map)");
+    const auto seconds = [&](const YAML::Node& v, const std::string& key,
+                             core::TimeMicros* out) -> Status {
+      double d = 0;
+      if (!v.IsScalar() || !YAML::convert<double>::decode(v, d) || !std::isfinite(d) || d < 0 ||
+          d > 1e9) {
+        return InvalidArgument(name + ": " + key + ": must be a number of seconds >= 0");
+      }
+      *out = static_cast<core::TimeMicros>(std::llround(d * 1e6));
+      return OkStatus();
+    };
+    for (const auto& kv : root) {
+      const auto key = kv.first.as<std::string>();
+      Status s;
+      if (key == "scale_up_delay") {
+        s = seconds(kv.second, key, &settings.scale_up_delay);
+      } else if (key == "idle_timeout") {
+        s = seconds(kv.second, key, &settings.idle_timeout);
+      } else if (key == "boot_timeout") {
+        s = seconds(kv.second, key, &settings.boot_timeout);
+      } else if (key == "retry_delay") {
+        s = seconds(kv.second, key, &settings.retry_delay);
+      } else if (key != "enabled" && key != "program_timeout" && key != "node_groups") {
+        return InvalidArgument(name + ": unknown key '" + key + "'");
+      }
+      if (!s.ok()) return s;
+    }
+    const YAML::Node groups = root["node_groups"];
+    if (!groups || !groups.IsSequence() || groups.size() == 0) {
+      return InvalidArgument(name + ": node_groups must list at least one group");
+    }
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const std::string where = name + ": node_groups[" + std::to_string(i) + "]: ";
+      if (!groups[i].IsMap()) return InvalidArgument(where + "expected a map");
+      core::NodeGroupSpec g;
+      bool has_max = false;
+      for (const auto& kv : groups[i]) {
+        const auto key = kv.first.as<std::string>();
+        if (key == "name") {
+          g.name = kv.second.as<std::string>();
+        } else if (key == "model") {
+          g.model = kv.second.as<std::string>();
+        } else if (key == "gpus_per_node") {
+          g.gpus_per_node = kv.second.as<int>();
+        } else if (key == "min_nodes") {
+          g.min_nodes = kv.second.as<int>();
+        } else if (key == "max_nodes") {
+          g.max_nodes = kv.second.as<int>();
+          has_max = true;
+        } else if (key != "scale_up_program" && key != "scale_down_program") {
+          return InvalidArgument(where + "unknown key '" + key + "'");
+        }
+      }
+      if (g.name.empty()) return InvalidArgument(where + "name: required");
+      for (const auto& other : settings.groups) {
+        if (other.name == g.name)
+          return InvalidArgument(where + "name: '" + g.name + "' is listed twice");
+      }
+      if (g.model.empty()) return InvalidArgument(where + "model: required");
+      if (g.gpus_per_node < 1 || g.gpus_per_node > 1024) {
+        return InvalidArgument(where + "gpus_per_node: must be 1..1024");
+      }
+      if (!has_max || g.max_nodes < 1 || g.max_nodes > 100000) {
+        return InvalidArgument(where + "max_nodes: required, 1..100000");
+      }
+      if (g.min_nodes < 0 || g.min_nodes > g.max_nodes) {
+        return InvalidArgument(where + "min_nodes: must be 0..max_nodes");
+      }
+      settings.groups.push_back(std::move(g));
+    }
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(name + ": " + e.what());
+  }
+  if (settings.idle_timeout <= 0) return InvalidArgument(name + ": idle_timeout: must be above 0");
+  return settings;
+}
+
+StatusOr<core::AutoscaleSettings> LoadAutoscaleFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open autoscale file " + path);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return ParseAutoscaleYaml(buf.str(), path);
 }
 
 StatusOr<ClusterSpec> LoadClusterFile(const std::string& path) {

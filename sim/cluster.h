@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "core/autoscale.h"
 
 namespace dgpu::sim {
 
@@ -32,5 +33,12 @@ Status ValidateCluster(const ClusterSpec& spec);
 StatusOr<ClusterSpec> LoadClusterFile(const std::string& path);
 StatusOr<ClusterSpec> ParseClusterCsv(const std::string& text, const std::string& name);
 StatusOr<ClusterSpec> ParseClusterYaml(const std::string& text, const std::string& name);
+
+// An autoscale file: the `autoscale` section of a scheduler configuration, or a whole
+// configuration holding one. Durations are numbers of seconds; the programs and `enabled` are
+// read past (the replay runs none). Errors name the file and the key.
+StatusOr<core::AutoscaleSettings> LoadAutoscaleFile(const std::string& path);
+StatusOr<core::AutoscaleSettings> ParseAutoscaleYaml(const std::string& text,
+                                                     const std::string& name);
 
 }  // namespace dgpu::sim

@@ -122,6 +122,22 @@ Json ResultToJson(const SimResult& r, const RunContext& c) {
                      {"preemptions", t.preemptions}});
   }
   out["teams"] = teams;
+  if (r.autoscale) {
+    const auto& a = *r.autoscale;
+    const auto& as = *c.sim.autoscale;
+    out["autoscale"] = {
+        {"boot_time_seconds", Seconds(as.boot_time)},
+        {"scale_up_delay_seconds", Seconds(as.settings.scale_up_delay)},
+        {"idle_timeout_seconds", Seconds(as.settings.idle_timeout)},
+        {"provisioned_gpu_hours", a.provisioned_gpu_seconds / 3600.0},
+        {"provisioned_utilization", Ratio(r.busy_gpu_seconds, a.provisioned_gpu_seconds)},
+        {"mean_nodes", a.mean_nodes},
+        {"peak_nodes", a.peak_nodes},
+        {"scale_ups", a.scale_ups},
+        {"nodes_requested", a.nodes_requested},
+        {"nodes_released", a.nodes_released},
+        {"boot_timeouts", a.boot_timeouts}};
+  }
   out["speed"] = {{"replay_wall_seconds", r.replay_wall_seconds},
                   {"replay_cpu_seconds", r.replay_cpu_seconds},
                   {"total_wall_seconds", c.total_wall_seconds},
@@ -186,6 +202,18 @@ std::string ResultToText(const SimResult& r, const RunContext& c) {
   out += Format("%-28s %14llu, %.1f GPU-s lost (%.4f of busy GPU time)\n", "preemptions",
                 static_cast<unsigned long long>(r.preemptions), r.preempted_gpu_seconds,
                 PreemptedShare(r));
+  if (r.autoscale) {
+    const auto& a = *r.autoscale;
+    const auto& as = *c.sim.autoscale;
+    out += Format("%-28s %14.1f GPU-hours (busy %.4f of them), boot %g s, idle timeout %g s\n",
+                  "provisioned", a.provisioned_gpu_seconds / 3600.0,
+                  Ratio(r.busy_gpu_seconds, a.provisioned_gpu_seconds), Seconds(as.boot_time),
+                  Seconds(as.settings.idle_timeout));
+    out += Format("%-28s %14.1f mean, %d peak; %llu scale-ups for %llu nodes, %llu released\n",
+                  "nodes", a.mean_nodes, a.peak_nodes, static_cast<unsigned long long>(a.scale_ups),
+                  static_cast<unsigned long long>(a.nodes_requested),
+                  static_cast<unsigned long long>(a.nodes_released));
+  }
   out += "\n";
   out += Format("%-28s %-7s %9s %10s %12s %12s %11s\n", "teams", "class", "guarantee", "jobs",
                 "delay mean", "delay p99", "preemptions");

@@ -11,6 +11,8 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -134,6 +136,190 @@ struct Completion {
 };
 static_assert(sizeof(Completion) == 24);
 
+// Autoscaling in the replay (SimOptions::Autoscale): which nodes are off, booting, up or
+// released, the planner, and the provisioned GPU time. Group g's nodes are a contiguous range
+// of the layout, in group order.
+class Fleet {
+ public:
+  Fleet(const SimOptions::Autoscale& options, const Layout& layout, core::SchedulerCore& core,
+        FreeGpus& free)
+      : options_(options),
+        layout_(layout),
+        core_(core),
+        free_(free),
+        planner_(options.settings),
+        state_(layout.node_ids.size(), State::kOff),
+        since_(layout.node_ids.size(), 0),
+        tasks_(layout.node_ids.size(), 0),
+        node_group_(layout.node_ids.size(), 0),
+        off_(options.settings.groups.size()) {
+    size_t node = 0;
+    for (size_t g = 0; g < options.settings.groups.size(); ++g) {
+      for (int i = 0; i < options.settings.groups[g].max_nodes; ++i, ++node) {
+        node_group_[node] = static_cast<int>(g);
+        off_[g].insert(static_cast<uint32_t>(node));
+      }
+    }
+    if (node != layout.node_ids.size()) Fatal("the cluster is not the autoscale groups");
+  }
+
+  // Takes every node's GPUs away, then brings the min_nodes up at time 0.
+  void Start() {
+    for (size_t i = 0; i < state_.size(); ++i)
+      free_.Add(layout_.node_model[i], -layout_.node_gpus[i]);
+    for (size_t g = 0; g < off_.size(); ++g) {
+      for (int i = 0; i < options_.settings.groups[g].min_nodes; ++i) Up(Take(g), 0, 0);
+    }
+    UpdatePeak();
+  }
+
+  TimeMicros next_tick() const { return next_tick_; }
+  TimeMicros NextWake() const {
+    return boots_.empty() ? next_tick_ : std::min(next_tick_, boots_.front().at);
+  }
+  // Whether the replay must go on for it: nodes boot, or tasks wait that it may still serve.
+  bool Busy(uint64_t pending) const {
+    return !boots_.empty() ||
+           (pending > 0 &&
+            quiet_ticks_ * options_.tick <= options_.settings.scale_up_delay + 2 * options_.tick);
+  }
+  // A job arrived: the planner has new work to look at.
+  void Arrived() { quiet_ticks_ = 0; }
+  void TaskStarted(uint32_t node) { ++tasks_[node]; }
+  void TaskEnded(uint32_t node) { --tasks_[node]; }
+
+  // Registers the nodes whose boot ends at `now`; true if any did.
+  bool Boot(TimeMicros now) {
+    bool any = false;
+    while (!boots_.empty() && boots_.front().at <= now) {
+      Up(boots_.front().node, now, since_[boots_.front().node]);
+      boots_.pop_front();
+      any = true;
+    }
+    return any;
+  }
+
+  void Tick(TimeMicros now) {
+    next_tick_ = now + options_.tick;
+    core_.QueueHeads(heads_);
+    demand_.clear();
+    for (const auto& h : heads_) {
+      demand_.push_back({h.priority, *h.gpu_model, h.gpu_count, h.tasks, h.reason});
+    }
+    nodes_.clear();
+    for (uint32_t i = 0; i < state_.size(); ++i) {
+      if (state_[i] != State::kUp && state_[i] != State::kReleased) continue;
+      nodes_.push_back(
+          {layout_.node_ids[i], node_group_[i], state_[i] == State::kUp,
+           state_[i] == State::kUp ? core::NodeMode::kSchedulable : core::NodeMode::kReleasing,
+           tasks_[i]});
+    }
+    const core::QuotaView quota = core_.Quota();
+    core::ScaleQuota q;
+    q.total_gpus = quota.total_gpus;
+    for (int p = 0; p < core::kPriorityCount; ++p) q.used[p] = quota.used[p];
+    core::AutoscalePlan plan = planner_.Plan(demand_, nodes_, q, now);
+    result_.boot_timeouts += plan.errors.size();
+    for (const std::string& id : plan.forget) {
+      const uint32_t node = static_cast<uint32_t>(Layout::NodeIndex(id));
+      Check(core_.SetNodeMode(id, core::NodeMode::kSchedulable, now), "SetNodeMode");
+      state_[node] = State::kOff;
+      off_[node_group_[node]].insert(node);
+    }
+    for (const auto& down : plan.down) {
+      const uint32_t node = static_cast<uint32_t>(Layout::NodeIndex(down.node));
+      if (tasks_[node] != 0 || state_[node] != State::kUp) Fatal("released a busy node");
+      Check(core_.SetNodeMode(down.node, core::NodeMode::kReleasing, now), "SetNodeMode");
+      Check(core_.NodeLost(down.node, now), "NodeLost");
+      free_.Add(layout_.node_model[node], -layout_.node_gpus[node]);
+      Provisioned(node, now);
+      state_[node] = State::kReleased;
+      planner_.DownDone(down.node, OkStatus(), now);
+      ++result_.nodes_released;
+    }
+    for (const auto& up : plan.up) {
+      const int count = std::min<int>(up.count, static_cast<int>(off_[up.group].size()));
+      for (int i = 0; i < count; ++i) {
+        const uint32_t node = Take(up.group);
+        state_[node] = State::kBooting;
+        since_[node] = now;
+        boots_.push_back({now + options_.boot_time, node});
+      }
+      planner_.UpDone(up.group, count, OkStatus(), now);
+      ++result_.scale_ups;
+      result_.nodes_requested += static_cast<uint64_t>(count);
+    }
+    quiet_ticks_ = plan.empty() && boots_.empty() ? quiet_ticks_ + 1 : 0;
+    UpdatePeak();
+  }
+
+  SimResult::AutoscaleResult Finish(TimeMicros end) {
+    for (uint32_t i = 0; i < state_.size(); ++i) {
+      if (state_[i] == State::kUp || state_[i] == State::kBooting) Provisioned(i, end);
+    }
+    result_.provisioned_gpu_seconds = static_cast<double>(provisioned_gpu_ / 1e6L);
+    result_.mean_nodes =
+        end > 0 ? static_cast<double>(provisioned_nodes_ / static_cast<long double>(end)) : 0;
+    return result_;
+  }
+
+ private:
+  enum class State : uint8_t { kOff, kBooting, kUp, kReleased };
+  struct Booting {
+    TimeMicros at = 0;
+    uint32_t node = 0;
+  };
+
+  uint32_t Take(size_t group) {
+    auto it = off_[group].begin();
+    const uint32_t node = *it;
+    off_[group].erase(it);
+    return node;
+  }
+  // The node registers now; provisioned since `since`.
+  void Up(uint32_t node, TimeMicros now, TimeMicros since) {
+    std::vector<core::GpuInfo> gpus(layout_.node_gpus[node]);
+    for (int g = 0; g < layout_.node_gpus[node]; ++g) {
+      gpus[g].index = g;
+      gpus[g].model = layout_.models[layout_.node_model[node]];
+    }
+    Check(core_.RegisterNode(layout_.node_ids[node], "", gpus, {}, {}, now), "RegisterNode");
+    free_.Add(layout_.node_model[node], layout_.node_gpus[node]);
+    state_[node] = State::kUp;
+    since_[node] = since;
+  }
+  void Provisioned(uint32_t node, TimeMicros until) {
+    const TimeMicros d = until - since_[node];
+    provisioned_gpu_ += static_cast<long double>(d) * layout_.node_gpus[node];
+    provisioned_nodes_ += static_cast<long double>(d);
+  }
+  void UpdatePeak() {
+    int n = 0;
+    for (State s : state_) n += s == State::kUp || s == State::kBooting ? 1 : 0;
+    result_.peak_nodes = std::max(result_.peak_nodes, n);
+  }
+
+  const SimOptions::Autoscale& options_;
+  const Layout& layout_;
+  core::SchedulerCore& core_;
+  FreeGpus& free_;
+  core::Autoscaler planner_;
+  std::vector<State> state_;
+  std::vector<TimeMicros> since_;  // Provisioned since (its scale-up, or 0).
+  std::vector<int> tasks_;         // Tasks running there.
+  std::vector<int> node_group_;
+  std::vector<std::set<uint32_t>> off_;  // Per group, lowest first.
+  std::deque<Booting> boots_;            // In time order (one boot time for all).
+  TimeMicros next_tick_ = 0;
+  int64_t quiet_ticks_ = 0;
+  long double provisioned_gpu_ = 0;    // GPU-microseconds.
+  long double provisioned_nodes_ = 0;  // Node-microseconds.
+  SimResult::AutoscaleResult result_;
+  std::vector<core::SchedulerCore::QueueHead> heads_;
+  std::vector<core::ScaleDemand> demand_;
+  std::vector<core::ScaleNode> nodes_;
+};
+
 // Policy dgpu: the real scheduling core.
 class CoreEngine {
  public:
@@ -149,7 +335,8 @@ class CoreEngine {
         // default team, which keeps one shape queue per size instead of one per team (the
         // per-team figures are the simulator's own, from the trace).
         core_teams_(options.borrowing || options.team_guarantees != TeamGuarantees::kNone) {
-    for (size_t i = 0; i < layout.node_ids.size(); ++i) {
+    // With autoscaling the fleet registers nodes as they come up.
+    for (size_t i = 0; !options.autoscale && i < layout.node_ids.size(); ++i) {
       std::vector<core::GpuInfo> gpus(layout.node_gpus[i]);
       for (int g = 0; g < layout.node_gpus[i]; ++g) {
         gpus[g].index = g;
@@ -162,7 +349,12 @@ class CoreEngine {
     for (size_t m = 0; m < w.models.size(); ++m) {
       model_index_.emplace(w.models[m], static_cast<uint32_t>(m));
     }
-    // Guarantees as the core applies them; the nodes never change, so neither do they.
+    if (options.autoscale) {
+      fleet_.emplace(*options.autoscale, layout, core_, free_);
+      fleet_->Start();
+    }
+    // Guarantees as the core applies them; without autoscaling the nodes never change, so
+    // neither do they (with it, the figures are those at time 0).
     for (const core::TeamView& team : core_.Teams()) {
       for (int p = 0; p < core::kPriorityCount; ++p) {
         guarantees_[{team.name, p}] = team.classes[p].guaranteed;
@@ -210,6 +402,7 @@ class CoreEngine {
         continue;
       }
       free_.Add(layout_.node_model[c.node], -workload_.jobs[c.job].gpus);
+      if (fleet_) fleet_->TaskStarted(c.node);
       started(c);
     }
   }
@@ -224,6 +417,7 @@ class CoreEngine {
     Check(core_.TaskFinished(layout_.node_ids[c.node], report, now), "TaskFinished");
     core_.Forget(report.task);
     free_.Add(layout_.node_model[c.node], gpus);
+    if (fleet_) fleet_->TaskEnded(c.node);
   }
 
   // A task stopped for a preemption has ended, as its agent would report it after SIGTERM: the
@@ -238,6 +432,7 @@ class CoreEngine {
     Check(core_.TaskFinished(layout_.node_ids[c.node], report, now), "TaskFinished (stopped)");
     if (c.record->status != core::TaskStatus::kPending) Fatal("a preempted task was not requeued");
     free_.Add(layout_.node_model[c.node], gpus);
+    if (fleet_) fleet_->TaskEnded(c.node);
   }
 
   // The guarantee the core gives `team` in class `prio`.
@@ -270,6 +465,7 @@ class CoreEngine {
   }
 
   int TotalFree() const { return free_.total(); }
+  Fleet* fleet() { return fleet_ ? &*fleet_ : nullptr; }
   uint64_t decisions() const { return core_.stats().decisions; }
   uint64_t passes() const { return core_.stats().passes; }
   uint64_t multi_node_tasks() const { return 0; }
@@ -305,7 +501,8 @@ class CoreEngine {
   std::vector<core::SchedulerCore::QueueHead> heads_;      // Reused by every pass.
   bool heads_unchanged_ = false;                           // The last pass was skipped.
   bool fragmented_known_ = false;
-  bool fragmented_ = false;  // Fragmented() after the last pass that ran.
+  bool fragmented_ = false;     // Fragmented() after the last pass that ran.
+  std::optional<Fleet> fleet_;  // With autoscaling.
 };
 
 // Policy original: the same queues (FIFO per priority, high first, a task may overtake a head
@@ -406,6 +603,7 @@ class OriginalEngine {
   void PrefetchFinishNode(const Completion&) const {}
 
   int TotalFree() const { return free_.total(); }
+  Fleet* fleet() { return nullptr; }
   uint64_t decisions() const { return decisions_; }
   uint64_t passes() const { return passes_; }
   uint64_t multi_node_tasks() const { return multi_node_tasks_; }
@@ -593,10 +791,12 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
 
   const auto wall_begin = std::chrono::steady_clock::now();
   const std::clock_t cpu_begin = std::clock();
-  while (next < n || live > 0) {
+  Fleet* fleet = engine.fleet();
+  while (next < n || live > 0 || (fleet != nullptr && fleet->Busy(pending))) {
     TimeMicros now = std::numeric_limits<TimeMicros>::max();
     if (next < n) now = jobs[next].submit;
     if (!completions.empty()) now = std::min(now, completions.min_time());
+    if (fleet != nullptr) now = std::min(now, fleet->NextWake());
     if (now > cap) {
       capped = true;
       break;
@@ -662,28 +862,33 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
         ++r.rejected_exceeds_node;
       } else {
         engine.Submit(static_cast<uint32_t>(next), now);
+        if (fleet != nullptr) fleet->Arrived();
         submitted[next] = 1;
         ++r.submitted;
         ++pending;
       }
     }
-    if (!changed) continue;
-    engine.Schedule(
-        now, [&](const Completion& c) { started(now, c); },
-        [&](const Completion& c, int grace_seconds) { stopping(now, c, grace_seconds); });
-    fragmented = pending > 0 && engine.Fragmented();
-    last = now;
-    // What the next finishes will read is fetched in two steps, the second needing the first to
-    // have arrived: the core's task record, then the task's node. A few timestamps apart, the
-    // fetches overlap with other work instead of stalling the finish. A wake-up's task may be
-    // gone.
-    const auto& ahead = completions.ahead();
-    if (ahead.size() > 6 && ahead[6].what.kind != Completion::Kind::kWake) {
-      engine.PrefetchFinish(ahead[6].what);
+    if (fleet != nullptr && fleet->Boot(now)) change();  // Nodes that booted register.
+    if (changed) {
+      engine.Schedule(
+          now, [&](const Completion& c) { started(now, c); },
+          [&](const Completion& c, int grace_seconds) { stopping(now, c, grace_seconds); });
+      fragmented = pending > 0 && engine.Fragmented();
+      last = now;
+      // What the next finishes will read is fetched in two steps, the second needing the first
+      // to have arrived: the core's task record, then the task's node. A few timestamps apart,
+      // the fetches overlap with other work instead of stalling the finish. A wake-up's task
+      // may be gone.
+      const auto& ahead = completions.ahead();
+      if (ahead.size() > 6 && ahead[6].what.kind != Completion::Kind::kWake) {
+        engine.PrefetchFinish(ahead[6].what);
+      }
+      if (ahead.size() > 3 && ahead[3].what.kind != Completion::Kind::kWake) {
+        engine.PrefetchFinishNode(ahead[3].what);
+      }
     }
-    if (ahead.size() > 3 && ahead[3].what.kind != Completion::Kind::kWake) {
-      engine.PrefetchFinishNode(ahead[3].what);
-    }
+    // The autoscaler looks after the pass, at its own pace.
+    if (fleet != nullptr && now >= fleet->next_tick()) fleet->Tick(now);
   }
   r.replay_wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_begin).count();
@@ -694,6 +899,7 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
     fragmented_free += static_cast<long double>(engine.TotalFree()) * (end - last);
   }
   r.fragmented_free_gpu_seconds = static_cast<double>(fragmented_free / 1e6L);
+  if (fleet != nullptr) r.autoscale = fleet->Finish(end);
   r.not_arrived = n - next;
   r.makespan = n == 0 ? 0 : end;
   r.decisions = engine.decisions();
@@ -798,6 +1004,13 @@ std::string_view ToString(TeamGuarantees g) {
   return "none";
 }
 
+ClusterSpec AutoscaleCluster(const core::AutoscaleSettings& settings) {
+  ClusterSpec spec;
+  for (const auto& g : settings.groups)
+    spec.groups.push_back({g.max_nodes, g.gpus_per_node, g.model});
+  return spec;
+}
+
 StatusOr<SimResult> Simulate(const Workload& workload, const ClusterSpec& cluster,
                              const SimOptions& options) {
   if (!(options.online_percent >= 0.0 && options.online_percent <= 1.0)) {
@@ -817,6 +1030,21 @@ StatusOr<SimResult> Simulate(const Workload& workload, const ClusterSpec& cluste
   }
   Status valid = ValidateCluster(cluster);
   if (!valid.ok()) return valid;
+  if (options.autoscale) {
+    if (options.policy != Policy::kDgpu) return InvalidArgument("--autoscale needs --policy dgpu");
+    if (options.autoscale->boot_time < 0)
+      return InvalidArgument("--boot-time must not be negative");
+    if (options.autoscale->tick <= 0) return InvalidArgument("the autoscale tick must be positive");
+    const ClusterSpec expected = AutoscaleCluster(options.autoscale->settings);
+    bool same = expected.groups.size() == cluster.groups.size();
+    for (size_t i = 0; same && i < cluster.groups.size(); ++i) {
+      same = expected.groups[i].count == cluster.groups[i].count &&
+             expected.groups[i].gpus_per_node == cluster.groups[i].gpus_per_node &&
+             expected.groups[i].model == cluster.groups[i].model;
+    }
+    if (!same)
+      return InvalidArgument("with --autoscale the cluster is the node groups at max_nodes");
+  }
 
   const Layout layout(cluster);
   const std::vector<Demand> demand = MatchDemands(workload, layout);

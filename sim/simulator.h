@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/autoscale.h"
 #include "core/types.h"
 #include "sim/cluster.h"
 #include "sim/teams.h"
@@ -58,7 +59,22 @@ struct SimOptions {
   core::TimeMicros min_runtime = 0;
   TeamGuarantees team_guarantees = TeamGuarantees::kNone;
   TeamLimitsMap teams;  // kGiven: limits by core team name.
+
+  // Autoscaling (policy dgpu only): the cluster is the node groups at max_nodes, of which
+  // min_nodes are up at time 0; the real planner (core/autoscale.h) runs every `tick`; a
+  // scale-up program succeeds at once and its nodes register `boot_time` later; a release
+  // takes its node away at once. The cluster given to Simulate must be the groups, in order,
+  // each with count = max_nodes (AutoscaleCluster).
+  struct Autoscale {
+    core::AutoscaleSettings settings;
+    core::TimeMicros boot_time = 120 * core::kMicrosPerSecond;
+    core::TimeMicros tick = 10 * core::kMicrosPerSecond;
+  };
+  std::optional<Autoscale> autoscale;
 };
+
+// The cluster an autoscaled replay runs on: each group at its max_nodes.
+ClusterSpec AutoscaleCluster(const core::AutoscaleSettings& settings);
 
 // A distribution of durations, in seconds. Percentiles are nearest-rank: the ceil(p * n)-th
 // smallest value.
@@ -122,6 +138,19 @@ struct SimResult {
     uint64_t preemptions = 0;  // Stop orders its jobs received.
   };
   std::vector<TeamResult> teams;
+
+  // Autoscaling: nodes count as provisioned from their scale-up (boot time included) until
+  // their release, or from time 0 for the min_nodes.
+  struct AutoscaleResult {
+    double provisioned_gpu_seconds = 0;
+    double mean_nodes = 0;         // Provisioned node-seconds / makespan.
+    int peak_nodes = 0;            // Provisioned at once.
+    uint64_t scale_ups = 0;        // Programs run.
+    uint64_t nodes_requested = 0;  // By them.
+    uint64_t nodes_released = 0;
+    uint64_t boot_timeouts = 0;  // Plans' errors (none expected: boots always succeed).
+  };
+  std::optional<AutoscaleResult> autoscale;
   // Wall-clock and process CPU time of the event loop alone; they vary between runs. CPU time
   // is the steadier figure on a loaded machine.
   double replay_wall_seconds = 0;

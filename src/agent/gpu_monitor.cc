@@ -1,41 +1,19 @@
 #include "agent/gpu_monitor.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <utility>
 
-#include "agent/child_process.h"
+#include "common/child_process.h"
 
 namespace dgpu::agent {
 namespace {
 
-std::string FirstLine(const std::string& text) {
-  size_t begin = text.find_first_not_of(" \t\r\n");
-  if (begin == std::string::npos) return "";
-  size_t end = text.find_first_of("\r\n", begin);
-  std::string line = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
-  constexpr size_t kMaxReason = 200;
-  if (line.size() > kMaxReason) line = line.substr(0, kMaxReason) + "...";
-  return line;
-}
-
 // Empty when the program passed, else why the node is unhealthy.
 std::string RunProgram(const std::string& program, std::chrono::milliseconds timeout) {
-  StatusOr<CommandResult> r = RunCommand({program}, timeout.count());
-  if (!r.ok()) {
-    if (r.status().code() == StatusCode::kDeadlineExceeded) {
-      return "health check " + program + " did not finish within " +
-             std::to_string(timeout.count() / 1000) + " s";
-    }
-    return "health check " + program + " cannot run: " + r.status().message();
-  }
-  if (WIFEXITED(r->wait_status) && WEXITSTATUS(r->wait_status) == 0) return "";
-  std::string said = FirstLine(r->out);
-  if (said.empty()) said = FirstLine(r->err);
-  return "health check " + program + " failed (" + DescribeWaitStatus(r->wait_status) + ")" +
-         (said.empty() ? "" : ": " + said);
+  Status s = common::RunToSuccess({program}, timeout.count());
+  return s.ok() ? "" : "health check " + s.message();
 }
 
 }  // namespace

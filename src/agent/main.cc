@@ -11,7 +11,6 @@
 #include <optional>
 #include <thread>
 
-#include "agent/child_process.h"
 #include "agent/docker_executor.h"
 #include "agent/epoch_file.h"
 #include "agent/finish_outbox.h"
@@ -19,6 +18,7 @@
 #include "agent/proc_table.h"
 #include "agent/process_executor.h"
 #include "agent/session.h"
+#include "common/child_process.h"
 #include "common/config.h"
 #include "common/flags.h"
 #include "common/logging.h"
@@ -110,7 +110,7 @@ int Run(int argc, char** argv) {
   opts.fake.uuid_tag = agent_id;
   opts.fake.fault_file = cfg.gpu.fake.fault_file;
   if (!cfg.gpu.health_check_program.empty()) {
-    auto program = FindExecutable(cfg.gpu.health_check_program);
+    auto program = common::FindExecutable(cfg.gpu.health_check_program);
     if (!program.ok()) return Fail("gpu.health_check_program: " + program.status().message());
   }
   std::unique_ptr<GpuDiscovery> discovery;
@@ -158,7 +158,7 @@ int Run(int argc, char** argv) {
     o.run_as_submitter = run_as_submitter;
     o.allow_root = cfg.executor.allow_root;
     if (run_as_submitter) {
-      auto setpriv = FindExecutable("setpriv");
+      auto setpriv = common::FindExecutable("setpriv");
       if (!setpriv.ok()) {
         return Fail("executor.run_as: submitter needs setpriv (util-linux): " +
                     setpriv.status().message());

@@ -223,6 +223,7 @@ bool AgentSession::Connect() {
   dgpu::v1::RegisterAgentRequest req;
   req.set_agent_id(agent_id_);
   req.set_instance_id(instance_id_);
+  req.set_node_group(config_.agent.node_group);
   req.set_address(Hostname());
   req.set_epoch(highest_epoch_);
   req.set_version(DGPU_VERSION);

@@ -6,7 +6,7 @@
 #include <functional>
 #include <optional>
 
-#include "agent/child_process.h"
+#include "common/child_process.h"
 
 namespace dgpu::agent {
 namespace {
@@ -181,12 +181,13 @@ SmiDiscovery::SmiDiscovery(std::string nvidia_smi_path, int64_t timeout_ms)
 StatusOr<std::string> SmiDiscovery::Run(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {path_};
   argv.insert(argv.end(), args.begin(), args.end());
-  StatusOr<CommandResult> result = RunCommand(argv, timeout_ms_);
+  StatusOr<common::CommandResult> result = common::RunCommand(argv, timeout_ms_);
   if (!result.ok()) return result.status();
   if (!WIFEXITED(result->wait_status) || WEXITSTATUS(result->wait_status) != 0) {
     std::string detail = FirstLine(result->out);
     if (detail.empty()) detail = FirstLine(result->err);
-    return Unavailable("'" + path_ + "' failed with " + DescribeWaitStatus(result->wait_status) +
+    return Unavailable("'" + path_ + "' failed with " +
+                       common::DescribeWaitStatus(result->wait_status) +
                        (detail.empty() ? "" : ": " + detail));
   }
   return std::move(result->out);
@@ -207,7 +208,7 @@ StatusOr<std::vector<GpuFault>> SmiDiscovery::CheckHealth() {
 
 Status SmiDiscovery::Init() {
   if (initialized_) return OkStatus();
-  StatusOr<std::string> program = FindExecutable(path_);
+  StatusOr<std::string> program = common::FindExecutable(path_);
   if (!program.ok()) return Unavailable(program.status().message());
   StatusOr<std::vector<GpuDevice>> devices = Query();
   if (!devices.ok()) return devices.status();

@@ -15,8 +15,8 @@
 #include <unordered_map>
 #include <utility>
 
-#include "agent/child_process.h"
 #include "agent/proc_table.h"
+#include "common/child_process.h"
 
 namespace dgpu::agent {
 namespace {
@@ -141,13 +141,13 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
       return start_failed(why);
     }
   }
-  SpawnOptions spawn;
+  common::SpawnOptions spawn;
   spawn.argv = plan.argv;
   spawn.env = plan.env;
   spawn.working_dir = task_dir;
   spawn.stdout_fd = log_fd;
   spawn.stderr_fd = log_fd;
-  StatusOr<pid_t> pid = SpawnChild(spawn);
+  StatusOr<pid_t> pid = common::SpawnChild(spawn);
   if (!pid.ok()) AppendLine(log_fd, "dgpu: task did not start: " + pid.status().message());
   close(log_fd);
   if (!pid.ok()) return start_failed(pid.status().message());
@@ -273,7 +273,7 @@ void TaskSupervisor::Scan(bool partial) {
       if (p == by_pid.end() || p->second->start_time != it->second) {
         it = task.members.erase(it);
       } else if (p->second->zombie()) {
-        if (p->second->ppid == self) ReapAdoptedChild(it->first);
+        if (p->second->ppid == self) common::ReapAdoptedChild(it->first);
         it = task.members.erase(it);
       } else {
         attributed.insert(it->first);
@@ -302,11 +302,11 @@ void TaskSupervisor::Scan(bool partial) {
   for (const auto& p : procs) {
     if (p.ppid != self) continue;
     if (p.zombie()) {
-      ReapAdoptedChild(p.pid);  // No-op for the agent's own registered children.
+      common::ReapAdoptedChild(p.pid);  // No-op for the agent's own registered children.
       continue;
     }
     if (attributed.count(p.pid) || foreign_orphans_.count({p.pid, p.start_time}) ||
-        IsRegisteredChild(p.pid)) {
+        common::IsRegisteredChild(p.pid)) {
       continue;
     }
     bool claimed = false;
@@ -341,12 +341,12 @@ bool TaskSupervisor::RunHelper(const Task& task, const std::vector<std::string>&
                                int64_t now_micros) {
   int log_fd =
       open(LogPath(task.launch.task_id).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  SpawnOptions spawn;
+  common::SpawnOptions spawn;
   spawn.argv = argv;
   if (!task.plan.helper_env.empty()) spawn.env = task.plan.helper_env;
   spawn.stdout_fd = log_fd;
   spawn.stderr_fd = log_fd;
-  StatusOr<pid_t> pid = SpawnChild(spawn);
+  StatusOr<pid_t> pid = common::SpawnChild(spawn);
   if (!pid.ok() && log_fd >= 0) AppendLine(log_fd, "dgpu: " + pid.status().message());
   if (log_fd >= 0) close(log_fd);
   if (!pid.ok()) return false;
@@ -406,7 +406,7 @@ void TaskSupervisor::AppendToLog(const Task& task, const std::string& line) cons
 
 void TaskSupervisor::ReapHelpers(int64_t now_micros, bool force) {
   for (auto it = helpers_.begin(); it != helpers_.end();) {
-    if (TryReapChild(it->pid).has_value()) {
+    if (common::TryReapChild(it->pid).has_value()) {
       it = helpers_.erase(it);
       continue;
     }
@@ -444,7 +444,7 @@ std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadli
   bool changed = force_scan_;
   for (auto& [id, task] : tasks_) {
     if (!task.leader_status.has_value()) {
-      task.leader_status = TryReapChild(task.leader);
+      task.leader_status = common::TryReapChild(task.leader);
       if (task.leader_status.has_value()) changed = true;
     }
     if (task.phase != Phase::kRunning) changed = true;

@@ -613,14 +613,78 @@ Status ReadTeams(const Section& quota, std::map<std::string, TeamConfig>* out) {
   return OkStatus();
 }
 
+// A node group's name: the rule of team names (it becomes a program's argument).
+Status CheckGroupName(const std::string& key, const std::string& name) {
+  if (core::IsValidTeamName(name)) return OkStatus();
+  return Invalid(key,
+                 "must be 1 to 63 characters of a-z, 0-9, '_' and '-', starting with a "
+                 "letter or digit, got " +
+                     Quote(name));
+}
+
+// autoscale: {enabled, scale_up_delay, idle_timeout, boot_timeout, program_timeout,
+// retry_delay, node_groups: [{name, model, gpus_per_node, min_nodes, max_nodes,
+// scale_up_program, scale_down_program}]}.
+Status ReadAutoscale(const Section& root, AutoscaleConfig* out) {
+  DGPU_OPEN_SECTION(section, root, "autoscale",
+                    {"enabled", "scale_up_delay", "idle_timeout", "boot_timeout", "program_timeout",
+                     "retry_delay", "node_groups"});
+  AutoscaleConfig a;
+  DGPU_CONFIG_RETURN_IF_ERROR(section.ReadBool("enabled", &a.enabled));
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      section.ReadDuration("scale_up_delay", &a.scale_up_delay, DurationRule::kNonNegative));
+  DGPU_CONFIG_RETURN_IF_ERROR(section.ReadDuration("idle_timeout", &a.idle_timeout));
+  DGPU_CONFIG_RETURN_IF_ERROR(section.ReadDuration("boot_timeout", &a.boot_timeout));
+  DGPU_CONFIG_RETURN_IF_ERROR(section.ReadDuration("program_timeout", &a.program_timeout));
+  DGPU_CONFIG_RETURN_IF_ERROR(section.ReadDuration("retry_delay", &a.retry_delay));
+  if (section.Has("node_groups")) {
+    const YAML::Node list = section.Get("node_groups");
+    const std::string key = section.KeyPath("node_groups");
+    if (!list.IsSequence()) return Invalid(key, "must be a list of groups, got " + Describe(list));
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string item = key + "[" + std::to_string(i) + "]";
+      auto group_or = Section::Open(list[i], item,
+                                    {"name", "model", "gpus_per_node", "min_nodes", "max_nodes",
+                                     "scale_up_program", "scale_down_program"});
+      if (!group_or.ok()) return group_or.status();
+      const Section& g = *group_or;
+      NodeGroupConfig n;
+      DGPU_CONFIG_RETURN_IF_ERROR(g.ReadString("name", &n.name, false));
+      DGPU_CONFIG_RETURN_IF_ERROR(CheckGroupName(g.KeyPath("name"), n.name));
+      for (const NodeGroupConfig& other : a.node_groups) {
+        if (other.name == n.name)
+          return Invalid(g.KeyPath("name"), Quote(n.name) + " is listed twice");
+      }
+      DGPU_CONFIG_RETURN_IF_ERROR(g.ReadString("model", &n.model, false));
+      DGPU_CONFIG_RETURN_IF_ERROR(g.ReadInt("gpus_per_node", 1, 1024, &n.gpus_per_node));
+      DGPU_CONFIG_RETURN_IF_ERROR(g.ReadInt("max_nodes", 1, 100'000, &n.max_nodes));
+      DGPU_CONFIG_RETURN_IF_ERROR(g.ReadInt("min_nodes", 0, n.max_nodes, &n.min_nodes));
+      for (auto [name, program] : {std::pair{"scale_up_program", &n.scale_up_program},
+                                   std::pair{"scale_down_program", &n.scale_down_program}}) {
+        DGPU_CONFIG_RETURN_IF_ERROR(g.ReadString(name, program, false));
+        if (!program->starts_with('/')) {
+          return Invalid(g.KeyPath(name), "must be an absolute path, got " + Quote(*program));
+        }
+      }
+      a.node_groups.push_back(std::move(n));
+    }
+  }
+  if (a.enabled && a.node_groups.empty()) {
+    return Invalid("autoscale.node_groups", "must list at least one group when enabled is true");
+  }
+  *out = std::move(a);
+  return OkStatus();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Documents.
 
 StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   SchedulerConfig c;
-  auto root_or = Section::Open(document, "",
-                               {"server", "scheduler", "replication", "quota", "preemption",
-                                "agent", "storage", "ha", "auth", "limits", "logging"});
+  auto root_or =
+      Section::Open(document, "",
+                    {"server", "scheduler", "replication", "quota", "preemption", "agent",
+                     "storage", "ha", "auth", "limits", "autoscale", "logging"});
   if (!root_or.ok()) return root_or.status();
   const Section& root = *root_or;
 
@@ -763,6 +827,7 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   DGPU_OPEN_SECTION(limits, root, "limits", {"max_pending_per_user"});
   DGPU_CONFIG_RETURN_IF_ERROR(
       limits.ReadInt("max_pending_per_user", 1, 100'000'000, &c.limits.max_pending_per_user));
+  DGPU_CONFIG_RETURN_IF_ERROR(ReadAutoscale(root, &c.autoscale));
 
   DGPU_CONFIG_RETURN_IF_ERROR(ReadLogging(root, &c.logging, &c.audit_file));
   return c;
@@ -775,8 +840,12 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
   const Section& root = *root_or;
 
   DGPU_OPEN_SECTION(agent, root, "agent",
-                    {"id", "heartbeat_interval", "stop_tasks_after_disconnect"});
+                    {"id", "heartbeat_interval", "stop_tasks_after_disconnect", "node_group"});
   DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadString("id", &c.agent.id));
+  DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadString("node_group", &c.agent.node_group));
+  if (!c.agent.node_group.empty()) {
+    DGPU_CONFIG_RETURN_IF_ERROR(CheckGroupName("agent.node_group", c.agent.node_group));
+  }
   DGPU_CONFIG_RETURN_IF_ERROR(
       agent.ReadDuration("heartbeat_interval", &c.agent.heartbeat_interval));
   DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadDuration("stop_tasks_after_disconnect",

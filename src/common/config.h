@@ -218,6 +218,32 @@ struct HaConfig {
   bool operator==(const HaConfig&) const = default;
 };
 
+// Section `autoscale`: node groups grown and shrunk by programs (core/autoscale.h).
+struct NodeGroupConfig {
+  std::string name;       // [a-z0-9][a-z0-9_-]{0,62}, unique; agents join with agent.node_group
+  std::string model;      // GPU model of its nodes (matched like a task's gpu_model); non-empty
+  int gpus_per_node = 8;  // 1..1024
+  int min_nodes = 0;      // 0..max_nodes
+  int max_nodes = 1;      // 1..100000
+  // Run as `scale_up_program GROUP COUNT` and `scale_down_program GROUP NODE_ID`; required,
+  // absolute paths (checked to be executable when the scheduler starts).
+  std::string scale_up_program;
+  std::string scale_down_program;
+  bool operator==(const NodeGroupConfig&) const = default;
+};
+
+struct AutoscaleConfig {
+  bool enabled = false;                   // true requires at least one node group
+  milliseconds scale_up_delay{30'000};    // work waiting for room this long asks for nodes; >= 0
+  milliseconds idle_timeout{600'000};     // an idle node above min_nodes is released after; > 0
+  milliseconds boot_timeout{600'000};     // a node asked for that has not registered by then is
+                                          // given up; > 0
+  milliseconds program_timeout{120'000};  // a program still running then is killed; > 0
+  milliseconds retry_delay{30'000};       // after a failed program; doubles up to 10 min; > 0
+  std::vector<NodeGroupConfig> node_groups;
+  bool operator==(const AutoscaleConfig&) const = default;
+};
+
 struct SchedulerConfig {
   ServerConfig server;
   SchedulingConfig scheduler;
@@ -229,6 +255,7 @@ struct SchedulerConfig {
   HaConfig ha;
   AuthConfig auth;
   LimitsConfig limits;
+  AutoscaleConfig autoscale;
   LoggingConfig logging;
   // logging.audit_file (dgpu-scheduler only): one JSON line per write request (POST, PUT,
   // DELETE) appended to this file; empty: no audit log.
@@ -249,6 +276,9 @@ struct AgentIdentityConfig {
   // Reached no scheduler for this long: stop every task (SIGTERM, kill_grace_period, SIGKILL)
   // and report them when a scheduler answers again. 0: never (tasks keep running).
   milliseconds stop_tasks_after_disconnect{0};  // >= 0
+  // The autoscale node group this node belongs to (autoscale.node_groups[].name on the
+  // scheduler); empty: none.
+  std::string node_group;
   bool operator==(const AgentIdentityConfig&) const = default;
 };
 

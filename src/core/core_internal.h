@@ -59,6 +59,7 @@ class TaskQueue {
   using Key = std::pair<int64_t, TaskNumber>;  // (queue_seq, task)
 
   bool empty() const { return live_ == 0; }
+  size_t size() const { return live_; }
   // The first live entry and its task; the queue must not be empty.
   Key front() const { return items_.front().key; }
   Task& front_task() const { return *items_.front().task; }

@@ -225,8 +225,8 @@ void SchedulerCore::QueueHeads(std::vector<QueueHead>& out) const {
   out.clear();
   for (int p = 0; p < kPriorityCount; ++p) {
     for (const Shape* s : queues_[p]->active) {
-      out.push_back(
-          {static_cast<Priority>(p), &s->model, s->gpu_count, s->tasks.front().second, s->reason});
+      out.push_back({static_cast<Priority>(p), &s->model, s->gpu_count, s->tasks.front().second,
+                     s->reason, s->tasks.size()});
     }
   }
 }

@@ -289,6 +289,7 @@ class SchedulerCore {
     int gpu_count = 0;
     TaskNumber task = 0;
     PendingReason reason = PendingReason::kQueued;
+    size_t tasks = 0;  // Pending in its shape, the head included.
   };
   void QueueHeads(std::vector<QueueHead>& out) const;
   // Pending task numbers of one priority in queue order (O(pending); for tests and snapshots).

@@ -94,12 +94,15 @@ std::string_view ToString(NodeMode m) {
       return "cordoned";
     case NodeMode::kDraining:
       return "draining";
+    case NodeMode::kReleasing:
+      return "releasing";
   }
   return "unknown";
 }
 
 std::string_view NodeStateName(bool online, NodeMode m) {
   if (!online) return "offline";
+  if (m == NodeMode::kReleasing) return "cordoned";
   return m == NodeMode::kSchedulable ? "online" : ToString(m);
 }
 
@@ -199,7 +202,8 @@ std::optional<StopReason> ParseStopReason(std::string_view s) {
 }
 
 std::optional<NodeMode> ParseNodeMode(std::string_view s) {
-  for (auto m : {NodeMode::kSchedulable, NodeMode::kCordoned, NodeMode::kDraining}) {
+  for (auto m :
+       {NodeMode::kSchedulable, NodeMode::kCordoned, NodeMode::kDraining, NodeMode::kReleasing}) {
     if (ToString(m) == s) return m;
   }
   return std::nullopt;

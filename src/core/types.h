@@ -45,8 +45,9 @@ enum class GpuStatus : uint8_t { kIdle, kBusy, kOffline, kUnhealthy };
 
 // Whether an online node takes new tasks. Cordoned and draining nodes take none; their running
 // tasks go on (a drain that evicts stops them: StopReason::kDrain). Offline is separate (a node
-// not heard from): a node has a mode whether it is online or not.
-enum class NodeMode : uint8_t { kSchedulable, kCordoned, kDraining };
+// not heard from): a node has a mode whether it is online or not. Releasing: cordoned by the
+// autoscaler, which is giving the node back (core/autoscale.h).
+enum class NodeMode : uint8_t { kSchedulable, kCordoned, kDraining, kReleasing };
 
 // A node's labels (`rack: r1`), for filters such as node selectors.
 using Labels = std::map<std::string, std::string>;
@@ -73,8 +74,9 @@ std::string_view ToString(TaskStatus s);
 std::string_view ToString(PendingReason r);
 std::string_view ToString(GpuStatus s);
 std::string_view ToString(StopReason r);  // "" for kNone, else "cancel", "preempt", ...
-std::string_view ToString(NodeMode m);    // "schedulable", "cordoned", "draining"
-// A node's state as the API shows it: "offline", else "online", "cordoned" or "draining".
+std::string_view ToString(NodeMode m);    // "schedulable", "cordoned", "draining", "releasing"
+// A node's state as the API shows it: "offline", else "online", "cordoned" (releasing too) or
+// "draining".
 std::string_view NodeStateName(bool online, NodeMode m);
 // The life cycle of a stopped task: a task stopped for preempt, drain or gpu_failure goes back to
 // its queue at its old position once its agent confirms; one stopped for member_failure or

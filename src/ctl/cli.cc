@@ -182,7 +182,7 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
 
   // get
   CLI::App* get_cmd =
-      app.add_subcommand("get", "Show tasks, a task, teams, a team, GPUs or agents");
+      app.add_subcommand("get", "Show tasks, a task, teams, a team, GPUs, agents or autoscaling");
   get_cmd->require_subcommand(1);
   ListTasksOptions list;
   std::string list_id;
@@ -214,6 +214,8 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   get_team->add_option("name", team_name, "Team name")->required();
   CLI::App* get_gpus = get_cmd->add_subcommand("gpus", "List GPUs");
   CLI::App* get_agents = get_cmd->add_subcommand("agents", "List agents");
+  CLI::App* get_autoscale =
+      get_cmd->add_subcommand("autoscale", "Show the autoscaled node groups and their nodes");
 
   // quota
   CLI::App* quota_cmd = app.add_subcommand("quota", "Show or set the online/batch quota");
@@ -383,6 +385,7 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
     if (get_team->parsed()) return GetTeam(ctx, team_name);
     if (get_gpus->parsed()) return GetGpus(ctx);
     if (get_agents->parsed()) return GetAgents(ctx);
+    if (get_autoscale->parsed()) return GetAutoscale(ctx);
   }
   if (quota_cmd->parsed()) return quota_set->parsed() ? SetQuota(ctx, online) : ShowQuota(ctx);
   if (team_cmd->parsed()) {

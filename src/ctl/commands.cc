@@ -598,6 +598,35 @@ int GetAgents(const CtlContext& ctx) {
   return kExitOk;
 }
 
+int GetAutoscale(const CtlContext& ctx) {
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kGet, "/autoscale", nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  if (!reply->is_object() || !reply->contains("groups") || !(*reply)["groups"].is_array()) {
+    return BadResponse(ctx, "GET /api/v1/autoscale did not return a groups array");
+  }
+  if (!reply->value("enabled", false)) {
+    *ctx.err << "autoscaling is off (autoscale.enabled in the scheduler's configuration)\n";
+    return kExitOk;
+  }
+  Table table({"group", "model", "gpus/node", "nodes", "online", "idle", "booting", "releasing",
+               "waiting", "last error"});
+  for (const json& g : (*reply)["groups"]) {
+    const int booting = g.value("booting", 0) + g.value("requested", 0);
+    const std::string error = Field(g, "last_error");
+    table.AddRow({Cell(Field(g, "name")), Cell(Field(g, "model")), Cell(Field(g, "gpus_per_node")),
+                  Field(g, "min_nodes") + ".." + Field(g, "max_nodes"), Cell(Field(g, "online")),
+                  Cell(Field(g, "idle")), std::to_string(booting), Cell(Field(g, "releasing")),
+                  Cell(Field(g, "waiting_tasks")), error.empty() ? "-" : error});
+  }
+  *ctx.out << table.Render(!ctx.no_headers);
+  return kExitOk;
+}
+
 int ShowQuota(const CtlContext& ctx) {
   ApiFailure failure;
   auto reply = CallApi(ctx, HttpMethod::kGet, "/quota", nullptr, &failure);

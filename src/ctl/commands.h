@@ -119,6 +119,8 @@ int GetTasks(const CtlContext& ctx, const ListTasksOptions& options);
 int GetTask(const CtlContext& ctx, const std::string& id);
 int GetGpus(const CtlContext& ctx);
 int GetAgents(const CtlContext& ctx);
+// `dgpuctl get autoscale`: GET /autoscale, one row per node group.
+int GetAutoscale(const CtlContext& ctx);
 int ShowQuota(const CtlContext& ctx);
 int SetQuota(const CtlContext& ctx, double online_percent);
 int GetTeams(const CtlContext& ctx);

@@ -270,6 +270,7 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
   RegisterRequest r;
   r.agent_id = req->agent_id();
   r.instance_id = req->instance_id();
+  r.node_group = req->node_group();
   r.address = req->address();
   r.epoch = req->epoch();
   for (const auto& g : req->gpus()) {

@@ -438,6 +438,42 @@ nlohmann::json AgentToJson(const core::NodeView& n) {
        n.last_heartbeat == 0 ? json(nullptr) : json(common::FormatRfc3339(n.last_heartbeat))}};
 }
 
+nlohmann::json AutoscaleToJson(const AutoscaleStatus& status) {
+  const auto seconds = [](std::chrono::milliseconds d) { return d.count() / 1000.0; };
+  json groups = json::array();
+  for (const auto& g : status.groups) {
+    json nodes = json::array();
+    for (const auto& n : g.nodes) {
+      nodes.push_back({{"id", n.id}, {"state", n.state}, {"idle_since", TimeOrNull(n.idle_since)}});
+    }
+    groups.push_back({{"name", g.spec.name},
+                      {"model", g.spec.model},
+                      {"gpus_per_node", g.spec.gpus_per_node},
+                      {"min_nodes", g.spec.min_nodes},
+                      {"max_nodes", g.spec.max_nodes},
+                      {"online", g.online},
+                      {"idle", g.idle},
+                      {"releasing", g.releasing},
+                      {"requested", g.requested},
+                      {"booting", g.booting},
+                      {"waiting_tasks", g.waiting_tasks},
+                      {"nodes_requested", g.nodes_requested},
+                      {"nodes_released", g.nodes_released},
+                      {"failures", g.failures},
+                      {"last_error", g.last_error.empty() ? json(nullptr) : json(g.last_error)},
+                      {"last_error_at", TimeOrNull(g.last_error_at)},
+                      {"retry_at", TimeOrNull(g.retry_at)},
+                      {"last_scale_up", TimeOrNull(g.last_scale_up)},
+                      {"last_scale_down", TimeOrNull(g.last_scale_down)},
+                      {"nodes", std::move(nodes)}});
+  }
+  return json{{"enabled", status.enabled},
+              {"scale_up_delay_seconds", seconds(status.config.scale_up_delay)},
+              {"idle_timeout_seconds", seconds(status.config.idle_timeout)},
+              {"boot_timeout_seconds", seconds(status.config.boot_timeout)},
+              {"groups", std::move(groups)}};
+}
+
 nlohmann::json QuotaToJson(const core::QuotaView& q) {
   auto cls = [&](int p) {
     return json{{"quota", q.quota[p]},

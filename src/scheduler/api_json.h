@@ -13,6 +13,7 @@
 #include "core/scheduler_core.h"
 #include "core/types.h"
 #include "scheduler/application.h"
+#include "scheduler/autoscale_runner.h"
 
 namespace dgpu::scheduler {
 
@@ -83,5 +84,7 @@ std::optional<ApiError> ParseDrainRequest(std::string_view body, NodeModeRequest
 // An agent of GET /agents: {id, address, status (online, cordoned, draining, offline), gpus,
 // free_gpus, tasks, labels, last_heartbeat}.
 nlohmann::json AgentToJson(const core::NodeView& node);
+// GET /api/v1/autoscale.
+nlohmann::json AutoscaleToJson(const AutoscaleStatus& status);
 
 }  // namespace dgpu::scheduler

@@ -547,6 +547,13 @@ void Application::ListAgents(const Caller& caller, Reply<std::vector<core::NodeV
   d_.loop->Post([reply = std::move(reply)](CoreLoop::Context& c) { reply(c.core.Nodes()); });
 }
 
+void Application::GetAutoscale(const Caller& caller, Reply<AutoscaleStatus> reply) {
+  if (auto e = Authorize(caller, Action::kReadCluster, {})) return reply(*e);
+  if (d_.autoscale == nullptr) return reply(AutoscaleStatus{});
+  d_.loop->Post(
+      [this, reply = std::move(reply)](CoreLoop::Context&) { reply(d_.autoscale->View()); });
+}
+
 void Application::Gauges(const Caller& caller, Reply<GaugeSnapshot> reply) {
   if (auto e = Authorize(caller, Action::kReadCluster, {})) return reply(*e);
   d_.loop->Post([this, reply = std::move(reply)](CoreLoop::Context& c) {
@@ -604,9 +611,9 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
   std::string where = address == caller.peer ? address : address + " (" + caller.peer + ")";
   d_.loop->Post([this, id = std::move(request.agent_id), address = std::move(address),
                  instance = std::move(request.instance_id), where = std::move(where),
-                 gpus = std::move(request.gpus), running = std::move(running),
-                 finished = std::move(finished), unparsable = std::move(unparsable),
-                 registered = std::move(registered),
+                 group = std::move(request.node_group), gpus = std::move(request.gpus),
+                 running = std::move(running), finished = std::move(finished),
+                 unparsable = std::move(unparsable), registered = std::move(registered),
                  reply = std::move(reply)](CoreLoop::Context& c) mutable {
     // Another agent under the id of a node whose session is alive (a copied configuration or
     // machine image): refused, so that it cannot take over the node's GPUs and tasks.
@@ -627,6 +634,7 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
     d_.agents->BeginSession(id);
     Status s = c.core.RegisterNode(id, address, gpus, running, finished, c.now);
     if (!s.ok()) return reply(ErrorFromStatus(s));
+    if (d_.autoscale != nullptr) d_.autoscale->NodeRegistered(id, group);
     if (!unparsable.empty()) d_.agents->OrderStops(id, unparsable, core::StopReason::kReconcile);
     registered.epoch = d_.leader->epoch();
     ReplyWhenDurable(c, std::move(registered), std::move(reply));

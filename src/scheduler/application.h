@@ -29,6 +29,7 @@
 #include "core/scheduler_core.h"
 #include "core/types.h"
 #include "scheduler/auth.h"
+#include "scheduler/autoscale_runner.h"
 #include "scheduler/core_loop.h"
 #include "scheduler/leader_state.h"
 #include "scheduler/metrics.h"
@@ -237,6 +238,7 @@ struct RegisterRequest {
   };
   std::string agent_id;
   std::string instance_id;  // Empty (an older agent): not checked.
+  std::string node_group;   // agent.node_group; empty: none.
   std::string address;      // Empty: the caller's peer address.
   uint64_t epoch = 0;
   std::vector<core::GpuInfo> gpus;
@@ -317,7 +319,8 @@ struct ApplicationDeps {
   AgentChannel* agents;
   const Authorizer* authorizer;
   WorkerPool* background;  // Long jobs (database snapshots), off the owner and reader threads.
-  int max_pending_per_user = 100000;  // limits.max_pending_per_user; tasks with a user only.
+  int max_pending_per_user = 100000;     // limits.max_pending_per_user; tasks with a user only.
+  AutoscaleRunner* autoscale = nullptr;  // Null: autoscaling is off.
 };
 
 class Application {
@@ -340,6 +343,7 @@ class Application {
   void DeleteTeam(const Caller& caller, const std::string& name, Reply<Done> reply);
   void ListGpus(const Caller& caller, Reply<std::vector<core::GpuView>> reply);
   void ListAgents(const Caller& caller, Reply<std::vector<core::NodeView>> reply);
+  void GetAutoscale(const Caller& caller, Reply<AutoscaleStatus> reply);
   // Cordon, uncordon or drain (durable; not_found for a node never registered).
   void SetNodeMode(const Caller& caller, const NodeModeRequest& request, Reply<NodeModeSet> reply);
   void Gauges(const Caller& caller, Reply<GaugeSnapshot> reply);

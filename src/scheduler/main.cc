@@ -23,6 +23,7 @@
 #include "scheduler/agent_service.h"
 #include "scheduler/audit_log.h"
 #include "scheduler/auth.h"
+#include "scheduler/autoscale_runner.h"
 #include "scheduler/core_loop.h"
 #include "scheduler/event_recorder.h"
 #include "scheduler/replication.h"
@@ -200,6 +201,26 @@ int Run(int argc, char** argv) {
     // While storage is failing, keep retrying the kept changes.
     if (!journal.health().ok()) c.OnDurable([](const Status&) {});
   });
+  std::unique_ptr<AutoscaleRunner> autoscale;
+  if (cfg.autoscale.enabled) {
+    autoscale = std::make_unique<AutoscaleRunner>(cfg.autoscale, cfg.quota.online_percent,
+                                                  cfg.quota.borrowing, &loop);
+    if (Status s = autoscale->CheckPrograms(); !s.ok()) {
+      journal.Shutdown();
+      return Fail(s.message());
+    }
+    loop.AddTimer(std::chrono::seconds(1), [&leader, a = autoscale.get()](CoreLoop::Context& c) {
+      if (leader.MayAct(common::SystemClock::Instance().MonotonicMicros())) a->Tick(c);
+    });
+    std::string groups;
+    for (const auto& g : cfg.autoscale.node_groups) {
+      groups += fmt::format("{}{} ({} x {}, {}..{} nodes)", groups.empty() ? "" : ", ", g.name,
+                            g.gpus_per_node, g.model, g.min_nodes, g.max_nodes);
+    }
+    spdlog::info("autoscale: node groups {}; scale_up_delay {} s, idle_timeout {} s", groups,
+                 cfg.autoscale.scale_up_delay.count() / 1000,
+                 cfg.autoscale.idle_timeout.count() / 1000);
+  }
   // The safety-net pass: every batch ends with a pass, so an empty batch is enough.
   loop.AddTimer(cfg.scheduler.schedule_interval, [](CoreLoop::Context&) {});
   const std::string snapshot_dir = cfg.storage.snapshot_dir;
@@ -235,7 +256,7 @@ int Run(int argc, char** argv) {
   // The use cases both transports call.
   RoleAuthorizer authorizer;
   Application app({&loop, &leader, db.get(), &readers, &journal, &metrics, &hub, &authorizer,
-                   &background, cfg.limits.max_pending_per_user});
+                   &background, cfg.limits.max_pending_per_user, autoscale.get()});
 
   // gRPC.
   AgentService agent_service(
@@ -343,6 +364,7 @@ int Run(int argc, char** argv) {
   StateHeader final_state;
   loop.RunAndWait(
       [&](CoreLoop::Context& c) { final_state = TakeStateHeader(c.core, leader.epoch(), c.now); });
+  if (autoscale) autoscale->Stop();  // Programs still running are killed.
   readers.Stop();
   background.Stop();  // A snapshot being written finishes first.
   loop.Stop();

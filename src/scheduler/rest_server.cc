@@ -632,6 +632,15 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
+  restinio::request_handling_status_t Autoscale(const req_t& req, const Caller& caller) {
+    d.app->GetAutoscale(caller, Answer<AutoscaleStatus>(req, caller, "GET /api/v1/autoscale",
+                                                        [](const AutoscaleStatus& status) {
+                                                          return std::pair(
+                                                              200, Dump(AutoscaleToJson(status)));
+                                                        }));
+    return restinio::request_accepted();
+  }
+
   // POST /agents/{id}/cordon | uncordon | drain: answered with the agent as it is then and the
   // stops a drain ordered.
   restinio::request_handling_status_t SetNodeMode(const req_t& req, const Caller& caller,
@@ -807,6 +816,10 @@ struct RestServer::Impl {
           [this](const req_t& q, const Caller& c, params_t) { return Agents(q, c); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/agents",
                    not_allowed("/api/v1/agents"));
+    Route(*r, http_method_get(), "/api/v1/autoscale", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t) { return Autoscale(q, c); });
+    r->add_handler(none_of_methods(http_method_get()), "/api/v1/autoscale",
+                   not_allowed("/api/v1/autoscale"));
     for (const auto& verb_mode : {std::pair("cordon", core::NodeMode::kCordoned),
                                   std::pair("uncordon", core::NodeMode::kSchedulable),
                                   std::pair("drain", core::NodeMode::kDraining)}) {

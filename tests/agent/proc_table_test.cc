@@ -5,7 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "agent/child_process.h"
+#include "common/child_process.h"
 
 namespace dgpu::agent {
 namespace {
@@ -43,10 +43,10 @@ TEST(ProcTableTest, ReadsOwnProcess) {
 }
 
 TEST(ProcTableTest, EnvironContains) {
-  SpawnOptions spawn;
+  common::SpawnOptions spawn;
   spawn.argv = {"/bin/sleep", "30"};
   spawn.env = std::vector<std::string>{"DGPU_MARK=task-1", "PATH=/bin"};
-  auto pid = SpawnChild(spawn);
+  auto pid = common::SpawnChild(spawn);
   ASSERT_TRUE(pid.ok()) << pid.status().ToString();
   // posix_spawn returns once the exec is under way; the kernel publishes the new environment a
   // moment later.
@@ -61,31 +61,31 @@ TEST(ProcTableTest, EnvironContains) {
   kill(*pid, SIGKILL);
   int status = 0;
   EXPECT_EQ(waitpid(*pid, &status, 0), *pid);
-  ReleaseChild(*pid);
+  common::ReleaseChild(*pid);
   EXPECT_FALSE(EnvironContains(999999999, "A=B"));
 }
 
 TEST(ChildProcessTest, SpawnErrors) {
-  EXPECT_EQ(SpawnChild({}).status().code(), StatusCode::kInvalidArgument);
-  SpawnOptions missing;
+  EXPECT_EQ(common::SpawnChild({}).status().code(), StatusCode::kInvalidArgument);
+  common::SpawnOptions missing;
   missing.argv = {"dgpu-no-such-program-anywhere"};
-  auto status = SpawnChild(missing).status();
+  auto status = common::SpawnChild(missing).status();
   EXPECT_EQ(status.code(), StatusCode::kNotFound);
   EXPECT_EQ(status.message(), "program 'dgpu-no-such-program-anywhere' not found on PATH");
-  SpawnOptions bad_dir;
+  common::SpawnOptions bad_dir;
   bad_dir.argv = {"/bin/true"};
   bad_dir.working_dir = "/nonexistent/dir";
-  status = SpawnChild(bad_dir).status();
+  status = common::SpawnChild(bad_dir).status();
   EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(status.message(), "chdir to '/nonexistent/dir' failed: No such file or directory");
 }
 
 TEST(ChildProcessTest, RunCommandCapturesOutput) {
-  auto result = RunCommand({"/bin/sh", "-c", "echo out; echo err >&2; exit 4"}, 5000);
+  auto result = common::RunCommand({"/bin/sh", "-c", "echo out; echo err >&2; exit 4"}, 5000);
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_EQ(result->out, "out\n");
   EXPECT_EQ(result->err, "err\n");
-  EXPECT_EQ(DescribeWaitStatus(result->wait_status), "exit code 4");
+  EXPECT_EQ(common::DescribeWaitStatus(result->wait_status), "exit code 4");
 }
 
 }  // namespace

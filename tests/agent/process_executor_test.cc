@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <map>
 
-#include "agent/child_process.h"
 #include "agent/proc_table.h"
+#include "common/child_process.h"
 #include "common/task_env.h"
 #include "test_util.h"
 
@@ -487,7 +487,7 @@ TEST_F(ProcessExecutorTest, DetachLeavesTasksRunning) {
   kill(*pid, SIGKILL);
   int status = 0;
   EXPECT_EQ(waitpid(*pid, &status, 0), *pid);
-  ReleaseChild(*pid);
+  common::ReleaseChild(*pid);
 }
 
 TEST_F(ProcessExecutorTest, DestructorKillsTasks) {
@@ -526,7 +526,7 @@ class TestAccount {
   bool ok() const { return ok_; }
   const std::string& name() const { return name_; }
   std::string Id(const std::string& flag) const {
-    auto r = RunCommand({"id", flag, name_}, 5000);
+    auto r = common::RunCommand({"id", flag, name_}, 5000);
     if (!r.ok()) return "";
     std::string out = r->out;
     while (!out.empty() && out.back() == '\n') out.pop_back();
@@ -537,7 +537,7 @@ class TestAccount {
   // /etc/passwd may be locked by a parallel test: a few tries.
   static bool Run(const std::string& command) {
     for (int i = 0; i < 20; ++i) {
-      auto r = RunCommand({"/bin/sh", "-c", command + " 2>&1"}, 10000);
+      auto r = common::RunCommand({"/bin/sh", "-c", command + " 2>&1"}, 10000);
       if (r.ok() && r->wait_status == 0) return true;
       usleep(100000);
     }
@@ -551,7 +551,7 @@ class RunAsSubmitterTest : public ProcessExecutorTest {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "run_as submitter needs root";
-    if (!FindExecutable("setpriv").ok() || !FindExecutable("useradd").ok()) {
+    if (!common::FindExecutable("setpriv").ok() || !common::FindExecutable("useradd").ok()) {
       GTEST_SKIP() << "needs setpriv and useradd";
     }
     ASSERT_EQ(chmod(dir_.path().c_str(), 0755), 0);  // The user walks into work_dir.

@@ -166,6 +166,12 @@ def test_snapshot_saves_the_database_whole(client, tmp_path):
     assert client.snapshot(path, overwrite=True).tasks >= count
 
 
+def test_autoscale_off(client):
+    a = client.autoscale()
+    assert (a["enabled"], a["groups"]) == (False, [])
+    assert a["idle_timeout_seconds"] == 600
+
+
 def test_cordon_drain_uncordon(client):
     a = client.cordon("a1")
     assert (a.id, a.status, a.mode) == ("a1", "cordoned", "cordoned")

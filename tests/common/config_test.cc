@@ -845,6 +845,84 @@ TEST(AgentConfigTest, Tls) {
             "certificate needs its key)");
 }
 
+TEST(SchedulerConfigTest, AutoscaleNodeGroups) {
+  const AutoscaleConfig off = SchedulerConfig{}.autoscale;
+  EXPECT_FALSE(off.enabled);
+  EXPECT_EQ(std::make_tuple(off.scale_up_delay, off.idle_timeout, off.boot_timeout,
+                            off.program_timeout, off.retry_delay),
+            std::make_tuple(milliseconds{30'000}, milliseconds{600'000}, milliseconds{600'000},
+                            milliseconds{120'000}, milliseconds{30'000}));
+  const AutoscaleConfig a = MustLoadScheduler(R"(
+autoscale:
+  enabled: true
+  scale_up_delay: 0
+  idle_timeout: 10m
+  node_groups:
+    - {name: a100, model: "A100", gpus_per_node: 8, min_nodes: 1, max_nodes: 20,
+       scale_up_program: /usr/local/bin/dgpu-up, scale_down_program: /usr/local/bin/dgpu-down}
+    - {name: v100-spot, model: V100, max_nodes: 4, scale_up_program: /bin/up,
+       scale_down_program: /bin/down}
+)")
+                                .autoscale;
+  EXPECT_TRUE(a.enabled);
+  EXPECT_EQ(a.scale_up_delay, milliseconds{0});
+  EXPECT_EQ(a.idle_timeout, milliseconds{600'000});
+  ASSERT_EQ(a.node_groups.size(), 2u);
+  const NodeGroupConfig& g = a.node_groups[0];
+  EXPECT_EQ(std::make_tuple(g.name, g.model, g.gpus_per_node, g.min_nodes, g.max_nodes,
+                            g.scale_up_program, g.scale_down_program),
+            std::make_tuple(std::string("a100"), std::string("A100"), 8, 1, 20,
+                            std::string("/usr/local/bin/dgpu-up"),
+                            std::string("/usr/local/bin/dgpu-down")));
+  EXPECT_EQ(std::make_tuple(a.node_groups[1].gpus_per_node, a.node_groups[1].min_nodes),
+            std::make_tuple(8, 0));
+
+  const std::string kGroup =
+      "{name: g, model: m, max_nodes: 2, scale_up_program: /u, "
+      "scale_down_program: /d";
+  const std::pair<std::string, std::string> bad[] = {
+      {"autoscale: {enabled: true}",
+       "autoscale.node_groups: must list at least one group when enabled is true"},
+      {"autoscale: {idle_timeout: 0}",
+       "autoscale.idle_timeout: must be a positive duration, got \"0\""},
+      {"autoscale: {scale_up_delay: -1}",
+       "autoscale.scale_up_delay: must be a non-negative duration, got \"-1\""},
+      {"autoscale: {node_groups: {g: 1}}",
+       "autoscale.node_groups: must be a list of groups, got a mapping"},
+      {"autoscale: {node_groups: [" + kGroup + ", min_nodes: 3}]}",
+       "autoscale.node_groups[0].min_nodes: must be an integer in [0, 2], got \"3\""},
+      {"autoscale: {node_groups: [" + kGroup + ", gpus_per_node: 0}]}",
+       "autoscale.node_groups[0].gpus_per_node: must be an integer in [1, 1024], got \"0\""},
+      {"autoscale: {node_groups: [{name: g, model: m, max_nodes: 2, scale_up_program: up, "
+       "scale_down_program: /d}]}",
+       "autoscale.node_groups[0].scale_up_program: must be an absolute path, got \"up\""},
+      {"autoscale: {node_groups: [{name: g, model: m, max_nodes: 2, scale_up_program: /u}]}",
+       "autoscale.node_groups[0].scale_down_program: must not be empty"},
+      {"autoscale: {node_groups: [" + kGroup + "}, " + kGroup + "}]}",
+       "autoscale.node_groups[1].name: \"g\" is listed twice"},
+      {"autoscale: {node_groups: [{name: G, model: m, max_nodes: 2}]}",
+       "autoscale.node_groups[0].name: must be 1 to 63 characters of a-z, 0-9, '_' and '-', "
+       "starting with a letter or digit, got \"G\""},
+      {"autoscale: {node_groups: [" + kGroup + ", max: 2}]}",
+       "unknown key \"autoscale.node_groups[0].max\""},
+  };
+  for (const auto& [yaml, message] : bad) {
+    auto r = LoadSchedulerConfigFromString(yaml);
+    ASSERT_FALSE(r.ok()) << yaml;
+    EXPECT_EQ(r.status().message(), message) << yaml;
+  }
+}
+
+TEST(AgentConfigTest, NodeGroup) {
+  EXPECT_EQ(AgentConfig{}.agent.node_group, "");
+  EXPECT_EQ(MustLoadAgent("agent: {node_group: a100}").agent.node_group, "a100");
+  auto bad = LoadAgentConfigFromString("agent: {node_group: A100}");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "agent.node_group: must be 1 to 63 characters of a-z, 0-9, '_' and '-', starting "
+            "with a letter or digit, got \"A100\"");
+}
+
 TEST(AgentConfigTest, StopTasksAfterDisconnect) {
   EXPECT_EQ(AgentConfig{}.agent.stop_tasks_after_disconnect, milliseconds{0});
   EXPECT_EQ(

@@ -37,6 +37,15 @@ TEST(EnumTest, RoundTrips) {
   EXPECT_EQ(ToString(StopReason::kMemberFailure), "member_failure");
   EXPECT_EQ(ToString(StopReason::kNone), "");
   EXPECT_EQ(ParseStopReason("cancelled"), std::nullopt);
+  for (auto m :
+       {NodeMode::kSchedulable, NodeMode::kCordoned, NodeMode::kDraining, NodeMode::kReleasing}) {
+    EXPECT_EQ(ParseNodeMode(ToString(m)), m);
+  }
+  EXPECT_EQ(ToString(NodeMode::kReleasing), "releasing");
+  // The autoscaler's cordon shows as cordoned.
+  EXPECT_EQ(NodeStateName(true, NodeMode::kReleasing), "cordoned");
+  EXPECT_EQ(NodeStateName(false, NodeMode::kReleasing), "offline");
+  EXPECT_EQ(ParseNodeMode("Cordoned"), std::nullopt);
 }
 
 }  // namespace

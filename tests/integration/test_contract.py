@@ -202,6 +202,8 @@ class LiveTest(NeedsModules, ClusterTestCase):
         call("DELETE", API + "/teams/vision", 200)
         call("DELETE", API + "/teams/vision", 404)
         call("GET", API + "/agents", 200)
+        call("GET", API + "/autoscale", 200)
+        call("POST", API + "/autoscale", 405)
         call("POST", API + "/agents/a1/cordon", 200)
         call("POST", API + "/agents/nope/cordon", 404)
         call("POST", API + "/agents/a1/drain", 200, {"evict": True, "grace_seconds": 0})

@@ -81,8 +81,10 @@ class DrainTest(ClusterTestCase):
         self.assertIn("reason: drain", log)
 
     def test_modes_survive_a_scheduler_restart(self):
-        runs = self.c.submit("sleep 300")
+        pidfile = os.path.join(self.c.tmp, "pid")
+        runs = self.c.submit("echo $$ > %s; exec sleep 300" % pidfile)
         node = self.node_of(runs)
+        read_pid(pidfile)  # Its agent runs it: it reports it when it registers again.
         self.mode("a1", "cordon")
         self.mode("a2", "drain")  # No eviction: its task runs on.
         self.c.scheduler.kill9()

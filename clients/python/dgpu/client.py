@@ -253,6 +253,11 @@ class Client:
         """Every agent (``GET /api/v1/agents``)."""
         return [Agent.from_json(a) for a in self._call("GET", API + "/agents")["agents"]]
 
+    def autoscale(self) -> dict:
+        """The autoscaled node groups, their nodes and the nodes asked for, as the scheduler's
+        JSON (``GET /api/v1/autoscale``); ``enabled`` is false when autoscaling is off."""
+        return self._call("GET", API + "/autoscale")
+
     def cordon(self, agent_id: str) -> Agent:
         """Keeps new tasks off a node (``POST /api/v1/agents/{id}/cordon``); its running tasks
         go on. Returns the agent. NotFound for an agent that never registered."""

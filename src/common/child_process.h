@@ -1,5 +1,5 @@
-// Child processes of the agent: spawning without a shell, running a command to completion with a
-// timeout, and a process-wide record of the children spawned here.
+// Child processes of the agent and the scheduler: spawning without a shell, running a command to
+// completion with a timeout, and a process-wide record of the children spawned here.
 //
 // Why a process-wide record: the executor makes the agent a child subreaper, so processes that a
 // task leaves behind are re-parented to the agent and must be reaped by it. Such "adopted"
@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,7 +20,7 @@
 
 #include "base/status.h"
 
-namespace dgpu::agent {
+namespace dgpu::common {
 
 struct SpawnOptions {
   // argv[0] is a path, or a bare name looked up on the agent's PATH. Must not be empty.
@@ -64,10 +65,23 @@ struct CommandResult {
 
 // Runs argv to completion, capturing stdout and stderr (each capped at 4 MiB). After timeout_ms the
 // child's process group is killed and DeadlineExceeded returned.
+// When `cancel` turns true the child's process group is killed too and Cancelled returned (seen
+// within 100 ms).
 StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, int64_t timeout_ms,
-                                   std::optional<std::vector<std::string>> env = std::nullopt);
+                                   std::optional<std::vector<std::string>> env = std::nullopt,
+                                   const std::atomic<bool>* cancel = nullptr);
 
 // "exit code N" / "signal N" for a wait status.
 std::string DescribeWaitStatus(int wait_status);
 
-}  // namespace dgpu::agent
+// Runs argv (RunCommand) and says why it did not succeed: OK on exit code 0, else an error whose
+// message starts with the command line: "CMD failed (exit code 1): <first output line>",
+// "CMD did not finish within N s" (DeadlineExceeded), "CMD cannot run: ..." (as SpawnChild),
+// "'CMD' was stopped: shutting down" (Cancelled).
+Status RunToSuccess(const std::vector<std::string>& argv, int64_t timeout_ms,
+                    const std::atomic<bool>* cancel = nullptr);
+
+// The first non-blank line of a program's output, trimmed, cut at `max_chars` (then "...").
+std::string FirstOutputLine(const std::string& text, size_t max_chars = 200);
+
+}  // namespace dgpu::common

@@ -1,4 +1,4 @@
-#include "agent/child_process.h"
+#include "common/child_process.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -17,7 +17,7 @@
 
 extern char** environ;
 
-namespace dgpu::agent {
+namespace dgpu::common {
 namespace {
 
 std::mutex registry_mutex;
@@ -184,7 +184,8 @@ std::string DescribeWaitStatus(int wait_status) {
 }
 
 StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, int64_t timeout_ms,
-                                   std::optional<std::vector<std::string>> env) {
+                                   std::optional<std::vector<std::string>> env,
+                                   const std::atomic<bool>* cancel) {
   int out_pipe[2];
   int err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0) return Internal(std::string("pipe2: ") + strerror(errno));
@@ -214,6 +215,9 @@ StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, int64_t
   std::string* sinks[2] = {&result.out, &result.err};
   int open_fds = 2;
   bool timed_out = false;
+  bool cancelled = false;
+  const auto should_cancel = [cancel] { return cancel != nullptr && cancel->load(); };
+  const int64_t max_wait_ms = cancel != nullptr ? 100 : 1000;
   while (open_fds > 0) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -221,7 +225,11 @@ StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, int64_t
       timed_out = true;
       break;
     }
-    int r = poll(fds, 2, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    if (should_cancel()) {
+      cancelled = true;
+      break;
+    }
+    int r = poll(fds, 2, static_cast<int>(std::min<int64_t>(left.count(), max_wait_ms)));
     if (r < 0 && errno == EINTR) continue;  // revents are stale: a read could block.
     if (r < 0) break;
     for (int i = 0; i < 2; ++i) {
@@ -240,15 +248,22 @@ StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, int64_t
   for (auto& fd : fds) {
     if (fd.fd >= 0) close(fd.fd);
   }
-  if (timed_out) kill(-*pid, SIGKILL);
+  if (timed_out || cancelled) kill(-*pid, SIGKILL);
   // The pipes are closed (or the child killed); wait for the exit, bounded by the deadline.
   std::optional<int> status;
   while (!(status = TryReapChild(*pid)).has_value()) {
-    if (std::chrono::steady_clock::now() >= deadline && !timed_out) {
-      timed_out = true;
-      kill(-*pid, SIGKILL);
+    if (!timed_out && !cancelled) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        timed_out = true;
+      } else if (should_cancel()) {
+        cancelled = true;
+      }
+      if (timed_out || cancelled) kill(-*pid, SIGKILL);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (cancelled) {
+    return Status(StatusCode::kCancelled, "'" + argv[0] + "' was stopped: shutting down");
   }
   if (timed_out) {
     return Status(StatusCode::kDeadlineExceeded,
@@ -258,4 +273,38 @@ StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, int64_t
   return result;
 }
 
-}  // namespace dgpu::agent
+std::string FirstOutputLine(const std::string& text, size_t max_chars) {
+  const size_t begin = text.find_first_not_of(" \t\r\n");
+  if (begin == std::string::npos) return "";
+  const size_t end = text.find_first_of("\r\n", begin);
+  std::string line = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.pop_back();
+  if (line.size() > max_chars) line = line.substr(0, max_chars) + "...";
+  return line;
+}
+
+Status RunToSuccess(const std::vector<std::string>& argv, int64_t timeout_ms,
+                    const std::atomic<bool>* cancel) {
+  std::string command;
+  for (const std::string& arg : argv) command += (command.empty() ? "" : " ") + arg;
+  StatusOr<CommandResult> r = RunCommand(argv, timeout_ms, std::nullopt, cancel);
+  if (!r.ok()) {
+    switch (r.status().code()) {
+      case StatusCode::kDeadlineExceeded:
+        return Status(StatusCode::kDeadlineExceeded, command + " did not finish within " +
+                                                         std::to_string(timeout_ms / 1000) + " s");
+      case StatusCode::kCancelled:
+        return r.status();
+      default:
+        return Status(r.status().code(), command + " cannot run: " + r.status().message());
+    }
+  }
+  if (WIFEXITED(r->wait_status) && WEXITSTATUS(r->wait_status) == 0) return OkStatus();
+  std::string said = FirstOutputLine(r->out);
+  if (said.empty()) said = FirstOutputLine(r->err);
+  return Status(StatusCode::kUnavailable, command + " failed (" +
+                                              DescribeWaitStatus(r->wait_status) + ")" +
+                                              (said.empty() ? "" : ": " + said));
+}
+
+}  // namespace dgpu::common
