@@ -439,7 +439,9 @@ nlohmann::json AgentToJson(const core::NodeView& n) {
 }
 
 nlohmann::json AutoscaleToJson(const AutoscaleStatus& status) {
-  const auto seconds = [](std::chrono::milliseconds d) { return d.count() / 1000.0; };
+  const auto seconds = [](std::chrono::milliseconds d) {
+    return std::chrono::duration<double>(d).count();
+  };
   json groups = json::array();
   for (const auto& g : status.groups) {
     json nodes = json::array();

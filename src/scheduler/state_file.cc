@@ -107,8 +107,7 @@ Status WriteFromSnapshot(const std::string& dir, const StateHeader& header,
   out.Write("{\n  \"epoch\": " + json(header.epoch).dump());
   // The tasks come from the store's snapshot, opened after the header was taken: tasks stored
   // in between are in the file, so the number comes from that snapshot too (never lower).
-  const core::TaskNumber next =
-      std::max(header.next_task_number, snapshot.meta().next_task_number);
+  const core::TaskNumber next = std::max(header.next_task_number, snapshot.meta().next_task_number);
   out.Write(",\n  \"next_task_number\": " + json(next).dump());
   out.Write(",\n  \"nodes\": " + Nested(NodesToJson(header.nodes), 1));
   out.Write(",\n  \"online_percent\": " + json(header.online_percent).dump());
