@@ -201,11 +201,7 @@ class Fleet {
 
   void Tick(TimeMicros now) {
     next_tick_ = now + options_.tick;
-    core_.QueueHeads(heads_);
-    demand_.clear();
-    for (const auto& h : heads_) {
-      demand_.push_back({h.priority, *h.gpu_model, h.gpu_count, h.tasks, h.reason});
-    }
+    inputs_.Read(core_);
     nodes_.clear();
     for (uint32_t i = 0; i < state_.size(); ++i) {
       if (state_[i] != State::kUp && state_[i] != State::kReleased) continue;
@@ -214,11 +210,7 @@ class Fleet {
            state_[i] == State::kUp ? core::NodeMode::kSchedulable : core::NodeMode::kReleasing,
            tasks_[i]});
     }
-    const core::QuotaView quota = core_.Quota();
-    core::ScaleQuota q;
-    q.total_gpus = quota.total_gpus;
-    for (int p = 0; p < core::kPriorityCount; ++p) q.used[p] = quota.used[p];
-    core::AutoscalePlan plan = planner_.Plan(demand_, nodes_, q, now);
+    core::AutoscalePlan plan = planner_.Plan(inputs_.demand(), nodes_, inputs_.quota(), now);
     result_.boot_timeouts += plan.errors.size();
     for (const std::string& id : plan.forget) {
       const uint32_t node = static_cast<uint32_t>(Layout::NodeIndex(id));
@@ -315,8 +307,7 @@ class Fleet {
   long double provisioned_gpu_ = 0;    // GPU-microseconds.
   long double provisioned_nodes_ = 0;  // Node-microseconds.
   SimResult::AutoscaleResult result_;
-  std::vector<core::SchedulerCore::QueueHead> heads_;
-  std::vector<core::ScaleDemand> demand_;
+  core::ScaleInputs inputs_;
   std::vector<core::ScaleNode> nodes_;
 };
 

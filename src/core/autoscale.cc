@@ -29,6 +29,17 @@ int QuotaOf(Priority p, int total, double online_percent) {
 
 }  // namespace
 
+void ScaleInputs::Read(const SchedulerCore& core) {
+  core.QueueHeads(heads_);
+  demand_.clear();
+  for (const auto& h : heads_) {
+    demand_.push_back({h.priority, *h.gpu_model, h.gpu_count, h.tasks, h.reason});
+  }
+  const QuotaView quota = core.Quota();
+  quota_.total_gpus = quota.total_gpus;
+  for (int p = 0; p < kPriorityCount; ++p) quota_.used[p] = quota.used[p];
+}
+
 Autoscaler::Autoscaler(AutoscaleSettings settings) : settings_(std::move(settings)) {
   groups_.resize(settings_.groups.size());
   for (size_t g = 0; g < settings_.groups.size(); ++g) {

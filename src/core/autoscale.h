@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "core/scheduler_core.h"
 #include "core/types.h"
 
 namespace dgpu::core {
@@ -104,6 +105,20 @@ struct AutoscalePlan {
   // "group: why", to be logged.
   std::vector<std::string> errors;
   bool empty() const { return up.empty() && down.empty() && forget.empty(); }
+};
+
+// What the planner reads from the core, gathered with buffers kept between looks: the queue
+// heads as demand and the quota figures.
+class ScaleInputs {
+ public:
+  void Read(const SchedulerCore& core);
+  const std::vector<ScaleDemand>& demand() const { return demand_; }
+  const ScaleQuota& quota() const { return quota_; }
+
+ private:
+  std::vector<SchedulerCore::QueueHead> heads_;  // demand_ points into their models.
+  std::vector<ScaleDemand> demand_;
+  ScaleQuota quota_;
 };
 
 class Autoscaler {

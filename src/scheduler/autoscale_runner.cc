@@ -117,11 +117,7 @@ void AutoscaleRunner::Release(CoreLoop::Context& c, const core::AutoscalePlan::D
 }
 
 void AutoscaleRunner::Tick(CoreLoop::Context& c) {
-  c.core.QueueHeads(heads_);
-  demand_.clear();
-  for (const auto& h : heads_) {
-    demand_.push_back({h.priority, *h.gpu_model, h.gpu_count, h.tasks, h.reason});
-  }
+  inputs_.Read(c.core);
   const std::vector<core::NodeView> nodes = c.core.Nodes();
   nodes_.clear();
   for (const auto& n : nodes) {
@@ -129,11 +125,7 @@ void AutoscaleRunner::Tick(CoreLoop::Context& c) {
     if (it == node_group_.end() || it->second < 0) continue;
     nodes_.push_back({n.id, it->second, n.online, n.mode, n.tasks});
   }
-  const core::QuotaView quota = c.core.Quota();
-  core::ScaleQuota q;
-  q.total_gpus = quota.total_gpus;
-  for (int p = 0; p < core::kPriorityCount; ++p) q.used[p] = quota.used[p];
-  core::AutoscalePlan plan = planner_.Plan(demand_, nodes_, q, c.now);
+  core::AutoscalePlan plan = planner_.Plan(inputs_.demand(), nodes_, inputs_.quota(), c.now);
   for (const std::string& error : plan.errors) spdlog::warn("autoscale: {}", error);
 
   for (const std::string& node : plan.forget) {

@@ -63,8 +63,7 @@ class AutoscaleRunner {
   // Owner thread only.
   std::unordered_map<std::string, int> node_group_;  // -1: a group not configured.
   std::set<std::string> unknown_groups_;             // Logged once each.
-  std::vector<core::SchedulerCore::QueueHead> heads_;
-  std::vector<core::ScaleDemand> demand_;
+  core::ScaleInputs inputs_;
   std::vector<core::ScaleNode> nodes_;
 };
 
