@@ -264,7 +264,27 @@ AutoscalePlan Autoscaler::Plan(std::span<const ScaleDemand> demand,
     groups_[g].view.last_scale_up = now;
   }
 
-  // Releases: longest idle first, the group kept at min_nodes, none while it grows.
+  // Releases: longest idle first, the group kept at min_nodes, none while it grows. Without
+  // borrowing, a class whose tasks wait for its quota keeps the GPUs its quota stands on (else
+  // each release would shrink the quota and the next look ask for the node again).
+  bool quota_waits[kPriorityCount] = {false, false};
+  for (const ScaleDemand& d : demand) {
+    if (!settings_.borrowing && d.reason == PendingReason::kQuotaExhausted && d.tasks > 0) {
+      quota_waits[static_cast<int>(d.priority)] = true;
+    }
+  }
+  int released_gpus = 0;
+  const auto shrinks_a_waiting_quota = [&](int gpus) {
+    const int before = quota.total_gpus - released_gpus;
+    for (int p = 0; p < kPriorityCount; ++p) {
+      const auto prio = static_cast<Priority>(p);
+      if (quota_waits[p] && QuotaOf(prio, before - gpus, settings_.online_percent) <
+                                QuotaOf(prio, before, settings_.online_percent)) {
+        return true;
+      }
+    }
+    return false;
+  };
   for (int g = 0; g < group_count; ++g) {
     GroupState& s = groups_[g];
     if (added[g] > 0 || s.requesting > 0 || s.booting_total > 0 || HeldBack(g, now)) continue;
@@ -272,6 +292,8 @@ AutoscalePlan Autoscaler::Plan(std::span<const ScaleDemand> demand,
     int spare = active[g] - settings_.groups[g].min_nodes;
     for (const auto& [since, id] : idle[g]) {
       if (spare <= 0 || now - since < settings_.idle_timeout) break;
+      if (shrinks_a_waiting_quota(settings_.groups[g].gpus_per_node)) break;
+      released_gpus += settings_.groups[g].gpus_per_node;
       NodeTrack& t = nodes_[std::string(id)];
       t.program = true;
       t.idle_since = -1;

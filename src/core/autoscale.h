@@ -25,7 +25,9 @@
 //  - Scale down: a schedulable node of a group, online with no task for idle_timeout, is
 //    released while its group keeps min_nodes and is not growing: the caller first makes it
 //    `releasing` (cordoned, durable), then runs the scale-down program. On success the node is
-//    expected to leave; once offline it is forgotten (the caller drops its mode record). On
+//    expected to leave; once offline it is forgotten (the caller drops its mode record). Without
+//    borrowing, no node is released whose GPUs the quota of a class with tasks waiting for it
+//    stands on. On
 //    failure the caller makes it schedulable again. A releasing node still online boot_timeout
 //    after its program succeeded, or one a new leader finds, is released again.
 //  - A failed program (non-zero exit, timeout) holds its group back for retry_delay, doubling

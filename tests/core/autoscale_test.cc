@@ -237,6 +237,30 @@ TEST(AutoscaleTest, IdleMeansNoTaskOnASchedulableOnlineNode) {
   EXPECT_EQ(Downs(a.Plan({}, n.Get(), {}, 900 * kSec)), (std::vector<std::string>{"busy"}));
 }
 
+TEST(AutoscaleTest, WithoutBorrowingNodesAWaitingQuotaStandsOnAreKept) {
+  AutoscaleSettings s = Settings({Group("g", "", 8, 0, 10)});
+  s.borrowing = false;
+  s.scale_up_delay = 10000 * kSec;  // The waiting task asks for nothing during the test.
+  Nodes n;
+  n.Add("g-1", 0, true, 1);
+  n.Add("g-2", 0, true, 0);
+  ScaleQuota q;
+  q.total_gpus = 16;
+  q.used[1] = 4;  // Batch: quota 16 - lround(11.2) = 5, a 2-GPU task waits for it.
+  std::vector<ScaleDemand> waiting = {
+      Waiting(2, 1, "", Priority::kLow, PendingReason::kQuotaExhausted)};
+  Autoscaler a(s);
+  a.Plan(waiting, n.Get(), q, 0);
+  EXPECT_TRUE(a.Plan(waiting, n.Get(), q, 600 * kSec).down.empty());
+  // Once nothing waits for the quota, the idle node goes.
+  EXPECT_EQ(Downs(a.Plan({}, n.Get(), q, 601 * kSec)), (std::vector<std::string>{"g-2"}));
+  // With borrowing the quota is no cap: released at once.
+  s.borrowing = true;
+  Autoscaler b(s);
+  b.Plan(waiting, n.Get(), q, 0);
+  EXPECT_EQ(Downs(b.Plan(waiting, n.Get(), q, 600 * kSec)), (std::vector<std::string>{"g-2"}));
+}
+
 TEST(AutoscaleTest, NoReleaseWhileTheGroupGrows) {
   Autoscaler a(Settings({Group("g", "", 8, 0, 10)}));
   Nodes n;
