@@ -634,7 +634,7 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
     d_.agents->BeginSession(id);
     Status s = c.core.RegisterNode(id, address, gpus, running, finished, c.now);
     if (!s.ok()) return reply(ErrorFromStatus(s));
-    if (d_.autoscale != nullptr) d_.autoscale->NodeRegistered(id, group);
+    if (d_.autoscale != nullptr) d_.autoscale->NodeRegistered(id, group, gpus);
     if (!unparsable.empty()) d_.agents->OrderStops(id, unparsable, core::StopReason::kReconcile);
     registered.epoch = d_.leader->epoch();
     ReplyWhenDurable(c, std::move(registered), std::move(reply));

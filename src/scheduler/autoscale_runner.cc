@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/child_process.h"
+#include "core/gpu_model.h"
 
 namespace dgpu::scheduler {
 namespace {
@@ -65,13 +66,28 @@ void AutoscaleRunner::Stop() {
   programs_.Stop();
 }
 
-void AutoscaleRunner::NodeRegistered(const std::string& node_id, const std::string& group) {
+void AutoscaleRunner::NodeRegistered(const std::string& node_id, const std::string& group,
+                                     const std::vector<core::GpuInfo>& gpus) {
   if (group.empty()) {
     node_group_.erase(node_id);
     return;
   }
   const int index = planner_.GroupIndex(group);
   node_group_[node_id] = index;
+  if (index >= 0) {
+    const auto& spec = config_.node_groups[index];
+    std::vector<std::string> models;
+    for (const auto& g : gpus) models.push_back(g.model);
+    const bool model_ok =
+        gpus.empty() || core::MatchGpuModels(spec.model, models).size() == models.size();
+    if (static_cast<int>(gpus.size()) != spec.gpus_per_node || !model_ok) {
+      spdlog::warn(
+          "autoscale: node {} of group {} has {} GPU(s) of model \"{}\"; the group is "
+          "configured with {} x \"{}\" (autoscale.node_groups), which the autoscaler plans with",
+          node_id, group, gpus.size(), gpus.empty() ? "" : gpus.front().model, spec.gpus_per_node,
+          spec.model);
+    }
+  }
   if (index < 0 && unknown_groups_.insert(group).second) {
     spdlog::warn(
         "autoscale: agent {} joins node group \"{}\", which autoscale.node_groups does not list; "

@@ -46,7 +46,10 @@ class AutoscaleRunner {
   void Stop();
 
   // Owner thread.
-  void NodeRegistered(const std::string& node_id, const std::string& group);
+  // A node of `group` registered with `gpus`; a node whose GPUs are not its group's (count or
+  // model) is logged: the planner sizes the group by its configuration.
+  void NodeRegistered(const std::string& node_id, const std::string& group,
+                      const std::vector<core::GpuInfo>& gpus);
   void Tick(CoreLoop::Context& c);
   AutoscaleStatus View() const;
 

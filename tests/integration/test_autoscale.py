@@ -121,6 +121,7 @@ class AutoscaleTest(FleetTestCase):
         self.assertIn("autoscale: asking group g for 1 node(s) (1 task(s) wait for room there)", log)
         self.assertIn("autoscale: releasing idle node g-1 of group g", log)
         self.assertIn("autoscale: released node g-1 has gone", log)
+        self.assertNotIn("configured with", log)  # g-1's GPUs are its group's.
         # New work brings a node up again, under a new name.
         again = self.c.submit("true", gpu_count=1)
         self.assertEqual(self.c.wait_finished(again, timeout=30)["node_id"], "g-2")
@@ -168,6 +169,19 @@ class AutoscaleTest(FleetTestCase):
         again = self.c.submit("true", gpu_count=1)
         self.assertEqual(self.c.wait_finished(again, timeout=20)["node_id"], "g-1")
         self.assertTrue(pid_alive(self.agent_pid("g-1")))
+
+    def test_a_node_unlike_its_group_is_logged(self):
+        self.c.start_agent("x1", gpus=4, extra={"agent": {"node_group": "g"}})
+        self.c.start_agent("x2", gpus=2, extra={"agent": {"node_group": "nosuch"}})
+        self.c.wait_agents_online(["x1", "x2"])
+        wait_until(lambda: "configured with" in self.scheduler_log(), 10,
+                   what="the warning about x1")
+        log = self.scheduler_log()
+        self.assertIn('autoscale: node x1 of group g has 4 GPU(s) of model "Tesla '
+                      'V100-SXM2-32GB"; the group is configured with 2 x "V100"', log)
+        self.assertIn('autoscale: agent x2 joins node group "nosuch", which '
+                      'autoscale.node_groups does not list', log)
+        self.assertEqual(log.count("configured with"), 1, "x1 only, once")
 
     def test_dgpuctl_get_autoscale(self):
         tid = self.c.submit("sleep 60", gpu_count=2)
