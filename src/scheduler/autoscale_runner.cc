@@ -77,6 +77,7 @@ void AutoscaleRunner::NodeRegistered(const std::string& node_id, const std::stri
   if (index >= 0) {
     const auto& spec = config_.node_groups[index];
     std::vector<std::string> models;
+    models.reserve(gpus.size());
     for (const auto& g : gpus) models.push_back(g.model);
     const bool model_ok =
         gpus.empty() || core::MatchGpuModels(spec.model, models).size() == models.size();
