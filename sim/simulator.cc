@@ -225,6 +225,7 @@ class Fleet {
       Check(core_.NodeLost(down.node, now), "NodeLost");
       free_.Add(layout_.node_model[node], -layout_.node_gpus[node]);
       Provisioned(node, now);
+      --provisioned_count_;
       state_[node] = State::kReleased;
       planner_.DownDone(down.node, OkStatus(), now);
       ++result_.nodes_released;
@@ -266,6 +267,7 @@ class Fleet {
     auto it = off_[group].begin();
     const uint32_t node = *it;
     off_[group].erase(it);
+    ++provisioned_count_;  // Booting or up from now on.
     return node;
   }
   // The node registers now; provisioned since `since`.
@@ -285,11 +287,7 @@ class Fleet {
     provisioned_gpu_ += static_cast<long double>(d) * layout_.node_gpus[node];
     provisioned_nodes_ += static_cast<long double>(d);
   }
-  void UpdatePeak() {
-    int n = 0;
-    for (State s : state_) n += s == State::kUp || s == State::kBooting ? 1 : 0;
-    result_.peak_nodes = std::max(result_.peak_nodes, n);
-  }
+  void UpdatePeak() { result_.peak_nodes = std::max(result_.peak_nodes, provisioned_count_); }
 
   const SimOptions::Autoscale& options_;
   const Layout& layout_;
@@ -304,6 +302,7 @@ class Fleet {
   std::deque<Booting> boots_;            // In time order (one boot time for all).
   TimeMicros next_tick_ = 0;
   int64_t quiet_ticks_ = 0;
+  int provisioned_count_ = 0;          // Nodes booting or up.
   long double provisioned_gpu_ = 0;    // GPU-microseconds.
   long double provisioned_nodes_ = 0;  // Node-microseconds.
   SimResult::AutoscaleResult result_;

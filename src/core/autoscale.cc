@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <unordered_set>
 #include <utility>
 
 #include "core/gpu_model.h"
@@ -101,10 +102,10 @@ AutoscalePlan Autoscaler::Plan(std::span<const ScaleDemand> demand,
   }
 
   // Nodes: joins, idleness, releases to finish.
-  std::unordered_map<std::string_view, bool> present;
+  std::unordered_set<std::string_view> present;
   for (const ScaleNode& n : nodes) {
     if (n.group < 0 || n.group >= group_count) continue;
-    present.emplace(n.id, true);
+    present.insert(n.id);
     auto [it, added] = nodes_.try_emplace(std::string(n.id));
     NodeTrack& t = it->second;
     t.group = n.group;
@@ -259,7 +260,7 @@ AutoscalePlan Autoscaler::Plan(std::span<const ScaleDemand> demand,
       added[g] += std::max(0, settings_.groups[g].min_nodes - have);
     }
     if (added[g] == 0) continue;
-    plan.up.push_back({g, added[g]});
+    plan.up.push_back({g, added[g], groups_[g].view.waiting_tasks});
     groups_[g].requesting = added[g];
     groups_[g].view.last_scale_up = now;
   }

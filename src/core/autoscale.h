@@ -95,6 +95,7 @@ struct AutoscalePlan {
   struct Up {
     int group = 0;
     int count = 0;
+    size_t waiting_tasks = 0;  // Demand tasks this plan placed on the group.
   };
   struct Down {
     int group = 0;

@@ -156,10 +156,9 @@ void AutoscaleRunner::Tick(CoreLoop::Context& c) {
   for (const auto& down : plan.down) Release(c, down);
   for (const auto& up : plan.up) {
     const auto& group = config_.node_groups[up.group];
-    const auto& view = planner_.View()[up.group];
     spdlog::info(
         "autoscale: asking group {} for {} node(s) ({} task(s) wait for room there): {} {} {}",
-        group.name, up.count, view.waiting_tasks, group.scale_up_program, group.name, up.count);
+        group.name, up.count, up.waiting_tasks, group.scale_up_program, group.name, up.count);
     RunProgram({group.scale_up_program, group.name, std::to_string(up.count)},
                [this, g = up.group, count = up.count, name = group.name](CoreLoop::Context& c,
                                                                          const Status& s) {
