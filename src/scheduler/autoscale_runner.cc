@@ -108,6 +108,14 @@ void AutoscaleRunner::RunProgram(std::vector<std::string> argv,
   });
 }
 
+void AutoscaleRunner::EndRelease(CoreLoop::Context& c, const std::string& node) {
+  // An operator may have set another mode meanwhile: that one stays.
+  std::optional<core::NodeView> n = c.core.FindNode(node);
+  if (n && n->mode == core::NodeMode::kReleasing) {
+    (void)c.core.SetNodeMode(node, core::NodeMode::kSchedulable, c.now);
+  }
+}
+
 void AutoscaleRunner::Release(CoreLoop::Context& c, const core::AutoscalePlan::Down& down) {
   const auto& group = config_.node_groups[down.group];
   if (Status s = c.core.SetNodeMode(down.node, core::NodeMode::kReleasing, c.now); !s.ok()) {
@@ -126,10 +134,7 @@ void AutoscaleRunner::Release(CoreLoop::Context& c, const core::AutoscalePlan::D
                }
                spdlog::warn("autoscale: releasing node {} failed, it takes tasks again: {}", node,
                             s.message());
-               std::optional<core::NodeView> n = c.core.FindNode(node);
-               if (n && n->mode == core::NodeMode::kReleasing) {
-                 (void)c.core.SetNodeMode(node, core::NodeMode::kSchedulable, c.now);
-               }
+               EndRelease(c, node);
              });
 }
 
@@ -146,10 +151,7 @@ void AutoscaleRunner::Tick(CoreLoop::Context& c) {
   for (const std::string& error : plan.errors) spdlog::warn("autoscale: {}", error);
 
   for (const std::string& node : plan.forget) {
-    std::optional<core::NodeView> n = c.core.FindNode(node);
-    if (n && n->mode == core::NodeMode::kReleasing) {
-      (void)c.core.SetNodeMode(node, core::NodeMode::kSchedulable, c.now);
-    }
+    EndRelease(c, node);
     node_group_.erase(node);
     spdlog::info("autoscale: released node {} has gone", node);
   }

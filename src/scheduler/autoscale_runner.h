@@ -57,6 +57,9 @@ class AutoscaleRunner {
   void RunProgram(std::vector<std::string> argv,
                   std::function<void(CoreLoop::Context&, const Status&)> done);
   void Release(CoreLoop::Context& c, const core::AutoscalePlan::Down& down);
+  // A release that failed or whose node has gone: a node still `releasing` becomes schedulable
+  // (its mode record dropped).
+  void EndRelease(CoreLoop::Context& c, const std::string& node);
 
   const common::AutoscaleConfig config_;
   core::Autoscaler planner_;
