@@ -159,7 +159,7 @@ void SchedulerCore::RequeueOrFailReleased(Task& t, TimeMicros now, std::string_v
   Emit(t);
 }
 
-StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now) {
+Status SchedulerCore::CheckSpec(const TaskSpec& spec) const {
   if (spec.gpu_count < 1 || spec.gpu_count > kMaxGpuCount) {
     return InvalidArgument("gpu_count must be between 1 and " + std::to_string(kMaxGpuCount));
   }
@@ -181,13 +181,20 @@ StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now)
         "array_index must be in [0, array_size) for an array's member, -1 "
         "otherwise");
   }
-  int team = TeamIdOf(spec.team);
+  return OkStatus();
+}
+
+int SchedulerCore::TeamForSubmission(const std::string& name) {
+  int team = TeamIdOf(name);
   if (team < 0) {
-    if (teams_.size() >= 10000) return InvalidArgument("too many teams");
-    team = TeamId(spec.team);
+    if (teams_.size() >= 10000) return -1;
+    team = TeamId(name);
   }
   last_team_ = team;
+  return team;
+}
 
+SchedulerCore::TaskRecord& SchedulerCore::Queue(const TaskSpec& spec, int team, TimeMicros now) {
   TaskRecord& t = *NewTask(next_number_++);
   t.team = static_cast<uint16_t>(team);
   // The allocation buffers its start will reuse were last touched when the record's previous
@@ -199,9 +206,43 @@ StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now)
   t.queue_seq = next_back_seq_++;
   t.created_at = now;
   Enqueue(t);
-  Emit(t);
   EmitEvent(Event::Kind::kTaskSubmitted, t, now);
+  return t;
+}
+
+StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now) {
+  if (Status s = CheckSpec(spec); !s.ok()) return s;
+  const int team = TeamForSubmission(spec.team);
+  if (team < 0) return InvalidArgument("too many teams");
+  TaskRecord& t = Queue(spec, team, now);
+  Emit(t);
   return t.id;
+}
+
+StatusOr<TaskNumber> SchedulerCore::SubmitArray(TaskSpec spec, int count, TimeMicros now) {
+  if (count < 1 || count > kMaxArraySize) {
+    return InvalidArgument("array must be between 1 and " + std::to_string(kMaxArraySize));
+  }
+  spec.array_index = 0;
+  spec.array_size = count;
+  if (Status s = CheckSpec(spec); !s.ok()) return s;
+  const int team = TeamForSubmission(spec.team);
+  if (team < 0) return InvalidArgument("too many teams");
+  // Members are numbered and queued one after another: nothing else runs between them, so
+  // member i is the first one's number + i and queue position + i (what kTaskArray records).
+  const TaskRecord& first = Queue(spec, team, now);
+  const TaskNumber id = first.id;
+  if (config_.record_changes) {
+    Change c;
+    c.kind = Change::Kind::kTaskArray;
+    c.task = first;
+    changes_.push_back(std::move(c));
+  }
+  for (int i = 1; i < count; ++i) {
+    spec.array_index = i;
+    Queue(spec, team, now);
+  }
+  return id;
 }
 
 Status SchedulerCore::Cancel(TaskNumber id, TimeMicros now, int32_t grace_seconds) {

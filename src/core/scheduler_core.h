@@ -122,6 +122,11 @@ class SchedulerCore {
 
   // Queues a new task; returns its number. InvalidArgument names the bad field.
   StatusOr<TaskNumber> Submit(const TaskSpec& spec, TimeMicros now);
+  // Queues a job array of `count` members (1 to kMaxArraySize) of `spec`: consecutive numbers
+  // from the one returned, indices 0..count-1 (spec's array fields are set here), one durable
+  // change (Change::Kind::kTaskArray) for all of them. Errors as Submit's; nothing is queued on
+  // an error.
+  StatusOr<TaskNumber> SubmitArray(TaskSpec spec, int count, TimeMicros now);
 
   // Pending: leaves the queue. Running: marked cancelled and a stop is ordered, with
   // `grace_seconds` between SIGTERM and SIGKILL (-1: the agent's own grace period); its GPUs stay
@@ -425,6 +430,12 @@ class SchedulerCore {
   std::vector<uint32_t> reclaim_nodes_;     // Scratch for Reclaim.
 
   void Emit(const Task& t);
+  // Submit's checks of a spec: InvalidArgument naming the field.
+  Status CheckSpec(const TaskSpec& spec) const;
+  // A new pending task of `spec` at the back of its queue, with its submission event; no change.
+  TaskRecord& Queue(const TaskSpec& spec, int team, TimeMicros now);
+  // The team of a new task of `spec` (created if new); -1 with too many teams.
+  int TeamForSubmission(const std::string& name);
   // Records an event about task t (node: where it happened, if anywhere).
   void EmitEvent(Event::Kind kind, const Task& t, TimeMicros now, std::string_view node = {},
                  std::string_view detail = {});

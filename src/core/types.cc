@@ -235,6 +235,14 @@ bool IsValidTeamName(std::string_view name) {
 
 std::string FormatTaskId(TaskNumber n) { return "task-" + std::to_string(n); }
 
+Task ArrayMember(const Task& first, int32_t index) {
+  Task t = first;
+  t.id = first.id + static_cast<TaskNumber>(index);
+  t.queue_seq = first.queue_seq + index;
+  t.spec.array_index = index;
+  return t;
+}
+
 std::optional<TaskNumber> ParseTaskId(std::string_view id) {
   constexpr std::string_view kPrefix = "task-";
   if (id.size() <= kPrefix.size() || id.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;

@@ -150,6 +150,9 @@ struct TaskSpec {
   bool operator==(const TaskSpec&) const = default;
 };
 
+// The most members a job array may have.
+inline constexpr int kMaxArraySize = 100000;
+
 // Whether a spec's array fields agree: a member has an index in [0, array_size); any other
 // task has array_size 0 and index -1.
 inline bool ValidArrayFields(const TaskSpec& s) {
@@ -278,14 +281,22 @@ struct Change {
     kNextTaskNumber,
     kTeamUpsert,
     kNodeUpsert,
+    // A job array submitted at once: `task` is its first member (array_index 0), and member i
+    // (0 <= i < task.spec.array_size) is ArrayMember(task, i). One change for all members keeps
+    // a large array one short write and one short replication message.
+    kTaskArray,
   };
   Kind kind = Kind::kTaskUpsert;
-  Task task;                   // kTaskUpsert: the task as it is after the change.
+  Task task;                   // kTaskUpsert: the task as it is after the change; kTaskArray.
   double online_percent = 0;   // kQuotaPercent.
   TaskNumber next_number = 0;  // kNextTaskNumber.
   TeamRecord team;             // kTeamUpsert: limits set, a deletion, or usage.
   NodeRecord node;             // kNodeUpsert: a node's mode.
 };
+
+// Member `index` of the array whose first member is `first` (a kTaskArray change): numbered
+// first.id + index, queued at first.queue_seq + index, array_index `index`; the rest as `first`.
+Task ArrayMember(const Task& first, int32_t index);
 
 // Something that happened in the core, for metrics, logs and (later) audit, watchers and task
 // history. Events come out in the order they happened, beside the durable changes of the same

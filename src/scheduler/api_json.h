@@ -23,8 +23,8 @@ inline constexpr int kMaxGpuCount = 1024;
 inline constexpr size_t kMaxEnvEntries = 256;
 inline constexpr size_t kMaxShortField = 256;  // name, gpu_model, env keys.
 inline constexpr int64_t kMaxTimeoutSeconds = 10LL * 365 * 24 * 3600;
-inline constexpr int64_t kMaxArraySize = 100000;  // Tasks of one job array.
-inline constexpr int64_t kMaxRetries = 100;       // max_retries of a task.
+inline constexpr int64_t kMaxArraySize = core::kMaxArraySize;  // Tasks of one job array.
+inline constexpr int64_t kMaxRetries = 100;                    // max_retries of a task.
 
 // An API error: HTTP status, machine word and sentence.
 struct ApiError {

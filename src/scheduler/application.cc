@@ -294,21 +294,10 @@ void Application::Submit(const Caller& caller, SubmitRequest request, Reply<Subm
                                  std::to_string(d_.max_pending_per_user) +
                                  "); wait for some to start or cancel some"));
     }
-    // An array's tasks are numbered one after another: nothing else runs on this thread
-    // between these submissions, and they reach the journal as one batch (one durable write).
-    core::TaskNumber first = 0;
-    for (size_t i = 0; i < count; ++i) {
-      if (array > 0) {
-        spec.array_index = static_cast<int32_t>(i);
-        spec.array_size = array;
-      }
-      auto id = c.core.Submit(spec, c.now);
-      if (!id.ok()) {
-        // Only the first can fail (the spec is the same): nothing was submitted.
-        return reply(ErrorFromStatus(id.status()));
-      }
-      if (i == 0) first = *id;
-    }
+    // An array's tasks are numbered one after another and reach the journal as one change.
+    auto id = array > 0 ? c.core.SubmitArray(spec, array, c.now) : c.core.Submit(spec, c.now);
+    if (!id.ok()) return reply(ErrorFromStatus(id.status()));  // Nothing was submitted.
+    const core::TaskNumber first = *id;
     // Not durable: tell the client, and make sure the tasks do not run.
     auto withdraw = [loop = d_.loop, first, count](const Status& s) {
       loop->Post([first, count](CoreLoop::Context& cc) {

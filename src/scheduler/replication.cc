@@ -49,6 +49,10 @@ core::Change ChangeFromRecord(const dgpu::v1::ChangeRecord& r) {
       c.kind = core::Change::Kind::kNodeUpsert;
       c.node = NodeFromRecord(r.node());
       break;
+    case dgpu::v1::ChangeRecord::kTaskArray:
+      c.kind = core::Change::Kind::kTaskArray;
+      c.task = TaskFromRecord(r.task_array());
+      break;
     default:
       c.kind = core::Change::Kind::kNextTaskNumber;
       c.next_number = r.next_task_number();
@@ -581,6 +585,9 @@ void HaController::Publish(uint64_t seq, const std::vector<core::Change>& change
         break;
       case core::Change::Kind::kNodeUpsert:
         NodeToRecord(c.node, r->mutable_node());
+        break;
+      case core::Change::Kind::kTaskArray:
+        TaskToRecord(c.task, r->mutable_task_array());
         break;
     }
   }

@@ -37,14 +37,8 @@ constexpr char kTaskColumns[] =
     "preemptions, preempted_by, array_index, array_size, max_retries, retry_backoff_seconds, "
     "retries, retry_at";
 
-constexpr char kUpsertTaskSql[] =
-    "INSERT INTO tasks (id, name, priority, gpu_count, gpu_model, command, env, "
-    "timeout_seconds, image, status, queue_seq, allocation, attempts, exit_code, error, "
-    "created_at, started_at, finished_at, stopping, stop_reason, team, user, preemptible, "
-    "preemption_grace_seconds, borrowed, preemptions, preempted_by, array_index, array_size, "
-    "max_retries, retry_backoff_seconds, retries, retry_at) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-    "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33) "
+// What an insert of a task row that exists does: replace every field.
+constexpr char kTaskConflictClause[] =
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, priority = excluded.priority, "
     "gpu_count = excluded.gpu_count, gpu_model = excluded.gpu_model, "
     "command = excluded.command, env = excluded.env, "
@@ -62,6 +56,36 @@ constexpr char kUpsertTaskSql[] =
     "array_size = excluded.array_size, max_retries = excluded.max_retries, "
     "retry_backoff_seconds = excluded.retry_backoff_seconds, retries = excluded.retries, "
     "retry_at = excluded.retry_at";
+
+const std::string& UpsertTaskSql() {
+  static const std::string sql =
+      std::string("INSERT INTO tasks (") + kTaskColumns + ") " +
+      std::string(
+          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
+          "?18, ?19, "
+          "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33) ") +
+      kTaskConflictClause;
+  return sql;
+}
+
+// The members of a job array (Change::Kind::kTaskArray) in one statement: BindTask binds the
+// first member; member i adds i to its number (?1) and queue position (?11) and has index i
+// (?28). ?34 is the number of members.
+const std::string& InsertArraySql() {
+  static const std::string sql =
+      std::string(
+          "WITH RECURSIVE m(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM m WHERE i + 1 < ?34) "
+          "INSERT INTO tasks (") +
+      kTaskColumns + ") " +
+      std::string(
+          "SELECT ?1 + i, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 + i, ?12, ?13, ?14, ?15, ?16, "
+          "?17, "
+          "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, i, ?29, ?30, ?31, ?32, ?33 FROM m "
+          "WHERE true ") +
+      kTaskConflictClause;
+  return sql;
+}
+
 constexpr char kUpsertTeamSql[] =
     "INSERT INTO teams (name, api_set, online, batch, max_gpus, weight, deleted, usage, usage_at) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
@@ -82,6 +106,18 @@ constexpr char kSetMetaSql[] =
 constexpr char kRaiseNextTaskNumberSql[] =
     "INSERT INTO meta (key, value) VALUES ('next_task_number', ?1) "
     "ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)";
+
+// The kept task counts (table task_counts). Inserts and updates of task rows are counted by the
+// writer (CountDeltas) rather than by per-row triggers: a trigger makes SQLite keep a statement
+// journal for every row written, which cost more than half of a large batch's time. Deletes
+// (pruning) keep their trigger.
+constexpr char kOldStatusSql[] = "SELECT status, priority FROM tasks WHERE id = ?1";
+constexpr char kOldStatusesInRangeSql[] =
+    "SELECT status, priority, count(*) FROM tasks WHERE id BETWEEN ?1 AND ?2 "
+    "GROUP BY status, priority";
+constexpr char kAddCountSql[] =
+    "INSERT INTO task_counts (status, priority, n) VALUES (?1, ?2, ?3) "
+    "ON CONFLICT (status, priority) DO UPDATE SET n = n + excluded.n";
 constexpr char kDeleteMetaSql[] = "DELETE FROM meta WHERE key = ?1";
 constexpr char kReadMetaSql[] = "SELECT key, value FROM meta";
 constexpr char kPruneSql[] =
@@ -291,6 +327,61 @@ Status StepDone(SqliteConnection& conn, sqlite3_stmt* stmt, std::string_view wha
   int rc = sqlite3_step(stmt);
   return rc == SQLITE_DONE ? OkStatus() : conn.Error(rc, what);
 }
+
+// How a write transaction changes the kept task counts: the rows it replaces are taken away and
+// the rows it writes added, by (status, priority); Flush adds the sums to task_counts.
+class CountDeltas {
+ public:
+  void Add(std::string_view status, std::string_view priority, int64_t n) {
+    for (Delta& d : deltas_) {
+      if (d.status == status && d.priority == priority) {
+        d.n += n;
+        return;
+      }
+    }
+    deltas_.push_back({std::string(status), std::string(priority), n});
+  }
+
+  // Takes away the rows numbered first..last that exist (about to be replaced).
+  Status RemoveExisting(SqliteConnection& conn, core::TaskNumber first, core::TaskNumber last) {
+    const bool one = first == last;
+    StatusOr<sqlite3_stmt*> stmt = conn.Prepare(one ? kOldStatusSql : kOldStatusesInRangeSql);
+    if (!stmt.ok()) return stmt.status();
+    StatementScope scope(*stmt);
+    sqlite3_bind_int64(*stmt, 1, static_cast<int64_t>(first));
+    if (!one) sqlite3_bind_int64(*stmt, 2, static_cast<int64_t>(last));
+    while (true) {
+      const int rc = sqlite3_step(*stmt);
+      if (rc == SQLITE_DONE) return OkStatus();
+      if (rc != SQLITE_ROW) return conn.Error(rc, "counting the tasks replaced in");
+      Add(ColumnText(*stmt, 0), ColumnText(*stmt, 1), one ? -1 : -sqlite3_column_int64(*stmt, 2));
+    }
+  }
+
+  Status Flush(SqliteConnection& conn) {
+    for (const Delta& d : deltas_) {
+      if (d.n == 0) continue;
+      StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kAddCountSql);
+      if (!stmt.ok()) return stmt.status();
+      StatementScope scope(*stmt);
+      sqlite3_bind_text(*stmt, 1, d.status.data(), static_cast<int>(d.status.size()),
+                        SQLITE_STATIC);
+      sqlite3_bind_text(*stmt, 2, d.priority.data(), static_cast<int>(d.priority.size()),
+                        SQLITE_STATIC);
+      sqlite3_bind_int64(*stmt, 3, d.n);
+      if (Status s = StepDone(conn, *stmt, "storing task counts in"); !s.ok()) return s;
+    }
+    deltas_.clear();
+    return OkStatus();
+  }
+
+ private:
+  struct Delta {
+    std::string status, priority;
+    int64_t n = 0;
+  };
+  std::vector<Delta> deltas_;  // A few (status, priority) pairs: a list beats a map.
+};
 
 // Binds every field of `t` to the upsert statement. The JSON texts live in the caller's
 // strings, which must outlive the statement's next step.
@@ -569,13 +660,34 @@ Status SetOnlinePercent(SqliteConnection& conn, std::optional<double> value) {
   return StepDone(conn, *stmt, "storing online_percent in");
 }
 
-Status UpsertTask(SqliteConnection& conn, const core::Task& task) {
-  StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kUpsertTaskSql);
+Status UpsertTask(SqliteConnection& conn, const core::Task& task, CountDeltas* counts) {
+  StatusOr<sqlite3_stmt*> stmt = conn.Prepare(UpsertTaskSql());
   if (!stmt.ok()) return stmt.status();
   StatementScope scope(*stmt);
   std::string env_json, allocation_json;
   if (Status s = BindTask(conn, *stmt, task, &env_json, &allocation_json); !s.ok()) return s;
+  if (Status s = counts->RemoveExisting(conn, task.id, task.id); !s.ok()) return s;
+  counts->Add(core::ToString(task.status), core::ToString(task.spec.priority), 1);
   return StepDone(conn, *stmt, "storing " + core::FormatTaskId(task.id) + " in");
+}
+
+// Stores every member of the array whose first member is `first` (see InsertArraySql).
+Status InsertArray(SqliteConnection& conn, const core::Task& first, CountDeltas* counts) {
+  StatusOr<sqlite3_stmt*> stmt = conn.Prepare(InsertArraySql());
+  if (!stmt.ok()) return stmt.status();
+  StatementScope scope(*stmt);
+  std::string env_json, allocation_json;
+  if (Status s = BindTask(conn, *stmt, first, &env_json, &allocation_json); !s.ok()) return s;
+  if (int rc = sqlite3_bind_int(*stmt, 34, first.spec.array_size); rc != SQLITE_OK) {
+    return conn.Error(rc, "binding the array of " + core::FormatTaskId(first.id) + " for");
+  }
+  const auto members = static_cast<core::TaskNumber>(first.spec.array_size);
+  if (Status s = counts->RemoveExisting(conn, first.id, first.id + members - 1); !s.ok()) return s;
+  counts->Add(core::ToString(first.status), core::ToString(first.spec.priority),
+              first.spec.array_size);
+  return StepDone(conn, *stmt,
+                  "storing the " + std::to_string(first.spec.array_size) +
+                      " members of the array from " + core::FormatTaskId(first.id) + " in");
 }
 
 // The statements that record `version` as the schema version, in both places.
@@ -855,9 +967,12 @@ StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& dir, bool 
   if (*mode != "wal") {
     return Unavailable("cannot switch " + path + " to WAL mode (journal mode is '" + *mode + "')");
   }
+  // temp_store MEMORY: statement journals (the pages a statement changes, kept to undo it
+  // alone, e.g. a prune's DELETE with its count trigger) stay in memory, not in a temporary file.
   if (Status s = (*writer)->Exec(
           std::string(fsync ? "PRAGMA synchronous = FULL;" : "PRAGMA synchronous = NORMAL;") +
-              " PRAGMA journal_size_limit = " + std::to_string(kJournalSizeLimitBytes) + ";",
+              " PRAGMA journal_size_limit = " + std::to_string(kJournalSizeLimitBytes) +
+              "; PRAGMA temp_store = MEMORY;",
           "configuring");
       !s.ok()) {
     return s;
@@ -943,6 +1058,22 @@ Status ValidateChanges(const std::vector<core::Change>& changes) {
       case core::Change::Kind::kNodeUpsert:
         if (change.node.id.empty()) return InvalidArgument("a node mode needs a node id");
         break;
+      case core::Change::Kind::kTaskArray: {
+        const core::Task& first = change.task;
+        if (first.id == 0) return InvalidArgument("task number 0 cannot be stored");
+        if (first.spec.array_index != 0 || first.spec.array_size < 1 ||
+            first.spec.array_size > core::kMaxArraySize) {
+          return InvalidArgument("the array from " + core::FormatTaskId(first.id) +
+                                 " does not start with member 0 of 1 to " +
+                                 std::to_string(core::kMaxArraySize) + " members");
+        }
+        if (first.id > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) -
+                           static_cast<uint64_t>(first.spec.array_size)) {
+          return InvalidArgument("the array from task number " + std::to_string(first.id) +
+                                 " is out of range");
+        }
+        break;
+      }
     }
   }
   return OkStatus();
@@ -955,10 +1086,11 @@ Status Database::Apply(const std::vector<core::Change>& changes, uint64_t last_s
   Transaction txn(conn);
   if (Status s = txn.BeginWrite(); !s.ok()) return s;
   core::TaskNumber raise_next_to = 0;
+  CountDeltas counts;
   for (const core::Change& change : changes) {
     switch (change.kind) {
       case core::Change::Kind::kTaskUpsert:
-        if (Status s = UpsertTask(conn, change.task); !s.ok()) return s;
+        if (Status s = UpsertTask(conn, change.task, &counts); !s.ok()) return s;
         raise_next_to = std::max(raise_next_to, change.task.id + 1);
         break;
       case core::Change::Kind::kQuotaPercent:
@@ -973,8 +1105,14 @@ Status Database::Apply(const std::vector<core::Change>& changes, uint64_t last_s
       case core::Change::Kind::kNodeUpsert:
         if (Status s = UpsertNode(conn, change.node); !s.ok()) return s;
         break;
+      case core::Change::Kind::kTaskArray:
+        if (Status s = InsertArray(conn, change.task, &counts); !s.ok()) return s;
+        raise_next_to = std::max(
+            raise_next_to, change.task.id + static_cast<uint64_t>(change.task.spec.array_size));
+        break;
     }
   }
+  if (Status s = counts.Flush(conn); !s.ok()) return s;
   if (raise_next_to > 0) {
     StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kRaiseNextTaskNumberSql);
     if (!stmt.ok()) return stmt.status();
@@ -1214,12 +1352,17 @@ Status Database::ReplaceAll(const StoreMeta& meta, const std::vector<core::Task>
   SqliteConnection& conn = *writer_;
   Transaction txn(conn);
   if (Status s = txn.BeginWrite(); !s.ok()) return s;
-  if (Status s = conn.Exec("DELETE FROM tasks", "clearing the tasks of"); !s.ok()) return s;
+  if (Status s = conn.Exec("DELETE FROM tasks; DELETE FROM task_counts;", "clearing the tasks of");
+      !s.ok()) {
+    return s;
+  }
   core::TaskNumber next = meta.next_task_number;
+  CountDeltas counts;
   for (const core::Task& task : tasks) {
-    if (Status s = UpsertTask(conn, task); !s.ok()) return s;
+    if (Status s = UpsertTask(conn, task, &counts); !s.ok()) return s;
     next = std::max(next, task.id + 1);
   }
+  if (Status s = counts.Flush(conn); !s.ok()) return s;
   if (Status s = SetOnlinePercent(conn, meta.online_percent); !s.ok()) return s;
   if (Status s = conn.Exec("DELETE FROM teams", "clearing the teams of"); !s.ok()) return s;
   for (const core::TeamRecord& team : meta.teams) {

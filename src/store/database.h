@@ -100,8 +100,8 @@ struct TaskQuery {
 
 struct TaskPage {
   std::vector<core::Task> tasks;  // Highest id first.
-  // Rows matching the filters, ignoring limit, offset and before; kept by the database's
-  // triggers in table task_counts, so reading it costs the same at any table size.
+  // Rows matching the filters, ignoring limit, offset and before; kept in table task_counts by
+  // every write (and a trigger for deletes), so reading it costs the same at any table size.
   int64_t total = 0;
   // When more rows match past this page: the number of its last task, the `before` of the
   // next page. 0 on the last page.
@@ -147,7 +147,9 @@ class Database {
   //   kQuotaPercent   -> online_percent;
   //   kNextTaskNumber -> next_task_number rises to next_number (it never decreases);
   //   kTeamUpsert     -> insert or replace the team's row;
-  //   kNodeUpsert     -> insert or replace the node's row (delete it when schedulable).
+  //   kNodeUpsert     -> insert or replace the node's row (delete it when schedulable);
+  //   kTaskArray      -> insert or replace every member's row (core::ArrayMember), in one
+  //                      statement; next_task_number rises above the last member.
   // All or nothing: on error nothing of the batch is stored. InvalidArgument (see
   // ValidateChanges) refuses the whole batch.
   Status Apply(const std::vector<core::Change>& changes, uint64_t last_seq);

@@ -137,6 +137,13 @@ ALTER TABLE tasks ADD COLUMN retry_backoff_seconds INTEGER NOT NULL DEFAULT 10;
 ALTER TABLE tasks ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tasks ADD COLUMN retry_at INTEGER NOT NULL DEFAULT 0;
 )sql"},
+    // Inserts and updates of task rows are counted in task_counts by the writer (one update per
+    // status and priority a transaction changes) instead of per row by triggers, which made
+    // SQLite keep a statement journal for every task row written. Deletes keep their trigger.
+    {6, "count task inserts and updates in the writer", R"sql(
+DROP TRIGGER task_counts_on_insert;
+DROP TRIGGER task_counts_on_update;
+)sql"},
 };
 
 // The version this build writes, and the newest it reads.

@@ -62,6 +62,40 @@ TEST_F(CoreTest, SingleNodeTaskNeverSpansNodes) {
   EXPECT_EQ(d[0], (Decision{Kind::kStart, c, "n1", {0, 1}}));
 }
 
+TEST_F(CoreTest, AnArrayIsQueuedInIndexOrderWithOneChange) {
+  AddNode("n1", 2);
+  core_.TakeChanges();
+  TaskSpec spec = Spec(Priority::kLow, 1);
+  spec.array_index = 7;  // Set by SubmitArray.
+  auto first = core_.SubmitArray(spec, 5, now_);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  std::vector<Change> changes = core_.TakeChanges();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].kind, Change::Kind::kTaskArray);
+  EXPECT_EQ(changes[0].task, *core_.FindTask(*first));
+  for (int i = 0; i < 5; ++i) {
+    const Task* t = core_.FindTask(*first + i);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(*t, ArrayMember(changes[0].task, i)) << i;
+    EXPECT_EQ(std::make_tuple(t->spec.array_index, t->spec.array_size), std::make_tuple(i, 5));
+  }
+  EXPECT_EQ(core_.FindTask(*first + 5), nullptr);
+  auto d = Pass();  // Members start in index order, as far as the quota lets them.
+  ASSERT_FALSE(d.empty());
+  EXPECT_EQ(d[0].task, *first);
+  for (size_t i = 0; i < d.size(); ++i) EXPECT_EQ(d[i].task, *first + i);
+  auto next = core_.Submit(Spec(Priority::kLow, 1), now_);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(*next, *first + 5);
+
+  EXPECT_EQ(core_.SubmitArray(spec, 0, now_).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.SubmitArray(spec, kMaxArraySize + 1, now_).status().code(),
+            StatusCode::kInvalidArgument);
+  spec.gpu_count = 0;
+  EXPECT_EQ(core_.SubmitArray(spec, 3, now_).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.FindTask(*first + 6), nullptr) << "nothing is queued on an error";
+}
+
 TEST_F(CoreTest, BestFitPrefersFullestNodeThenNodeId) {
   AddNode("n2", 8);
   AddNode("n1", 8);

@@ -249,6 +249,11 @@ def preload_pending(db_path, n):
             con.executemany("INSERT INTO tasks (%s) VALUES (%s)"
                             % (PRELOAD_COLUMNS, ", ".join("?" * 19)), rows)
             con.execute("UPDATE meta SET value = ? WHERE key = 'next_task_number'", (n + 1,))
+            # The scheduler keeps the counts its pages show as it writes; rows written here
+            # are counted here.
+            con.execute("DELETE FROM task_counts")
+            con.execute("INSERT INTO task_counts (status, priority, n) "
+                        "SELECT status, priority, count(*) FROM tasks GROUP BY status, priority")
     finally:
         con.close()
 

@@ -81,6 +81,61 @@ TEST(DatabaseTest, UpsertReplacesTheRow) {
   testing::ExpectSameTask(running, page->tasks[0]);
 }
 
+TEST(DatabaseTest, AnArrayChangeStoresEveryMemberInOneStatement) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  core::Task first = FullTask(10);
+  first.status = TaskStatus::kPending;
+  first.allocation.clear();
+  first.stopping = false;
+  first.stop_reason = core::StopReason::kNone;
+  first.spec.array_index = 0;
+  first.spec.array_size = 4;
+  first.queue_seq = 100;
+  core::Change array;
+  array.kind = core::Change::Kind::kTaskArray;
+  array.task = first;
+  // A member that started in the same batch: its upsert follows the array's insert and wins.
+  core::Task started = core::ArrayMember(first, 2);
+  started.status = TaskStatus::kRunning;
+  started.allocation = {{"n1", {0}}};
+  started.attempts = 1;
+  ASSERT_TRUE(db->Apply({array, Upsert(started)}, 3).ok());
+  for (int i = 0; i < 4; ++i) {
+    StatusOr<std::optional<core::Task>> got = db->GetTask(10 + i);
+    ASSERT_TRUE(got.ok() && got->has_value()) << i;
+    testing::ExpectSameTask(i == 2 ? started : core::ArrayMember(first, i), **got);
+    EXPECT_EQ(std::make_tuple((*got)->id, (*got)->queue_seq, (*got)->spec.array_index),
+              std::make_tuple(static_cast<core::TaskNumber>(10 + i), int64_t{100 + i}, i));
+  }
+  StatusOr<std::optional<core::Task>> past = db->GetTask(14);
+  ASSERT_TRUE(past.ok());
+  EXPECT_FALSE(past->has_value());
+  StatusOr<StoreMeta> meta = db->ReadMeta();
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->next_task_number, 14u);
+  StatusOr<TaskPage> pending = db->ListTasks({.status = TaskStatus::kPending, .limit = 10});
+  ASSERT_TRUE(pending.ok());
+  EXPECT_EQ(pending->total, 3);
+  EXPECT_THAT(Ids(pending->tasks), ElementsAre(13u, 11u, 10u));
+  StatusOr<LoadedState> loaded = db->Load();
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->tasks.size(), 4u);
+
+  // Not the first member, or more members than an array may have: the whole batch is refused.
+  core::Change bad = array;
+  bad.task.id = 20;
+  bad.task.spec.array_index = 1;
+  EXPECT_THAT(db->Apply({Upsert(SimpleTask(30, TaskStatus::kPending)), bad}, 4),
+              StatusIs(StatusCode::kInvalidArgument, "does not start with member 0"));
+  bad.task.spec.array_index = 0;
+  bad.task.spec.array_size = core::kMaxArraySize + 1;
+  EXPECT_THAT(db->Apply({bad}, 4), StatusIs(StatusCode::kInvalidArgument, "members"));
+  StatusOr<std::optional<core::Task>> not_stored = db->GetTask(30);
+  ASSERT_TRUE(not_stored.ok());
+  EXPECT_FALSE(not_stored->has_value());
+}
+
 TEST(DatabaseTest, LoadReturnsExactlyTheUnfinishedTasksInQueueOrder) {
   TempDir dir;
   {

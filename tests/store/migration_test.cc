@@ -142,7 +142,7 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   ASSERT_NE(db, nullptr);
   ASSERT_TRUE(db->upgrade().has_value());
   EXPECT_EQ(db->upgrade()->from_version, 1);
-  EXPECT_EQ(db->upgrade()->to_version, 6);
+  EXPECT_EQ(db->upgrade()->to_version, 7);
   EXPECT_EQ(db->upgrade()->backup_path, path + ".v1.bak");
 
   StatusOr<std::vector<core::Task>> tasks = db->AllTasks();
@@ -194,8 +194,8 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   EXPECT_EQ(loaded->online_percent, 0.25);
   db.reset();
 
-  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("6"));
-  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("6"));
+  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("7"));
+  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("7"));
   EXPECT_THAT(Rows(path, "SELECT count(*) FROM teams"), ElementsAre("0"));
   EXPECT_THAT(Rows(path, "SELECT count(*) FROM nodes"), ElementsAre("0"));
   // The backup is a version 1 database holding what the file held before.
@@ -226,7 +226,7 @@ TEST(MigrationTest, UpgradeCountsTheExistingTasksAndKeepsCountingThem) {
   StatusOr<TaskPage> low = db->ListTasks({.priority = core::Priority::kLow, .limit = 0});
   ASSERT_TRUE(low.ok());
   EXPECT_EQ(low->total, 2);
-  // The pending task starts, a new one arrives: the triggers move the counts.
+  // The pending task starts, a new one arrives: the writer moves the counts.
   core::Task started = **db->GetTask(1);
   started.status = TaskStatus::kRunning;
   core::Task added = started;
@@ -263,11 +263,11 @@ TEST(MigrationTest, NewDatabaseIsAtTheLatestVersionWithoutBackup) {
   ASSERT_NE(db, nullptr);
   EXPECT_FALSE(db->upgrade().has_value());
   db.reset();
-  EXPECT_EQ(kSchemaVersion, 6);
-  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("6"));
+  EXPECT_EQ(kSchemaVersion, 7);
+  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("7"));
   EXPECT_THAT(
       Rows(dir.Sub(kDatabaseFileName), "SELECT value FROM meta WHERE key = 'schema_version'"),
-      ElementsAre("6"));
+      ElementsAre("7"));
   EXPECT_TRUE(BackupFiles(dir).empty());
 }
 
@@ -281,9 +281,19 @@ TEST(MigrationTest, V4DatabaseGainsAnEmptyNodesTableAndKeepsItsRows) {
     c.task.spec.name = "kept";
     ASSERT_TRUE(db->Apply({c}, 1).ok());
   }
-  // Version 4 had no table `nodes` and none of the array and retry columns.
+  // Version 4 had no table `nodes`, none of the array and retry columns, and counted inserts
+  // and updates with triggers.
   const std::string path = dir.Sub(kDatabaseFileName);
-  std::string sql = "DROP TABLE nodes;";
+  std::string sql =
+      "DROP TABLE nodes; "
+      "CREATE TRIGGER task_counts_on_insert AFTER INSERT ON tasks BEGIN "
+      "INSERT INTO task_counts (status, priority, n) VALUES (NEW.status, NEW.priority, 1) "
+      "ON CONFLICT (status, priority) DO UPDATE SET n = n + 1; END; "
+      "CREATE TRIGGER task_counts_on_update AFTER UPDATE OF status, priority ON tasks "
+      "WHEN OLD.status IS NOT NEW.status OR OLD.priority IS NOT NEW.priority BEGIN "
+      "UPDATE task_counts SET n = n - 1 WHERE status = OLD.status AND priority = OLD.priority; "
+      "INSERT INTO task_counts (status, priority, n) VALUES (NEW.status, NEW.priority, 1) "
+      "ON CONFLICT (status, priority) DO UPDATE SET n = n + 1; END;";
   for (const char* column : {"array_index", "array_size", "max_retries", "retry_backoff_seconds",
                              "retries", "retry_at"}) {
     sql += std::string(" ALTER TABLE tasks DROP COLUMN ") + column + ";";
@@ -365,8 +375,8 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
   ASSERT_FALSE(db.ok());
   EXPECT_EQ(db.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(db.status().message(), path +
-                                       " has schema version 7; this dgpu-scheduler reads "
-                                       "versions up to 6: use a newer binary");
+                                       " has schema version 8; this dgpu-scheduler reads "
+                                       "versions up to 7: use a newer binary");
   EXPECT_EQ(ReadBytes(path), before);
   // The read-only check of a WAL-mode file may leave an empty WAL beside it, never content.
   EXPECT_EQ(ReadBytes(path + "-wal"), "");
@@ -376,11 +386,11 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
 INSTANTIATE_TEST_SUITE_P(
     Versions, NewerDatabaseTest,
     ::testing::Values(NewerCase{"Both",
-                                "UPDATE meta SET value = 7 WHERE key = 'schema_version'; "
-                                "PRAGMA user_version = 7;"},
-                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 7;"},
+                                "UPDATE meta SET value = 8 WHERE key = 'schema_version'; "
+                                "PRAGMA user_version = 8;"},
+                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 8;"},
                       NewerCase{"MetaOnly",
-                                "UPDATE meta SET value = 7 WHERE key = 'schema_version';"}),
+                                "UPDATE meta SET value = 8 WHERE key = 'schema_version';"}),
     [](const ::testing::TestParamInfo<NewerCase>& info) { return info.param.name; });
 
 TEST(MigrationTest, DisagreeingVersionsAreRefusedUnmodified) {
