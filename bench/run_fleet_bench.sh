@@ -2,8 +2,9 @@
 # A fleet on one machine: AGENTS agents with GPUS GPUs each, played by bench/agent_loadgen over
 # real gRPC (one connection each), heartbeating every HEARTBEAT seconds, while RATE short tasks a
 # second (RUN_TIME seconds each) are submitted over REST for DURATION seconds. Prints the
-# scheduler's CPU and peak RSS, the submission-to-assignment latency seen by the agents, and
-# whether any agent timed out.
+# scheduler's CPU and peak RSS, the submission-to-assignment latency seen by the agents, the
+# scheduler's own part of it (dgpu_task_dispatch_latency_seconds: submission to the start order
+# written to the agent's connection), and whether any agent timed out.
 #   bench/run_fleet_bench.sh                      # 1,000 agents x 8 GPUs, 100 tasks/s, 30 s
 #   AGENTS=10000 RATE=1000 DURATION=60 bench/run_fleet_bench.sh
 #   SCHEDULER_YAML='scheduler: { snapshot_interval: 1h }' bench/run_fleet_bench.sh
@@ -70,10 +71,21 @@ wait "$LOADGEN_PID" || true
 tail -2 "$WORK/loadgen.out"
 # Agents the scheduler holds offline at the end: one that timed out is never registered again by
 # the load generator (it counts the scheduler's requests to register again).
-offline=$(curl -fsS "$SCHEME://127.0.0.1:$HTTP_PORT/metrics" |
-  awk '$1 == "dgpu_agents{status=\"offline\"}" { print $2 }')
+metrics=$(curl -fsS "$SCHEME://127.0.0.1:$HTTP_PORT/metrics")
+offline=$(awk '$1 == "dgpu_agents{status=\"offline\"}" { print $2 }' <<< "$metrics")
+# The scheduler's own part: submission to the start order written to the agent's connection.
+dispatch=$(awk -F'[{}" ]+' '/^dgpu_task_dispatch_latency_seconds_bucket/ {
+    le[n] = $3; c[n++] = $NF }
+  END { total = c[n - 1]; p50 = p99 = "?"
+    for (i = 0; i < n; i++) {
+      if (p50 == "?" && c[i] >= 0.5 * total) p50 = le[i]
+      if (p99 == "?" && c[i] >= 0.99 * total) p99 = le[i]
+      if (le[i] == "0.05") under = c[i] }
+    printf "p50 <= %s s, p99 <= %s s, %.2f%% within 50 ms (%d tasks)", p50, p99,
+      total ? 100 * under / total : 0, total }' <<< "$metrics")
 rss=$(awk '/VmHWM/ { printf "%.0f MiB", $2 / 1024 }' /proc/$SCHED_PID/status)
 awk -v c=$((cpu_after - cpu_before)) -v hz="$(getconf CLK_TCK)" -v d="$DURATION" \
   'BEGIN { printf "scheduler CPU:          %.2f cores over the %ss of submissions\n", c / hz / d, d }'
 echo "scheduler peak RSS:     $rss"
 echo "agents offline at end:  $offline"
+echo "scheduler dispatch:     $dispatch"

@@ -34,6 +34,9 @@ struct TaskLaunch {
   std::string user;              // The submitter (executor.run_as: submitter); may be empty.
   int array_index = -1;          // A job array's member: its index; -1 otherwise.
   int array_size = 0;            // A job array's member: the array's size; 0 otherwise.
+  // Which run of the task this is (the scheduler's count of its starts); 0: not told (an older
+  // scheduler). Reported back with the exit.
+  int run = 0;
 };
 
 struct TaskExit {
@@ -45,6 +48,7 @@ struct TaskExit {
   // stopped it (StopErrorOf): "cancelled", "timeout", "preempted", "drained", ...
   std::string error;
   int64_t finished_at_unix_micros = 0;
+  int run = 0;  // TaskLaunch::run of the run that ended.
 
   bool operator==(const TaskExit&) const = default;
 };

@@ -52,11 +52,21 @@ StatusOr<std::string> ReadAll(const std::string& path) {
   return text;
 }
 
-std::string AckLine(const std::string& task_id) {
-  return nlohmann::json{{"ack", task_id}}.dump() + "\n";
+std::string AckLine(const std::string& task_id, int run) {
+  nlohmann::json j = {{"ack", task_id}};
+  if (run != 0) j["run"] = run;
+  return j.dump() + "\n";
+}
+
+// Applies an acknowledgement to the pending exits.
+void ApplyAck(std::map<std::string, TaskExit>& pending, const std::string& task_id, int run) {
+  auto it = pending.find(task_id);
+  if (it != pending.end() && CoversRun(run, it->second.run)) pending.erase(it);
 }
 
 }  // namespace
+
+bool CoversRun(int acked, int pending) { return acked == 0 || pending == 0 || acked == pending; }
 
 std::string TaskExitToJson(const TaskExit& exit) {
   nlohmann::json j = {
@@ -64,6 +74,7 @@ std::string TaskExitToJson(const TaskExit& exit) {
       {"exit_code", exit.exit_code}, {"signal", exit.signal},
       {"error", exit.error},         {"finished_at_unix_micros", exit.finished_at_unix_micros},
   };
+  if (exit.run != 0) j["run"] = exit.run;
   return j.dump();
 }
 
@@ -90,6 +101,9 @@ StatusOr<TaskExit> TaskExitFromValue(const nlohmann::json& j) {
         "missing or mistyped field (task_id, success, exit_code, signal, error, "
         "finished_at_unix_micros)");
   }
+  // Written from the release that numbers runs on; absent: 0.
+  const auto run = j.find("run");
+  if (run != j.end() && !run->is_number_integer()) return InvalidArgument("run is not an integer");
   TaskExit exit;
   exit.task_id = task_id->get<std::string>();
   exit.success = success->get<bool>();
@@ -97,6 +111,7 @@ StatusOr<TaskExit> TaskExitFromValue(const nlohmann::json& j) {
   exit.signal = signal->get<int>();
   exit.error = error->get<std::string>();
   exit.finished_at_unix_micros = finished->get<int64_t>();
+  if (run != j.end()) exit.run = run->get<int>();
   return exit;
 }
 
@@ -139,12 +154,13 @@ StatusOr<FinishOutbox> FinishOutbox::Open(const std::string& work_dir) {
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
       problem = "not valid JSON";
-    } else if (j.is_object() && j.size() == 1 && j.contains("ack")) {
-      if (j["ack"].is_string()) {
-        outbox.pending_.erase(j["ack"].get<std::string>());
+    } else if (j.is_object() && j.contains("ack") && j.size() == (j.contains("run") ? 2U : 1U)) {
+      const bool run_ok = !j.contains("run") || j["run"].is_number_integer();
+      if (j["ack"].is_string() && run_ok) {
+        ApplyAck(outbox.pending_, j["ack"].get<std::string>(), j.value("run", 0));
         continue;
       }
-      problem = "ack is not a string";
+      problem = run_ok ? "ack is not a string" : "ack's run is not an integer";
     } else {
       StatusOr<TaskExit> exit = TaskExitFromValue(j);
       if (exit.ok() && ValidateTaskId(exit->task_id).ok()) {
@@ -248,9 +264,13 @@ Status FinishOutbox::AddAll(const std::vector<TaskExit>& exits) {
   return OkStatus();
 }
 
-Status FinishOutbox::Ack(const std::string& task_id) {
+Status FinishOutbox::Ack(const std::string& task_id, int run) {
   auto it = pending_.find(task_id);
   if (it == pending_.end()) return NotFound("no pending finish for task '" + task_id + "'");
+  if (!CoversRun(run, it->second.run)) {
+    return NotFound("the pending finish of task '" + task_id + "' is of run " +
+                    std::to_string(it->second.run) + ", not " + std::to_string(run));
+  }
   pending_.erase(it);
   if (pending_.empty()) {
     // Nothing left to keep. If the truncation is lost in a crash, the replay ends empty anyway,
@@ -260,7 +280,7 @@ Status FinishOutbox::Ack(const std::string& task_id) {
     lines_ = 0;
     return OkStatus();
   }
-  Status appended = Append(AckLine(task_id), /*sync=*/false);
+  Status appended = Append(AckLine(task_id, run), /*sync=*/false);
   if (!appended.ok()) return appended;
   if (lines_ >= kRewriteMinLines && lines_ > 8 * pending_.size()) return Rewrite();
   return OkStatus();

@@ -2,7 +2,8 @@
 // they survive an agent restart.
 //
 // Layout: one append-only journal, <work_dir>/.finish-outbox/journal, one JSON object per line:
-// an exit (the TaskExit fields), or {"ack":"<task id>"} once the scheduler has acknowledged it.
+// an exit (the TaskExit fields), or {"ack":"<task id>","run":<run>} once the scheduler has
+// acknowledged it (an ack covers the pending exit of that run only; without "run", any run).
 // Add/AddAll append their lines with one write and one fdatasync: no file is created, renamed or
 // removed per finish (creating and deleting a file per batch made inode allocation the agent's
 // largest cost, and needed a directory sync each time). Acks are appended without a sync: if one
@@ -48,8 +49,10 @@ class FinishOutbox {
   // nothing is recorded.
   Status AddAll(const std::vector<TaskExit>& exits);
 
-  // Forgets the exit of `task_id` (see above: not synced). NotFound when none is pending.
-  Status Ack(const std::string& task_id);
+  // Forgets the exit of run `run` of `task_id` (see above: not synced); run 0 (not known): the
+  // pending exit of any run. NotFound when none is pending, or the pending one is of another run
+  // (a later run's exit is kept when a late copy of an earlier run's is acknowledged).
+  Status Ack(const std::string& task_id, int run = 0);
 
   // Pending exits ordered by finish time, then task id.
   std::vector<TaskExit> Pending() const;
@@ -75,6 +78,10 @@ class FinishOutbox {
   std::map<std::string, TaskExit> pending_;
   std::vector<std::string> load_errors_;
 };
+
+// Whether an acknowledgement of run `acked` covers a pending exit of run `pending`; 0 (a
+// scheduler or journal that predates run numbers) matches any run.
+bool CoversRun(int acked, int pending);
 
 // JSON form of a TaskExit used by the outbox (exposed for tests and tools).
 std::string TaskExitToJson(const TaskExit& exit);

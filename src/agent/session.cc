@@ -74,6 +74,7 @@ void FillResult(const TaskExit& e, dgpu::v1::TaskResult* r) {
   r->set_exit_code(e.exit_code);
   r->set_error(e.error);
   r->set_finished_at_unix_micros(e.finished_at_unix_micros);
+  r->set_run(e.run);
 }
 
 }  // namespace
@@ -228,10 +229,11 @@ bool AgentSession::Connect() {
   req.set_epoch(highest_epoch_);
   req.set_version(DGPU_VERSION);
   for (const auto& d : devices_) FillGpu(d, req.add_gpus());
-  for (const auto& [id, gpus] : task_gpus_) {
+  for (const auto& [id, running] : task_gpus_) {
     auto* r = req.add_running();
     r->set_task_id(id);
-    for (int g : gpus) r->add_gpu_indices(g);
+    for (int g : running.gpu_indices) r->add_gpu_indices(g);
+    r->set_run(running.run);
   }
   for (const auto& e : UndeliveredFinishes()) FillResult(e, req.add_finished());
 
@@ -244,7 +246,8 @@ bool AgentSession::Connect() {
   if (Status accepted = AcceptEpoch(resp.epoch()); !accepted.ok()) {
     return fail(accepted.message());
   }
-  for (const auto& id : resp.acknowledged_finishes()) ForgetFinish(id);
+  // The answer names tasks only: nothing was added to the outbox since the request was built.
+  for (const auto& id : resp.acknowledged_finishes()) ForgetFinish(id, 0);
 
   conn->stream = conn->stub->Heartbeat(&conn->stream_ctx);
   conn->StartReader(&waker_);
@@ -309,9 +312,10 @@ void AgentSession::Disconnect(const std::string& why) {
   next_attempt_ = Mono() + ToMicros(config_.scheduler.retry_interval) / 4;
 }
 
-void AgentSession::ReportRefusal(const std::string& task_id, const std::string& why) {
+void AgentSession::ReportRefusal(const TaskLaunch& launch, const std::string& why) {
   TaskExit e;
-  e.task_id = task_id;
+  e.task_id = launch.task_id;
+  e.run = launch.run;
   e.success = false;
   e.exit_code = -1;
   e.error = "start_refused: " + why;
@@ -325,8 +329,8 @@ void AgentSession::StartTask(const std::string& task_id, const TaskLaunch& launc
   Status s = executor_->Start(launch);
   if (s.ok()) {
     const int64_t started_at = common::NowMicros();
-    task_gpus_[task_id] = launch.gpu_indices;
-    unreported_starts_.push_back({task_id, started_at});
+    task_gpus_[task_id] = {launch.gpu_indices, launch.run};
+    unreported_starts_.push_back({task_id, started_at, launch.run});
     common::LogEvent("task_started", {{"task_id", task_id},
                                       {"node", agent_id_},
                                       {"gpus", JoinGpuIndices(launch.gpu_indices)},
@@ -339,7 +343,7 @@ void AgentSession::StartTask(const std::string& task_id, const TaskLaunch& launc
     return;
   }
   spdlog::error("refused to start {}: {}", task_id, s.message());
-  ReportRefusal(task_id, s.message());
+  ReportRefusal(launch, s.message());
 }
 
 void AgentSession::HandleInbound() {
@@ -372,6 +376,7 @@ void AgentSession::HandleInbound() {
       launch.timeout_seconds = a.timeout_seconds();
       launch.image = a.image();
       launch.user = a.user();
+      launch.run = a.run();
       if (a.array_size() > 0) {
         launch.array_index = a.array_index();
         launch.array_size = a.array_size();
@@ -414,6 +419,7 @@ void AgentSession::SendStarts() {
     auto* s = req.add_started();
     s->set_task_id(start.task_id);
     s->set_started_at_unix_micros(start.started_at_micros);
+    s->set_run(start.run);
   }
   if (req.started().empty()) {
     unreported_starts_.clear();
@@ -515,7 +521,7 @@ void AgentSession::HandleReportResults(int64_t now) {
       if (undeliverable) {
         spdlog::warn("scheduler refused the finish of {}: {}", e.task_id, s.error_message());
       }
-      ForgetFinish(e.task_id);
+      ForgetFinish(e.task_id, e.run);
     } else {
       // Kept in the outbox: retried, or delivered with the next registration.
       if (!failed) spdlog::warn("cannot report the finish of {}: {}", e.task_id, s.error_message());
@@ -562,9 +568,13 @@ void AgentSession::RetryPersist(int64_t now) {
   for (const auto& exit : exits) PersistFinish(exit);
 }
 
-void AgentSession::ForgetFinish(const std::string& task_id) {
-  if (unpersisted_.erase(task_id) > 0) return;  // Delivered before it could be persisted.
-  if (Status s = outbox_.Ack(task_id); !s.ok()) {
+void AgentSession::ForgetFinish(const std::string& task_id, int run) {
+  auto unpersisted = unpersisted_.find(task_id);
+  if (unpersisted != unpersisted_.end() && CoversRun(run, unpersisted->second.run)) {
+    unpersisted_.erase(unpersisted);  // Delivered before it could be persisted.
+    return;
+  }
+  if (Status s = outbox_.Ack(task_id, run); !s.ok()) {
     // Reported again after a restart; the scheduler answers ALREADY_EXISTS then.
     spdlog::warn("cannot record that the finish of {} was delivered: {}", task_id, s.message());
   }

@@ -107,8 +107,9 @@ class AgentSession {
   void PersistFinish(const TaskExit& exit);
   // Tries the exits in unpersisted_ again, at most once a second.
   void RetryPersist(int64_t now);
-  // A scheduler has the finish of `task_id`: it leaves the outbox (or unpersisted_).
-  void ForgetFinish(const std::string& task_id);
+  // A scheduler has the finish of run `run` of `task_id` (0: of whatever run is pending): it
+  // leaves the outbox (or unpersisted_). A pending finish of another run stays.
+  void ForgetFinish(const std::string& task_id, int run);
   // Waits (bounded) until no report is in flight, then applies the answers.
   void DrainReports(std::chrono::milliseconds timeout);
   void StartTask(const std::string& task_id, const TaskLaunch& launch, uint64_t epoch);
@@ -118,7 +119,7 @@ class AgentSession {
   void StopTask(const std::string& task_id, const StopOrder& order, uint64_t epoch);
   // Confirms the starts not yet confirmed on the stream, in one message.
   void SendStarts();
-  void ReportRefusal(const std::string& task_id, const std::string& why);
+  void ReportRefusal(const TaskLaunch& launch, const std::string& why);
   // Fails for an epoch lower than the highest seen, and for a higher one that cannot be stored.
   Status AcceptEpoch(uint64_t epoch);
   void Shutdown();
@@ -144,10 +145,15 @@ class AgentSession {
   uint64_t health_generation_ = 0;  // Of devices_: a newer one is reported at once.
   // devices_ and health_generation_ from the monitor's latest.
   void TakeGpuSnapshot();
-  std::map<std::string, std::vector<int>> task_gpus_;  // Running task -> GPU indices.
+  struct RunningRun {
+    std::vector<int> gpu_indices;
+    int run = 0;  // TaskLaunch::run.
+  };
+  std::map<std::string, RunningRun> task_gpus_;  // Running task -> its GPU indices and run.
   struct StartReport {
     std::string task_id;
     int64_t started_at_micros = 0;
+    int run = 0;
   };
   std::vector<StartReport> unreported_starts_;
   std::unique_ptr<Connection> conn_;

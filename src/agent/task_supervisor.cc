@@ -107,6 +107,7 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
   auto start_failed = [&](const std::string& reason) {
     TaskExit exit;
     exit.task_id = launch.task_id;
+    exit.run = launch.run;
     exit.error = "start_failed: " + reason;
     exit.finished_at_unix_micros = now;
     pending_exits_.push_back(std::move(exit));
@@ -126,6 +127,7 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
     close(log_fd);
     TaskExit exit;
     exit.task_id = launch.task_id;
+    exit.run = launch.run;
     exit.error = plan.refused;
     exit.finished_at_unix_micros = now;
     pending_exits_.push_back(std::move(exit));
@@ -418,6 +420,7 @@ void TaskSupervisor::ReapHelpers(int64_t now_micros, bool force) {
 TaskExit TaskSupervisor::MakeExit(const Task& task, int64_t now_micros) const {
   TaskExit exit;
   exit.task_id = task.launch.task_id;
+  exit.run = task.launch.run;
   exit.finished_at_unix_micros = now_micros;
   if (task.leader_status.has_value()) {
     const int status = *task.leader_status;

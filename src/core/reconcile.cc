@@ -2,6 +2,24 @@
 #include "core/core_internal.h"
 
 namespace dgpu::core {
+namespace {
+
+// Whether a queued task takes back a run its agent reports (still running, or ended): a run
+// this scheduler never heard of (a start by an earlier leader that did not reach it), or its
+// latest run when that run was lost with its node (its end was never recorded). Not a run that
+// ended here (a failure waiting for its retry, a preemption), nor an earlier one.
+bool TakesBackRun(const Task& t, int run) {
+  const int latest = RunNumber(t);
+  return run == 0 || run > latest ||
+         (run == latest && t.error == StopError(StopReason::kMemberLost));
+}
+
+// A run taken back is the task's latest, and the task has run at least once.
+void AdoptRun(Task& t, int run) {
+  t.attempts = std::max(t.attempts, std::max(1, run - t.preemptions));
+}
+
+}  // namespace
 
 Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string& address,
                                    const std::vector<GpuInfo>& gpus,
@@ -32,6 +50,7 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     TaskRecord* found = tasks_.Find(f.task);
     if (found == nullptr) continue;
     Task& t = *found;
+    if (IsEarlierRun(t, f.run)) continue;  // Its end is recorded already.
     const int member = RunningMemberOn(t.allocation, node_id);
     bool held_here = (t.status == TaskStatus::kRunning || t.stopping) && member >= 0;
     if (IsDisconnectStop(f)) {
@@ -44,13 +63,13 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
       (void)FinishMember(t, member, f, now);
     } else if (held_here) {
       (void)ApplyFinish(t, f, now);
-    } else if (t.status == TaskStatus::kPending) {
+    } else if (t.status == TaskStatus::kPending && TakesBackRun(t, f.run)) {
       // It ran to its end there although it is queued here: it was put back when this node
       // vanished, or a previous leader started it and failed before that start reached this
       // scheduler. Agents run only what a leader ordered, so this was a real run: starting it
       // again would run it twice.
       Dequeue(t);
-      t.attempts = std::max(t.attempts, 1);
+      AdoptRun(t, f.run);
       t.status = f.success ? TaskStatus::kSuccess : TaskStatus::kFailed;
       t.exit_code = f.exit_code;
       t.error = f.error;
@@ -132,10 +151,11 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
       }
       continue;
     }
-    if (t != nullptr && t->status == TaskStatus::kPending &&
+    if (t != nullptr && t->status == TaskStatus::kPending && TakesBackRun(*t, r.run) &&
         static_cast<int>(r.gpu_indices.size()) == t->spec.gpu_count &&
         claim(r.gpu_indices, t->id)) {
       Dequeue(*t);
+      if (r.run > 0) AdoptRun(*t, r.run);
       t->status = TaskStatus::kRunning;
       std::vector<int> idx = r.gpu_indices;
       std::sort(idx.begin(), idx.end());

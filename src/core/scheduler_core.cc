@@ -352,12 +352,17 @@ Status SchedulerCore::NodeLost(const std::string& node_id, TimeMicros now) {
   return OkStatus();
 }
 
-Status SchedulerCore::TaskStarted(TaskNumber id, const std::string& node_id, TimeMicros now) {
+Status SchedulerCore::TaskStarted(TaskNumber id, const std::string& node_id, TimeMicros now,
+                                  int run) {
   TaskRecord* found = tasks_.Find(id);
   if (found == nullptr) return NotFound(FormatTaskId(id) + " not found");
   Task& t = *found;
   if (t.status != TaskStatus::kRunning || RunningMemberOn(t.allocation, node_id) < 0) {
     return FailedPrecondition(FormatTaskId(id) + " is not running on node " + node_id);
+  }
+  if (IsEarlierRun(t, run)) {
+    return FailedPrecondition(FormatTaskId(id) + " run " + std::to_string(run) +
+                              " has ended; run " + std::to_string(RunNumber(t)) + " is the latest");
   }
   // A task on several nodes started when its last member did: the latest confirmation.
   t.started_at = now;
@@ -405,6 +410,11 @@ Status SchedulerCore::TaskFinished(const std::string& node_id, const FinishRepor
   TaskRecord* found = tasks_.Find(report.task);
   if (found == nullptr) return NotFound(FormatTaskId(report.task) + " not found");
   Task& t = *found;
+  if (IsEarlierRun(t, report.run)) {
+    return AlreadyExists(FormatTaskId(report.task) + " run " + std::to_string(report.run) +
+                         " has ended already; run " + std::to_string(RunNumber(t)) +
+                         " is the latest");
+  }
   bool held = t.status == TaskStatus::kRunning || t.stopping;
   // The node's own id, when the record knows its slot, saves reading the allocation.
   const std::string* held_on = nullptr;

@@ -148,7 +148,9 @@ class SchedulerCore {
   // finished since it last reported. Finishes are recorded first; then running tasks the core
   // knows on this node are adopted, tasks it had put back in the queue are taken back, tasks it
   // does not know (or has given elsewhere) are stopped, and tasks it believed ran there but are
-  // not reported are lost (node-loss rule).
+  // not reported are lost (node-loss rule). A report of an earlier run than the task's latest
+  // changes nothing (a finish) or is stopped (a run); a queued task takes a finish of its
+  // latest run only if that run was lost (its end was never recorded).
   Status RegisterNode(const std::string& node_id, const std::string& address,
                       const std::vector<GpuInfo>& gpus, const std::vector<RunningReport>& running,
                       const std::vector<FinishReport>& finished, TimeMicros now);
@@ -189,11 +191,14 @@ class SchedulerCore {
   // queue with attempts+1, or fail with error "agent_lost" after max_attempts.
   Status NodeLost(const std::string& node_id, TimeMicros now);
 
-  // The agent confirms that it started the task (records the real start time).
-  Status TaskStarted(TaskNumber task, const std::string& node_id, TimeMicros now);
+  // The agent confirms that it started run `run` of the task (records the real start time).
+  // FailedPrecondition also for the start of an earlier run (IsEarlierRun). `run` 0: not known.
+  Status TaskStarted(TaskNumber task, const std::string& node_id, TimeMicros now, int run = 0);
 
   // The agent reports a finish. NotFound: unknown task. FailedPrecondition: the task is not
-  // running on that node (a duplicate, or a report from the wrong node). No change on error.
+  // running on that node (a duplicate, or a report from the wrong node). AlreadyExists: the
+  // report is of an earlier run than the task's latest (its end is recorded; a resend after a
+  // lost acknowledgement). No change on error.
   Status TaskFinished(const std::string& node_id, const FinishReport& report, TimeMicros now);
 
   // Sets the online share in [0,1]; batch gets the rest. Running tasks are never stopped.

@@ -207,10 +207,18 @@ struct GpuInfo {
   std::string health_reason;  // Why it is unhealthy ("xid 79", ...); empty when healthy.
 };
 
+// Which run of a task its latest start was: every start counts (retries too), a preempted or
+// evicted one as well (it is counted in `preemptions`, not in `attempts`). An agent is told the
+// number with each start and names it in what it reports, so that a late report of an earlier
+// run (a finish sent again after its acknowledgement was lost) is never taken for the current
+// run's. 0: never started.
+inline int RunNumber(const Task& t) { return t.attempts + t.preemptions; }
+
 // A task an agent reports as running, with the GPUs it runs on.
 struct RunningReport {
   TaskNumber task = 0;
   std::vector<int> gpu_indices;
+  int run = 0;  // RunNumber when it was started; 0: not known (an older agent).
 };
 
 // A finish an agent reports.
@@ -220,7 +228,12 @@ struct FinishReport {
   int exit_code = 0;
   std::string error;  // "", "timeout", "signal:9", "cancelled", ...
   TimeMicros finished_at = 0;
+  int run = 0;  // RunNumber of the run that ended; 0: not known (an older agent).
 };
+
+// Whether a report names a run that ended before the task's latest one started (its end is
+// recorded already). Reports without a run number are never stale.
+inline bool IsEarlierRun(const Task& t, int run) { return run > 0 && run < RunNumber(t); }
 
 // The end of a run its agent stopped on its own, cut off from every scheduler
 // (StopReason::kDisconnected): the attempt was lost, the task did not fail.

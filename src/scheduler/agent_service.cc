@@ -3,8 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <deque>
+#include <limits>
+#include <vector>
 
 #include "common/logging.h"
+#include "common/time_util.h"
 #include "scheduler/grpc_access.h"
 #include "scheduler/queued_bidi_reactor.h"
 
@@ -63,7 +66,7 @@ StartsRequest ToStarts(const HeartbeatRequest& req) {
   starts.agent_id = req.agent_id();
   starts.epoch = req.epoch();
   for (const auto& s : req.started())
-    starts.starts.push_back({s.task_id(), s.started_at_unix_micros()});
+    starts.starts.push_back({s.task_id(), s.started_at_unix_micros(), s.run()});
   return starts;
 }
 
@@ -182,7 +185,8 @@ void AgentHub::OrderStops(const std::string& agent_id, const std::vector<std::st
   Send(agent_id, std::move(stop));
 }
 
-bool AgentHub::Send(const std::string& agent_id, HeartbeatResponse msg) {
+bool AgentHub::Send(const std::string& agent_id, HeartbeatResponse msg,
+                    std::function<void()> written) {
   std::shared_ptr<HeartbeatReactor> stream;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -195,7 +199,7 @@ bool AgentHub::Send(const std::string& agent_id, HeartbeatResponse msg) {
     }
     stream = it->second;
   }
-  stream->Send(std::move(msg));
+  stream->Send(std::move(msg), std::numeric_limits<size_t>::max(), std::move(written));
   return true;
 }
 
@@ -218,6 +222,8 @@ void AgentHub::CloseAll() {
 void AgentHub::Dispatch(const core::SchedulerCore& core,
                         const std::vector<core::Decision>& decisions) {
   std::map<std::string, HeartbeatResponse> by_node;
+  // Submission times of the first runs among the starts, by node.
+  std::map<std::string, std::vector<core::TimeMicros>> submitted;
   for (const auto& d : decisions) {
     auto& msg = by_node[d.node_id];
     msg.set_epoch(leader_->epoch());
@@ -236,12 +242,27 @@ void AgentHub::Dispatch(const core::SchedulerCore& core,
     a->set_timeout_seconds(t->spec.timeout_seconds);
     a->set_image(t->spec.image);
     a->set_user(t->spec.user);
+    const int run = core::RunNumber(*t);
+    a->set_run(run);
+    if (run == 1 && metrics_ != nullptr) submitted[d.node_id].push_back(t->created_at);
     if (t->spec.array_size > 0) {
       a->set_array_index(t->spec.array_index);
       a->set_array_size(t->spec.array_size);
     }
   }
-  for (auto& [node, msg] : by_node) Send(node, std::move(msg));
+  for (auto& [node, msg] : by_node) {
+    std::function<void()> written;
+    auto since = submitted.find(node);
+    if (since != submitted.end()) {
+      written = [metrics = metrics_, times = std::move(since->second)] {
+        const core::TimeMicros now = common::NowMicros();
+        for (core::TimeMicros t : times) {
+          metrics->dispatch_latency().Observe(static_cast<double>(now - t) / 1e6);
+        }
+      };
+    }
+    Send(node, std::move(msg), std::move(written));
+  }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -278,11 +299,11 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
         {g.index(), g.model(), g.memory_mb(), g.uuid(), !g.unhealthy(), g.health_reason()});
   }
   for (const auto& t : req->running()) {
-    r.running.push_back({t.task_id(), {t.gpu_indices().begin(), t.gpu_indices().end()}});
+    r.running.push_back({t.task_id(), {t.gpu_indices().begin(), t.gpu_indices().end()}, t.run()});
   }
   for (const auto& f : req->finished()) {
     r.finished.push_back(
-        {f.task_id(), f.success(), f.exit_code(), f.error(), f.finished_at_unix_micros()});
+        {f.task_id(), f.success(), f.exit_code(), f.error(), f.finished_at_unix_micros(), f.run()});
   }
   app_->RegisterNode(GrpcCaller(ctx), std::move(r),
                      FinishWith<Registered>(reactor, [this, resp](const Registered& done) {
@@ -327,7 +348,8 @@ grpc::ServerUnaryReactor* AgentService::TaskFinished(grpc::CallbackServerContext
                   result.success(),
                   result.exit_code(),
                   result.error(),
-                  result.finished_at_unix_micros()};
+                  result.finished_at_unix_micros(),
+                  result.run()};
   app_->ReportFinish(GrpcCaller(ctx), r,
                      FinishWith<FinishRecorded>(reactor, [resp](const FinishRecorded& done) {
                        resp->set_epoch(done.epoch);

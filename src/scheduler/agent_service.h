@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,11 +29,15 @@ class HeartbeatReactor;
 // Open Heartbeat streams by agent id; thread-safe. Implements Dispatcher and AgentChannel.
 class AgentHub : public Dispatcher, public AgentChannel {
  public:
-  explicit AgentHub(LeaderState* leader) : leader_(leader) {}
+  // `metrics` (may be null) gets each first run's submission-to-written time.
+  explicit AgentHub(LeaderState* leader, Metrics* metrics = nullptr)
+      : leader_(leader), metrics_(metrics) {}
   void Dispatch(const core::SchedulerCore& core,
                 const std::vector<core::Decision>& decisions) override;
-  // Sends a message on the agent's stream; false if it has none open.
-  bool Send(const std::string& agent_id, dgpu::v1::HeartbeatResponse msg);
+  // Sends a message on the agent's stream; false if it has none open (it is kept until one
+  // opens). `written` as in QueuedBidiReactor::Send; not called for a message kept.
+  bool Send(const std::string& agent_id, dgpu::v1::HeartbeatResponse msg,
+            std::function<void()> written = nullptr);
   void Attach(const std::string& agent_id, const std::shared_ptr<HeartbeatReactor>& stream);
   void Detach(const std::string& agent_id, const HeartbeatReactor* stream);
   void BeginSession(const std::string& agent_id) override;
@@ -44,6 +49,7 @@ class AgentHub : public Dispatcher, public AgentChannel {
 
  private:
   LeaderState* leader_;
+  Metrics* metrics_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<HeartbeatReactor>> streams_;        // GUARDED_BY(mu_)
   std::map<std::string, std::deque<dgpu::v1::HeartbeatResponse>> backlog_;  // GUARDED_BY(mu_)

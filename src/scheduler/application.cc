@@ -97,7 +97,7 @@ Status RecordStart(core::SchedulerCore& core, const std::string& node_id,
   if (!n) return InvalidArgument("task_id \"" + start.task_id + "\" is not a task id");
   if (start.started_at <= 0)
     return InvalidArgument(start.task_id + " has no started_at_unix_micros");
-  return core.TaskStarted(*n, node_id, start.started_at);
+  return core.TaskStarted(*n, node_id, start.started_at, start.run);
 }
 
 // Whether the agent may run `t` there: a member of it runs (or is being stopped) on that node.
@@ -576,7 +576,7 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
   std::vector<std::string> unparsable;  // Not ours: stopped.
   for (auto& r : request.running) {
     if (auto n = core::ParseTaskId(r.task_id)) {
-      running.push_back({*n, std::move(r.gpu_indices)});
+      running.push_back({*n, std::move(r.gpu_indices), r.run});
     } else {
       unparsable.push_back(std::move(r.task_id));
     }
@@ -591,7 +591,7 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
       unknown_finishes.push_back(std::move(f.task_id));
       continue;
     }
-    finished.push_back({*n, f.success, f.exit_code, std::move(f.error), f.finished_at});
+    finished.push_back({*n, f.success, f.exit_code, std::move(f.error), f.finished_at, f.run});
     registered.acknowledged_finishes.push_back(std::move(f.task_id));
   }
   for (auto& t : unknown_finishes) registered.acknowledged_finishes.push_back(std::move(t));
@@ -695,8 +695,8 @@ void Application::ReportFinish(const Caller& caller, const FinishRequest& reques
   if (auto e = Authorize(caller, Action::kReportFinish, NodeTarget(request.agent_id, *n))) {
     return reply(*e);
   }
-  core::FinishReport report{*n, request.success, request.exit_code, request.error,
-                            request.finished_at};
+  core::FinishReport report{
+      *n, request.success, request.exit_code, request.error, request.finished_at, request.run};
   d_.loop->Post([this, report = std::move(report), agent = request.agent_id,
                  reply = std::move(reply)](CoreLoop::Context& c) mutable {
     FinishRecorded recorded{d_.leader->epoch()};
@@ -719,6 +719,10 @@ void Application::ReportFinish(const Caller& caller, const FinishRequest& reques
                             s, reply);
       });
       return;
+    }
+    if (s.code() == StatusCode::kAlreadyExists) {
+      // A late copy of an earlier run's finish (sent again after its answer was lost).
+      spdlog::info("TaskFinished from {}: {}", agent, s.message());
     }
     if (!s.ok()) return reply(ErrorFromStatus(s));
     // Counted and logged from the core's events (a finish, or the end of a stop).

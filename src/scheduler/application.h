@@ -228,6 +228,7 @@ struct RegisterRequest {
   struct Running {
     std::string task_id;
     std::vector<int> gpu_indices;
+    int run = 0;  // core::RunNumber when it started; 0: not known (an older agent).
   };
   struct Finished {
     std::string task_id;
@@ -235,6 +236,7 @@ struct RegisterRequest {
     int32_t exit_code = 0;
     std::string error;
     core::TimeMicros finished_at = 0;
+    int run = 0;
   };
   std::string agent_id;
   std::string instance_id;  // Empty (an older agent): not checked.
@@ -274,6 +276,7 @@ struct StartsRequest {
   struct Start {
     std::string task_id;
     core::TimeMicros started_at = 0;
+    int run = 0;
   };
   std::string agent_id;
   uint64_t epoch = 0;
@@ -288,6 +291,7 @@ struct FinishRequest {
   int32_t exit_code = 0;
   std::string error;
   core::TimeMicros finished_at = 0;
+  int run = 0;  // core::RunNumber of the run that ended; 0: not known (an older agent).
 };
 struct FinishRecorded {
   uint64_t epoch = 0;

@@ -155,7 +155,7 @@ int Run(int argc, char** argv) {
 
   store::Journal journal(db.get(), stored.last_applied_seq);
   Metrics metrics;
-  AgentHub hub(&leader);
+  AgentHub hub(&leader, &metrics);
   EventRecorder recorder(&metrics, cfg.scheduler.task_log_lines_per_second);
   CoreLoop loop(std::move(*core), &journal, &hub, &recorder, &common::SystemClock::Instance());
   // Off the owner thread: reads of stored tasks, and the long reads (state.json, a standby's

@@ -58,6 +58,7 @@ class Metrics {
   void GpuUtilization(const std::string& gpu_id, const std::string& model, double ratio);
   Histogram& pass_duration() { return pass_duration_; }
   Histogram& start_latency() { return start_latency_; }
+  Histogram& dispatch_latency() { return dispatch_latency_; }
 
   std::string Render(const GaugeSnapshot& g) const;
 
@@ -68,6 +69,7 @@ class Metrics {
   std::array<std::array<std::atomic<uint64_t>, 3>, 2> finished_{};  // success, failed, cancelled
   Histogram pass_duration_;
   Histogram start_latency_;
+  Histogram dispatch_latency_;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> http_;                   // GUARDED_BY(mu_)
   std::map<std::string, std::pair<std::string, double>> gpu_utilization_;  // GUARDED_BY(mu_)

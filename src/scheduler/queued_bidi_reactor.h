@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <mutex>
 
@@ -22,7 +23,10 @@ class QueuedBidiReactor : public grpc::ServerBidiReactor<Req, Resp> {
  public:
   // Queues `msg`; dropped when the stream is finished. A stream with `max_queued` messages
   // waiting is finished with RESOURCE_EXHAUSTED instead (a peer that does not keep up).
-  void Send(Resp msg, size_t max_queued = std::numeric_limits<size_t>::max()) {
+  // `written`, if set, is called (on a gRPC thread, without the stream's lock) once gRPC has
+  // taken the message for sending; not if the message is dropped or the write fails.
+  void Send(Resp msg, size_t max_queued = std::numeric_limits<size_t>::max(),
+            std::function<void()> written = nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     if (out_.size() >= max_queued) {
@@ -32,6 +36,7 @@ class QueuedBidiReactor : public grpc::ServerBidiReactor<Req, Resp> {
       return;
     }
     out_.push_back(std::move(msg));
+    written_.push_back(std::move(written));
     if (!writing_) {
       writing_ = true;
       happens_before::Release(this);
@@ -56,14 +61,20 @@ class QueuedBidiReactor : public grpc::ServerBidiReactor<Req, Resp> {
 
   void OnWriteDone(bool ok) final {
     happens_before::Acquire(this);
-    std::lock_guard<std::mutex> lock(mu_);
-    out_.pop_front();
-    if (!ok || finished_ || out_.empty()) {
-      writing_ = false;
-      return;
+    std::function<void()> written;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      out_.pop_front();
+      written = std::move(written_.front());
+      written_.pop_front();
+      if (!ok || finished_ || out_.empty()) {
+        writing_ = false;
+      } else {
+        happens_before::Release(this);
+        this->StartWrite(&out_.front());
+      }
     }
-    happens_before::Release(this);
-    this->StartWrite(&out_.front());
+    if (ok && written) written();
   }
 
   void OnDone() final {
@@ -88,9 +99,10 @@ class QueuedBidiReactor : public grpc::ServerBidiReactor<Req, Resp> {
 
  private:
   std::mutex mu_;
-  std::deque<Resp> out_;   // GUARDED_BY(mu_) Front is the write in flight, when writing_.
-  bool writing_ = false;   // GUARDED_BY(mu_)
-  bool finished_ = false;  // GUARDED_BY(mu_)
+  std::deque<Resp> out_;  // GUARDED_BY(mu_) Front is the write in flight, when writing_.
+  std::deque<std::function<void()>> written_;  // GUARDED_BY(mu_) One per message of out_.
+  bool writing_ = false;                       // GUARDED_BY(mu_)
+  bool finished_ = false;                      // GUARDED_BY(mu_)
 };
 
 }  // namespace dgpu::scheduler

@@ -126,6 +126,69 @@ TEST(FinishOutboxTest, AddReplacesSameTask) {
   EXPECT_EQ(reopened->Pending(), (std::vector<TaskExit>{Exit("t", false, 2, 0, "", 6)}));
 }
 
+// A late copy of an earlier run's finish may be acknowledged after the next run of the same task
+// has ended here: that acknowledgement must not take the later run's exit with it.
+TEST(FinishOutboxTest, AnAcknowledgementCoversItsOwnRunOnly) {
+  TempDir dir;
+  TaskExit first = Exit("task-7", false, 1, 0, "", 5);
+  first.run = 1;
+  TaskExit second = Exit("task-7", true, 0, 0, "", 9);
+  second.run = 2;
+  {
+    auto outbox = FinishOutbox::Open(dir.path());
+    ASSERT_TRUE(outbox.ok());
+    ASSERT_TRUE(outbox->Add(first).ok());
+    ASSERT_TRUE(outbox->Add(second).ok());
+    const Status late = outbox->Ack("task-7", 1);
+    EXPECT_EQ(late.code(), StatusCode::kNotFound);
+    EXPECT_THAT(late.message(), HasSubstr("is of run 2, not 1"));
+    EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{second}));
+    // Another task keeps the journal from being truncated when task-7's exit goes.
+    ASSERT_TRUE(outbox->Add(Exit("task-8", true, 0, 0, "", 10)).ok());
+  }
+  {
+    auto outbox = FinishOutbox::Open(dir.path());
+    ASSERT_TRUE(outbox.ok());
+    EXPECT_EQ(outbox->size(), 2u);
+    ASSERT_TRUE(outbox->Ack("task-7", 2).ok());
+    EXPECT_EQ(outbox->size(), 1u);
+  }
+  auto outbox = FinishOutbox::Open(dir.path());
+  ASSERT_TRUE(outbox.ok());
+  EXPECT_TRUE(outbox->load_errors().empty());
+  EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{Exit("task-8", true, 0, 0, "", 10)}));
+  EXPECT_THAT(testing::ReadFile(JournalOf(dir)), HasSubstr("{\"ack\":\"task-7\",\"run\":2}"));
+}
+
+// Journals written before runs were numbered: exits without "run" (run 0) and acks without it,
+// which cover whatever run is pending. A replayed ack of another run leaves the exit pending.
+TEST(FinishOutboxTest, ReplayMatchesAcknowledgementsToRuns) {
+  TempDir dir;
+  const std::string journal = JournalOf(dir);
+  TaskExit second = Exit("task-7", true, 0, 0, "", 9);
+  second.run = 2;
+  const std::string lines = JournalWith(dir, Exit("task-1", true, 0, 0, "", 1)) +
+                            "{\"ack\":\"task-1\"}\n" + TaskExitToJson(second) + "\n" +
+                            "{\"ack\":\"task-7\",\"run\":1}\n";
+  WriteFile(journal, lines);
+  auto outbox = FinishOutbox::Open(dir.path());
+  ASSERT_TRUE(outbox.ok());
+  EXPECT_TRUE(outbox->load_errors().empty());
+  EXPECT_EQ(outbox->Pending(), (std::vector<TaskExit>{second}));
+  EXPECT_TRUE(outbox->Ack("task-7").ok()) << "run 0: whatever run is pending";
+
+  WriteFile(journal, TaskExitToJson(second) + "\n{\"ack\":\"task-7\",\"run\":\"2\"}\n" +
+                         "{\"task_id\":\"t\",\"success\":true,\"exit_code\":0,\"signal\":0,"
+                         "\"error\":\"\",\"finished_at_unix_micros\":1,\"run\":1.5}\n");
+  auto corrupt = FinishOutbox::Open(dir.path());
+  ASSERT_TRUE(corrupt.ok());
+  EXPECT_EQ(corrupt->Pending(), (std::vector<TaskExit>{second}));
+  ASSERT_EQ(corrupt->load_errors().size(), 2u);
+  EXPECT_THAT(corrupt->load_errors()[0],
+              HasSubstr("line 2 is corrupt: ack's run is not an integer"));
+  EXPECT_THAT(corrupt->load_errors()[1], HasSubstr("line 3 is corrupt: run is not an integer"));
+}
+
 TEST(FinishOutboxTest, CorruptLinesAreReportedAndSetAside) {
   TempDir dir;
   const TaskExit good = Exit("good", true, 0, 0, "", 1);
@@ -182,10 +245,15 @@ TEST(FinishOutboxTest, RejectsUnsafeTaskIds) {
 }
 
 TEST(FinishOutboxTest, JsonRoundTrip) {
-  const TaskExit exit = Exit("task-x", false, 130, 2, "signal:2", 1712345678901234);
+  TaskExit exit = Exit("task-x", false, 130, 2, "signal:2", 1712345678901234);
   auto parsed = TaskExitFromJson(TaskExitToJson(exit));
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(*parsed, exit);
+  EXPECT_THAT(TaskExitToJson(exit), ::testing::Not(HasSubstr("run"))) << "run 0 is not written";
+  exit.run = 3;
+  parsed = TaskExitFromJson(TaskExitToJson(exit));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->run, 3);
   EXPECT_EQ(TaskExitFromJson("[]").status().code(), StatusCode::kInvalidArgument);
 }
 

@@ -322,5 +322,97 @@ TEST_F(LifecycleTest, ATaskItsAgentStoppedWhileCutOffIsALostAttempt) {
   EXPECT_EQ(T(u).status, TaskStatus::kSuccess);
 }
 
+// Every start is a new run (RunNumber: retries and preemptions count). A report that names an
+// earlier run than the task's latest is a late copy (a finish sent again after its answer was
+// lost): it changes nothing, wherever it arrives.
+TEST_F(LifecycleTest, AReportOfAnEarlierRunIsNeverTakenForTheLatestOne) {
+  TaskSpec spec = Spec(Priority::kHigh, 1, "");
+  spec.max_retries = 1;
+  spec.retry_backoff_seconds = 1;
+  const TaskNumber t = *core_.Submit(spec, now_);
+  ASSERT_EQ(Pass().size(), 1u);
+  EXPECT_EQ(RunNumber(T(t)), 1);
+  const FinishReport failed{t, false, 1, "", now_, /*run=*/1};
+  ASSERT_TRUE(core_.TaskFinished("n1", failed, now_).ok());
+  ASSERT_EQ(T(t).retries, 1);
+  // The agent registers again (a failover) with run 1's finish still unacknowledged: the task
+  // keeps waiting for its retry instead of ending with run 1's failure.
+  ASSERT_TRUE(core_.RegisterNode("n1", "", MakeGpus(2, "A100"), {}, {failed}, now_).ok());
+  ASSERT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+  EXPECT_EQ(std::make_tuple(T(t).status, T(t).retries), std::make_tuple(TaskStatus::kPending, 1));
+
+  // Run 2 starts on the same node; run 1's finish arrives once more.
+  now_ += 1 * kSec;
+  core_.Tick(now_);
+  ASSERT_EQ(Pass().size(), 1u);
+  ASSERT_EQ(RunNumber(T(t)), 2);
+  const TimeMicros started = T(t).started_at;
+  EXPECT_EQ(core_.TaskStarted(t, "n1", now_ + 5, 1).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(T(t).started_at, started);
+  const Status late = core_.TaskFinished("n1", failed, now_);
+  EXPECT_EQ(late.code(), StatusCode::kAlreadyExists) << late.ToString();
+  EXPECT_EQ(T(t).status, TaskStatus::kRunning);
+  ASSERT_TRUE(core_.TaskStarted(t, "n1", now_ + 7, 2).ok());
+  EXPECT_EQ(T(t).started_at, now_ + 7);
+  // Registering with run 2 running and run 1's finish: run 2 is adopted, nothing ends.
+  const std::vector<int> gpus = T(t).allocation[0].gpu_indices;
+  ASSERT_TRUE(
+      core_.RegisterNode("n1", "", MakeGpus(2, "A100"), {{t, gpus, 2}}, {failed}, now_).ok());
+  ASSERT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+  EXPECT_EQ(T(t).status, TaskStatus::kRunning);
+  EXPECT_TRUE(Pass().empty());
+  ASSERT_TRUE(core_.TaskFinished("n1", {t, true, 0, "", now_, 2}, now_).ok());
+  EXPECT_EQ(std::make_tuple(T(t).status, T(t).attempts, T(t).exit_code),
+            std::make_tuple(TaskStatus::kSuccess, 2, 0));
+}
+
+// A queued task takes back its latest run only when that run was lost with its node (its end
+// was never recorded), not when it was preempted: that run's end is known already.
+TEST_F(LifecycleTest, AQueuedTaskTakesBackItsLatestRunOnlyIfItWasLost) {
+  const TaskNumber preempted = Submit();
+  ASSERT_EQ(Pass().size(), 1u);
+  ASSERT_TRUE(core_.StopTask(preempted, StopReason::kPreempt, 0, now_).ok());
+  Pass();
+  ASSERT_TRUE(core_.TaskFinished("n1", {preempted, false, 143, "preempted", now_, 1}, now_).ok());
+  ASSERT_EQ(T(preempted).status, TaskStatus::kPending);
+  EXPECT_EQ(
+      std::make_tuple(T(preempted).attempts, T(preempted).preemptions, RunNumber(T(preempted))),
+      std::make_tuple(0, 1, 1));
+  const TaskNumber lost = Submit();
+  ASSERT_EQ(Pass().size(), 2u) << "the preempted task runs again, beside the new one";
+  ASSERT_EQ(T(preempted).status, TaskStatus::kRunning);
+  ASSERT_TRUE(core_.NodeLost("n1", now_).ok());
+  ASSERT_EQ(T(lost).status, TaskStatus::kPending);
+  ASSERT_EQ(T(preempted).status, TaskStatus::kPending);
+  // Back with: run 1 of the preempted task (ended and recorded) reported again, run 2 of it
+  // lost running, and the lost task's run 1 ended meanwhile.
+  ASSERT_TRUE(core_
+                  .RegisterNode("n1", "", MakeGpus(2, "A100"), {{preempted, {0}, 2}},
+                                {{preempted, false, 143, "preempted", now_, 1},
+                                 {lost, true, 0, "", now_ - 1, 1}},
+                                now_)
+                  .ok());
+  ASSERT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+  EXPECT_EQ(T(lost).status, TaskStatus::kSuccess);
+  EXPECT_EQ(T(preempted).status, TaskStatus::kRunning) << "its lost run 2 is taken back";
+  EXPECT_EQ(RunNumber(T(preempted)), 2);
+
+  // The same with the preempted run reported as still running: it is stopped, not taken back.
+  ASSERT_TRUE(core_.TaskFinished("n1", {preempted, true, 0, "", now_, 2}, now_).ok());
+  const TaskNumber again = Submit();
+  ASSERT_EQ(Pass().size(), 1u);
+  ASSERT_TRUE(core_.StopTask(again, StopReason::kPreempt, 0, now_).ok());
+  Pass();
+  ASSERT_TRUE(core_.NodeLost("n1", now_).ok());
+  ASSERT_EQ(T(again).status, TaskStatus::kPending);
+  ASSERT_TRUE(core_.RegisterNode("n1", "", MakeGpus(2, "A100"), {{again, {0}, 1}}, {}, now_).ok());
+  ASSERT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+  EXPECT_EQ(T(again).status, TaskStatus::kPending);
+  const std::vector<Decision> orders = core_.TakeDecisions();
+  ASSERT_EQ(orders.size(), 1u);
+  EXPECT_EQ(std::make_tuple(orders[0].kind, orders[0].task, orders[0].reason),
+            std::make_tuple(Kind::kStop, again, StopReason::kReconcile));
+}
+
 }  // namespace
 }  // namespace dgpu::core

@@ -27,6 +27,7 @@ CONTRACT = {
     "dgpu_gpu_utilization_ratio": ("gauge", {"gpu_id", "model"}),
     "dgpu_schedule_pass_duration_seconds": ("histogram", set()),
     "dgpu_task_start_latency_seconds": ("histogram", set()),
+    "dgpu_task_dispatch_latency_seconds": ("histogram", set()),
     "dgpu_http_requests_total": ("counter", {"route", "code"}),
 }
 
@@ -112,6 +113,8 @@ class MetricsPageTest(unittest.TestCase):
         self.assertEqual(m.value("dgpu_agents", status="offline"), 0)
         self.assertEqual(m.value("dgpu_is_leader"), 1)
         self.assertEqual(m.value("dgpu_task_start_latency_seconds_count"), 1)
+        # The start order was written to the agent's open stream.
+        self.assertEqual(m.value("dgpu_task_dispatch_latency_seconds_count"), 1)
         self.assertEqual(
             sorted(m.find("dgpu_gpu_utilization_ratio"), key=repr),
             [({"gpu_id": "a1-gpu-%d" % i, "model": MODEL}, 0.0) for i in range(4)])
@@ -131,6 +134,7 @@ class MetricsPageTest(unittest.TestCase):
                          [({"status": "busy", "model": MODEL}, 1),
                           ({"status": "idle", "model": MODEL}, 3)])
         self.assertEqual(m.value("dgpu_task_start_latency_seconds_count"), 2)
+        self.assertEqual(m.value("dgpu_task_dispatch_latency_seconds_count"), 2)
 
     def test_values_after_cancel(self):
         m = snap["after_cancel"]

@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <future>
 #include <mutex>
 #include <ostream>
+#include <thread>
 #include <tuple>
 
 #include "common/time_util.h"
@@ -27,12 +29,18 @@ namespace {
 
 class FakeDispatcher : public Dispatcher {
  public:
-  void Dispatch(const core::SchedulerCore&, const std::vector<core::Decision>& decisions) override {
+  void Dispatch(const core::SchedulerCore& core,
+                const std::vector<core::Decision>& decisions) override {
     std::lock_guard<std::mutex> lock(mu);
-    for (const auto& d : decisions) started.push_back(d.task);
+    for (const auto& d : decisions) {
+      started.push_back(d.task);
+      const core::Task* t = core.FindTask(d.task);
+      runs.push_back(t == nullptr ? -1 : core::RunNumber(*t));
+    }
   }
   std::mutex mu;
   std::vector<core::TaskNumber> started;  // GUARDED_BY(mu)
+  std::vector<int> runs;                  // GUARDED_BY(mu): the run each start is of.
 };
 
 class FakeAgentChannel : public AgentChannel {
@@ -132,8 +140,9 @@ class ApplicationTest : public ::testing::Test {
     return Await<Registered>(
         [&](Reply<Registered> r) { app_->RegisterNode(agent_caller_, std::move(req), r); });
   }
-  Result<FinishRecorded> Finish(const std::string& agent, const std::string& task_id) {
-    FinishRequest req{agent, 7, task_id, true, 0, "", common::NowMicros()};
+  Result<FinishRecorded> Finish(const std::string& agent, const std::string& task_id, int run = 0,
+                                bool success = true) {
+    FinishRequest req{agent, 7, task_id, success, success ? 0 : 1, "", common::NowMicros(), run};
     return Await<FinishRecorded>(
         [&](Reply<FinishRecorded> r) { app_->ReportFinish(agent_caller_, req, r); });
   }
@@ -428,6 +437,43 @@ TEST_F(ApplicationTest, AnAgentsFinishIsRecordedOnceAndItsDuplicateRecognised) {
   ASSERT_FALSE(garbled.ok());
   EXPECT_EQ(garbled.error().field, "task_id");
   EXPECT_EQ(garbled.error().message, "task_id \"task-x\" is not a task id");
+}
+
+// The finish of run 1, sent again after its answer was lost, while run 2 of the task runs on the
+// same node: acknowledged as recorded, and run 2 goes on.
+TEST_F(ApplicationTest, ALateFinishOfAnEarlierRunIsAcknowledgedAndChangesNothing) {
+  ASSERT_TRUE(Register("a1", 1).ok());
+  core::TaskSpec spec = Spec();
+  spec.max_retries = 1;
+  spec.retry_backoff_seconds = 1;
+  ASSERT_TRUE(Submit(spec).ok());
+  loop_->RunAndWait([](CoreLoop::Context&) {});
+  ASSERT_TRUE(Finish("a1", "task-1", 1, /*success=*/false).ok());
+  // The retry starts once its second of backoff is over.
+  for (int i = 0; i < 100; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(dispatcher_.mu);
+      if (dispatcher_.started.size() == 2) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  {
+    std::lock_guard<std::mutex> lock(dispatcher_.mu);
+    ASSERT_EQ(dispatcher_.started, (std::vector<core::TaskNumber>{1, 1}));
+    EXPECT_EQ(dispatcher_.runs, (std::vector<int>{1, 2}));
+  }
+  Result<FinishRecorded> late = Finish("a1", "task-1", 1, /*success=*/false);
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.error().code, ErrorCode::kAlreadyExists);
+  EXPECT_EQ(late.error().message, "task-1 run 1 has ended already; run 2 is the latest");
+  loop_->RunAndWait([](CoreLoop::Context& c) {
+    EXPECT_EQ(c.core.FindTask(1)->status, core::TaskStatus::kRunning);
+  });
+  ASSERT_TRUE(Finish("a1", "task-1", 2).ok());
+  auto stored = db_->GetTask(1);
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ(std::make_tuple((*stored)->status, (*stored)->attempts, (*stored)->retries),
+            std::make_tuple(core::TaskStatus::kSuccess, 2, 1));
 }
 
 // --- Teams -------------------------------------------------------------------------------------

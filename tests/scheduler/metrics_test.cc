@@ -58,6 +58,7 @@ TEST(MetricsTest, FamiliesKeepTheirNamesTypesAndOrder) {
                        "dgpu_journal_mean_batch_size gauge",
                        "dgpu_schedule_pass_duration_seconds histogram",
                        "dgpu_task_start_latency_seconds histogram",
+                       "dgpu_task_dispatch_latency_seconds histogram",
                        "dgpu_tasks_preempted_total counter",
                        "dgpu_http_requests_total counter",
                        "dgpu_gpu_utilization_ratio gauge",
