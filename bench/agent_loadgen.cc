@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/grpc_runtime.h"
 #include "dgpu/v1/scheduler.grpc.pb.h"
 
 namespace {
@@ -324,6 +325,7 @@ int64_t Percentile(std::vector<int64_t> v, double p) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dgpu::common::ConfigureGrpcRuntime();
   Options o;
   CLI::App app{"agent_loadgen: many dgpu agents over real gRPC from one process"};
   app.add_option("--scheduler", o.scheduler, "the scheduler's gRPC address");

@@ -35,6 +35,7 @@ grep -q "registered $AGENTS " "$WORK/loadgen.out" || { tail -5 "$WORK/loadgen.ou
 echo "fleet registered: $(grep -c . "$WORK/loadgen.out") s after start"
 
 cpu_before=$(awk '{ print $14 + $15 }' /proc/$SCHED_PID/stat)
+loadgen_before=$(awk '{ print $14 + $15 }' /proc/$LOADGEN_PID/stat)
 python3 - "$HTTP_PORT" "$RATE" "$DURATION" <<'EOF'
 import http.client, json, sys, threading, time
 port, rate, duration = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
@@ -67,6 +68,7 @@ for t in ts: t.join()
 print("submitted %d tasks in %.1f s (%d not 201)" % (sent[0], time.monotonic() - t0, errors[0]))
 EOF
 cpu_after=$(awk '{ print $14 + $15 }' /proc/$SCHED_PID/stat)
+loadgen_after=$(awk '{ print $14 + $15 }' /proc/$LOADGEN_PID/stat)
 wait "$LOADGEN_PID" || true
 tail -2 "$WORK/loadgen.out"
 # Agents the scheduler holds offline at the end: one that timed out is never registered again by
@@ -74,8 +76,9 @@ tail -2 "$WORK/loadgen.out"
 metrics=$(curl -fsS "$SCHEME://127.0.0.1:$HTTP_PORT/metrics")
 offline=$(awk '$1 == "dgpu_agents{status=\"offline\"}" { print $2 }' <<< "$metrics")
 # The scheduler's own part: submission to the start order written to the agent's connection.
-dispatch=$(awk -F'[{}" ]+' '/^dgpu_task_dispatch_latency_seconds_bucket/ {
-    le[n] = $3; c[n++] = $NF }
+dispatch=$(awk -F'[{}" ]+' 'BEGIN { n = 0 }
+  /^dgpu_task_dispatch_latency_seconds_bucket/ {
+    le[n] = $3 == "+Inf" ? $3 : sprintf("%g", $3); c[n++] = $NF }
   END { total = c[n - 1]; p50 = p99 = "?"
     for (i = 0; i < n; i++) {
       if (p50 == "?" && c[i] >= 0.5 * total) p50 = le[i]
@@ -86,6 +89,8 @@ dispatch=$(awk -F'[{}" ]+' '/^dgpu_task_dispatch_latency_seconds_bucket/ {
 rss=$(awk '/VmHWM/ { printf "%.0f MiB", $2 / 1024 }' /proc/$SCHED_PID/status)
 awk -v c=$((cpu_after - cpu_before)) -v hz="$(getconf CLK_TCK)" -v d="$DURATION" \
   'BEGIN { printf "scheduler CPU:          %.2f cores over the %ss of submissions\n", c / hz / d, d }'
+awk -v c=$((loadgen_after - loadgen_before)) -v hz="$(getconf CLK_TCK)" -v d="$DURATION" \
+  'BEGIN { printf "load generator CPU:     %.2f cores (the agents, on the same machine)\n", c / hz / d }'
 echo "scheduler peak RSS:     $rss"
 echo "agents offline at end:  $offline"
 echo "scheduler dispatch:     $dispatch"

@@ -21,6 +21,7 @@
 #include "common/child_process.h"
 #include "common/config.h"
 #include "common/flags.h"
+#include "common/grpc_runtime.h"
 #include "common/logging.h"
 #include "common/tls_files.h"
 
@@ -63,6 +64,7 @@ int StopLeftoverTasks(const std::string& work_dir) {
 std::string MethodName(common::GpuDetectionMethod m) { return std::string(common::ToString(m)); }
 
 int Run(int argc, char** argv) {
+  common::ConfigureGrpcRuntime();
   common::DaemonFlagsSpec spec{
       "dgpu-agent", "dgpu node agent: runs GPU tasks given by the scheduler.", {}};
   common::DaemonFlags flags = common::ParseDaemonFlagsOrExit(argc, argv, spec);

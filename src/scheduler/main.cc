@@ -17,6 +17,7 @@
 
 #include "common/config.h"
 #include "common/flags.h"
+#include "common/grpc_runtime.h"
 #include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/time_util.h"
@@ -48,6 +49,7 @@ int Fail(const std::string& message) {
 void TickNodes(CoreLoop::Context& c) { c.core.Tick(c.now); }
 
 int Run(int argc, char** argv) {
+  common::ConfigureGrpcRuntime();
   common::DaemonFlagsSpec spec{
       "dgpu-scheduler",
       "Central scheduler of dgpu: REST API for users, gRPC for agents.",
