@@ -29,6 +29,9 @@
 namespace dgpu::core {
 
 inline constexpr int kMaxGpuCount = 1024;
+inline constexpr size_t kMaxTeams = 10000;  // Teams a core tracks, named by limits or by tasks.
+// The refusal of a team past kMaxTeams (a submission, or limits for a new team).
+Status TooManyTeams();
 
 // Hints: fetch the cache lines of [p, p + bytes) (for writing when `write`).
 template <bool write = false>

@@ -184,10 +184,14 @@ Status SchedulerCore::CheckSpec(const TaskSpec& spec) const {
   return OkStatus();
 }
 
-int SchedulerCore::TeamForSubmission(const std::string& name) {
+Status TooManyTeams() {
+  return InvalidArgument("too many teams (at most " + std::to_string(kMaxTeams) + ")");
+}
+
+StatusOr<int> SchedulerCore::TeamForSubmission(const std::string& name) {
   int team = TeamIdOf(name);
   if (team < 0) {
-    if (teams_.size() >= 10000) return -1;
+    if (teams_.size() >= kMaxTeams) return TooManyTeams();
     team = TeamId(name);
   }
   last_team_ = team;
@@ -212,9 +216,9 @@ SchedulerCore::TaskRecord& SchedulerCore::Queue(const TaskSpec& spec, int team, 
 
 StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now) {
   if (Status s = CheckSpec(spec); !s.ok()) return s;
-  const int team = TeamForSubmission(spec.team);
-  if (team < 0) return InvalidArgument("too many teams");
-  TaskRecord& t = Queue(spec, team, now);
+  const StatusOr<int> team = TeamForSubmission(spec.team);
+  if (!team.ok()) return team.status();
+  TaskRecord& t = Queue(spec, *team, now);
   Emit(t);
   return t.id;
 }
@@ -226,11 +230,11 @@ StatusOr<TaskNumber> SchedulerCore::SubmitArray(TaskSpec spec, int count, TimeMi
   spec.array_index = 0;
   spec.array_size = count;
   if (Status s = CheckSpec(spec); !s.ok()) return s;
-  const int team = TeamForSubmission(spec.team);
-  if (team < 0) return InvalidArgument("too many teams");
+  const StatusOr<int> team = TeamForSubmission(spec.team);
+  if (!team.ok()) return team.status();
   // Members are numbered and queued one after another: nothing else runs between them, so
   // member i is the first one's number + i and queue position + i (what kTaskArray records).
-  const TaskRecord& first = Queue(spec, team, now);
+  const TaskRecord& first = Queue(spec, *team, now);
   const TaskNumber id = first.id;
   if (config_.record_changes) {
     Change c;
@@ -240,7 +244,7 @@ StatusOr<TaskNumber> SchedulerCore::SubmitArray(TaskSpec spec, int count, TimeMi
   }
   for (int i = 1; i < count; ++i) {
     spec.array_index = i;
-    Queue(spec, team, now);
+    Queue(spec, *team, now);
   }
   return id;
 }

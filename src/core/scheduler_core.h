@@ -439,8 +439,9 @@ class SchedulerCore {
   Status CheckSpec(const TaskSpec& spec) const;
   // A new pending task of `spec` at the back of its queue, with its submission event; no change.
   TaskRecord& Queue(const TaskSpec& spec, int team, TimeMicros now);
-  // The team of a new task of `spec` (created if new); -1 with too many teams.
-  int TeamForSubmission(const std::string& name);
+  // The team of a new task of `spec` (created if new); InvalidArgument (TooManyTeams) when a
+  // new one would pass kMaxTeams.
+  StatusOr<int> TeamForSubmission(const std::string& name);
   // Records an event about task t (node: where it happened, if anywhere).
   void EmitEvent(Event::Kind kind, const Task& t, TimeMicros now, std::string_view node = {},
                  std::string_view detail = {});

@@ -13,7 +13,6 @@ namespace dgpu::core {
 
 namespace {
 constexpr int kUnbounded = 1 << 29;  // A borrowing limit nothing reaches.
-constexpr size_t kMaxTeams = 10000;
 }  // namespace
 
 int SchedulerCore::TeamIdOf(const std::string& name) const {
@@ -335,7 +334,7 @@ Status SchedulerCore::SetTeam(const std::string& name, const TeamLimits& limits,
                            std::to_string(limits.batch) + ")");
   }
   if (teams_.size() >= kMaxTeams && TeamIdOf(name) < 0) {
-    return InvalidArgument("too many teams (at most " + std::to_string(kMaxTeams) + ")");
+    return TooManyTeams();
   }
   // The team gets its slot only once its limits are accepted: a refused request leaves no
   // trace of the name.

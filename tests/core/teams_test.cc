@@ -772,3 +772,35 @@ TEST(BorrowingInvariantsTest, RandomSequences) {
 
 }  // namespace
 }  // namespace dgpu::core
+
+namespace dgpu::core {
+namespace {
+
+// A core tracks at most 10,000 teams, "default" among them: past that, a submission or an
+// array naming a new team is refused with the limit, and nothing is queued; known teams go on.
+TEST(TeamLimitTest, ANewTeamPastTheLimitIsRefusedWithTheLimit) {
+  SchedulerCore core;
+  TaskSpec spec = testing::Spec(Priority::kLow, 1);
+  for (int i = 0; i < 9999; ++i) {
+    spec.team = "team-" + std::to_string(i);
+    ASSERT_TRUE(core.Submit(spec, kSec).ok()) << i;
+  }
+  spec.team = "one-too-many";
+  const StatusOr<TaskNumber> single = core.Submit(spec, kSec);
+  ASSERT_FALSE(single.ok());
+  EXPECT_EQ(single.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(single.status().message(), "too many teams (at most 10000)");
+  const StatusOr<TaskNumber> array = core.SubmitArray(spec, 5, kSec);
+  EXPECT_EQ(array.status().message(), "too many teams (at most 10000)");
+  EXPECT_EQ(core.SetTeam("one-too-many", TeamLimits{}, kSec).message(),
+            "too many teams (at most 10000)");
+  EXPECT_EQ(core.TaskCount(), 9999u);
+  spec.team = "team-7";
+  EXPECT_TRUE(core.SubmitArray(spec, 2, kSec).ok());
+  spec.team = std::string(kDefaultTeam);
+  EXPECT_TRUE(core.Submit(spec, kSec).ok());
+  EXPECT_EQ(core.TaskCount(), 10002u);
+}
+
+}  // namespace
+}  // namespace dgpu::core
