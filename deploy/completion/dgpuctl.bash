@@ -96,7 +96,7 @@ _dgpuctl() {
   local words=""
   case "$cmd" in
     "")
-      words="submit get quota team snapshot cancel wait logs cordon uncordon drain completion"
+      words="submit get quota team snapshot cancel wait events logs cordon uncordon drain completion"
       [[ $cur == -* ]] && words="$global_opts"
       ;;
     submit)
@@ -144,10 +144,11 @@ _dgpuctl() {
         *) words="--help" ;;
       esac
       ;;
-    cancel | wait | logs)
+    cancel | wait | events | logs)
       if [[ $cur == -* ]]; then
         case "$cmd" in
           wait) words="--timeout --interval --help" ;;
+          events) words="--help" ;;
           logs) words="-f --follow --interval --help" ;;
           *) words="--grace --help" ;;
         esac

@@ -287,6 +287,19 @@ struct NodeRecord {
   bool operator==(const NodeRecord&) const = default;
 };
 
+// One entry of a task's history as it is stored and served (GET /api/v1/tasks/{id}/events):
+// `type` is one of "scheduled", "started", "preempted", "requeued", "node_lost", "finished",
+// "cancelled" ("submitted" is the task's created_at, not stored); `message` says it for people.
+struct TaskEventRecord {
+  TaskNumber task = 0;
+  TimeMicros time = 0;
+  std::string type;
+  std::string node_id;  // Where it happened; empty when nowhere in particular.
+  std::string message;
+
+  bool operator==(const TaskEventRecord&) const = default;
+};
+
 struct Change {
   enum class Kind : uint8_t {
     kTaskUpsert,
@@ -298,6 +311,8 @@ struct Change {
     // (0 <= i < task.spec.array_size) is ArrayMember(task, i). One change for all members keeps
     // a large array one short write and one short replication message.
     kTaskArray,
+    // An entry of a task's history (`event`), added by the scheduler from the core's events.
+    kTaskEvent,
   };
   Kind kind = Kind::kTaskUpsert;
   Task task;                   // kTaskUpsert: the task as it is after the change; kTaskArray.
@@ -305,6 +320,7 @@ struct Change {
   TaskNumber next_number = 0;  // kNextTaskNumber.
   TeamRecord team;             // kTeamUpsert: limits set, a deletion, or usage.
   NodeRecord node;             // kNodeUpsert: a node's mode.
+  TaskEventRecord event;       // kTaskEvent.
 };
 
 // Member `index` of the array whose first member is `first` (a kTaskArray change): numbered

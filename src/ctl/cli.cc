@@ -302,6 +302,11 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   wait_cmd->add_option("--timeout", wait_timeout, "Give up after this long (default: never)");
   wait_cmd->add_option("--interval", wait_interval, "Polling interval")->capture_default_str();
 
+  // events
+  std::string events_id;
+  CLI::App* events_cmd = app.add_subcommand("events", "Show what happened to a task, oldest first");
+  events_cmd->add_option("id", events_id, "Task id")->required();
+
   // logs
   std::string logs_id;
   bool follow = false;
@@ -414,6 +419,7 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
     options.interval = std::max(*interval, std::chrono::milliseconds(10));
     return Wait(ctx, wait_id, options);
   }
+  if (events_cmd->parsed()) return Events(ctx, events_id);
   if (logs_cmd->parsed()) {
     LogsOptions options;
     options.follow = follow;

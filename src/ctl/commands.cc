@@ -517,6 +517,26 @@ int GetTask(const CtlContext& ctx, const std::string& id) {
   return kExitOk;
 }
 
+int Events(const CtlContext& ctx, const std::string& id) {
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kGet, TaskPath(id) + "/events", nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  if (!reply->is_object() || !reply->contains("events") || !(*reply)["events"].is_array()) {
+    return BadResponse(ctx, "GET /api/v1/tasks/{id}/events did not return an events array");
+  }
+  Table table({"time", "type", "node", "message"});
+  for (const json& e : (*reply)["events"]) {
+    table.AddRow({Cell(Field(e, "time")), Cell(Field(e, "type")), Cell(Field(e, "node_id")),
+                  Cell(Field(e, "message"))});
+  }
+  *ctx.out << table.Render(!ctx.no_headers);
+  return kExitOk;
+}
+
 int GetGpus(const CtlContext& ctx) {
   ApiFailure failure;
   auto reply = CallApi(ctx, HttpMethod::kGet, "/gpus", nullptr, &failure);

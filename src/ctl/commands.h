@@ -117,6 +117,8 @@ struct LogsOptions {
 int Submit(const CtlContext& ctx, const SubmitOptions& options);
 int GetTasks(const CtlContext& ctx, const ListTasksOptions& options);
 int GetTask(const CtlContext& ctx, const std::string& id);
+// A task's history (GET /tasks/{id}/events): time, type, node, message, oldest first.
+int Events(const CtlContext& ctx, const std::string& id);
 int GetGpus(const CtlContext& ctx);
 int GetAgents(const CtlContext& ctx);
 // `dgpuctl get autoscale`: GET /autoscale, one row per node group.

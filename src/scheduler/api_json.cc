@@ -283,7 +283,18 @@ std::string GpuId(const std::string& node_id, int index) {
   return node_id + "-gpu-" + std::to_string(index);
 }
 
-nlohmann::json TaskToJson(const core::Task& t, core::PendingReason reason) {
+nlohmann::json TaskEventsToJson(const std::vector<core::TaskEventRecord>& events) {
+  json list = json::array();
+  for (const core::TaskEventRecord& e : events) {
+    json j = {{"time", common::FormatRfc3339(e.time)}, {"type", e.type}};
+    if (!e.node_id.empty()) j["node_id"] = e.node_id;
+    j["message"] = e.message;
+    list.push_back(std::move(j));
+  }
+  return {{"events", std::move(list)}};
+}
+
+json TaskToJson(const core::Task& t, core::PendingReason reason) {
   json env = json::object();
   for (const auto& [k, v] : t.spec.env) env[k] = v;
   json gpus = json::array();

@@ -64,6 +64,8 @@ std::string GpuId(const std::string& node_id, int index);
 
 // The task object of the contract.
 nlohmann::json TaskToJson(const core::Task& task, core::PendingReason reason);
+// GET /tasks/{id}/events: {events: [{time, type, node_id (when there is one), message}]}.
+nlohmann::json TaskEventsToJson(const std::vector<core::TaskEventRecord>& events);
 
 nlohmann::json QuotaToJson(const core::QuotaView& quota);
 // GET /quota with teams: each class of `quota` (QuotaToJson's) gains `teams`, by name, the

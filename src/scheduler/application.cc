@@ -8,6 +8,7 @@
 
 #include "common/task_env.h"
 #include "scheduler/api_json.h"
+#include "scheduler/task_history.h"
 
 namespace dgpu::scheduler {
 namespace {
@@ -352,6 +353,27 @@ void Application::AnswerCancelOfUnknown(core::TaskNumber n, Reply<Done> reply) {
     } else {
       reply(MakeError(ErrorCode::kNotFound, StatusCode::kNotFound, "task " + id + " not found"));
     }
+  });
+}
+
+void Application::TaskEvents(const Caller& caller, core::TaskNumber n,
+                             Reply<std::vector<core::TaskEventRecord>> reply) {
+  if (auto e = Authorize(caller, Action::kReadTasks, TaskTarget(n))) return reply(*e);
+  // A task is acknowledged once durable, so a task someone can name is in the database.
+  d_.readers->Post([db = d_.db, n, reply = std::move(reply)] {
+    auto stored = db->GetTask(n);
+    if (!stored.ok()) return reply(ErrorFromStatus(stored.status()));
+    if (!stored->has_value()) {
+      return reply(MakeError(ErrorCode::kNotFound, StatusCode::kNotFound,
+                             "task " + core::FormatTaskId(n) + " not found"));
+    }
+    auto events = db->TaskEvents(n);
+    if (!events.ok()) return reply(ErrorFromStatus(events.status()));
+    std::vector<core::TaskEventRecord> history;
+    history.reserve(events->size() + 1);
+    history.push_back(SubmittedEntry(**stored));
+    for (auto& e : *events) history.push_back(std::move(e));
+    reply(history);
   });
 }
 

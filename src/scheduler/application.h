@@ -335,6 +335,10 @@ class Application {
   void Submit(const Caller& caller, SubmitRequest request, Reply<Submitted> reply);
   void Cancel(const Caller& caller, const CancelRequest& request, Reply<Done> reply);
   void GetTask(const Caller& caller, core::TaskNumber task, Reply<TaskView> reply);
+  // The task's history, oldest first: "submitted" (from the task), then what is stored. Read on
+  // the readers pool; NotFound for a task the database does not hold.
+  void TaskEvents(const Caller& caller, core::TaskNumber task,
+                  Reply<std::vector<core::TaskEventRecord>> reply);
   // The page is read from the database on the readers pool, then overlaid with the core's view.
   void ListTasks(const Caller& caller, const ListTasksRequest& request, Reply<TaskPage> reply);
   void SetQuota(const Caller& caller, const QuotaRequest& request, Reply<Done> reply);

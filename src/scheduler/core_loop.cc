@@ -2,6 +2,8 @@
 
 #include <future>
 
+#include "scheduler/task_history.h"
+
 namespace dgpu::scheduler {
 
 CoreLoop::CoreLoop(std::unique_ptr<core::SchedulerCore> core, store::Journal* journal,
@@ -95,6 +97,8 @@ void CoreLoop::RunBatch(std::vector<Fn>& batch, bool run_timers) {
   if (!decisions.empty() && acting) dispatcher_->Dispatch(*core_, decisions);
   std::vector<core::Change> changes = core_->TakeChanges();
   std::vector<core::Event> events = core_->TakeEvents();
+  // Each task's history is stored (and replicated) with the changes of the same batch.
+  AppendTaskHistory(*core_, events, &changes);
   if (observer_ != nullptr) {
     observer_->OnPass(*core_, decisions, changes, events, pass_seconds, ctx.now);
   }

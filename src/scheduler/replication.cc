@@ -53,6 +53,12 @@ core::Change ChangeFromRecord(const dgpu::v1::ChangeRecord& r) {
       c.kind = core::Change::Kind::kTaskArray;
       c.task = TaskFromRecord(r.task_array());
       break;
+    case dgpu::v1::ChangeRecord::kTaskEvent: {
+      const dgpu::v1::TaskEventRecord& e = r.task_event();
+      c.kind = core::Change::Kind::kTaskEvent;
+      c.event = {e.task(), e.time_unix_micros(), e.type(), e.node_id(), e.message()};
+      break;
+    }
     default:
       c.kind = core::Change::Kind::kNextTaskNumber;
       c.next_number = r.next_task_number();
@@ -589,6 +595,15 @@ void HaController::Publish(uint64_t seq, const std::vector<core::Change>& change
       case core::Change::Kind::kTaskArray:
         TaskToRecord(c.task, r->mutable_task_array());
         break;
+      case core::Change::Kind::kTaskEvent: {
+        dgpu::v1::TaskEventRecord* e = r->mutable_task_event();
+        e->set_task(c.event.task);
+        e->set_time_unix_micros(c.event.time);
+        e->set_type(c.event.type);
+        e->set_node_id(c.event.node_id);
+        e->set_message(c.event.message);
+        break;
+      }
     }
   }
   if (attaching_.stream != nullptr) {

@@ -428,6 +428,19 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
+  restinio::request_handling_status_t TaskEvents(const req_t& req, const Caller& caller,
+                                                 const params_t& params) {
+    const std::string route = "GET /api/v1/tasks/{id}/events";
+    auto n = TaskIdOf(req, caller, route, params);
+    if (!n) return restinio::request_accepted();
+    d.app->TaskEvents(caller, *n,
+                      Answer<std::vector<core::TaskEventRecord>>(
+                          req, caller, route, [](const std::vector<core::TaskEventRecord>& events) {
+                            return std::pair(200, Dump(TaskEventsToJson(events)));
+                          }));
+    return restinio::request_accepted();
+  }
+
   restinio::request_handling_status_t ListTasks(const req_t& req, const Caller& caller) {
     const std::string route = "GET /api/v1/tasks";
     ListTasksRequest request;
@@ -791,6 +804,10 @@ struct RestServer::Impl {
           [this](const req_t& q, const Caller& c, params_t p) { return Cancel(q, c, p); });
     r->add_handler(none_of_methods(http_method_get(), http_method_delete()), "/api/v1/tasks/:id",
                    not_allowed("/api/v1/tasks/{id}"));
+    Route(*r, http_method_get(), "/api/v1/tasks/:id/events", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t p) { return TaskEvents(q, c, p); });
+    r->add_handler(none_of_methods(http_method_get()), "/api/v1/tasks/:id/events",
+                   not_allowed("/api/v1/tasks/{id}/events"));
     Route(*r, http_method_get(), "/api/v1/gpus", Access::kAuthenticated,
           [this](const req_t& q, const Caller& c, params_t) { return Gpus(q, c); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/gpus", not_allowed("/api/v1/gpus"));

@@ -120,10 +120,22 @@ constexpr char kAddCountSql[] =
     "ON CONFLICT (status, priority) DO UPDATE SET n = n + excluded.n";
 constexpr char kDeleteMetaSql[] = "DELETE FROM meta WHERE key = ?1";
 constexpr char kReadMetaSql[] = "SELECT key, value FROM meta";
+// One prune batch: its events, then its tasks. Both statements select the same rows (one write
+// transaction, the same forced index and limit, nothing written in between).
+constexpr char kPruneEventsSql[] =
+    "DELETE FROM task_events WHERE task_id IN (SELECT id FROM tasks INDEXED BY tasks_prunable "
+    "WHERE status IN ('success', 'failed', 'cancelled') AND stopping = 0 "
+    "AND finished_at < ?1 LIMIT ?2)";
 constexpr char kPruneSql[] =
     "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks INDEXED BY tasks_prunable "
     "WHERE status IN ('success', 'failed', 'cancelled') AND stopping = 0 "
     "AND finished_at < ?1 LIMIT ?2)";
+
+constexpr char kInsertTaskEventSql[] =
+    "INSERT INTO task_events (task_id, time, type, node_id, message) "
+    "VALUES (?1, ?2, ?3, ?4, ?5)";
+constexpr char kTaskEventsSql[] =
+    "SELECT time, type, node_id, message FROM task_events WHERE task_id = ?1 ORDER BY seq";
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
@@ -617,6 +629,18 @@ Status UpsertNode(SqliteConnection& conn, const core::NodeRecord& r) {
   return StepDone(conn, *stmt, "storing the mode of node " + r.id + " in");
 }
 
+Status InsertTaskEvent(SqliteConnection& conn, const core::TaskEventRecord& e) {
+  StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kInsertTaskEventSql);
+  if (!stmt.ok()) return stmt.status();
+  StatementScope scope(*stmt);
+  sqlite3_bind_int64(*stmt, 1, ToInt64(e.task));
+  sqlite3_bind_int64(*stmt, 2, e.time);
+  sqlite3_bind_text(*stmt, 3, e.type.data(), static_cast<int>(e.type.size()), SQLITE_STATIC);
+  sqlite3_bind_text(*stmt, 4, e.node_id.data(), static_cast<int>(e.node_id.size()), SQLITE_STATIC);
+  sqlite3_bind_text(*stmt, 5, e.message.data(), static_cast<int>(e.message.size()), SQLITE_STATIC);
+  return StepDone(conn, *stmt, "storing an event of " + core::FormatTaskId(e.task) + " in");
+}
+
 Status ReadMetaRows(SqliteConnection& conn, StoreMeta* meta) {
   StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kReadMetaSql);
   if (!stmt.ok()) return stmt.status();
@@ -1058,6 +1082,14 @@ Status ValidateChanges(const std::vector<core::Change>& changes) {
       case core::Change::Kind::kNodeUpsert:
         if (change.node.id.empty()) return InvalidArgument("a node mode needs a node id");
         break;
+      case core::Change::Kind::kTaskEvent:
+        if (change.event.task == 0 ||
+            change.event.task > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+          return InvalidArgument("an event of task number " + std::to_string(change.event.task) +
+                                 " cannot be stored");
+        }
+        if (change.event.type.empty()) return InvalidArgument("a task event needs a type");
+        break;
       case core::Change::Kind::kTaskArray: {
         const core::Task& first = change.task;
         if (first.id == 0) return InvalidArgument("task number 0 cannot be stored");
@@ -1109,6 +1141,9 @@ Status Database::Apply(const std::vector<core::Change>& changes, uint64_t last_s
         if (Status s = InsertArray(conn, change.task, &counts); !s.ok()) return s;
         raise_next_to = std::max(
             raise_next_to, change.task.id + static_cast<uint64_t>(change.task.spec.array_size));
+        break;
+      case core::Change::Kind::kTaskEvent:
+        if (Status s = InsertTaskEvent(conn, change.event); !s.ok()) return s;
         break;
     }
   }
@@ -1250,6 +1285,28 @@ StatusOr<std::optional<core::Task>> Database::GetTask(core::TaskNumber id) {
   return found;
 }
 
+StatusOr<std::vector<core::TaskEventRecord>> Database::TaskEvents(core::TaskNumber id) {
+  std::vector<core::TaskEventRecord> events;
+  if (id > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return events;
+  ReaderLease reader(this);
+  SqliteConnection& conn = *reader;
+  StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kTaskEventsSql);
+  if (!stmt.ok()) return stmt.status();
+  StatementScope scope(*stmt);
+  sqlite3_bind_int64(*stmt, 1, ToInt64(id));
+  while (true) {
+    const int rc = sqlite3_step(*stmt);
+    if (rc == SQLITE_DONE) return events;
+    if (rc != SQLITE_ROW) return conn.Error(rc, "reading the events of a task from");
+    core::TaskEventRecord& e = events.emplace_back();
+    e.task = id;
+    e.time = sqlite3_column_int64(*stmt, 0);
+    e.type = ColumnText(*stmt, 1);
+    e.node_id = ColumnText(*stmt, 2);
+    e.message = ColumnText(*stmt, 3);
+  }
+}
+
 StatusOr<int> Database::PruneFinished(core::TimeMicros older_than_micros, int batch_limit) {
   if (batch_limit < 1) return InvalidArgument("batch_limit must be at least 1");
   int total = 0;
@@ -1259,6 +1316,15 @@ StatusOr<int> Database::PruneFinished(core::TimeMicros older_than_micros, int ba
     SqliteConnection& conn = *writer_;
     Transaction txn(conn);
     if (Status s = txn.BeginWrite(); !s.ok()) return s;
+    {
+      StatusOr<sqlite3_stmt*> events = conn.Prepare(kPruneEventsSql);
+      if (!events.ok()) return events.status();
+      StatementScope scope(*events);
+      sqlite3_bind_int64(*events, 1, older_than_micros);
+      sqlite3_bind_int(*events, 2, batch_limit);
+      if (Status s = StepDone(conn, *events, "pruning the events of finished tasks in"); !s.ok())
+        return s;
+    }
     StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kPruneSql);
     if (!stmt.ok()) return stmt.status();
     int deleted = 0;
@@ -1363,6 +1429,12 @@ Status Database::ReplaceAll(const StoreMeta& meta, const std::vector<core::Task>
     next = std::max(next, task.id + 1);
   }
   if (Status s = counts.Flush(conn); !s.ok()) return s;
+  // The history of the tasks kept stays (what happened meanwhile on the other side is not sent).
+  if (Status s = conn.Exec("DELETE FROM task_events WHERE task_id NOT IN (SELECT id FROM tasks)",
+                           "clearing the events of tasks gone from");
+      !s.ok()) {
+    return s;
+  }
   if (Status s = SetOnlinePercent(conn, meta.online_percent); !s.ok()) return s;
   if (Status s = conn.Exec("DELETE FROM teams", "clearing the teams of"); !s.ok()) return s;
   for (const core::TeamRecord& team : meta.teams) {

@@ -167,10 +167,12 @@ class Database {
   // InvalidArgument for a negative limit or offset, or both offset and before.
   StatusOr<TaskPage> ListTasks(const TaskQuery& query);
   StatusOr<std::optional<core::Task>> GetTask(core::TaskNumber id);
+  // The stored history of a task, oldest first (empty for a task without one, or unknown).
+  StatusOr<std::vector<core::TaskEventRecord>> TaskEvents(core::TaskNumber id);
 
   // Deletes finished tasks (success, failed, cancelled and not stopping) whose finished_at is
-  // below `older_than_micros`, in transactions of at most `batch_limit` rows each so that
-  // journal commits are not held up for long; returns how many were deleted in total.
+  // below `older_than_micros`, with their events, in transactions of at most `batch_limit` rows
+  // each so that journal commits are not held up for long; returns how many were deleted in total.
   // InvalidArgument when batch_limit < 1.
   StatusOr<int> PruneFinished(core::TimeMicros older_than_micros, int batch_limit);
 
@@ -195,7 +197,8 @@ class Database {
 
   // Replaces the whole content (a standby installing a full snapshot of its primary) in one
   // transaction: all tasks are deleted, `tasks` inserted, the meta values set to `meta`
-  // (next_task_number is raised above the highest task id if needed).
+  // (next_task_number is raised above the highest task id if needed). A snapshot holds no task
+  // history: the events of tasks in `tasks` are kept, the others' deleted.
   Status ReplaceAll(const StoreMeta& meta, const std::vector<core::Task>& tasks);
 
  private:

@@ -144,6 +144,19 @@ ALTER TABLE tasks ADD COLUMN retry_at INTEGER NOT NULL DEFAULT 0;
 DROP TRIGGER task_counts_on_insert;
 DROP TRIGGER task_counts_on_update;
 )sql"},
+    // Each task's history (core::TaskEventRecord), in the order it happened (seq). Rows leave
+    // with their task when it is pruned. Tasks stored before have no history but "submitted".
+    {7, "add task events", R"sql(
+CREATE TABLE task_events (
+  seq     INTEGER PRIMARY KEY,
+  task_id INTEGER NOT NULL,
+  time    INTEGER NOT NULL,
+  type    TEXT NOT NULL,
+  node_id TEXT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX task_events_by_task ON task_events (task_id, seq);
+)sql"},
 };
 
 // The version this build writes, and the newest it reads.

@@ -47,6 +47,11 @@ class DrainFailoverTest(HaTestCase):
         wait_until(lambda: modes() == {"ag1": ("cordoned", 0), "ag2": ("draining", 1)}, 15,
                    what="both agents back on B in their modes")
         self.assertEqual(c.get_task("b", runs)["status"], "running")
+        # Its history came with the change log.
+        status, _, body = c.request("b", "GET", "/api/v1/tasks/%s/events" % runs)
+        self.assertEqual(status, 200, body)
+        self.assertEqual([e["type"] for e in body["events"]][:2], ["submitted", "scheduled"], body)
+        self.assertEqual(body["events"][1]["node_id"], "ag2", body)
 
         status, _, body = c.submit("b", "true", 1, "high")
         self.assertEqual(status, 201, body)

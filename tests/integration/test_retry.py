@@ -37,6 +37,49 @@ class RetryTest(ClusterTestCase):
         # What was left of the first 2 s backoff, then the second's 4 s.
         self.assertGreaterEqual(time.monotonic() - started, 4.0)
 
+    def test_the_history_tells_every_run(self):
+        count = os.path.join(self.c.tmp, "history-runs")
+        # Run 1 exits 1 after 0.5 s, run 2 succeeds (each lives long enough to confirm its start).
+        cmd = "sleep 0.5; echo run >> %s; [ $(wc -l < %s) -ge 2 ]" % (count, count)
+        r = self.c.request("POST", API + "/tasks", {"priority": "high", "gpu_count": 1,
+                                                     "command": cmd, "max_retries": 1,
+                                                     "retry_backoff_seconds": 1})
+        self.assertEqual(r.status, 201, r)
+        tid = r.json["task_id"]
+        self.assertEqual(self.c.wait_finished(tid, timeout=30)["status"], "success")
+        r = self.c.request("GET", API + "/tasks/%s/events" % tid)
+        self.assertEqual(r.status, 200, r)
+        events = r.json["events"]
+        self.assertEqual([e["type"] for e in events],
+                         ["submitted", "scheduled", "started", "requeued", "scheduled", "started",
+                          "finished"], events)
+        node = "a1"
+        self.assertNotIn("node_id", events[0])
+        self.assertEqual(events[0]["message"], "high priority, 1 GPU, team default")
+        self.assertEqual([e.get("node_id") for e in events[1:]], [node] * 6)
+        self.assertRegex(events[1]["message"], r"^run 1 ordered to start on %s, GPU [01]$" % node)
+        self.assertEqual(events[2]["message"], "run 1 started on %s" % node)
+        self.assertEqual(events[3]["message"], "queued again: retry 1 of 1 after exit code 1")
+        self.assertRegex(events[4]["message"], r"^run 2 ordered to start on %s, GPU [01]$" % node)
+        self.assertEqual(events[6]["message"], "succeeded")
+        times = [e["time"] for e in events]
+        self.assertEqual(times, sorted(times))
+        self.assertEqual(events[0]["time"], self.c.task(tid)["created_at"])
+
+        r = self.c.request("GET", API + "/tasks/task-99999/events")
+        self.assertApiError(r, 404, "not_found", None)
+        r = self.c.request("DELETE", API + "/tasks/%s/events" % tid)
+        self.assertEqual(r.status, 405, r)
+        if os.access(CTL_BIN, os.X_OK):
+            p = subprocess.run([CTL_BIN, "--server", self.c.base, "events", tid],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, 0, p)
+            lines = p.stdout.splitlines()
+            self.assertRegex(lines[0], r"^TIME +TYPE +NODE +MESSAGE$")
+            self.assertEqual(len(lines), 8, p.stdout)
+            self.assertRegex(lines[4], r"^\S+ +requeued +%s +queued again: retry 1 of 1 after "
+                             r"exit code 1$" % node)
+
     def test_retries_are_used_up(self):
         tid = self.c.submit("exit 7", max_retries=1, retry_backoff_seconds=1)
         t = self.c.wait_finished(tid, timeout=15)

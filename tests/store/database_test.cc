@@ -432,6 +432,63 @@ TEST(DatabaseTest, PruneDeletesOnlyFinishedTasksOlderThanTheCutoffInBatches) {
   EXPECT_EQ(*again, 0);
 }
 
+core::Change Event(core::TaskNumber task, core::TimeMicros time, std::string type,
+                   std::string node = "", std::string message = "") {
+  core::Change c;
+  c.kind = core::Change::Kind::kTaskEvent;
+  c.event = {task, time, std::move(type), std::move(node), std::move(message)};
+  return c;
+}
+
+// A task's history is stored in the order it was applied, read per task, pruned with its task,
+// and kept for the tasks a full snapshot keeps.
+TEST(DatabaseTest, TaskEventsAreKeptInOrderAndLeaveWithTheirTask) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  ASSERT_TRUE(db->Apply({Upsert(SimpleTask(1, TaskStatus::kRunning)),
+                         Upsert(SimpleTask(2, TaskStatus::kRunning)),
+                         Event(1, 50, "scheduled", "n1", "run 1 ordered to start on n1, GPU 0"),
+                         Event(2, 40, "scheduled", "n2"), Event(1, 45, "started", "n1")},
+                        1)
+                  .ok());
+  ASSERT_TRUE(db->Apply({Upsert(SimpleTask(1, TaskStatus::kSuccess, Priority::kLow, 1, 100)),
+                         Event(1, 100, "finished", "n1", "succeeded")},
+                        2)
+                  .ok());
+  StatusOr<std::vector<core::TaskEventRecord>> events = db->TaskEvents(1);
+  ASSERT_TRUE(events.ok()) << events.status().ToString();
+  // Applied order, not time order: the history is what the scheduler saw, as it saw it.
+  EXPECT_EQ(*events, (std::vector<core::TaskEventRecord>{
+                         {1, 50, "scheduled", "n1", "run 1 ordered to start on n1, GPU 0"},
+                         {1, 45, "started", "n1", ""},
+                         {1, 100, "finished", "n1", "succeeded"}}));
+  EXPECT_EQ(db->TaskEvents(2)->size(), 1u);
+  EXPECT_TRUE(db->TaskEvents(3)->empty());
+  EXPECT_TRUE(db->TaskEvents(~0ULL)->empty());
+
+  // A batch with a bad event stores nothing of it.
+  EXPECT_THAT(db->Apply({Upsert(SimpleTask(3, TaskStatus::kPending)), Event(0, 1, "started")}, 3),
+              StatusIs(StatusCode::kInvalidArgument, "task number 0"));
+  EXPECT_THAT(db->Apply({Event(3, 1, "")}, 3), StatusIs(StatusCode::kInvalidArgument, "a type"));
+  EXPECT_FALSE(db->GetTask(3)->has_value());
+
+  // Pruned with their task; the other task's stay.
+  ASSERT_EQ(*db->PruneFinished(1000, 10), 1);
+  EXPECT_TRUE(db->TaskEvents(1)->empty());
+  EXPECT_EQ(db->TaskEvents(2)->size(), 1u);
+  // Reopened: still there.
+  db.reset();
+  db = OpenOrDie(dir.path());
+  EXPECT_EQ(db->TaskEvents(2)->size(), 1u);
+
+  // A snapshot keeps the history of the tasks it keeps.
+  ASSERT_TRUE(
+      db->Apply({Upsert(SimpleTask(4, TaskStatus::kPending)), Event(4, 7, "requeued")}, 4).ok());
+  ASSERT_TRUE(db->ReplaceAll(StoreMeta{}, {SimpleTask(2, TaskStatus::kRunning)}).ok());
+  EXPECT_EQ(db->TaskEvents(2)->size(), 1u);
+  EXPECT_TRUE(db->TaskEvents(4)->empty());
+}
+
 TEST(DatabaseTest, EpochIsDurable) {
   TempDir dir;
   {

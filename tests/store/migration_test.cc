@@ -142,7 +142,7 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   ASSERT_NE(db, nullptr);
   ASSERT_TRUE(db->upgrade().has_value());
   EXPECT_EQ(db->upgrade()->from_version, 1);
-  EXPECT_EQ(db->upgrade()->to_version, 7);
+  EXPECT_EQ(db->upgrade()->to_version, 8);
   EXPECT_EQ(db->upgrade()->backup_path, path + ".v1.bak");
 
   StatusOr<std::vector<core::Task>> tasks = db->AllTasks();
@@ -194,9 +194,11 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   EXPECT_EQ(loaded->online_percent, 0.25);
   db.reset();
 
-  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("7"));
-  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("7"));
+  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("8"));
+  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("8"));
   EXPECT_THAT(Rows(path, "SELECT count(*) FROM teams"), ElementsAre("0"));
+  // Tasks stored before have no history (but "submitted", which is the task's created_at).
+  EXPECT_THAT(Rows(path, "SELECT count(*) FROM task_events"), ElementsAre("0"));
   EXPECT_THAT(Rows(path, "SELECT count(*) FROM nodes"), ElementsAre("0"));
   // The backup is a version 1 database holding what the file held before.
   EXPECT_THAT(BackupFiles(dir), ElementsAre("dgpu.db.v1.bak"));
@@ -263,11 +265,11 @@ TEST(MigrationTest, NewDatabaseIsAtTheLatestVersionWithoutBackup) {
   ASSERT_NE(db, nullptr);
   EXPECT_FALSE(db->upgrade().has_value());
   db.reset();
-  EXPECT_EQ(kSchemaVersion, 7);
-  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("7"));
+  EXPECT_EQ(kSchemaVersion, 8);
+  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("8"));
   EXPECT_THAT(
       Rows(dir.Sub(kDatabaseFileName), "SELECT value FROM meta WHERE key = 'schema_version'"),
-      ElementsAre("7"));
+      ElementsAre("8"));
   EXPECT_TRUE(BackupFiles(dir).empty());
 }
 
@@ -281,11 +283,11 @@ TEST(MigrationTest, V4DatabaseGainsAnEmptyNodesTableAndKeepsItsRows) {
     c.task.spec.name = "kept";
     ASSERT_TRUE(db->Apply({c}, 1).ok());
   }
-  // Version 4 had no table `nodes`, none of the array and retry columns, and counted inserts
-  // and updates with triggers.
+  // Version 4 had no table `nodes`, none of the array and retry columns, counted inserts and
+  // updates with triggers, and kept no task events.
   const std::string path = dir.Sub(kDatabaseFileName);
   std::string sql =
-      "DROP TABLE nodes; "
+      "DROP TABLE nodes; DROP TABLE task_events; "
       "CREATE TRIGGER task_counts_on_insert AFTER INSERT ON tasks BEGIN "
       "INSERT INTO task_counts (status, priority, n) VALUES (NEW.status, NEW.priority, 1) "
       "ON CONFLICT (status, priority) DO UPDATE SET n = n + 1; END; "
@@ -375,8 +377,8 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
   ASSERT_FALSE(db.ok());
   EXPECT_EQ(db.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(db.status().message(), path +
-                                       " has schema version 8; this dgpu-scheduler reads "
-                                       "versions up to 7: use a newer binary");
+                                       " has schema version 9; this dgpu-scheduler reads "
+                                       "versions up to 8: use a newer binary");
   EXPECT_EQ(ReadBytes(path), before);
   // The read-only check of a WAL-mode file may leave an empty WAL beside it, never content.
   EXPECT_EQ(ReadBytes(path + "-wal"), "");
@@ -386,11 +388,11 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
 INSTANTIATE_TEST_SUITE_P(
     Versions, NewerDatabaseTest,
     ::testing::Values(NewerCase{"Both",
-                                "UPDATE meta SET value = 8 WHERE key = 'schema_version'; "
-                                "PRAGMA user_version = 8;"},
-                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 8;"},
+                                "UPDATE meta SET value = 9 WHERE key = 'schema_version'; "
+                                "PRAGMA user_version = 9;"},
+                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 9;"},
                       NewerCase{"MetaOnly",
-                                "UPDATE meta SET value = 8 WHERE key = 'schema_version';"}),
+                                "UPDATE meta SET value = 9 WHERE key = 'schema_version';"}),
     [](const ::testing::TestParamInfo<NewerCase>& info) { return info.param.name; });
 
 TEST(MigrationTest, DisagreeingVersionsAreRefusedUnmodified) {
