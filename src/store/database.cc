@@ -131,9 +131,10 @@ constexpr char kPruneSql[] =
     "WHERE status IN ('success', 'failed', 'cancelled') AND stopping = 0 "
     "AND finished_at < ?1 LIMIT ?2)";
 
+// A batch applied again (the same sequence number) writes the same rows again.
 constexpr char kInsertTaskEventSql[] =
-    "INSERT INTO task_events (task_id, time, type, node_id, message) "
-    "VALUES (?1, ?2, ?3, ?4, ?5)";
+    "INSERT OR REPLACE INTO task_events (task_id, seq, time, type, node_id, message) "
+    "VALUES (?1, ?6, ?2, ?3, ?4, ?5)";
 constexpr char kTaskEventsSql[] =
     "SELECT time, type, node_id, message FROM task_events WHERE task_id = ?1 ORDER BY seq";
 
@@ -629,11 +630,13 @@ Status UpsertNode(SqliteConnection& conn, const core::NodeRecord& r) {
   return StepDone(conn, *stmt, "storing the mode of node " + r.id + " in");
 }
 
-Status InsertTaskEvent(SqliteConnection& conn, const core::TaskEventRecord& e) {
+// `seq` orders the event among all others (see the schema).
+Status InsertTaskEvent(SqliteConnection& conn, const core::TaskEventRecord& e, int64_t seq) {
   StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kInsertTaskEventSql);
   if (!stmt.ok()) return stmt.status();
   StatementScope scope(*stmt);
   sqlite3_bind_int64(*stmt, 1, ToInt64(e.task));
+  sqlite3_bind_int64(*stmt, 6, seq);
   sqlite3_bind_int64(*stmt, 2, e.time);
   sqlite3_bind_text(*stmt, 3, e.type.data(), static_cast<int>(e.type.size()), SQLITE_STATIC);
   sqlite3_bind_text(*stmt, 4, e.node_id.data(), static_cast<int>(e.node_id.size()), SQLITE_STATIC);
@@ -1119,6 +1122,8 @@ Status Database::Apply(const std::vector<core::Change>& changes, uint64_t last_s
   if (Status s = txn.BeginWrite(); !s.ok()) return s;
   core::TaskNumber raise_next_to = 0;
   CountDeltas counts;
+  // Events are ordered by batch, then by place in the batch.
+  int64_t event_seq = ToInt64(last_seq) << 20;
   for (const core::Change& change : changes) {
     switch (change.kind) {
       case core::Change::Kind::kTaskUpsert:
@@ -1143,7 +1148,7 @@ Status Database::Apply(const std::vector<core::Change>& changes, uint64_t last_s
             raise_next_to, change.task.id + static_cast<uint64_t>(change.task.spec.array_size));
         break;
       case core::Change::Kind::kTaskEvent:
-        if (Status s = InsertTaskEvent(conn, change.event); !s.ok()) return s;
+        if (Status s = InsertTaskEvent(conn, change.event, event_seq++); !s.ok()) return s;
         break;
     }
   }

@@ -144,18 +144,20 @@ ALTER TABLE tasks ADD COLUMN retry_at INTEGER NOT NULL DEFAULT 0;
 DROP TRIGGER task_counts_on_insert;
 DROP TRIGGER task_counts_on_update;
 )sql"},
-    // Each task's history (core::TaskEventRecord), in the order it happened (seq). Rows leave
-    // with their task when it is pruned. Tasks stored before have no history but "submitted".
+    // Each task's history (core::TaskEventRecord), clustered by task, in the order it happened:
+    // seq is the change log's batch sequence number times 2^20 plus the change's place in its
+    // batch. Rows leave with their task when it is pruned. Tasks stored before have no history
+    // but "submitted".
     {7, "add task events", R"sql(
 CREATE TABLE task_events (
-  seq     INTEGER PRIMARY KEY,
   task_id INTEGER NOT NULL,
+  seq     INTEGER NOT NULL,
   time    INTEGER NOT NULL,
   type    TEXT NOT NULL,
   node_id TEXT NOT NULL,
-  message TEXT NOT NULL
-);
-CREATE INDEX task_events_by_task ON task_events (task_id, seq);
+  message TEXT NOT NULL,
+  PRIMARY KEY (task_id, seq)
+) WITHOUT ROWID;
 )sql"},
 };
 
