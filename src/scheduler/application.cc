@@ -101,6 +101,17 @@ Status RecordStart(core::SchedulerCore& core, const std::string& node_id,
   return core.TaskStarted(*n, node_id, start.started_at, start.run);
 }
 
+// The task as the database holds it; the storage's error, or 404 for a task it does not hold.
+Result<core::Task> StoredTask(store::Database& db, core::TaskNumber n) {
+  auto stored = db.GetTask(n);
+  if (!stored.ok()) return ErrorFromStatus(stored.status());
+  if (!stored->has_value()) {
+    return MakeError(ErrorCode::kNotFound, StatusCode::kNotFound,
+                     "task " + core::FormatTaskId(n) + " not found");
+  }
+  return std::move(**stored);
+}
+
 // Whether the agent may run `t` there: a member of it runs (or is being stopped) on that node.
 bool RunsOn(const core::Task* t, const std::string& node_id) {
   return t != nullptr && (t->status == core::TaskStatus::kRunning || t->stopping) &&
@@ -361,17 +372,13 @@ void Application::TaskEvents(const Caller& caller, core::TaskNumber n,
   if (auto e = Authorize(caller, Action::kReadTasks, TaskTarget(n))) return reply(*e);
   // A task is acknowledged once durable, so a task someone can name is in the database.
   d_.readers->Post([db = d_.db, n, reply = std::move(reply)] {
-    auto stored = db->GetTask(n);
-    if (!stored.ok()) return reply(ErrorFromStatus(stored.status()));
-    if (!stored->has_value()) {
-      return reply(MakeError(ErrorCode::kNotFound, StatusCode::kNotFound,
-                             "task " + core::FormatTaskId(n) + " not found"));
-    }
+    Result<core::Task> stored = StoredTask(*db, n);
+    if (!stored.ok()) return reply(stored.error());
     auto events = db->TaskEvents(n);
     if (!events.ok()) return reply(ErrorFromStatus(events.status()));
     std::vector<core::TaskEventRecord> history;
     history.reserve(events->size() + 1);
-    history.push_back(SubmittedEntry(**stored));
+    history.push_back(SubmittedEntry(stored.value()));
     for (auto& e : *events) history.push_back(std::move(e));
     reply(history);
   });
@@ -383,13 +390,9 @@ void Application::GetTask(const Caller& caller, core::TaskNumber n, Reply<TaskVi
     if (const core::Task* t = c.core.FindTask(n)) return reply(TaskView{t, c.core.ReasonOf(*t)});
     // Not in memory: finished and durable (a task leaves memory only then), or unknown.
     d_.readers->Post([db = d_.db, n, reply = std::move(reply)] {
-      auto stored = db->GetTask(n);
-      if (!stored.ok()) return reply(ErrorFromStatus(stored.status()));
-      if (!stored->has_value()) {
-        return reply(MakeError(ErrorCode::kNotFound, StatusCode::kNotFound,
-                               "task " + core::FormatTaskId(n) + " not found"));
-      }
-      reply(TaskView{&**stored, core::PendingReason::kNone});
+      Result<core::Task> stored = StoredTask(*db, n);
+      if (!stored.ok()) return reply(stored.error());
+      reply(TaskView{&stored.value(), core::PendingReason::kNone});
     });
   });
 }
