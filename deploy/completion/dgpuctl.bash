@@ -96,7 +96,7 @@ _dgpuctl() {
   local words=""
   case "$cmd" in
     "")
-      words="submit get quota team snapshot cancel wait events logs cordon uncordon drain completion"
+      words="submit get quota team snapshot cancel wait events usage logs cordon uncordon drain completion"
       [[ $cur == -* ]] && words="$global_opts"
       ;;
     submit)
@@ -155,6 +155,10 @@ _dgpuctl() {
       else
         words="$(_dgpuctl_task_ids "$server")"
       fi
+      ;;
+    usage)
+      words="--from --to --by --help"
+      [[ $prev == --by ]] && words="team user"
       ;;
     cordon | uncordon | drain)
       if [[ $cur == -* ]]; then

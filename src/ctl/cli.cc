@@ -307,6 +307,15 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   CLI::App* events_cmd = app.add_subcommand("events", "Show what happened to a task, oldest first");
   events_cmd->add_option("id", events_id, "Task id")->required();
 
+  // usage
+  UsageOptions usage;
+  CLI::App* usage_cmd = app.add_subcommand("usage", "Show GPU time by team or user");
+  usage_cmd->add_option("--from", usage.from, "RFC 3339 start (default: 24 hours before --to)");
+  usage_cmd->add_option("--to", usage.to, "RFC 3339 end (default: now)");
+  usage_cmd->add_option("--by", usage.by, "Group by")
+      ->check(CLI::IsMember({"team", "user"}))
+      ->capture_default_str();
+
   // logs
   std::string logs_id;
   bool follow = false;
@@ -420,6 +429,7 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
     return Wait(ctx, wait_id, options);
   }
   if (events_cmd->parsed()) return Events(ctx, events_id);
+  if (usage_cmd->parsed()) return Usage(ctx, usage);
   if (logs_cmd->parsed()) {
     LogsOptions options;
     options.follow = follow;

@@ -537,6 +537,43 @@ int Events(const CtlContext& ctx, const std::string& id) {
   return kExitOk;
 }
 
+int Usage(const CtlContext& ctx, const UsageOptions& options) {
+  std::string path = "/usage?group_by=" + UrlEncode(options.by);
+  if (!options.from.empty()) path += "&from=" + UrlEncode(options.from);
+  if (!options.to.empty()) path += "&to=" + UrlEncode(options.to);
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kGet, path, nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  if (!reply->is_object() || !reply->contains("groups") || !(*reply)["groups"].is_array()) {
+    return BadResponse(ctx, "GET /api/v1/usage did not return a groups array");
+  }
+  Table table({options.by, "gpu-hours", "gpu-seconds", "tasks"});
+  for (const json& g : (*reply)["groups"]) {
+    const auto seconds = g.find("gpu_seconds");
+    char hours[32] = "-";
+    char secs[32] = "-";
+    if (seconds != g.end() && seconds->is_number()) {
+      std::snprintf(hours, sizeof(hours), "%.2f", seconds->get<double>() / 3600.0);
+      std::snprintf(secs, sizeof(secs), "%.1f", seconds->get<double>());
+    }
+    const std::string name = Field(g, "name");
+    table.AddRow({name.empty() ? "(none)" : name, hours, secs, Cell(Field(g, "tasks"))});
+  }
+  if (!ctx.no_headers) {
+    *ctx.out << "GPU time from " << Field(*reply, "from") << " to " << Field(*reply, "to") << "\n";
+  }
+  if (table.size() == 0) {
+    *ctx.err << "no GPU time in this range\n";
+    return kExitOk;
+  }
+  *ctx.out << table.Render(!ctx.no_headers);
+  return kExitOk;
+}
+
 int GetGpus(const CtlContext& ctx) {
   ApiFailure failure;
   auto reply = CallApi(ctx, HttpMethod::kGet, "/gpus", nullptr, &failure);

@@ -119,6 +119,13 @@ int GetTasks(const CtlContext& ctx, const ListTasksOptions& options);
 int GetTask(const CtlContext& ctx, const std::string& id);
 // A task's history (GET /tasks/{id}/events): time, type, node, message, oldest first.
 int Events(const CtlContext& ctx, const std::string& id);
+// GPU time by team or user (GET /usage): the range, then name, GPU-hours, tasks.
+struct UsageOptions {
+  std::string from;  // RFC 3339; empty: the server's default (24 hours before `to`).
+  std::string to;    // RFC 3339; empty: now.
+  std::string by = "team";
+};
+int Usage(const CtlContext& ctx, const UsageOptions& options);
 int GetGpus(const CtlContext& ctx);
 int GetAgents(const CtlContext& ctx);
 // `dgpuctl get autoscale`: GET /autoscale, one row per node group.

@@ -524,6 +524,52 @@ ApiError ToApiError(const Error& e) {
   return {500, "internal", e.message};
 }
 
+std::optional<ApiError> ParseUsageQuery(std::string_view query, core::TimeMicros now,
+                                        UsageRequest* out) {
+  std::optional<core::TimeMicros> from;
+  std::optional<core::TimeMicros> to;
+  // Relaxed: times are written as they are ("...T10:00:00+02:00"); a '+' stays a '+'.
+  try {
+    for (const auto& [key, value] :
+         restinio::parse_query<restinio::parse_query_traits::relaxed>(query)) {
+      std::string k(key.data(), key.size());
+      std::string v(value.data(), value.size());
+      if (k == "from" || k == "to") {
+        std::optional<int64_t> t = common::ParseRfc3339(v);
+        if (!t) {
+          return InvalidField(k + " must be an RFC 3339 time like 2026-12-01T00:00:00Z; got \"" +
+                              v + "\"");
+        }
+        (k == "from" ? from : to) = *t;
+      } else if (k == "group_by") {
+        if (v != "team" && v != "user") {
+          return InvalidField("group_by must be team or user; got \"" + v + "\"");
+        }
+        out->by_user = v == "user";
+      } else {
+        return ApiError{400, "unknown_field", "unknown query parameter \"" + k + "\""};
+      }
+    }
+  } catch (const std::exception& e) {
+    return InvalidField(std::string("malformed query string: ") + e.what());
+  }
+  out->to = to.value_or(now);
+  out->from = from.value_or(out->to - 24 * 3600 * core::kMicrosPerSecond);
+  if (out->from >= out->to) return InvalidField("from must be before to");
+  return std::nullopt;
+}
+
+json UsageToJson(const UsageReport& report) {
+  json groups = json::array();
+  for (const store::UsageRow& row : report.groups) {
+    groups.push_back({{"name", row.group}, {"gpu_seconds", row.gpu_seconds}, {"tasks", row.tasks}});
+  }
+  return {{"from", common::FormatRfc3339(report.from)},
+          {"to", common::FormatRfc3339(report.to)},
+          {"group_by", report.by_user ? "user" : "team"},
+          {"groups", std::move(groups)}};
+}
+
 std::optional<ApiError> ParseListQuery(std::string_view query, ListTasksRequest* out) {
   int64_t limit = out->limit, offset = out->offset;
   try {

@@ -51,6 +51,12 @@ std::optional<ApiError> ParseQuotaRequest(std::string_view body, double* online_
 // Parses the query of GET /tasks: status, priority, limit (1 to 1000) and offset, into `out`
 // (which holds the defaults).
 std::optional<ApiError> ParseListQuery(std::string_view query, ListTasksRequest* out);
+// GET /usage?from=&to=&group_by=: RFC 3339 times (from default: 24 hours before to; to default:
+// now) and team or user (default team).
+std::optional<ApiError> ParseUsageQuery(std::string_view query, core::TimeMicros now,
+                                        UsageRequest* out);
+// {from, to, group_by, groups: [{name, gpu_seconds, tasks}]}.
+nlohmann::json UsageToJson(const UsageReport& report);
 
 // Parses the query of DELETE /tasks/{id}: only grace_seconds, an integer (the application
 // checks its bounds); left unset without it.

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "common/task_env.h"
+#include "common/time_util.h"
 #include "scheduler/api_json.h"
 #include "scheduler/task_history.h"
 
@@ -381,6 +382,22 @@ void Application::TaskEvents(const Caller& caller, core::TaskNumber n,
     history.push_back(SubmittedEntry(stored.value()));
     for (auto& e : *events) history.push_back(std::move(e));
     reply(history);
+  });
+}
+
+void Application::Usage(const Caller& caller, const UsageRequest& request,
+                        Reply<UsageReport> reply) {
+  if (auto e = Authorize(caller, Action::kReadCluster, {})) return reply(*e);
+  d_.readers->Post([db = d_.db, request, reply = std::move(reply)] {
+    const core::TimeMicros now = common::NowMicros();
+    UsageReport report{request.from, request.to == 0 ? now : request.to, request.by_user, {}};
+    if (report.from >= report.to) {
+      return reply(InvalidArgumentError("from", "from must be before to"));
+    }
+    auto rows = db->Usage({report.from, report.to, now, request.by_user});
+    if (!rows.ok()) return reply(ErrorFromStatus(rows.status()));
+    report.groups = std::move(*rows);
+    reply(report);
   });
 }
 

@@ -203,6 +203,19 @@ struct TeamRequest {
   std::optional<double> weight;
 };
 
+// GET /usage: GPU time by team or user over [from, to) (store::UsageQuery); `to` 0: now.
+struct UsageRequest {
+  core::TimeMicros from = 0;
+  core::TimeMicros to = 0;
+  bool by_user = false;
+};
+struct UsageReport {
+  core::TimeMicros from = 0;
+  core::TimeMicros to = 0;
+  bool by_user = false;
+  std::vector<store::UsageRow> groups;
+};
+
 // POST /agents/{id}/cordon | uncordon | drain.
 struct NodeModeRequest {
   std::string node_id;
@@ -351,6 +364,8 @@ class Application {
   void DeleteTeam(const Caller& caller, const std::string& name, Reply<Done> reply);
   void ListGpus(const Caller& caller, Reply<std::vector<core::GpuView>> reply);
   void ListAgents(const Caller& caller, Reply<std::vector<core::NodeView>> reply);
+  // Read from the task history on the readers pool. InvalidArgument when from is not before to.
+  void Usage(const Caller& caller, const UsageRequest& request, Reply<UsageReport> reply);
   void GetAutoscale(const Caller& caller, Reply<AutoscaleStatus> reply);
   // Cordon, uncordon or drain (durable; not_found for a node never registered).
   void SetNodeMode(const Caller& caller, const NodeModeRequest& request, Reply<NodeModeSet> reply);

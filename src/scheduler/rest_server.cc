@@ -441,6 +441,19 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
+  restinio::request_handling_status_t Usage(const req_t& req, const Caller& caller) {
+    const std::string route = "GET /api/v1/usage";
+    UsageRequest request;
+    if (auto e = ParseUsageQuery(req->header().query(), common::NowMicros(), &request)) {
+      SendError(req, caller, route, *e);
+      return restinio::request_accepted();
+    }
+    d.app->Usage(caller, request, Answer<UsageReport>(req, caller, route, [](const UsageReport& r) {
+                   return std::pair(200, Dump(UsageToJson(r)));
+                 }));
+    return restinio::request_accepted();
+  }
+
   restinio::request_handling_status_t ListTasks(const req_t& req, const Caller& caller) {
     const std::string route = "GET /api/v1/tasks";
     ListTasksRequest request;
@@ -833,6 +846,10 @@ struct RestServer::Impl {
           [this](const req_t& q, const Caller& c, params_t) { return Agents(q, c); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/agents",
                    not_allowed("/api/v1/agents"));
+    Route(*r, http_method_get(), "/api/v1/usage", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t) { return Usage(q, c); });
+    r->add_handler(none_of_methods(http_method_get()), "/api/v1/usage",
+                   not_allowed("/api/v1/usage"));
     Route(*r, http_method_get(), "/api/v1/autoscale", Access::kAuthenticated,
           [this](const req_t& q, const Caller& c, params_t) { return Autoscale(q, c); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/autoscale",

@@ -135,6 +135,17 @@ constexpr char kPruneSql[] =
 constexpr char kInsertTaskEventSql[] =
     "INSERT OR REPLACE INTO task_events (task_id, seq, time, type, node_id, message) "
     "VALUES (?1, ?6, ?2, ?3, ?4, ?5)";
+// Each run: a "scheduled" entry and the next entry that ends a run (or none: still running).
+constexpr char kUsageSql[] =
+    "WITH ev AS (SELECT task_id, time, type, "
+    "LEAD(time) OVER (PARTITION BY task_id ORDER BY seq) AS ended FROM task_events "
+    "WHERE type IN ('scheduled', 'requeued', 'node_lost', 'finished', 'cancelled')), "
+    "runs AS (SELECT ev.task_id, t.gpu_count, ev.time AS began, "
+    "COALESCE(ev.ended, CASE WHEN t.status = 'running' THEN ?3 END) AS ended, "
+    "CASE WHEN ?4 THEN t.user ELSE t.team END AS grp "
+    "FROM ev JOIN tasks t ON t.id = ev.task_id WHERE ev.type = 'scheduled') "
+    "SELECT grp, SUM(gpu_count * (MIN(ended, ?2) - MAX(began, ?1))), COUNT(DISTINCT task_id) "
+    "FROM runs WHERE began < ?2 AND ended > ?1 AND ended > began GROUP BY grp ORDER BY grp";
 constexpr char kTaskEventsSql[] =
     "SELECT time, type, node_id, message FROM task_events WHERE task_id = ?1 ORDER BY seq";
 
@@ -1309,6 +1320,29 @@ StatusOr<std::vector<core::TaskEventRecord>> Database::TaskEvents(core::TaskNumb
     e.type = ColumnText(*stmt, 1);
     e.node_id = ColumnText(*stmt, 2);
     e.message = ColumnText(*stmt, 3);
+  }
+}
+
+StatusOr<std::vector<UsageRow>> Database::Usage(const UsageQuery& query) {
+  if (query.from >= query.to) return InvalidArgument("from must be before to");
+  ReaderLease reader(this);
+  SqliteConnection& conn = *reader;
+  StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kUsageSql);
+  if (!stmt.ok()) return stmt.status();
+  StatementScope scope(*stmt);
+  sqlite3_bind_int64(*stmt, 1, query.from);
+  sqlite3_bind_int64(*stmt, 2, query.to);
+  sqlite3_bind_int64(*stmt, 3, query.now);
+  sqlite3_bind_int(*stmt, 4, query.by_user ? 1 : 0);
+  std::vector<UsageRow> rows;
+  while (true) {
+    const int rc = sqlite3_step(*stmt);
+    if (rc == SQLITE_DONE) return rows;
+    if (rc != SQLITE_ROW) return conn.Error(rc, "summing the GPU time of tasks in");
+    UsageRow& row = rows.emplace_back();
+    row.group = ColumnText(*stmt, 0);
+    row.gpu_seconds = static_cast<double>(sqlite3_column_int64(*stmt, 1)) / 1e6;
+    row.tasks = sqlite3_column_int64(*stmt, 2);
   }
 }
 

@@ -98,6 +98,24 @@ struct TaskQuery {
   std::optional<std::string> team;
 };
 
+// GPU time used in [from, to), by team or by user: every run counts from its "scheduled" entry
+// to the entry that ended it (requeued, node_lost, finished, cancelled), a run still going until
+// `now`, each second times the task's GPUs. Tasks pruned (and runs of tasks stored before their
+// history was kept) are not counted.
+struct UsageQuery {
+  core::TimeMicros from = 0;
+  core::TimeMicros to = 0;
+  core::TimeMicros now = 0;
+  bool by_user = false;  // Else by team.
+};
+struct UsageRow {
+  std::string group;  // The team or the user ("" for tasks without one).
+  double gpu_seconds = 0;
+  int64_t tasks = 0;  // Tasks with GPU time in the range.
+
+  bool operator==(const UsageRow&) const = default;
+};
+
 struct TaskPage {
   std::vector<core::Task> tasks;  // Highest id first.
   // Rows matching the filters, ignoring limit, offset and before; kept in table task_counts by
@@ -169,6 +187,8 @@ class Database {
   StatusOr<std::optional<core::Task>> GetTask(core::TaskNumber id);
   // The stored history of a task, oldest first (empty for a task without one, or unknown).
   StatusOr<std::vector<core::TaskEventRecord>> TaskEvents(core::TaskNumber id);
+  // See UsageQuery; groups by name. Reads every history row (a scan, on a reader).
+  StatusOr<std::vector<UsageRow>> Usage(const UsageQuery& query);
 
   // Deletes finished tasks (success, failed, cancelled and not stopping) whose finished_at is
   // below `older_than_micros`, with their events, in transactions of at most `batch_limit` rows

@@ -635,8 +635,8 @@ TEST_F(DgpuctlProcessTest, CompletionScriptMatchesTheDeployedFileAndCompletes) {
         .out;
   };
   EXPECT_EQ(complete("dgpuctl ''", 1),
-            "submit get quota team snapshot cancel wait events logs cordon uncordon drain "
-            "completion\n");
+            "submit get quota team snapshot cancel wait events usage logs cordon uncordon "
+            "drain completion\n");
   EXPECT_EQ(complete("dgpuctl get ''", 2), "tasks task teams team gpus agents\n");
   EXPECT_EQ(complete("dgpuctl team ''", 2), "set delete\n");
   EXPECT_EQ(complete("dgpuctl team set vision --", 4),

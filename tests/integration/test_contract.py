@@ -164,6 +164,8 @@ class LiveTest(NeedsModules, ClusterTestCase):
         call("GET", API + "/tasks/" + tid, 200)
         call("GET", API + "/tasks/" + tid + "/events", 200)
         call("GET", API + "/tasks/task-999999/events", 404)
+        call("GET", API + "/usage?group_by=user", 200)
+        call("GET", API + "/usage?group_by=node", 400)
         call("GET", API + "/tasks?status=success&priority=high&limit=1&offset=0", 200)
         call("DELETE", API + "/tasks/" + tid, 409)
         long_id = self.c.submit("sleep 30", priority="low")

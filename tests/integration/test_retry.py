@@ -1,6 +1,7 @@
 """Retries with real agents and real task processes: a run that fails is queued again after its
 backoff until max_retries are used up; attempts counts every start."""
 
+import datetime
 import os
 import subprocess
 import time
@@ -65,6 +66,31 @@ class RetryTest(ClusterTestCase):
         times = [e["time"] for e in events]
         self.assertEqual(times, sorted(times))
         self.assertEqual(events[0]["time"], self.c.task(tid)["created_at"])
+
+        # Usage: each run from its "scheduled" entry to the entry that ended it, 1 GPU.
+        def micros(text):
+            return round(datetime.datetime.fromisoformat(text).timestamp() * 1e6)
+        ran = (micros(events[3]["time"]) - micros(events[1]["time"]) +
+               micros(events[6]["time"]) - micros(events[4]["time"]))
+        r = self.c.request("GET", API + "/usage")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json["group_by"], "team")
+        self.assertEqual([(g["name"], g["tasks"]) for g in r.json["groups"]], [("default", 1)])
+        self.assertAlmostEqual(r.json["groups"][0]["gpu_seconds"], ran / 1e6, places=6)
+        r = self.c.request("GET", API + "/usage?group_by=user&to=" + events[6]["time"])
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual([(g["name"], g["tasks"]) for g in r.json["groups"]], [("", 1)], r)
+        self.assertAlmostEqual(r.json["groups"][0]["gpu_seconds"], ran / 1e6, places=6)
+        # Only the second run: from the second "scheduled" on.
+        r = self.c.request("GET", API + "/usage?from=" + events[4]["time"])
+        self.assertAlmostEqual(r.json["groups"][0]["gpu_seconds"],
+                               (micros(events[6]["time"]) - micros(events[4]["time"])) / 1e6,
+                               places=6)
+        for query, field in (("group_by=node", "group_by"), ("from=yesterday", "from"),
+                             ("from=2030-01-01T00:00:00Z", "from"), ("x=1", "x")):
+            r = self.c.request("GET", API + "/usage?" + query)
+            self.assertEqual(r.status, 400, r)
+            self.assertIn(field, r.json["error"]["message"], r)
 
         r = self.c.request("GET", API + "/tasks/task-99999/events")
         self.assertApiError(r, 404, "not_found", None)

@@ -489,6 +489,49 @@ TEST(DatabaseTest, TaskEventsAreKeptInOrderAndLeaveWithTheirTask) {
   EXPECT_TRUE(db->TaskEvents(4)->empty());
 }
 
+// GPU time per team or user from the runs in the history: exact, clipped to the range.
+TEST(DatabaseTest, UsageSumsEachRunsGpuTimeWithinTheRange) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  const core::TimeMicros s = 1000000;
+  core::Task a = SimpleTask(1, TaskStatus::kSuccess, Priority::kLow, 1, 50 * s);
+  a.spec.gpu_count = 2;
+  a.spec.team = "vision";
+  a.spec.user = "ann";
+  core::Task b = SimpleTask(2, TaskStatus::kRunning);
+  b.spec.gpu_count = 1;
+  b.spec.team = "nlp";
+  b.spec.user = "bob";
+  core::Task c = SimpleTask(3, TaskStatus::kCancelled);  // Cancelled before it ran.
+  c.spec.team = "vision";
+  core::Task d = SimpleTask(4, TaskStatus::kPending);  // Its node was lost; queued again.
+  d.spec.gpu_count = 4;
+  d.spec.team = "nlp";
+  ASSERT_TRUE(db->Apply({Upsert(a), Upsert(b), Upsert(c), Upsert(d),
+                         // a: two runs, 10-20 s and 30-50 s.
+                         Event(1, 10 * s, "scheduled"), Event(1, 11 * s, "started"),
+                         Event(1, 20 * s, "requeued"), Event(1, 30 * s, "scheduled"),
+                         Event(1, 50 * s, "finished"),
+                         // b: running since 40 s.
+                         Event(2, 40 * s, "scheduled"), Event(3, 45 * s, "cancelled"),
+                         // d: 60-70 s, then lost with its node.
+                         Event(4, 60 * s, "scheduled"), Event(4, 70 * s, "node_lost")},
+                        1)
+                  .ok());
+  StatusOr<std::vector<UsageRow>> all = db->Usage({0, 1000 * s, 100 * s, false});
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  // nlp: b 1 x 60 s + d 4 x 10 s; vision: a 2 x (10 + 20) s.
+  EXPECT_EQ(*all, (std::vector<UsageRow>{{"nlp", 100, 2}, {"vision", 60, 1}}));
+  // Clipped to 15-45 s: a 2 x (5 + 15), b 1 x 5.
+  EXPECT_EQ(*db->Usage({15 * s, 45 * s, 100 * s, false}),
+            (std::vector<UsageRow>{{"nlp", 5, 1}, {"vision", 40, 1}}));
+  EXPECT_EQ(*db->Usage({15 * s, 45 * s, 100 * s, true}),
+            (std::vector<UsageRow>{{"ann", 40, 1}, {"bob", 5, 1}}));
+  EXPECT_TRUE(db->Usage({200 * s, 300 * s, 100 * s, false})->empty());
+  EXPECT_THAT(db->Usage({5, 5, 100 * s, false}),
+              StatusIs(StatusCode::kInvalidArgument, "from must be before to"));
+}
+
 TEST(DatabaseTest, EpochIsDurable) {
   TempDir dir;
   {
