@@ -554,7 +554,7 @@ std::optional<ApiError> ParseUsageQuery(std::string_view query, core::TimeMicros
     return InvalidField(std::string("malformed query string: ") + e.what());
   }
   out->to = to.value_or(now);
-  out->from = from.value_or(out->to - 24 * 3600 * core::kMicrosPerSecond);
+  out->from = from.value_or(out->to - core::TimeMicros{86400} * core::kMicrosPerSecond);
   if (out->from >= out->to) return InvalidField("from must be before to");
   return std::nullopt;
 }
