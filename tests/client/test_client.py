@@ -278,6 +278,31 @@ def test_other_bad_input_errors(client):
     assert (err.status, err.code) == (415, "unsupported_media_type")
 
 
+def test_events_and_usage(client):
+    t = client.wait(client.submit("sleep 0.3", gpu_count=2, priority="high",
+                                  user="usage-probe").task_id, timeout=30, poll_interval=0.05)
+    events = client.events(t.task_id)
+    assert [e["type"] for e in events] == ["submitted", "scheduled", "started", "finished"]
+    assert events[-1]["message"] == "succeeded"
+    assert events[1]["node_id"] == t.node_id
+
+    def when(e):
+        return datetime.datetime.fromisoformat(e["time"])
+    spent = (when(events[-1]) - when(events[1])) / datetime.timedelta(seconds=1) * 2
+    u = client.usage(start=when(events[1]), end=when(events[-1]), group_by="user")
+    mine = [g for g in u["groups"] if g["name"] == "usage-probe"]
+    assert (u["group_by"], [g["tasks"] for g in mine]) == ("user", [1])
+    assert mine[0]["gpu_seconds"] == pytest.approx(spent, abs=1e-6)
+    # A range before anything ran; times without a zone are UTC.
+    early = datetime.datetime(2020, 1, 1)
+    assert client.usage(start=early, end=early + datetime.timedelta(hours=1))["groups"] == []
+    with pytest.raises(dgpu.InvalidField) as e:
+        client.usage(group_by="node")
+    assert "group_by" in e.value.message
+    with pytest.raises(dgpu.NotFound):
+        client.events("task-999999")
+
+
 def test_unknown_tasks_raise_not_found(client):
     for tid in ("task-999999", "bogus", "task-01"):
         with pytest.raises(dgpu.NotFound) as e:

@@ -10,6 +10,7 @@ The API is described in api/openapi.yaml (served at GET /api/v1/openapi.yaml).
 
 from __future__ import annotations
 
+import datetime
 import http.client
 import json
 import os
@@ -158,6 +159,26 @@ class Client:
     def get(self, task_id: str) -> Task:
         """The task (``GET /api/v1/tasks/{id}``). NotFound for an unknown id."""
         return Task.from_json(self._call("GET", self._task_path(task_id)))
+
+    def events(self, task_id: str) -> List[dict]:
+        """The task's history, oldest first (``GET /api/v1/tasks/{id}/events``): dicts with
+        ``time``, ``type`` (submitted, scheduled, started, preempted, requeued, node_lost,
+        finished, cancelled), ``node_id`` when there is one, and ``message``. NotFound for an
+        unknown id."""
+        return self._call("GET", self._task_path(task_id) + "/events")["events"]
+
+    def usage(self, start: Optional[datetime.datetime] = None,
+              end: Optional[datetime.datetime] = None, group_by: str = "team") -> dict:
+        """GPU time in [start, end) by team or user (``GET /api/v1/usage``), as the scheduler's
+        JSON: ``{from, to, group_by, groups: [{name, gpu_seconds, tasks}]}``. Without `start`,
+        the 24 hours before `end`; without `end`, now. Times without a zone are UTC."""
+        query = [("group_by", group_by)]
+        for key, when in (("from", start), ("to", end)):
+            if when is not None:
+                if when.tzinfo is None:
+                    when = when.replace(tzinfo=datetime.timezone.utc)
+                query.append((key, when.isoformat()))
+        return self._call("GET", API + "/usage", query=query)
 
     def page(self, status: Optional[str] = None, priority: Optional[str] = None,
              limit: int = 50, offset: int = 0, after: Optional[str] = None,
