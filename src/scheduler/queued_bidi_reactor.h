@@ -35,12 +35,11 @@ class QueuedBidiReactor : public grpc::ServerBidiReactor<Req, Resp> {
       this->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "peer too far behind"));
       return;
     }
-    out_.push_back(std::move(msg));
-    written_.push_back(std::move(written));
+    out_.push_back({std::move(msg), std::move(written)});
     if (!writing_) {
       writing_ = true;
       happens_before::Release(this);
-      this->StartWrite(&out_.front());
+      this->StartWrite(&out_.front().msg);
     }
   }
 
@@ -64,14 +63,13 @@ class QueuedBidiReactor : public grpc::ServerBidiReactor<Req, Resp> {
     std::function<void()> written;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      written = std::move(out_.front().written);
       out_.pop_front();
-      written = std::move(written_.front());
-      written_.pop_front();
       if (!ok || finished_ || out_.empty()) {
         writing_ = false;
       } else {
         happens_before::Release(this);
-        this->StartWrite(&out_.front());
+        this->StartWrite(&out_.front().msg);
       }
     }
     if (ok && written) written();
@@ -99,10 +97,13 @@ class QueuedBidiReactor : public grpc::ServerBidiReactor<Req, Resp> {
 
  private:
   std::mutex mu_;
-  std::deque<Resp> out_;  // GUARDED_BY(mu_) Front is the write in flight, when writing_.
-  std::deque<std::function<void()>> written_;  // GUARDED_BY(mu_) One per message of out_.
-  bool writing_ = false;                       // GUARDED_BY(mu_)
-  bool finished_ = false;                      // GUARDED_BY(mu_)
+  struct Out {
+    Resp msg;
+    std::function<void()> written;  // May be empty.
+  };
+  std::deque<Out> out_;    // GUARDED_BY(mu_) Front is the write in flight, when writing_.
+  bool writing_ = false;   // GUARDED_BY(mu_)
+  bool finished_ = false;  // GUARDED_BY(mu_)
 };
 
 }  // namespace dgpu::scheduler

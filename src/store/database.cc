@@ -120,16 +120,12 @@ constexpr char kAddCountSql[] =
     "ON CONFLICT (status, priority) DO UPDATE SET n = n + excluded.n";
 constexpr char kDeleteMetaSql[] = "DELETE FROM meta WHERE key = ?1";
 constexpr char kReadMetaSql[] = "SELECT key, value FROM meta";
-// One prune batch: its events, then its tasks. Both statements select the same rows (one write
-// transaction, the same forced index and limit, nothing written in between).
-constexpr char kPruneEventsSql[] =
-    "DELETE FROM task_events WHERE task_id IN (SELECT id FROM tasks INDEXED BY tasks_prunable "
+// One prune batch: the tasks this subquery selects, their events first. Both statements use it
+// in one write transaction with nothing written in between, so they select the same rows.
+constexpr char kPrunableIdsSql[] =
+    "SELECT id FROM tasks INDEXED BY tasks_prunable "
     "WHERE status IN ('success', 'failed', 'cancelled') AND stopping = 0 "
-    "AND finished_at < ?1 LIMIT ?2)";
-constexpr char kPruneSql[] =
-    "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks INDEXED BY tasks_prunable "
-    "WHERE status IN ('success', 'failed', 'cancelled') AND stopping = 0 "
-    "AND finished_at < ?1 LIMIT ?2)";
+    "AND finished_at < ?1 LIMIT ?2";
 
 // A batch applied again (the same sequence number) writes the same rows again.
 constexpr char kInsertTaskEventSql[] =
@@ -1348,6 +1344,10 @@ StatusOr<std::vector<UsageRow>> Database::Usage(const UsageQuery& query) {
 
 StatusOr<int> Database::PruneFinished(core::TimeMicros older_than_micros, int batch_limit) {
   if (batch_limit < 1) return InvalidArgument("batch_limit must be at least 1");
+  static const std::string kPruneEvents =
+      std::string("DELETE FROM task_events WHERE task_id IN (") + kPrunableIdsSql + ")";
+  static const std::string kPruneTasks =
+      std::string("DELETE FROM tasks WHERE id IN (") + kPrunableIdsSql + ")";
   int total = 0;
   while (true) {
     // The lock is taken per batch so that journal commits interleave with a long prune.
@@ -1355,24 +1355,15 @@ StatusOr<int> Database::PruneFinished(core::TimeMicros older_than_micros, int ba
     SqliteConnection& conn = *writer_;
     Transaction txn(conn);
     if (Status s = txn.BeginWrite(); !s.ok()) return s;
-    {
-      StatusOr<sqlite3_stmt*> events = conn.Prepare(kPruneEventsSql);
-      if (!events.ok()) return events.status();
-      StatementScope scope(*events);
-      sqlite3_bind_int64(*events, 1, older_than_micros);
-      sqlite3_bind_int(*events, 2, batch_limit);
-      if (Status s = StepDone(conn, *events, "pruning the events of finished tasks in"); !s.ok())
-        return s;
-    }
-    StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kPruneSql);
-    if (!stmt.ok()) return stmt.status();
     int deleted = 0;
-    {
+    for (const std::string* sql : {&kPruneEvents, &kPruneTasks}) {
+      StatusOr<sqlite3_stmt*> stmt = conn.Prepare(*sql);
+      if (!stmt.ok()) return stmt.status();
       StatementScope scope(*stmt);
       sqlite3_bind_int64(*stmt, 1, older_than_micros);
       sqlite3_bind_int(*stmt, 2, batch_limit);
       if (Status s = StepDone(conn, *stmt, "pruning finished tasks in"); !s.ok()) return s;
-      deleted = sqlite3_changes(conn.db());
+      deleted = sqlite3_changes(conn.db());  // The tasks', once the second has run.
     }
     if (Status s = txn.Commit(); !s.ok()) return s;
     total += deleted;
