@@ -364,6 +364,14 @@ void AddQuotaTeams(const std::vector<core::TeamView>& teams, json* quota) {
   }
 }
 
+nlohmann::json QuotaStateToJson(const QuotaState& state) {
+  json body = QuotaToJson(state.quota);
+  AddQuotaTeams(state.teams, &body);
+  body["online_percent"] = state.online_percent;
+  body["batch_percent"] = 1.0 - state.online_percent;
+  return body;
+}
+
 nlohmann::json TeamToJson(const core::TeamView& t) {
   auto cls = [&](int p) { return TeamClassToJson(t.classes[p]); };
   return json{
@@ -655,6 +663,35 @@ std::optional<ApiError> ParseCancelQuery(std::string_view query, std::optional<i
   } catch (const std::exception& e) {
     return InvalidField(std::string("malformed query string: ") + e.what());
   }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseWatchQuery(std::string_view query, std::string_view last_event_id,
+                                        std::optional<uint64_t>* since) {
+  const auto parse = [since](std::string_view text, const char* what) -> std::optional<ApiError> {
+    uint64_t x = 0;
+    const char* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, x);
+    if (text.empty() || ec != std::errc() || ptr != end) {
+      return InvalidField(std::string(what) + " must be a sequence number (an id of the watch " +
+                          "stream), not \"" + std::string(text) + "\"");
+    }
+    *since = x;
+    return std::nullopt;
+  };
+  try {
+    for (const auto& [key, value] : restinio::parse_query(query)) {
+      std::string k(key.data(), key.size());
+      if (k != "since") {
+        return ApiError{400, "unknown_field", "unknown query parameter \"" + k + "\""};
+      }
+      if (auto e = parse(std::string_view(value.data(), value.size()), "since")) return e;
+    }
+  } catch (const std::exception& e) {
+    return InvalidField(std::string("malformed query string: ") + e.what());
+  }
+  // A browser's EventSource resumes with this header; an explicit `since` wins.
+  if (!*since && !last_event_id.empty()) return parse(last_event_id, "Last-Event-ID");
   return std::nullopt;
 }
 

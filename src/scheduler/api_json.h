@@ -62,6 +62,11 @@ nlohmann::json UsageToJson(const UsageReport& report);
 // checks its bounds); left unset without it.
 std::optional<ApiError> ParseCancelQuery(std::string_view query, std::optional<int32_t>* grace);
 
+// GET /watch: `since` (a sequence number), else the Last-Event-ID header; neither: *since stays
+// unset. 400 naming the parameter when it is not a number.
+std::optional<ApiError> ParseWatchQuery(std::string_view query, std::string_view last_event_id,
+                                        std::optional<uint64_t>* since);
+
 // The contract's HTTP status and error word for an application error.
 ApiError ToApiError(const Error& e);
 
@@ -77,6 +82,8 @@ nlohmann::json QuotaToJson(const core::QuotaView& quota);
 // GET /quota with teams: each class of `quota` (QuotaToJson's) gains `teams`, by name, the
 // guaranteed, used and borrowed GPUs of every team that holds a guarantee or GPUs in it.
 void AddQuotaTeams(const std::vector<core::TeamView>& teams, nlohmann::json* quota);
+// GET /quota's object: the quota, the teams and the configured shares.
+nlohmann::json QuotaStateToJson(const QuotaState& state);
 
 // A team of GET /teams: {name, configured, online: {guaranteed, used, borrowed}, batch: {...},
 // max_gpus (null: no cap), weight, pending, usage_gpu_seconds}.

@@ -10,6 +10,7 @@
 #include "common/time_util.h"
 #include "scheduler/api_json.h"
 #include "scheduler/task_history.h"
+#include "scheduler/watch_hub.h"
 
 namespace dgpu::scheduler {
 namespace {
@@ -583,6 +584,19 @@ void Application::GetAutoscale(const Caller& caller, Reply<AutoscaleStatus> repl
   if (d_.autoscale == nullptr) return reply(AutoscaleStatus{});
   d_.loop->Post(
       [this, reply = std::move(reply)](CoreLoop::Context&) { reply(d_.autoscale->View()); });
+}
+
+std::optional<Error> Application::Watch(const Caller& caller, std::shared_ptr<WatchSink> sink,
+                                        std::optional<uint64_t> since) {
+  // The feed carries tasks, nodes and quotas: whoever may read both.
+  if (auto e = Authorize(caller, Action::kReadTasks, {})) return e;
+  if (auto e = Authorize(caller, Action::kReadCluster, {})) return e;
+  if (d_.watch == nullptr) {
+    return Error{ErrorCode::kUnavailable, "", "this scheduler serves no watch feed",
+                 StatusCode::kUnavailable};
+  }
+  d_.watch->Add(std::move(sink), since);
+  return std::nullopt;
 }
 
 void Application::Gauges(const Caller& caller, Reply<GaugeSnapshot> reply) {

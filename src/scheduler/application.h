@@ -326,6 +326,9 @@ class AgentChannel {
 // dgpu sets (common/task_env.h).
 std::optional<Error> ValidateTaskSpec(const core::TaskSpec& spec);
 
+class WatchHub;
+class WatchSink;
+
 struct ApplicationDeps {
   CoreLoop* loop;
   LeaderState* leader;
@@ -338,6 +341,7 @@ struct ApplicationDeps {
   WorkerPool* background;  // Long jobs (database snapshots), off the owner and reader threads.
   int max_pending_per_user = 100000;     // limits.max_pending_per_user; tasks with a user only.
   AutoscaleRunner* autoscale = nullptr;  // Null: autoscaling is off.
+  WatchHub* watch = nullptr;             // Null: GET /watch is unavailable.
 };
 
 class Application {
@@ -367,6 +371,9 @@ class Application {
   // Read from the task history on the readers pool. InvalidArgument when from is not before to.
   void Usage(const Caller& caller, const UsageRequest& request, Reply<UsageReport> reply);
   void GetAutoscale(const Caller& caller, Reply<AutoscaleStatus> reply);
+  // Adds a watcher of the live feed (WatchHub::Add), or says why not (forbidden, unavailable).
+  std::optional<Error> Watch(const Caller& caller, std::shared_ptr<WatchSink> sink,
+                             std::optional<uint64_t> since);
   // Cordon, uncordon or drain (durable; not_found for a node never registered).
   void SetNodeMode(const Caller& caller, const NodeModeRequest& request, Reply<NodeModeSet> reply);
   void Gauges(const Caller& caller, Reply<GaugeSnapshot> reply);

@@ -43,6 +43,22 @@ class BatchObserver {
                       core::TimeMicros now) = 0;
 };
 
+// Several observers, called in the order given.
+class BatchObservers final : public BatchObserver {
+ public:
+  explicit BatchObservers(std::vector<BatchObserver*> observers)
+      : observers_(std::move(observers)) {}
+  void OnPass(const core::SchedulerCore& core, const std::vector<core::Decision>& decisions,
+              const std::vector<core::Change>& changes, const std::vector<core::Event>& events,
+              double pass_seconds, core::TimeMicros now) override {
+    for (BatchObserver* o : observers_)
+      o->OnPass(core, decisions, changes, events, pass_seconds, now);
+  }
+
+ private:
+  std::vector<BatchObserver*> observers_;
+};
+
 // Replication of the change log to a standby (primary side). Called on the owner thread.
 class ReplicationSink {
  public:

@@ -30,6 +30,7 @@
 #include "scheduler/replication.h"
 #include "scheduler/rest_server.h"
 #include "scheduler/state_file.h"
+#include "scheduler/watch_hub.h"
 #include "scheduler/worker_pool.h"
 #include "store/database.h"
 #include "store/journal.h"
@@ -159,7 +160,9 @@ int Run(int argc, char** argv) {
   Metrics metrics;
   AgentHub hub(&leader, &metrics);
   EventRecorder recorder(&metrics, cfg.scheduler.task_log_lines_per_second);
-  CoreLoop loop(std::move(*core), &journal, &hub, &recorder, &common::SystemClock::Instance());
+  WatchHub watch;
+  BatchObservers observers({&recorder, &watch});
+  CoreLoop loop(std::move(*core), &journal, &hub, &observers, &common::SystemClock::Instance());
   // Off the owner thread: reads of stored tasks, and the long reads (state.json, a standby's
   // snapshot), so that point reads never wait behind those.
   WorkerPool readers(2);
@@ -240,6 +243,7 @@ int Run(int argc, char** argv) {
         break;
     }
   });
+  watch.Start();
   loop.Start();
 
   // Background pruning of old history.
@@ -258,7 +262,7 @@ int Run(int argc, char** argv) {
   // The use cases both transports call.
   RoleAuthorizer authorizer;
   Application app({&loop, &leader, db.get(), &readers, &journal, &metrics, &hub, &authorizer,
-                   &background, cfg.limits.max_pending_per_user, autoscale.get()});
+                   &background, cfg.limits.max_pending_per_user, autoscale.get(), &watch});
 
   // gRPC.
   AgentService agent_service(
@@ -356,6 +360,7 @@ int Run(int argc, char** argv) {
       std::chrono::duration_cast<std::chrono::microseconds>(cfg.scheduler.shutdown_timeout)
           .count()};
   state_file.Abandon();  // A periodic write under way: the final one replaces it.
+  watch.Stop();          // Ends every watch stream, so that the HTTP server can stop.
   rest.Stop();
   if (ha) ha->Stop();
   hub.CloseAll();

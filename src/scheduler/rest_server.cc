@@ -23,6 +23,7 @@
 #include "scheduler/api_json.h"
 #include "scheduler/audit_log.h"
 #include "scheduler/openapi_spec.h"
+#include "scheduler/watch_hub.h"
 
 namespace dgpu::scheduler {
 namespace {
@@ -254,6 +255,63 @@ restinio::asio_ns::ssl::context MakeTlsContext(const RestTls& tls) {
 
 }  // namespace
 
+// A watcher's connection (GET /watch): a chunked response that stays open. The hub's thread
+// writes to it; RESTinio hands each write to the connection's own executor. A client that reads
+// too slowly (more than kMaxBuffered bytes written but not yet sent) is dropped: it resumes with
+// `since`, from the hub's history.
+class SseSink final : public WatchSink, public std::enable_shared_from_this<SseSink> {
+ public:
+  using Response = restinio::response_builder_t<restinio::chunked_output_t>;
+  static constexpr size_t kMaxBuffered = 8 << 20;
+
+  // The response, once the watch is admitted: what was sent before waits for it.
+  void Begin(Response response) {
+    std::lock_guard<std::mutex> lock(mu_);
+    response_.emplace(std::move(response));
+    if (closed_) {
+      response_->done();
+      return;
+    }
+    if (!early_.empty()) Write(std::exchange(early_, {}));
+    response_->flush();
+  }
+
+  bool Send(std::string text) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_.load() || buffered_.load() > kMaxBuffered) return false;
+    if (!response_) {
+      early_ += text;
+      return true;
+    }
+    Write(std::move(text));
+    return true;
+  }
+
+  void Close() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    if (response_) response_->done();
+  }
+
+ private:
+  void Write(std::string text) {
+    const size_t n = text.size();
+    buffered_ += n;
+    response_->append_chunk(std::move(text));
+    response_->flush([self = shared_from_this(), n](const restinio::asio_ns::error_code& ec) {
+      self->buffered_ -= n;
+      if (ec) self->broken_ = true;
+    });
+  }
+
+  std::mutex mu_;  // Begin (an HTTP thread) and the hub's thread.
+  std::optional<Response> response_;
+  std::string early_;
+  bool closed_ = false;
+  std::atomic<bool> broken_{false};
+  std::atomic<size_t> buffered_{0};
+};
+
 struct RestServer::Impl {
   RestDeps d;
   // Outlives `server`: the core loop and the journal's writer thread may still hold requests
@@ -266,6 +324,7 @@ struct RestServer::Impl {
   std::optional<RunningServer> server;
 
   // A response with its status line, content type and, on a standby, the headers that say so.
+  template <typename Output = restinio::restinio_controlled_output_t>
   auto StartResponse(const req_t& req, const Caller& caller, const std::string& route, int status,
                      const char* content_type, const std::string& task_id = {}) {
     d.metrics->HttpRequest(route, status);
@@ -273,7 +332,7 @@ struct RestServer::Impl {
       d.audit->Record(caller, req->header().method().c_str(), req->header().path(), status,
                       task_id);
     }
-    auto resp = req->create_response(restinio::http_status_line_t{
+    auto resp = req->template create_response<Output>(restinio::http_status_line_t{
         restinio::http_status_code_t{static_cast<std::uint16_t>(status)}, ReasonPhrase(status)});
     resp.append_header(restinio::http_field::content_type, content_type);
     if (!d.leader->is_leader()) {
@@ -438,6 +497,28 @@ struct RestServer::Impl {
                           req, caller, route, [](const std::vector<core::TaskEventRecord>& events) {
                             return std::pair(200, Dump(TaskEventsToJson(events)));
                           }));
+    return restinio::request_accepted();
+  }
+
+  restinio::request_handling_status_t Watch(const req_t& req, const Caller& caller) {
+    const std::string route = "GET /api/v1/watch";
+    std::optional<uint64_t> since;
+    if (auto e = ParseWatchQuery(req->header().query(),
+                                 req->header().get_field_or("Last-Event-ID", ""), &since)) {
+      SendError(req, caller, route, *e);
+      return restinio::request_accepted();
+    }
+    // The response starts only once the watch is admitted; an error is a plain JSON answer.
+    auto sink = std::make_shared<SseSink>();
+    if (auto e = d.app->Watch(caller, sink, since)) {
+      SendError(req, caller, route, *e);
+      return restinio::request_accepted();
+    }
+    auto resp =
+        StartResponse<restinio::chunked_output_t>(req, caller, route, 200, "text/event-stream");
+    resp.append_header(restinio::http_field::cache_control, "no-cache");
+    resp.append_header("X-Accel-Buffering", "no");  // Proxies must not hold events back.
+    sink->Begin(std::move(resp));
     return restinio::request_accepted();
   }
 
@@ -616,11 +697,7 @@ struct RestServer::Impl {
   restinio::request_handling_status_t GetQuota(const req_t& req, const Caller& caller) {
     d.app->GetQuota(caller,
                     Answer<QuotaState>(req, caller, "GET /api/v1/quota", [](const QuotaState& q) {
-                      json body = QuotaToJson(q.quota);
-                      AddQuotaTeams(q.teams, &body);
-                      body["online_percent"] = q.online_percent;
-                      body["batch_percent"] = 1.0 - q.online_percent;
-                      return std::pair(200, Dump(body));
+                      return std::pair(200, Dump(QuotaStateToJson(q)));
                     }));
     return restinio::request_accepted();
   }
@@ -846,6 +923,10 @@ struct RestServer::Impl {
           [this](const req_t& q, const Caller& c, params_t) { return Agents(q, c); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/agents",
                    not_allowed("/api/v1/agents"));
+    Route(*r, http_method_get(), "/api/v1/watch", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t) { return Watch(q, c); });
+    r->add_handler(none_of_methods(http_method_get()), "/api/v1/watch",
+                   not_allowed("/api/v1/watch"));
     Route(*r, http_method_get(), "/api/v1/usage", Access::kAuthenticated,
           [this](const req_t& q, const Caller& c, params_t) { return Usage(q, c); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/usage",

@@ -144,6 +144,77 @@ def http(base, method, path, body=None, raw=None, headers=None, timeout=10, ca_f
     return result
 
 
+class EventStream:
+    """A GET /api/v1/watch stream (Server-Sent Events), read frame by frame. Each frame is a dict:
+    id (int or None), event (str), data (parsed JSON). Comment lines (keepalives) are counted in
+    `comments`."""
+
+    def __init__(self, base, path, headers=None, ca_file=None, timeout=10):
+        import http.client
+        import urllib.parse
+        u = urllib.parse.urlsplit(base)
+        if u.scheme == "https":
+            self.conn = http.client.HTTPSConnection(
+                u.hostname, u.port, timeout=timeout,
+                context=ssl.create_default_context(cafile=ca_file))
+        else:
+            self.conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+        self.conn.request("GET", path, headers=headers or {})
+        self.response = self.conn.getresponse()
+        self.status = self.response.status
+        self.headers = self.response.headers
+        self.comments = 0
+        self.body = self.response.read() if self.status != 200 else None
+
+    def next(self, timeout=5):
+        """The next frame; socket.timeout (TimeoutError) when none comes within `timeout`."""
+        self.conn.sock.settimeout(timeout)
+        frame = {"id": None, "event": "message", "data": ""}
+        seen = False
+        while True:
+            line = self.response.readline()
+            if not line:
+                raise EOFError("the watch stream ended")
+            line = line.decode("utf-8").rstrip("\n")
+            if line == "":
+                if seen:
+                    frame["data"] = json.loads(frame["data"]) if frame["data"] else None
+                    return frame
+                continue
+            if line.startswith(":"):
+                self.comments += 1
+                continue
+            key, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if key == "id":
+                frame["id"] = int(value)
+            elif key in ("event", "data"):
+                frame[key] = value
+            elif key != "retry":
+                raise AssertionError("unexpected SSE field %r" % line)
+            seen = True
+
+    def until(self, predicate, timeout=5, what="an event"):
+        """Frames until one satisfies `predicate`; returns (that frame, the frames before it)."""
+        deadline = time.monotonic() + timeout
+        before = []
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("no %s within %.1f s; got %r" % (what, timeout, before[-5:]))
+            try:
+                frame = self.next(left)
+            except (TimeoutError, OSError) as e:
+                raise AssertionError("no %s within %.1f s (%s); got %r" %
+                                     (what, timeout, e, before[-5:])) from None
+            if predicate(frame):
+                return frame, before
+            before.append(frame)
+
+    def close(self):
+        self.conn.close()
+
+
 # ----------------------------------------------------------------------------------------------
 # Daemons
 
@@ -464,6 +535,12 @@ class Cluster:
 
     def get(self, path, **kw):
         return http(self.base, "GET", path, **self._with_token(kw))
+
+    def watch(self, query="", headers=None, timeout=10):
+        """Opens GET /api/v1/watch<query> (an EventStream)."""
+        kw = self._with_token({"headers": headers})
+        return EventStream(self.base, API + "/watch" + query, headers=kw.get("headers"),
+                           ca_file=kw.get("ca_file"), timeout=timeout)
 
     def submit(self, command, gpu_count=1, priority="high", expect=201, **fields):
         body = {"priority": priority, "gpu_count": gpu_count, "command": command}

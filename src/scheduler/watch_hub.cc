@@ -1,0 +1,277 @@
+#include "scheduler/watch_hub.h"
+
+#include <set>
+#include <utility>
+
+#include "common/time_util.h"
+#include "scheduler/api_json.h"
+
+namespace dgpu::scheduler {
+
+using nlohmann::json;
+
+WatchHub::WatchHub(WatchOptions options) : options_(options) {
+  // Numbers start at the creation time in microseconds: see the file comment.
+  seq_ = static_cast<uint64_t>(common::NowMicros());
+  floor_ = seq_;
+}
+
+WatchHub::~WatchHub() { Stop(); }
+
+void WatchHub::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void WatchHub::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void WatchHub::Add(std::shared_ptr<WatchSink> sink, std::optional<uint64_t> since) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      sink->Close();
+      return;
+    }
+    ++watcher_count_;
+    if (!recording_) {
+      recording_ = true;
+      queue_.emplace_back(GapItem{});
+    }
+    queue_.emplace_back(JoinItem{std::move(sink), since});
+  }
+  cv_.notify_one();
+}
+
+size_t WatchHub::watchers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return watcher_count_;
+}
+
+uint64_t WatchHub::last_seq() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return seq_;
+}
+
+bool WatchHub::Recording(std::chrono::steady_clock::time_point now) {
+  if (watcher_count_ > 0) return true;
+  if (recording_ && now - last_watched_ < options_.keep_recording) return true;
+  recording_ = false;
+  return false;
+}
+
+void WatchHub::OnPass(const core::SchedulerCore& core, const std::vector<core::Decision>&,
+                      const std::vector<core::Change>& changes,
+                      const std::vector<core::Event>& events, double, core::TimeMicros) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!Recording(std::chrono::steady_clock::now())) return;
+  }
+  std::vector<Item> items;
+  // Each task once, as it is after the batch.
+  std::set<core::TaskNumber> seen;
+  std::vector<const core::Task*> tasks;
+  size_t task_changes = 0;
+  bool quota = false;
+  for (auto it = changes.rbegin(); it != changes.rend(); ++it) {
+    switch (it->kind) {
+      case core::Change::Kind::kTaskUpsert:
+        ++task_changes;
+        if (seen.insert(it->task.id).second) tasks.push_back(&it->task);
+        break;
+      case core::Change::Kind::kTaskArray:
+        task_changes += static_cast<size_t>(std::max(it->task.spec.array_size, 1));
+        break;
+      case core::Change::Kind::kQuotaPercent:
+      case core::Change::Kind::kTeamUpsert:
+        quota = true;
+        break;
+      default:
+        break;
+    }
+  }
+  std::set<std::string> nodes;
+  for (const core::Event& e : events) {
+    if (!e.node_id.empty()) nodes.insert(e.node_id);
+    if (e.kind == core::Event::Kind::kQuotaChanged || e.kind == core::Event::Kind::kTeamChanged) {
+      quota = true;
+    }
+  }
+  if (task_changes > options_.max_batch_tasks) {
+    items.emplace_back(ResetItem{"one batch changed " + std::to_string(task_changes) + " tasks"});
+  } else {
+    // Job arrays: every member as it is now.
+    for (const core::Change& c : changes) {
+      if (c.kind != core::Change::Kind::kTaskArray) continue;
+      for (int32_t i = 0; i < std::max(c.task.spec.array_size, 1); ++i) {
+        const core::TaskNumber n = c.task.id + static_cast<core::TaskNumber>(i);
+        if (!seen.insert(n).second) continue;
+        const core::Task* live = core.FindTask(n);
+        if (live != nullptr) items.emplace_back(TaskItem{*live, core.ReasonOf(*live)});
+      }
+    }
+    for (auto it = tasks.rbegin(); it != tasks.rend(); ++it) {
+      const core::Task* live = core.FindTask((*it)->id);
+      if (live != nullptr) {
+        items.emplace_back(TaskItem{*live, core.ReasonOf(*live)});
+      } else {
+        items.emplace_back(TaskItem{**it, core::PendingReason::kNone});
+      }
+    }
+  }
+  for (const std::string& id : nodes) {
+    if (auto node = core.FindNode(id)) items.emplace_back(std::move(*node));
+  }
+  if (quota) items.emplace_back(QuotaState{core.Quota(), core.online_percent(), core.Teams()});
+  if (items.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.size() + items.size() > options_.max_queued) {
+      overflowed_ = true;
+      return;
+    }
+    for (Item& item : items) queue_.push_back(std::move(item));
+  }
+  cv_.notify_one();
+}
+
+void WatchHub::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    const bool woken = cv_.wait_for(lock, options_.keepalive,
+                                    [this] { return stopping_ || !queue_.empty() || overflowed_; });
+    if (stopping_) break;
+    if (!woken) {
+      lock.unlock();
+      SendToAll(": keepalive\n\n");
+      lock.lock();
+      continue;
+    }
+    std::deque<Item> batch;
+    batch.swap(queue_);
+    const bool overflowed = std::exchange(overflowed_, false);
+    lock.unlock();
+    for (Item& item : batch) Handle(item);
+    if (overflowed) {
+      Item reset = ResetItem{"events were dropped under load"};
+      Handle(reset);
+    }
+    lock.lock();
+  }
+  std::deque<Item> left;
+  left.swap(queue_);
+  lock.unlock();
+  for (Item& item : left) {
+    if (auto* join = std::get_if<JoinItem>(&item)) join->sink->Close();
+  }
+  for (auto& sink : sinks_) sink->Close();
+  sinks_.clear();
+}
+
+void WatchHub::Handle(Item& item) {
+  if (auto* t = std::get_if<TaskItem>(&item)) {
+    Publish("task", TaskToJson(t->task, t->reason).dump());
+  } else if (auto* node = std::get_if<core::NodeView>(&item)) {
+    Publish("node", AgentToJson(*node).dump());
+  } else if (auto* q = std::get_if<QuotaState>(&item)) {
+    Publish("quota", QuotaStateToJson(*q).dump());
+  } else if (auto* reset = std::get_if<ResetItem>(&item)) {
+    uint64_t seq = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      seq = ++seq_;
+    }
+    // Nothing before a reset can be resumed: a watcher behind it must list again anyway.
+    history_.clear();
+    floor_ = seq;
+    std::string text = "id: " + std::to_string(seq) + "\nevent: reset\ndata: " +
+                       json{{"seq", seq}, {"reason", reset->reason}}.dump() + "\n\n";
+    SendToAll(text);
+  } else if (auto* join = std::get_if<JoinItem>(&item)) {
+    Join(*join);
+  } else if (std::holds_alternative<GapItem>(item)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    floor_ = ++seq_;
+    history_.clear();
+  }
+}
+
+void WatchHub::Publish(const char* type, const std::string& data) {
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    seq = ++seq_;
+  }
+  std::string text = "id: " + std::to_string(seq) + "\nevent: " + type + "\ndata: " + data + "\n\n";
+  SendToAll(text);
+  history_.push_back({seq, std::move(text)});
+  while (history_.size() > options_.history) {
+    floor_ = history_.front().seq;
+    history_.pop_front();
+  }
+}
+
+std::string WatchHub::ControlFrame(const char* type, const std::string& reason) const {
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    seq = seq_;
+  }
+  json data{{"seq", seq}};
+  if (!reason.empty()) data["reason"] = reason;
+  return "retry: 2000\nid: " + std::to_string(seq) + "\nevent: " + type + "\ndata: " + data.dump() +
+         "\n\n";
+}
+
+void WatchHub::Join(JoinItem& join) {
+  std::string text;
+  if (!join.since) {
+    text = ControlFrame("sync", "");
+  } else if (*join.since < floor_ || *join.since > last_seq()) {
+    text = ControlFrame(
+        "reset",
+        *join.since < floor_
+            ? "the events after " + std::to_string(*join.since) + " are no longer kept"
+            : "sequence " + std::to_string(*join.since) + " is not from this scheduler process");
+  } else {
+    for (const Frame& f : history_) {
+      if (f.seq > *join.since) text += f.text;
+    }
+    text += ControlFrame("sync", "");
+  }
+  if (!join.sink->Send(std::move(text))) {
+    join.sink->Close();
+    std::lock_guard<std::mutex> lock(mu_);
+    --watcher_count_;
+    last_watched_ = std::chrono::steady_clock::now();
+    return;
+  }
+  sinks_.push_back(std::move(join.sink));
+}
+
+void WatchHub::SendToAll(const std::string& text) {
+  for (size_t i = 0; i < sinks_.size();) {
+    if (sinks_[i]->Send(text)) {
+      ++i;
+    } else {
+      Drop(i);
+    }
+  }
+}
+
+void WatchHub::Drop(size_t index) {
+  sinks_[index]->Close();
+  sinks_[index] = std::move(sinks_.back());
+  sinks_.pop_back();
+  std::lock_guard<std::mutex> lock(mu_);
+  --watcher_count_;
+  last_watched_ = std::chrono::steady_clock::now();
+}
+
+}  // namespace dgpu::scheduler
