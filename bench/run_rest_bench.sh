@@ -6,6 +6,8 @@
 #   AUTH=jwt bench/run_rest_bench.sh     # an HS256 JWT (auth.mode jwt, verified once, then cached)
 #   TLS=1 bench/run_rest_bench.sh        # HTTPS (server.tls; wrk keeps its connections, so this
 #                                        # measures encryption, not handshakes)
+#   WATCHERS=100 bench/run_rest_bench.sh # while 100 clients follow GET /api/v1/watch (plain HTTP;
+#                                        # bench/watch_clients.py, one process, on this machine too)
 # Prints accepted submissions/s (every answer must be a 201: wrk's Non-2xx count must be 0),
 # latency p50/p99 and the journal's group-commit factor (appends per fsync'ed transaction).
 set -euo pipefail
@@ -42,6 +44,13 @@ start_scheduler "logging: { level: warn, format: text }" "$AUTH_YAML" \
 echo "auth.mode: ${AUTH:-none}, $SCHEME"
 echo "scheduler pid $SCHED_PID, state in $WORK/state (fsync on), $(nproc) CPUs"
 
+if [[ -n "${WATCHERS:-}" ]]; then
+  python3 "$REPO/bench/watch_clients.py" --port "$HTTP_PORT" --watchers "$WATCHERS" \
+    ${TOKEN:+--token "$TOKEN"} > "$WORK/watchers.out" &
+  WATCH_PID=$!
+  for _ in $(seq 100); do grep -q connected "$WORK/watchers.out" 2>/dev/null && break; sleep 0.1; done
+  head -1 "$WORK/watchers.out"
+fi
 cpu_before=$(awk '{ print $14 + $15 }' /proc/$SCHED_PID/stat)
 if [[ -n "${PERF:-}" ]]; then  # PERF=1: profile the scheduler during the run (perf.data kept).
   perf record -g -o "${PERF_OUT:-/var/tmp/dgpu-rest.perf.data}" -p "$SCHED_PID" -- sleep "${DURATION%s}" 2>/dev/null &
@@ -73,5 +82,10 @@ echo "journal:                $batches fsync'ed batches, mean batch size $mean_b
 awk -v n="$submitted" -v b="$batches" -v s="$seconds" 'BEGIN { printf "submissions per fsync:  %.1f  (%.0f fsync'"'"'ed commits/s)\n", n / b, b / s }'
 awk -v c=$((cpu_after - cpu_before)) -v hz="$(getconf CLK_TCK)" -v r="$requests" -v s="$seconds" \
   'BEGIN { printf "scheduler CPU:          %.2f s in %ss = %.2f cores; %.0f us per submission\n", c / hz, s, c / hz / s, 1e6 * c / hz / r }'
+if [[ -n "${WATCH_PID:-}" ]]; then
+  sleep 1  # The last events reach the watchers.
+  kill -TERM "$WATCH_PID"; wait "$WATCH_PID" || true
+  echo "watch streams:          $(tail -1 "$WORK/watchers.out")"
+fi
 if [[ -n "${PERF_PID:-}" ]]; then wait "$PERF_PID" || true; fi
 if [[ "$non2xx" != 0 ]]; then echo "FAIL: non-2xx responses" >&2; exit 1; fi

@@ -272,18 +272,18 @@ class SseSink final : public WatchSink, public std::enable_shared_from_this<SseS
       response_->done();
       return;
     }
-    if (!early_.empty()) Write(std::exchange(early_, {}));
+    for (const auto& text : std::exchange(early_, {})) Write(text);
     response_->flush();
   }
 
-  bool Send(std::string text) override {
+  bool Send(const std::shared_ptr<const std::string>& text) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (broken_.load() || buffered_.load() > kMaxBuffered) return false;
     if (!response_) {
-      early_ += text;
+      early_.push_back(text);
       return true;
     }
-    Write(std::move(text));
+    Write(text);
     return true;
   }
 
@@ -294,10 +294,10 @@ class SseSink final : public WatchSink, public std::enable_shared_from_this<SseS
   }
 
  private:
-  void Write(std::string text) {
-    const size_t n = text.size();
+  void Write(const std::shared_ptr<const std::string>& text) {
+    const size_t n = text->size();
     buffered_ += n;
-    response_->append_chunk(std::move(text));
+    response_->append_chunk(text);
     response_->flush([self = shared_from_this(), n](const restinio::asio_ns::error_code& ec) {
       self->buffered_ -= n;
       if (ec) self->broken_ = true;
@@ -306,7 +306,7 @@ class SseSink final : public WatchSink, public std::enable_shared_from_this<SseS
 
   std::mutex mu_;  // Begin (an HTTP thread) and the hub's thread.
   std::optional<Response> response_;
-  std::string early_;
+  std::vector<std::shared_ptr<const std::string>> early_;
   bool closed_ = false;
   std::atomic<bool> broken_{false};
   std::atomic<size_t> buffered_{0};

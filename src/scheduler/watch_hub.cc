@@ -162,7 +162,10 @@ void WatchHub::Run() {
       Item reset = ResetItem{"events were dropped under load"};
       Handle(reset);
     }
+    Flush();
     lock.lock();
+    // Let the next events gather for a while (a stop still ends the wait).
+    cv_.wait_for(lock, options_.flush_interval, [this] { return stopping_; });
   }
   std::deque<Item> left;
   left.swap(queue_);
@@ -187,13 +190,15 @@ void WatchHub::Handle(Item& item) {
       std::lock_guard<std::mutex> lock(mu_);
       seq = ++seq_;
     }
+    Flush();
     // Nothing before a reset can be resumed: a watcher behind it must list again anyway.
     history_.clear();
     floor_ = seq;
     std::string text = "id: " + std::to_string(seq) + "\nevent: reset\ndata: " +
                        json{{"seq", seq}, {"reason", reset->reason}}.dump() + "\n\n";
-    SendToAll(text);
+    SendToAll(std::move(text));
   } else if (auto* join = std::get_if<JoinItem>(&item)) {
+    Flush();  // What the others have not been sent yet is in the history it may replay.
     Join(*join);
   } else if (std::holds_alternative<GapItem>(item)) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -209,7 +214,7 @@ void WatchHub::Publish(const char* type, const std::string& data) {
     seq = ++seq_;
   }
   std::string text = "id: " + std::to_string(seq) + "\nevent: " + type + "\ndata: " + data + "\n\n";
-  SendToAll(text);
+  unsent_ += text;
   history_.push_back({seq, std::move(text)});
   while (history_.size() > options_.history) {
     floor_ = history_.front().seq;
@@ -245,7 +250,7 @@ void WatchHub::Join(JoinItem& join) {
     }
     text += ControlFrame("sync", "");
   }
-  if (!join.sink->Send(std::move(text))) {
+  if (!join.sink->Send(std::make_shared<const std::string>(std::move(text)))) {
     join.sink->Close();
     std::lock_guard<std::mutex> lock(mu_);
     --watcher_count_;
@@ -255,9 +260,15 @@ void WatchHub::Join(JoinItem& join) {
   sinks_.push_back(std::move(join.sink));
 }
 
-void WatchHub::SendToAll(const std::string& text) {
+void WatchHub::Flush() {
+  if (unsent_.empty()) return;
+  SendToAll(std::exchange(unsent_, {}));
+}
+
+void WatchHub::SendToAll(std::string text) {
+  const auto shared = std::make_shared<const std::string>(std::move(text));
   for (size_t i = 0; i < sinks_.size();) {
-    if (sinks_[i]->Send(text)) {
+    if (sinks_[i]->Send(shared)) {
       ++i;
     } else {
       Drop(i);

@@ -43,9 +43,9 @@ namespace dgpu::scheduler {
 class WatchSink {
  public:
   virtual ~WatchSink() = default;
-  // Queues `text` for the client; false when the client is gone or too far behind (the hub then
-  // closes it and forgets it).
-  virtual bool Send(std::string text) = 0;
+  // Queues `text` for the client (the same buffer goes to every watcher); false when the client
+  // is gone or too far behind (the hub then closes it and forgets it).
+  virtual bool Send(const std::shared_ptr<const std::string>& text) = 0;
   // Ends the response.
   virtual void Close() = 0;
 };
@@ -53,6 +53,10 @@ class WatchSink {
 struct WatchOptions {
   size_t history = 10000;  // Events kept for resuming.
   std::chrono::milliseconds keepalive{15000};
+  // Events are written to the watchers at most this often (one write per watcher for all the
+  // events of the interval): under thousands of changes a second, a write per change and
+  // watcher would cost more than making the events.
+  std::chrono::milliseconds flush_interval{50};
   std::chrono::milliseconds keep_recording{300000};  // After the last watcher left.
   // A batch with more task changes than this (a large job array) becomes one reset event.
   size_t max_batch_tasks = 10000;
@@ -109,7 +113,9 @@ class WatchHub final : public BatchObserver {
   void Publish(const char* type, const std::string& data);
   void Handle(Item& item);
   void Join(JoinItem& join);
-  void SendToAll(const std::string& text);
+  // Sends the frames published since the last flush to every watcher, as one buffer.
+  void Flush();
+  void SendToAll(std::string text);
   // Removes a watcher whose Send failed.
   void Drop(size_t index);
   std::string ControlFrame(const char* type, const std::string& reason) const;
@@ -130,6 +136,7 @@ class WatchHub final : public BatchObserver {
   // Hub thread only.
   std::vector<std::shared_ptr<WatchSink>> sinks_;
   std::deque<Frame> history_;
+  std::string unsent_;  // Frames published, not yet flushed.
   uint64_t floor_ = 0;  // The lowest `since` that can be resumed.
 };
 

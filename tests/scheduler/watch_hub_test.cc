@@ -16,10 +16,10 @@ constexpr core::TimeMicros kSec = core::kMicrosPerSecond;
 // Records what the hub sends; can be made to refuse (a client gone).
 class RecordingSink : public WatchSink {
  public:
-  bool Send(std::string text) override {
+  bool Send(const std::shared_ptr<const std::string>& text) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (refuse_) return false;
-    text_ += text;
+    text_ += *text;
     return true;
   }
   void Close() override {
