@@ -106,7 +106,7 @@ _dgpuctl() {
     get)
       case "$sub" in
         "") words="tasks task teams team gpus agents" ;;
-        tasks) words="--status --priority --team --limit --offset --after --help" ;;
+        tasks) words="--status --priority --team --limit --offset --after --watch --help" ;;
         task)
           if [[ $cur == -* ]]; then
             words="--help"

@@ -192,6 +192,8 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   get_tasks->add_option("--priority", list.priority, "Only tasks with this priority")
       ->check(CLI::IsMember({"high", "low"}));
   get_tasks->add_option("--team", list.team, "Only tasks of this team");
+  get_tasks->add_flag("-w,--watch", list.watch,
+                      "After the list, print each change of a matching task as it happens");
   get_tasks->add_option("--limit", list.limit, "At most this many tasks (server default 50)")
       ->check(CLI::Range(1, 1000));
   CLI::Option* offset_opt = get_tasks->add_option("--offset", list.offset, "Skip this many tasks")

@@ -13,6 +13,7 @@
 #include "common/number.h"
 #include "common/time_util.h"
 #include "ctl/format.h"
+#include "ctl/sse.h"
 
 namespace dgpu::ctl {
 namespace {
@@ -361,6 +362,108 @@ int Submit(const CtlContext& ctx, const SubmitOptions& options) {
   return kExitOk;
 }
 
+std::vector<std::string> TaskTableHeader(bool wide) {
+  std::vector<std::string> header = {"id",     "name", "team", "priority", "gpus",
+                                     "status", "node", "age",  "reason"};
+  if (wide) header.insert(header.end(), {"allocated", "attempts", "exit", "command"});
+  return header;
+}
+
+std::vector<std::string> TaskTableRow(const json& task, Clock::time_point now, bool wide) {
+  std::string status = Field(task, "status");
+  std::string reason;
+  if (status == "pending") {
+    reason = Field(task, "pending_reason");
+  } else if (status == "failed") {
+    reason = Field(task, "error");
+    if (reason.empty() && !ExitCodeText(task).empty()) reason = "exit code " + ExitCodeText(task);
+  }
+  std::vector<std::string> row = {
+      Cell(Field(task, "task_id")),  Cell(Field(task, "name")),      Cell(Field(task, "team")),
+      Cell(Field(task, "priority")), Cell(Field(task, "gpu_count")), Cell(status),
+      Cell(Field(task, "node_id")),  AgeOf(task, "created_at", now), Cell(reason)};
+  if (wide) {
+    row.insert(row.end(), {Cell(Field(task, "allocated_gpus")), Cell(Field(task, "attempts")),
+                           Cell(ExitCodeText(task)), Cell(Field(task, "command"))});
+  }
+  return row;
+}
+
+// Whether a task of the watch stream passes the list's filters.
+bool MatchesListFilters(const json& task, const ListTasksOptions& options) {
+  return (options.status.empty() || Field(task, "status") == options.status) &&
+         (options.priority.empty() || Field(task, "priority") == options.priority) &&
+         (options.team.empty() || Field(task, "team") == options.team);
+}
+
+// `get tasks --watch`: after the list, one line per change of a matching task, in the list's
+// columns (-o json: the task object, one per line), until interrupted. A broken stream is
+// resumed where it stopped; a reset (events lost) lists again.
+int WatchTasks(const CtlContext& ctx, const ListTasksOptions& options, std::vector<size_t> widths) {
+  const bool wide = ctx.output == OutputFormat::kWide;
+  std::optional<uint64_t> since;
+  bool connected = false;
+  int failures = 0;
+  while (true) {
+    SseParser parser;
+    bool relist = false;
+    std::string bad;
+    const std::string url = ctx.server + kApiPrefix + "/watch" +
+                            (since ? "?since=" + std::to_string(*since) : std::string());
+    HttpResult result =
+        ctx.http->Stream(url, {"Accept: text/event-stream"}, [&](std::string_view bytes) {
+          return parser.Feed(bytes, [&](const SseEvent& e) {
+            connected = true;
+            failures = 0;
+            if (e.id) since = e.id;
+            if (e.event == "reset") {
+              relist = true;
+              return false;
+            }
+            if (e.event != "task") return true;
+            json task = json::parse(e.data, nullptr, false);
+            if (task.is_discarded() || !task.is_object()) {
+              bad = "a task event that is not a JSON object";
+              return false;
+            }
+            if (!MatchesListFilters(task, options)) return true;
+            if (ctx.output == OutputFormat::kJson) {
+              *ctx.out << task.dump() << std::endl;
+              return true;
+            }
+            Table row(TaskTableHeader(wide));
+            row.set_min_widths(widths);
+            row.AddRow(TaskTableRow(task, ctx.now(), wide));
+            *ctx.out << row.Render(false) << std::flush;
+            return true;
+          });
+        });
+    if (!bad.empty()) return BadResponse(ctx, bad);
+    if (result.has_response() &&
+        (result.response->status < 200 || result.response->status >= 300)) {
+      ApiFailure failure;
+      FailureFromResponse(*result.response, &failure);
+      return Fail(ctx, failure);
+    }
+    if (relist) {
+      // Events were lost: what the list shows now is the truth again.
+      *ctx.err << "the watch was reset; listing again\n";
+      ListTasksOptions again = options;
+      again.watch = false;
+      if (int rc = GetTasks(ctx, again); rc != kExitOk) return rc;
+      continue;
+    }
+    // The stream ended or broke: resume after the last event, a few times in a row at most.
+    if (!connected || ++failures > 5) {
+      ApiFailure failure;
+      failure.transport = true;
+      failure.detail = result.has_response() ? "the watch stream ended" : result.transport_error;
+      return Fail(ctx, failure);
+    }
+    ctx.sleep(std::chrono::milliseconds(1000));
+  }
+}
+
 int GetTasks(const CtlContext& ctx, const ListTasksOptions& options) {
   std::vector<std::pair<std::string, std::string>> query;
   if (!options.status.empty()) query.emplace_back("status", options.status);
@@ -378,6 +481,10 @@ int GetTasks(const CtlContext& ctx, const ListTasksOptions& options) {
   if (!reply) return Fail(ctx, failure);
   if (ctx.output == OutputFormat::kJson) {
     *ctx.out << DumpJson(*reply) << "\n";
+    if (options.watch) {
+      *ctx.out << std::flush;
+      return WatchTasks(ctx, options, {});
+    }
     return kExitOk;
   }
   if (!reply->is_object() || !reply->contains("tasks") || !(*reply)["tasks"].is_array()) {
@@ -385,34 +492,17 @@ int GetTasks(const CtlContext& ctx, const ListTasksOptions& options) {
   }
   const json& tasks = (*reply)["tasks"];
   const bool wide = ctx.output == OutputFormat::kWide;
-  std::vector<std::string> header = {"id",     "name", "team", "priority", "gpus",
-                                     "status", "node", "age",  "reason"};
-  if (wide) header.insert(header.end(), {"allocated", "attempts", "exit", "command"});
-  Table table(header);
+  Table table(TaskTableHeader(wide));
   const Clock::time_point now = ctx.now();
-  for (const json& task : tasks) {
-    std::string status = Field(task, "status");
-    std::string reason;
-    if (status == "pending") {
-      reason = Field(task, "pending_reason");
-    } else if (status == "failed") {
-      reason = Field(task, "error");
-      if (reason.empty() && !ExitCodeText(task).empty()) reason = "exit code " + ExitCodeText(task);
-    }
-    std::vector<std::string> row = {
-        Cell(Field(task, "task_id")),  Cell(Field(task, "name")),      Cell(Field(task, "team")),
-        Cell(Field(task, "priority")), Cell(Field(task, "gpu_count")), Cell(status),
-        Cell(Field(task, "node_id")),  AgeOf(task, "created_at", now), Cell(reason)};
-    if (wide) {
-      row.insert(row.end(), {Cell(Field(task, "allocated_gpus")), Cell(Field(task, "attempts")),
-                             Cell(ExitCodeText(task)), Cell(Field(task, "command"))});
-    }
-    table.AddRow(std::move(row));
-  }
+  for (const json& task : tasks) table.AddRow(TaskTableRow(task, now, wide));
   if (table.size() == 0) {
-    *ctx.err << "no tasks found\n";
+    if (!options.watch) *ctx.err << "no tasks found\n";
   } else {
     *ctx.out << table.Render(!ctx.no_headers);
+  }
+  if (options.watch) {
+    *ctx.out << std::flush;
+    return WatchTasks(ctx, options, table.Widths(!ctx.no_headers));
   }
   auto total_it = reply->find("total");
   auto next_it = reply->find("next");

@@ -87,8 +87,9 @@ struct ListTasksOptions {
   std::string priority;
   std::optional<int> limit;
   std::optional<int> offset;
-  std::string after;  // A task id: only older tasks (keyset paging).
-  std::string team;   // Only tasks of this team.
+  std::string after;   // A task id: only older tasks (keyset paging).
+  std::string team;    // Only tasks of this team.
+  bool watch = false;  // Then follow GET /watch: a line per change of a matching task.
 };
 
 // `dgpuctl team set NAME ...`: the values as typed (nullopt: not given, left unchanged).

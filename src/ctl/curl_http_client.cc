@@ -70,6 +70,28 @@ size_t WriteDownload(char* data, size_t size, size_t count, void* user) {
   return size * count;
 }
 
+struct StreamSink {
+  CURL* curl = nullptr;
+  const std::function<bool(std::string_view)>* on_data = nullptr;
+  std::string* body = nullptr;
+  bool stopped = false;  // on_data asked to end the transfer.
+};
+
+size_t WriteStream(char* data, size_t size, size_t count, void* user) {
+  auto* sink = static_cast<StreamSink*>(user);
+  long status = 0;
+  curl_easy_getinfo(sink->curl, CURLINFO_RESPONSE_CODE, &status);
+  if (!IsSuccess(status)) {
+    sink->body->append(data, size * count);
+    return size * count;
+  }
+  if (!(*sink->on_data)(std::string_view(data, size * count))) {
+    sink->stopped = true;
+    return 0;  // Aborts the transfer.
+  }
+  return size * count;
+}
+
 struct CurlDeleter {
   void operator()(CURL* curl) const { curl_easy_cleanup(curl); }
 };
@@ -114,6 +136,15 @@ HttpResult HttpClient::Download(const std::string& url, const std::string& path)
     if (file != nullptr) std::remove(path.c_str());
     return {std::nullopt, "cannot write " + path + ": " + std::strerror(err)};
   }
+  result.response->body.clear();
+  return result;
+}
+
+HttpResult HttpClient::Stream(const std::string& url, const std::vector<std::string>&,
+                              const std::function<bool(std::string_view)>& on_data) {
+  HttpResult result = Send(HttpMethod::kGet, url, "");
+  if (!result.has_response() || !IsSuccess(result.response->status)) return result;
+  on_data(result.response->body);
   result.response->body.clear();
   return result;
 }
@@ -223,6 +254,54 @@ HttpResult CurlHttpClient::Download(const std::string& url, const std::string& p
     result.transport_error = error_buffer[0] != '\0' ? error_buffer : curl_easy_strerror(code);
   } else if (!closed) {
     result.transport_error = "cannot write " + path + ": " + std::strerror(close_error);
+  } else {
+    result.response = std::move(response);
+  }
+  return result;
+}
+
+}  // namespace dgpu::ctl
+
+namespace dgpu::ctl {
+
+HttpResult CurlHttpClient::Stream(const std::string& url, const std::vector<std::string>& headers,
+                                  const std::function<bool(std::string_view)>& on_data) {
+  HttpResult result;
+  std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
+  if (!curl) {
+    result.transport_error = "cannot initialize libcurl";
+    return result;
+  }
+  HttpResponse response;
+  StreamSink sink{curl.get(), &on_data, &response.body};
+  char error_buffer[CURL_ERROR_SIZE] = {0};
+  curl_slist* raw_headers = curl_slist_append(nullptr, "Expect:");
+  if (!auth_.token.empty()) {
+    raw_headers = curl_slist_append(raw_headers, ("Authorization: Bearer " + auth_.token).c_str());
+  }
+  for (const std::string& h : headers) raw_headers = curl_slist_append(raw_headers, h.c_str());
+  std::unique_ptr<curl_slist, SlistDeleter> header_list(raw_headers);
+
+  CURL* h = curl.get();
+  const long quiet_seconds = std::max(60L, static_cast<long>((timeout_.count() + 999) / 1000));
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error_buffer);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_.count()));
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, quiet_seconds);
+  curl_easy_setopt(h, CURLOPT_USERAGENT, "dgpuctl/" DGPU_VERSION);
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, header_list.get());
+  if (!auth_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, auth_.ca_file.c_str());
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteStream);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, WriteHeader);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, &response.headers);
+
+  const CURLcode code = curl_easy_perform(h);
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &response.status);
+  if (code != CURLE_OK && !sink.stopped) {
+    result.transport_error = error_buffer[0] != '\0' ? error_buffer : curl_easy_strerror(code);
   } else {
     result.response = std::move(response);
   }

@@ -74,13 +74,19 @@ void Table::AddRow(std::vector<std::string> row) {
   rows_.push_back(std::move(row));
 }
 
-std::string Table::Render(bool with_header) const {
+std::vector<size_t> Table::Widths(bool with_header) const {
   std::vector<size_t> widths(header_.size(), 0);
+  for (size_t i = 0; i < widths.size() && i < min_widths_.size(); ++i) widths[i] = min_widths_[i];
   auto measure = [&](const std::vector<std::string>& row) {
     for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
   };
   if (with_header) measure(header_);
   for (const auto& row : rows_) measure(row);
+  return widths;
+}
+
+std::string Table::Render(bool with_header) const {
+  const std::vector<size_t> widths = Widths(with_header);
 
   std::string text;
   auto emit = [&](const std::vector<std::string>& row) {

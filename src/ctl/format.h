@@ -36,8 +36,13 @@ class Table {
   size_t size() const { return rows_.size(); }
 
   std::string Render(bool with_header = true) const;
+  // The width of each column as Render lays it out.
+  std::vector<size_t> Widths(bool with_header = true) const;
+  // Columns at least this wide (rows that follow a table already printed line up with it).
+  void set_min_widths(std::vector<size_t> widths) { min_widths_ = std::move(widths); }
 
  private:
+  std::vector<size_t> min_widths_;
   std::vector<std::string> header_;
   std::vector<std::vector<std::string>> rows_;
 };

@@ -5,10 +5,13 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace dgpu::ctl {
 
@@ -66,6 +69,14 @@ class HttpClient {
   // body; CurlHttpClient streams it, with no limit on the transfer's total time.
   virtual HttpResult Download(const std::string& url, const std::string& path);
 
+  // GET whose 2xx body is handed to `on_data` piece by piece as it arrives (a watch stream, a
+  // log being followed); `on_data` returns false to end the transfer early, which is then a
+  // success. Any other answer keeps its body in memory. `headers` are extra request headers
+  // ("Name: value"). This default sends with Send and hands over the whole body at once;
+  // CurlHttpClient streams, with no limit on the transfer's total time.
+  virtual HttpResult Stream(const std::string& url, const std::vector<std::string>& headers,
+                            const std::function<bool(std::string_view)>& on_data);
+
  protected:
   HttpAuth auth_;
 };
@@ -79,6 +90,10 @@ class CurlHttpClient : public HttpClient {
   HttpResult Send(HttpMethod method, const std::string& url, const std::string& body) override;
   // Gives up when no byte arrives for max(timeout, 60 s), however long the whole transfer takes.
   HttpResult Download(const std::string& url, const std::string& path) override;
+  // Gives up when no byte arrives for max(timeout, 60 s) (a watch stream sends a keepalive
+  // every 15 s).
+  HttpResult Stream(const std::string& url, const std::vector<std::string>& headers,
+                    const std::function<bool(std::string_view)>& on_data) override;
 
  private:
   std::chrono::milliseconds timeout_;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "ctl/sse.h"
+
 namespace dgpu::ctl {
 namespace {
 
@@ -57,6 +59,59 @@ TEST(TableTest, AlignsColumnsWithTwoSpaces) {
             "task-10  running  node-a\n"
             "t        ok\n");
   EXPECT_EQ(table.size(), 2u);
+}
+
+TEST(TableTest, RowsThatFollowLineUpWithTheTablePrinted) {
+  Table table({"id", "status", "node"});
+  table.AddRow({"task-10", "running", "node-a"});
+  const std::vector<size_t> widths = table.Widths();
+  EXPECT_EQ(widths, (std::vector<size_t>{7, 7, 6}));
+  Table next({"id", "status", "node"});
+  next.set_min_widths(widths);
+  next.AddRow({"t-2", "ok", "n"});
+  EXPECT_EQ(next.Render(false), "t-2      ok       n\n");
+  Table longer({"id", "status", "node"});
+  longer.set_min_widths(widths);
+  longer.AddRow({"task-1000", "x", "y"});  // A longer cell pushes its own line only.
+  EXPECT_EQ(longer.Render(false), "task-1000  x        y\n");
+}
+
+TEST(SseParserTest, FramesSplitAnywhereComeOutWhole) {
+  const std::string stream =
+      "retry: 2000\nid: 7\nevent: sync\ndata: {\"seq\":7}\n\n: keepalive\n\n"
+      "id: 8\r\nevent: task\r\ndata: {\"a\":1}\r\ndata: {\"b\":2}\r\n\r\n"
+      "data:no space\n\nid: x\nevent: reset\ndata: {}\n\n";
+  for (size_t cut = 0; cut <= stream.size(); ++cut) {
+    SseParser parser;
+    std::vector<SseEvent> events;
+    auto keep = [&](const SseEvent& e) {
+      events.push_back(e);
+      return true;
+    };
+    ASSERT_TRUE(parser.Feed(stream.substr(0, cut), keep));
+    ASSERT_TRUE(parser.Feed(stream.substr(cut), keep));
+    ASSERT_EQ(events.size(), 4U) << cut;
+    EXPECT_EQ(events[0].id, 7U);
+    EXPECT_EQ(events[0].event, "sync");
+    EXPECT_EQ(events[0].data, "{\"seq\":7}");
+    EXPECT_EQ(events[1].id, 8U);
+    EXPECT_EQ(events[1].data, "{\"a\":1}\n{\"b\":2}");
+    EXPECT_EQ(events[2].event, "message");
+    EXPECT_EQ(events[2].data, "no space");
+    EXPECT_FALSE(events[2].id.has_value());
+    EXPECT_FALSE(events[3].id.has_value());  // Not a number.
+    EXPECT_EQ(events[3].event, "reset");
+  }
+}
+
+TEST(SseParserTest, StopsWhenTheCallbackSaysSo) {
+  SseParser parser;
+  int seen = 0;
+  EXPECT_FALSE(parser.Feed("data: 1\n\ndata: 2\n\n", [&](const SseEvent&) {
+    ++seen;
+    return false;
+  }));
+  EXPECT_EQ(seen, 1);
 }
 
 TEST(TableTest, HeaderOnlyWhenEmpty) {

@@ -2,10 +2,13 @@
 real scheduler and agents: latency of a submission's event, resuming with `since` (and
 Last-Event-ID), resets, bad input, and a hundred watchers at once."""
 
+import os
+import select
+import subprocess
 import time
 import unittest
 
-from harness import API, ClusterTestCase
+from harness import API, CTL_BIN, ClusterTestCase
 
 
 def task_event(tid, status=None):
@@ -143,6 +146,64 @@ class WatchTest(ClusterTestCase):
         self.assertLess(time.monotonic() - started, 2.0)
         for s in streams:
             s.until(task_event(tid, "success"), timeout=10, what="its success on every stream")
+
+
+    def ctl(self, *args):
+        """dgpuctl with these arguments, running; stopped at the end of the test."""
+        proc = subprocess.Popen([CTL_BIN, "--server", self.c.base] + list(args),
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+        def stop():
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+        self.addCleanup(stop)
+        return proc
+
+    def read_lines(self, proc, until, timeout=10):
+        """Lines of proc's stdout (read unbuffered) until one contains `until`."""
+        lines = []
+        pending = getattr(proc, "pending", b"")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                lines.append(line.decode())
+                if until in lines[-1]:
+                    proc.pending = pending
+                    return lines
+            ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+            if ready:
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                pending += chunk
+        self.fail("no line with %r within %.0f s: %r" % (until, timeout, lines))
+
+    @unittest.skipUnless(os.access(CTL_BIN, os.X_OK), "dgpuctl not built")
+    def test_dgpuctl_get_tasks_watch_prints_each_change(self):
+        first = self.c.submit("true")
+        self.c.wait_finished(first)
+        proc = self.ctl("get", "tasks", "--watch")
+        header = self.read_lines(proc, first)
+        self.assertTrue(header[0].startswith("ID "), header)
+        tid = self.c.submit("sleep 0.2", name="watched")
+        lines = self.read_lines(proc, "success")
+        rows = [l.split() for l in lines]
+        self.assertTrue(all(r[0] == tid and r[1] == "watched" for r in rows), lines)
+        self.assertEqual(rows[-1][5], "success")
+        self.assertIn("running", [r[5] for r in rows])
+        # The rows line up with the list's columns.
+        self.assertEqual(lines[0].index("watched"), header[0].index("NAME"))
+
+        # Filters apply to the changes too; -o json prints one object per line.
+        proc2 = self.ctl("-o", "json", "get", "tasks", "--watch", "--status", "failed")
+        self.read_lines(proc2, '"tasks"')
+        self.c.submit("true")
+        bad = self.c.submit("exit 3")
+        line = self.read_lines(proc2, bad)[-1]
+        self.assertIn('"status":"failed"', line)
+        self.assertIn('"exit_code":3', line)
 
 
 if __name__ == "__main__":
