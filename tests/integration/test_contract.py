@@ -166,6 +166,15 @@ class LiveTest(NeedsModules, ClusterTestCase):
         call("GET", API + "/tasks/task-999999/events", 404)
         call("GET", API + "/usage?group_by=user", 200)
         call("GET", API + "/usage?group_by=node", 400)
+        call("GET", API + "/watch?since=soon", 400)
+        stream = self.c.watch()
+        try:
+            self.assertEqual(stream.status, 200)
+            self.assertTrue(stream.headers["Content-Type"].startswith("text/event-stream"))
+            self.assertEqual(stream.next()["event"], "sync")
+        finally:
+            stream.close()
+        seen.add(("GET", API + "/watch"))
         call("GET", API + "/tasks?status=success&priority=high&limit=1&offset=0", 200)
         call("DELETE", API + "/tasks/" + tid, 409)
         long_id = self.c.submit("sleep 30", priority="low")
