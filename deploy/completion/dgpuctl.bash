@@ -149,7 +149,7 @@ _dgpuctl() {
         case "$cmd" in
           wait) words="--timeout --interval --help" ;;
           events) words="--help" ;;
-          logs) words="-f --follow --interval --help" ;;
+          logs) words="-f --follow --tail --rank --help" ;;
           *) words="--grace --help" ;;
         esac
       else

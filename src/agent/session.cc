@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "agent/epoch_file.h"
+#include "agent/task_log.h"
 #include "common/grpc_tls.h"
 #include "common/logging.h"
 #include "common/time_util.h"
@@ -384,6 +385,8 @@ void AgentSession::HandleInbound() {
       StartTask(a.task_id(), launch, m.epoch());
     }
     ApplyStops(m);
+    if (!m.log_requests().empty()) ServeLogs(m);
+    if (!conn_) return;  // The answer could not be written.
   }
   if (broken) Disconnect("heartbeat stream closed");
 }
@@ -410,6 +413,29 @@ void AgentSession::StopTask(const std::string& task_id, const StopOrder& order, 
                                      {"reason", core::ToString(order.reason)},
                                      {"grace_seconds", static_cast<double>(grace.count()) / 1000.0},
                                      {"result", s.ok() ? "stopping" : s.message()}});
+}
+
+void AgentSession::ServeLogs(const HeartbeatResponse& m) {
+  HeartbeatRequest req;
+  req.set_agent_id(agent_id_);
+  req.set_epoch(highest_epoch_);
+  req.set_sent_at_unix_micros(common::NowMicros());
+  for (const auto& r : m.log_requests()) {
+    auto* chunk = req.add_log_chunks();
+    chunk->set_request_id(r.request_id());
+    if (Status valid = ValidateTaskId(r.task_id()); !valid.ok()) {
+      chunk->set_error(valid.message());
+      continue;
+    }
+    LogRead read = ReadLog(config_.executor.work_dir + "/" + r.task_id() + ".log", r.offset(),
+                           r.tail_lines(), std::clamp(r.max_bytes(), 0, kMaxLogChunkBytes));
+    chunk->set_found(read.found);
+    chunk->set_offset(read.offset);
+    chunk->set_size(read.size);
+    chunk->set_error(read.error);
+    chunk->set_data(std::move(read.data));
+  }
+  if (!conn_->stream->Write(req)) Disconnect("log chunk write failed");
 }
 
 void AgentSession::SendStarts() {

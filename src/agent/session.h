@@ -93,6 +93,9 @@ class AgentSession {
   bool Connect();  // Registers with the next address; true on success.
   void Disconnect(const std::string& why);
   void HandleInbound();  // Applies what the reader thread received.
+  // Answers a message's LogRequests with one message of LogChunks (task_log.h).
+  void ServeLogs(const dgpu::v1::HeartbeatResponse& m);
+  static constexpr int32_t kMaxLogChunkBytes = 1 << 20;
   void SendHeartbeat(int64_t now);
   // Sends TaskFinished for each exit not already in flight (asynchronously).
   void SendReports(const std::vector<TaskExit>& exits);

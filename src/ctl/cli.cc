@@ -321,11 +321,15 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   // logs
   std::string logs_id;
   bool follow = false;
-  std::string logs_interval = "1s";
+  std::optional<int> logs_tail;
+  int logs_rank = 0;
   CLI::App* logs_cmd = app.add_subcommand("logs", "Print the output of a task");
   logs_cmd->add_option("id", logs_id, "Task id")->required();
   logs_cmd->add_flag("-f,--follow", follow, "Keep printing new output until the task finishes");
-  logs_cmd->add_option("--interval", logs_interval, "Polling interval with -f")
+  logs_cmd->add_option("--tail", logs_tail, "Only the last N lines (0 with -f: only new output)")
+      ->check(CLI::Range(0, 1000000));
+  logs_cmd->add_option("--rank", logs_rank, "The member of a multi-node task")
+      ->check(CLI::Range(0, 100000))
       ->capture_default_str();
 
   // completion
@@ -433,12 +437,7 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   if (events_cmd->parsed()) return Events(ctx, events_id);
   if (usage_cmd->parsed()) return Usage(ctx, usage);
   if (logs_cmd->parsed()) {
-    LogsOptions options;
-    options.follow = follow;
-    auto interval = DurationFlag("--interval", logs_interval, err);
-    if (!interval) return kExitUsage;
-    options.interval = std::max(*interval, std::chrono::milliseconds(10));
-    return Logs(ctx, logs_id, options);
+    return Logs(ctx, logs_id, {follow, logs_tail, logs_rank});
   }
   err << "error: no command given; run dgpuctl --help\n";
   return kExitUsage;

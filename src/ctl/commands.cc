@@ -1172,56 +1172,47 @@ int Wait(const CtlContext& ctx, const std::string& id, const WaitOptions& option
 
 int Logs(const CtlContext& ctx, const std::string& id, const LogsOptions& options) {
   const std::string logs_path = TaskPath(id) + "/logs";
-  size_t offset = 0;
-  bool finished = false;
-  while (true) {
-    std::string path = logs_path;
-    if (options.follow) path += "?offset=" + std::to_string(offset);
-    HttpResult result = SendRaw(ctx, HttpMethod::kGet, path, "");
-    if (!result.has_response()) {
-      ApiFailure failure;
-      failure.transport = true;
-      failure.detail = result.transport_error;
-      return Fail(ctx, failure);
-    }
-    const HttpResponse& response = *result.response;
-    if ((response.status == 404 || response.status == 405) && offset == 0) {
-      // Either the task is unknown or this scheduler does not serve logs: ask about the task.
-      ApiFailure failure;
-      auto task = CallApi(ctx, HttpMethod::kGet, TaskPath(id), nullptr, &failure);
-      if (!task) return Fail(ctx, failure);
-      std::string node = Field(*task, "node_id");
-      *ctx.err << "error: this scheduler does not serve task logs (HTTP " << response.status
-               << " on " << kApiPrefix << logs_path << ")\n";
-      if (node.empty()) {
-        *ctx.err << id
-                 << " has not been placed on a node yet (status: " << OrDash(Field(*task, "status"))
-                 << ")\n";
-      } else {
-        *ctx.err << "the log of " << id << " is <work_dir>/" << id << ".log on node " << node
-                 << " (work_dir is executor.work_dir in the agent config, default "
-                 << kDefaultAgentWorkDir << ")\n";
-      }
-      return kExitApiError;
-    }
-    if (response.status < 200 || response.status >= 300) {
-      ApiFailure failure;
-      FailureFromResponse(response, &failure);
-      return Fail(ctx, failure);
-    }
-    *ctx.out << response.body << std::flush;
-    offset += response.body.size();
-    if (!options.follow || finished) return kExitOk;
+  std::string query;
+  if (options.tail) query += "&tail=" + std::to_string(*options.tail);
+  if (options.follow) query += "&follow=true";
+  if (options.rank > 0) query += "&rank=" + std::to_string(options.rank);
+  if (!query.empty()) query[0] = '?';
+  // The scheduler streams the log from the task's agent; with -f it ends when the task does.
+  HttpResult result = ctx.http->Stream(ctx.server + kApiPrefix + logs_path + query, {},
+                                       [&](std::string_view bytes) {
+                                         *ctx.out << bytes << std::flush;
+                                         return true;
+                                       });
+  if (!result.has_response()) {
     ApiFailure failure;
-    auto task = CallApi(ctx, HttpMethod::kGet, TaskPath(id), nullptr, &failure);
-    if (!task) return Fail(ctx, failure);
-    // Once the task is over, fetch what was written since the last read and stop.
-    if (IsFinished(Field(*task, "status"))) {
-      finished = true;
-    } else {
-      ctx.sleep(options.interval);
-    }
+    failure.transport = true;
+    failure.detail = result.transport_error;
+    return Fail(ctx, failure);
   }
+  const HttpResponse& response = *result.response;
+  if (response.status >= 200 && response.status < 300) return kExitOk;
+  ApiFailure failure;
+  FailureFromResponse(response, &failure);
+  if ((response.status == 404 && failure.code != "log_unavailable") || response.status == 405) {
+    // Either the task is unknown or this scheduler does not serve logs: ask about the task.
+    ApiFailure lookup;
+    auto task = CallApi(ctx, HttpMethod::kGet, TaskPath(id), nullptr, &lookup);
+    if (!task) return Fail(ctx, lookup);
+    std::string node = Field(*task, "node_id");
+    *ctx.err << "error: this scheduler does not serve task logs (HTTP " << response.status << " on "
+             << kApiPrefix << logs_path << ")\n";
+    if (node.empty()) {
+      *ctx.err << id
+               << " has not been placed on a node yet (status: " << OrDash(Field(*task, "status"))
+               << ")\n";
+    } else {
+      *ctx.err << "the log of " << id << " is <work_dir>/" << id << ".log on node " << node
+               << " (work_dir is executor.work_dir in the agent config, default "
+               << kDefaultAgentWorkDir << ")\n";
+    }
+    return kExitApiError;
+  }
+  return Fail(ctx, failure);
 }
 
 }  // namespace dgpu::ctl

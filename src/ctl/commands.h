@@ -112,7 +112,8 @@ struct WaitOptions {
 
 struct LogsOptions {
   bool follow = false;
-  std::chrono::milliseconds interval{1000};
+  std::optional<int> tail;  // The last N lines only.
+  int rank = 0;             // The member of a multi-node task.
 };
 
 int Submit(const CtlContext& ctx, const SubmitOptions& options);

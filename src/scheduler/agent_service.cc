@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/time_util.h"
 #include "scheduler/grpc_access.h"
+#include "scheduler/log_relay.h"
 #include "scheduler/queued_bidi_reactor.h"
 
 namespace dgpu::scheduler {
@@ -109,6 +110,13 @@ class HeartbeatReactor : public QueuedBidiReactor<HeartbeatRequest, HeartbeatRes
       agent_id_ = req.agent_id();
       svc_->hub_->Attach(agent_id_, self_);
     }
+    if (!req.log_chunks().empty()) {
+      // Answers to log reads; such a message carries nothing else.
+      if (LogRelay* relay = svc_->hub_->log_relay()) {
+        for (const auto& chunk : req.log_chunks()) relay->Deliver(agent_id_, chunk);
+      }
+      return;
+    }
     Caller caller{Caller::Transport::kGrpc, peer_, {}};
     if (!req.started().empty()) {
       svc_->app_->ReportStarts(caller, ToStarts(req), [self = self_](const Result<Done>& r) {
@@ -200,6 +208,19 @@ bool AgentHub::Send(const std::string& agent_id, HeartbeatResponse msg,
     stream = it->second;
   }
   stream->Send(std::move(msg), std::numeric_limits<size_t>::max(), std::move(written));
+  return true;
+}
+
+bool AgentHub::SendIfOpen(const std::string& agent_id, HeartbeatResponse msg) {
+  std::shared_ptr<HeartbeatReactor> stream;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = streams_.find(agent_id);
+    if (it == streams_.end()) return false;
+    stream = it->second;
+  }
+  msg.set_epoch(leader_->epoch());
+  stream->Send(std::move(msg));
   return true;
 }
 

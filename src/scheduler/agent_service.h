@@ -25,6 +25,7 @@
 namespace dgpu::scheduler {
 
 class HeartbeatReactor;
+class LogRelay;
 
 // Open Heartbeat streams by agent id; thread-safe. Implements Dispatcher and AgentChannel.
 class AgentHub : public Dispatcher, public AgentChannel {
@@ -38,6 +39,12 @@ class AgentHub : public Dispatcher, public AgentChannel {
   // opens). `written` as in QueuedBidiReactor::Send; not called for a message kept.
   bool Send(const std::string& agent_id, dgpu::v1::HeartbeatResponse msg,
             std::function<void()> written = nullptr);
+  // Sends on the agent's open stream, stamped with the leader's epoch; false (and nothing kept)
+  // when it has none.
+  bool SendIfOpen(const std::string& agent_id, dgpu::v1::HeartbeatResponse msg);
+  // Where the agents' answers to log reads go (LogChunk); set before the server starts.
+  void set_log_relay(LogRelay* relay) { log_relay_ = relay; }
+  LogRelay* log_relay() const { return log_relay_; }
   void Attach(const std::string& agent_id, const std::shared_ptr<HeartbeatReactor>& stream);
   void Detach(const std::string& agent_id, const HeartbeatReactor* stream);
   void BeginSession(const std::string& agent_id) override;
@@ -50,6 +57,7 @@ class AgentHub : public Dispatcher, public AgentChannel {
  private:
   LeaderState* leader_;
   Metrics* metrics_;
+  LogRelay* log_relay_ = nullptr;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<HeartbeatReactor>> streams_;        // GUARDED_BY(mu_)
   std::map<std::string, std::deque<dgpu::v1::HeartbeatResponse>> backlog_;  // GUARDED_BY(mu_)

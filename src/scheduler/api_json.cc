@@ -526,6 +526,8 @@ ApiError ToApiError(const Error& e) {
       return {503, "unavailable", e.message};
     case ErrorCode::kStorageUnavailable:
       return {503, "storage_unavailable", e.message};
+    case ErrorCode::kLogUnavailable:
+      return {404, "log_unavailable", e.message};
     case ErrorCode::kInternal:
       break;
   }
@@ -692,6 +694,54 @@ std::optional<ApiError> ParseWatchQuery(std::string_view query, std::string_view
   }
   // A browser's EventSource resumes with this header; an explicit `since` wins.
   if (!*since && !last_event_id.empty()) return parse(last_event_id, "Last-Event-ID");
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseLogQuery(std::string_view query, LogQuery* out) {
+  bool offset_given = false;
+  try {
+    for (const auto& [key, value] : restinio::parse_query(query)) {
+      std::string k(key.data(), key.size());
+      std::string v(value.data(), value.size());
+      auto parse_int = [&](int64_t lo, int64_t hi) -> std::optional<int64_t> {
+        StatusOr<int64_t> parsed = common::ParseInt64(v, k);
+        if (!parsed.ok() || *parsed < lo || *parsed > hi) return std::nullopt;
+        return *parsed;
+      };
+      if (k == "tail") {
+        auto n = parse_int(0, kMaxLogTailLines);
+        if (!n) {
+          return InvalidField("tail must be an integer from 0 to " +
+                              std::to_string(kMaxLogTailLines) + " (lines); got \"" + v + "\"");
+        }
+        out->tail = static_cast<int32_t>(*n);
+      } else if (k == "follow") {
+        if (v == "true" || v == "1" || v.empty()) {
+          out->follow = true;
+        } else if (v == "false" || v == "0") {
+          out->follow = false;
+        } else {
+          return InvalidField("follow must be true or false; got \"" + v + "\"");
+        }
+      } else if (k == "rank") {
+        auto n = parse_int(0, 100000);
+        if (!n) return InvalidField("rank must be an integer from 0 to 100000; got \"" + v + "\"");
+        out->rank = static_cast<int>(*n);
+      } else if (k == "offset") {
+        auto n = parse_int(0, INT64_MAX / 2);
+        if (!n) return InvalidField("offset must be a non-negative integer; got \"" + v + "\"");
+        out->offset = *n;
+        offset_given = true;
+      } else {
+        return ApiError{400, "unknown_field", "unknown query parameter \"" + k + "\""};
+      }
+    }
+  } catch (const std::exception& e) {
+    return InvalidField(std::string("malformed query string: ") + e.what());
+  }
+  if (offset_given && out->tail) {
+    return InvalidField("tail and offset cannot be combined: each says where the log starts");
+  }
   return std::nullopt;
 }
 

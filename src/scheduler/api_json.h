@@ -18,6 +18,7 @@
 namespace dgpu::scheduler {
 
 inline constexpr size_t kMaxBodyBytes = 1 << 20;               // 1 MiB: larger bodies get 413.
+inline constexpr int64_t kMaxLogTailLines = 1000000;           // GET /tasks/{id}/logs?tail=
 inline constexpr size_t kMaxCommandBytes = size_t{64} * 1024;  // 64 KiB.
 inline constexpr int kMaxGpuCount = 1024;
 inline constexpr size_t kMaxEnvEntries = 256;
@@ -66,6 +67,16 @@ std::optional<ApiError> ParseCancelQuery(std::string_view query, std::optional<i
 // unset. 400 naming the parameter when it is not a number.
 std::optional<ApiError> ParseWatchQuery(std::string_view query, std::string_view last_event_id,
                                         std::optional<uint64_t>* since);
+
+// GET /tasks/{id}/logs: tail (lines; 0: only what comes next), follow, rank (a gang's member)
+// and offset (a byte of the log to start at; not with tail).
+struct LogQuery {
+  std::optional<int32_t> tail;
+  bool follow = false;
+  int rank = 0;
+  int64_t offset = 0;
+};
+std::optional<ApiError> ParseLogQuery(std::string_view query, LogQuery* out);
 
 // The contract's HTTP status and error word for an application error.
 ApiError ToApiError(const Error& e);

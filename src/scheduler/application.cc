@@ -9,6 +9,7 @@
 #include "common/task_env.h"
 #include "common/time_util.h"
 #include "scheduler/api_json.h"
+#include "scheduler/log_relay.h"
 #include "scheduler/task_history.h"
 #include "scheduler/watch_hub.h"
 
@@ -118,6 +119,41 @@ Result<core::Task> StoredTask(store::Database& db, core::TaskNumber n) {
 bool RunsOn(const core::Task* t, const std::string& node_id) {
   return t != nullptr && (t->status == core::TaskStatus::kRunning || t->stopping) &&
          core::RunningMemberOn(t->allocation, node_id) >= 0;
+}
+
+Error LogUnavailable(std::string message) {
+  return MakeError(ErrorCode::kLogUnavailable, StatusCode::kNotFound, std::move(message));
+}
+
+// The node holding the log of `t`'s member `rank`, from its allocation (kept once it ended);
+// nullopt when it has none (queued, or queued again).
+std::optional<Result<LogSource>> SourceFromAllocation(const core::Task& t, int rank) {
+  if (t.allocation.empty()) return std::nullopt;
+  const std::string id = core::FormatTaskId(t.id);
+  if (rank >= static_cast<int>(t.allocation.size())) {
+    return Result<LogSource>(
+        InvalidArgumentError("rank", fmt::format("{} has {} member(s): rank must be below {}", id,
+                                                 t.allocation.size(), t.allocation.size())));
+  }
+  return Result<LogSource>(
+      LogSource{t.allocation[static_cast<size_t>(rank)].node_id, id, core::IsFinished(t.status)});
+}
+
+// The node of `t`'s latest run from its stored events, for a task without an allocation.
+Result<LogSource> SourceFromEvents(store::Database& db, const core::Task& t, int rank) {
+  const std::string id = core::FormatTaskId(t.id);
+  if (core::RunNumber(t) == 0) return LogUnavailable(id + " has not run on any node yet");
+  if (rank > 0) {
+    return InvalidArgumentError("rank", id + " is queued again: only rank 0 has a log to read");
+  }
+  auto events = db.TaskEvents(t.id);
+  if (!events.ok()) return ErrorFromStatus(events.status());
+  for (auto it = events->rbegin(); it != events->rend(); ++it) {
+    if ((it->type == "scheduled" || it->type == "started") && !it->node_id.empty()) {
+      return LogSource{it->node_id, id, core::IsFinished(t.status)};
+    }
+  }
+  return LogUnavailable(id + ": no node of its runs is recorded");
 }
 
 }  // namespace
@@ -261,13 +297,14 @@ std::optional<Error> Application::Authorize(const Caller& caller, Action action,
 }
 
 // A client's write needs the leader and working storage.
+Error Application::StandbyError(std::string message) const {
+  std::string leader = d_.leader->leader_http();
+  if (!leader.empty()) message += "; the leader is at " + leader;
+  return MakeError(ErrorCode::kNotLeader, StatusCode::kUnavailable, std::move(message));
+}
+
 std::optional<Error> Application::RefuseClientWrite() const {
-  if (!d_.leader->is_leader()) {
-    std::string leader = d_.leader->leader_http();
-    return MakeError(ErrorCode::kNotLeader, StatusCode::kUnavailable,
-                     "this scheduler is a standby" +
-                         (leader.empty() ? std::string() : "; the leader is at " + leader));
-  }
+  if (!d_.leader->is_leader()) return StandbyError("this scheduler is a standby");
   if (Status h = d_.journal->health(); !h.ok()) return StorageError(h);
   return std::nullopt;
 }
@@ -384,6 +421,38 @@ void Application::TaskEvents(const Caller& caller, core::TaskNumber n,
     for (auto& e : *events) history.push_back(std::move(e));
     reply(history);
   });
+}
+
+void Application::LocateLog(const Caller& caller, core::TaskNumber n, int rank,
+                            Reply<LogSource> reply) {
+  if (auto e = Authorize(caller, Action::kReadTasks, TaskTarget(n))) return reply(*e);
+  if (rank < 0) return reply(InvalidArgumentError("rank", "rank must be 0 or more"));
+  d_.loop->Post([this, n, rank, reply = std::move(reply)](CoreLoop::Context& c) mutable {
+    std::optional<core::Task> live;
+    if (const core::Task* t = c.core.FindTask(n)) {
+      if (auto found = SourceFromAllocation(*t, rank)) return reply(*found);
+      live = *t;
+    }
+    d_.readers->Post([db = d_.db, n, rank, live = std::move(live), reply = std::move(reply)] {
+      Result<core::Task> task = live ? Result<core::Task>(*live) : StoredTask(*db, n);
+      if (!task.ok()) return reply(task.error());
+      if (auto found = SourceFromAllocation(task.value(), rank)) return reply(*found);
+      reply(SourceFromEvents(*db, task.value(), rank));
+    });
+  });
+}
+
+void Application::ReadLog(const Caller& caller, const LogRead& read, Reply<LogPiece> reply) {
+  auto n = core::ParseTaskId(read.task_id);
+  if (!n) return reply(InvalidArgumentError("task_id", "not a task id: " + read.task_id));
+  if (auto e = Authorize(caller, Action::kReadTasks, TaskTarget(*n))) return reply(*e);
+  if (d_.logs == nullptr) {
+    return reply(MakeError(ErrorCode::kUnavailable, StatusCode::kUnavailable,
+                           "this scheduler serves no task logs"));
+  }
+  // Only the leader holds the agents' streams.
+  if (!d_.leader->is_leader()) return reply(StandbyError("this scheduler is a standby"));
+  d_.logs->Read(read, std::move(reply));
 }
 
 void Application::Usage(const Caller& caller, const UsageRequest& request,

@@ -113,6 +113,7 @@ enum class ErrorCode {
   kNotLeader,           // REST 503 not_leader.
   kUnavailable,         // REST 503 unavailable.
   kStorageUnavailable,  // REST 503 storage_unavailable: not durable, or storage is failing.
+  kLogUnavailable,      // REST 404 log_unavailable: no connected agent holds the task's log.
   kInternal,            // REST 500 internal.
 };
 
@@ -169,6 +170,26 @@ struct CancelRequest {
 struct TaskView {
   const core::Task* task = nullptr;
   core::PendingReason reason = core::PendingReason::kNone;
+};
+
+// Where a task's log is: the node that ran (or runs) the member of the given rank.
+struct LogSource {
+  std::string node_id;
+  std::string task_id;
+  bool finished = false;  // The task has ended: its log grows no more.
+};
+// A read of a task's log from the agent of `node_id` (LogRequest in scheduler.proto).
+struct LogRead {
+  std::string node_id;
+  std::string task_id;
+  int64_t offset = 0;
+  int32_t tail_lines = 0;  // > 0: from the start of the last tail_lines lines instead.
+  int32_t max_bytes = 0;
+};
+struct LogPiece {
+  int64_t offset = 0;  // Where `data` starts in the log.
+  std::string data;    // Empty at the end of the log.
+  int64_t size = 0;    // The log's size when it was read.
 };
 
 struct ListTasksRequest {
@@ -328,6 +349,7 @@ std::optional<Error> ValidateTaskSpec(const core::TaskSpec& spec);
 
 class WatchHub;
 class WatchSink;
+class LogRelay;
 
 struct ApplicationDeps {
   CoreLoop* loop;
@@ -342,6 +364,7 @@ struct ApplicationDeps {
   int max_pending_per_user = 100000;     // limits.max_pending_per_user; tasks with a user only.
   AutoscaleRunner* autoscale = nullptr;  // Null: autoscaling is off.
   WatchHub* watch = nullptr;             // Null: GET /watch is unavailable.
+  LogRelay* logs = nullptr;              // Null: task logs are unavailable.
 };
 
 class Application {
@@ -374,6 +397,12 @@ class Application {
   // Adds a watcher of the live feed (WatchHub::Add), or says why not (forbidden, unavailable).
   std::optional<Error> Watch(const Caller& caller, std::shared_ptr<WatchSink> sink,
                              std::optional<uint64_t> since);
+  // Where the log of the task's member `rank` is: the node of that member, or for a task queued
+  // again, the node of its latest run (from its events). log_unavailable when it never ran or
+  // has no such member.
+  void LocateLog(const Caller& caller, core::TaskNumber task, int rank, Reply<LogSource> reply);
+  // Reads a part of a log from its node's agent (LogRelay); the leader only.
+  void ReadLog(const Caller& caller, const LogRead& read, Reply<LogPiece> reply);
   // Cordon, uncordon or drain (durable; not_found for a node never registered).
   void SetNodeMode(const Caller& caller, const NodeModeRequest& request, Reply<NodeModeSet> reply);
   void Gauges(const Caller& caller, Reply<GaugeSnapshot> reply);
@@ -397,6 +426,8 @@ class Application {
  private:
   std::optional<Error> Authorize(const Caller& caller, Action action, const Target& target) const;
   std::optional<Error> RefuseClientWrite() const;
+  // not_leader, naming the leader when it is known.
+  Error StandbyError(std::string message) const;
   // The durable reply of every mutating use case: `reply` gets `value` once the batch's changes
   // are durable (and replicated when a standby counts), else `on_failure(status)` (default: the
   // storage error as kStorageUnavailable).

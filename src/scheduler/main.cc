@@ -27,6 +27,7 @@
 #include "scheduler/autoscale_runner.h"
 #include "scheduler/core_loop.h"
 #include "scheduler/event_recorder.h"
+#include "scheduler/log_relay.h"
 #include "scheduler/replication.h"
 #include "scheduler/rest_server.h"
 #include "scheduler/state_file.h"
@@ -159,6 +160,10 @@ int Run(int argc, char** argv) {
   store::Journal journal(db.get(), stored.last_applied_seq);
   Metrics metrics;
   AgentHub hub(&leader, &metrics);
+  LogRelay log_relay([&hub](const std::string& agent_id, dgpu::v1::HeartbeatResponse msg) {
+    return hub.SendIfOpen(agent_id, std::move(msg));
+  });
+  hub.set_log_relay(&log_relay);
   EventRecorder recorder(&metrics, cfg.scheduler.task_log_lines_per_second);
   WatchHub watch;
   BatchObservers observers({&recorder, &watch});
@@ -262,7 +267,8 @@ int Run(int argc, char** argv) {
   // The use cases both transports call.
   RoleAuthorizer authorizer;
   Application app({&loop, &leader, db.get(), &readers, &journal, &metrics, &hub, &authorizer,
-                   &background, cfg.limits.max_pending_per_user, autoscale.get(), &watch});
+                   &background, cfg.limits.max_pending_per_user, autoscale.get(), &watch,
+                   &log_relay});
 
   // gRPC.
   AgentService agent_service(

@@ -322,6 +322,8 @@ struct RestServer::Impl {
       std::make_shared<restinio::asio_ns::io_context>();
   std::shared_ptr<ConnectionCounter> connections = std::make_shared<ConnectionCounter>();
   std::optional<RunningServer> server;
+  // Set first by Stop: a log follow ends instead of waiting to read again.
+  std::atomic<bool> stopping{false};
 
   // A response with its status line, content type and, on a standby, the headers that say so.
   template <typename Output = restinio::restinio_controlled_output_t>
@@ -519,6 +521,133 @@ struct RestServer::Impl {
     resp.append_header(restinio::http_field::cache_control, "no-cache");
     resp.append_header("X-Accel-Buffering", "no");  // Proxies must not hold events back.
     sink->Begin(std::move(resp));
+    return restinio::request_accepted();
+  }
+
+  // GET /tasks/{id}/logs: the log read from its agent piece by piece, each piece written as a
+  // chunk and the next read once it is sent (a slow reader slows the reads). With follow, the
+  // end of the log is read again every kLogPollInterval until the task has ended and what it
+  // wrote last is sent. An error before the first piece is the answer; after it, the response
+  // ends (or, when following, reads are tried again until the task ends).
+  class LogStream : public std::enable_shared_from_this<LogStream> {
+   public:
+    static constexpr int32_t kPieceBytes = 512 << 10;
+    static constexpr auto kPollInterval = std::chrono::milliseconds(250);
+
+    LogStream(Impl* impl, req_t req, Caller caller, LogQuery query)
+        : impl_(impl),
+          req_(std::move(req)),
+          caller_(std::move(caller)),
+          query_(query),
+          offset_(query.offset),
+          timer_(*impl->io) {}
+
+    void Start(core::TaskNumber task) {
+      task_ = task;
+      Locate([](LogStream& self) { self.Read(); });
+    }
+
+   private:
+    using Response = restinio::response_builder_t<restinio::chunked_output_t>;
+
+    // Where the log is now; `then` runs with source_ set. A failure is the answer, or ends it.
+    void Locate(void (*then)(LogStream&)) {
+      impl_->d.app->LocateLog(
+          caller_, task_, query_.rank,
+          [self = shared_from_this(), then](const Result<LogSource>& r) {
+            if (!r.ok()) return self->Fail(r.error());
+            if (!self->source_.node_id.empty() && r.value().node_id != self->source_.node_id) {
+              self->offset_ = 0;  // Run again on another node: its log there starts anew.
+            }
+            self->source_ = r.value();
+            then(*self);
+          });
+    }
+
+    void Read() {
+      LogRead read{source_.node_id, source_.task_id, offset_, 0, kPieceBytes};
+      if (!response_ && query_.tail) {
+        // The last lines; tail=0: none, only what comes next (the end of the log).
+        if (*query_.tail > 0) {
+          read.tail_lines = *query_.tail;
+        } else {
+          read.offset = INT64_MAX / 2;
+        }
+      }
+      impl_->d.app->ReadLog(caller_, read, [self = shared_from_this()](const Result<LogPiece>& r) {
+        self->OnPiece(r);
+      });
+    }
+
+    void OnPiece(const Result<LogPiece>& r) {
+      if (!r.ok()) {
+        if (response_ && query_.follow && !source_.finished) return Wait();
+        return Fail(r.error());
+      }
+      const LogPiece& piece = r.value();
+      offset_ = piece.offset + static_cast<int64_t>(piece.data.size());
+      const bool more = offset_ < piece.size && !piece.data.empty();
+      if (!response_) {
+        response_.emplace(impl_->StartResponse<restinio::chunked_output_t>(
+            req_, caller_, kRoute, 200, "text/plain; charset=utf-8", source_.task_id));
+        response_->append_header(restinio::http_field::cache_control, "no-cache");
+        response_->append_header("X-Accel-Buffering", "no");
+        response_->append_header("X-Dgpu-Node", source_.node_id);
+      }
+      if (!piece.data.empty()) response_->append_chunk(piece.data);
+      response_->flush([self = shared_from_this(), more](const restinio::asio_ns::error_code& ec) {
+        if (ec) return;  // The client is gone.
+        if (more) return self->Read();
+        if (!self->query_.follow || self->source_.finished) return self->End();
+        self->Wait();
+      });
+    }
+
+    // Reads again after the poll interval, from where the task runs now.
+    void Wait() {
+      if (impl_->stopping.load()) return End();
+      timer_.expires_after(kPollInterval);
+      timer_.async_wait([self = shared_from_this()](const restinio::asio_ns::error_code& ec) {
+        if (ec) return;
+        if (self->impl_->stopping.load()) return self->End();
+        self->Locate([](LogStream& s) { s.Read(); });
+      });
+    }
+
+    void Fail(const Error& e) {
+      if (!response_) return impl_->SendError(req_, caller_, kRoute, e, core::FormatTaskId(task_));
+      spdlog::warn("log of {} from {}: {}; its response ends here", source_.task_id,
+                   source_.node_id, e.message);
+      End();
+    }
+
+    void End() { response_->done(); }
+
+    static constexpr const char* kRoute = "GET /api/v1/tasks/{id}/logs";
+    Impl* impl_;
+    const req_t req_;
+    const Caller caller_;
+    const LogQuery query_;
+    core::TaskNumber task_ = 0;
+    // One step at a time (a read, a write, a wait), each started by the one before, so these
+    // are never used by two threads at once.
+    LogSource source_;
+    int64_t offset_;
+    std::optional<Response> response_;
+    restinio::asio_ns::steady_timer timer_;
+  };
+
+  restinio::request_handling_status_t TaskLog(const req_t& req, const Caller& caller,
+                                              const params_t& params) {
+    const std::string route = "GET /api/v1/tasks/{id}/logs";
+    auto n = TaskIdOf(req, caller, route, params);
+    if (!n) return restinio::request_accepted();
+    LogQuery query;
+    if (auto e = ParseLogQuery(req->header().query(), &query)) {
+      SendError(req, caller, route, *e);
+      return restinio::request_accepted();
+    }
+    std::make_shared<LogStream>(this, req, caller, query)->Start(*n);
     return restinio::request_accepted();
   }
 
@@ -898,6 +1027,10 @@ struct RestServer::Impl {
           [this](const req_t& q, const Caller& c, params_t p) { return TaskEvents(q, c, p); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/tasks/:id/events",
                    not_allowed("/api/v1/tasks/{id}/events"));
+    Route(*r, http_method_get(), "/api/v1/tasks/:id/logs", Access::kAuthenticated,
+          [this](const req_t& q, const Caller& c, params_t p) { return TaskLog(q, c, p); });
+    r->add_handler(none_of_methods(http_method_get()), "/api/v1/tasks/:id/logs",
+                   not_allowed("/api/v1/tasks/{id}/logs"));
     Route(*r, http_method_get(), "/api/v1/gpus", Access::kAuthenticated,
           [this](const req_t& q, const Caller& c, params_t) { return Gpus(q, c); });
     r->add_handler(none_of_methods(http_method_get()), "/api/v1/gpus", not_allowed("/api/v1/gpus"));
@@ -1023,6 +1156,7 @@ std::vector<RestRoute> RestServer::Routes() {
 }
 
 void RestServer::Stop() {
+  if (impl_) impl_->stopping = true;
   if (impl_ && impl_->server) {
     impl_->server->StopAndWait();
     impl_->server.reset();

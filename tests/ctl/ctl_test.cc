@@ -970,17 +970,32 @@ TEST_F(CtlTest, WaitTimeoutIsPrintedInCompoundUnits) {
   EXPECT_EQ(Run({"wait", "task-1", "--timeout", "1e3"}).code, kExitUsage);
 }
 
-TEST_F(CtlTest, LogsFollowReadsNewBytesUntilTheTaskEnds) {
-  http_.Answer(Method::kGet, Url("/tasks/task-1/logs?offset=0"), 200, "step 1\n");
-  http_.Answer(Method::kGet, Url("/tasks/task-1/logs?offset=7"), 200, "step 2\n");
-  http_.Answer(Method::kGet, Url("/tasks/task-1/logs?offset=14"), 200, "done\n");
-  http_.Answer(Method::kGet, Url("/tasks/task-1"), 200, kRunningTask);
-  http_.Answer(Method::kGet, Url("/tasks/task-1"), 200,
-               R"({"task_id":"task-1","status":"success"})");
-  Outcome r = Run({"logs", "task-1", "-f", "--interval", "250ms"});
+TEST_F(CtlTest, LogsAskForWhatTheFlagsSayAndPrintTheStream) {
+  http_.Answer(Method::kGet, Url("/tasks/task-1/logs?follow=true"), 200, "step 1\nstep 2\n");
+  http_.Answer(Method::kGet, Url("/tasks/task-1/logs?tail=2&follow=true&rank=1"), 200, "b\nc\n");
+  http_.Answer(Method::kGet, Url("/tasks/task-1/logs?tail=0"), 200, "");
+  Outcome r = Run({"logs", "task-1", "-f"});
   EXPECT_EQ(r.code, kExitOk);
-  EXPECT_EQ(r.out, "step 1\nstep 2\ndone\n");
-  EXPECT_EQ(sleeps_, std::vector<milliseconds>{milliseconds(250)});
+  EXPECT_EQ(r.out, "step 1\nstep 2\n");
+  r = Run({"logs", "task-1", "--follow", "--tail", "2", "--rank", "1"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_EQ(r.out, "b\nc\n");
+  r = Run({"logs", "task-1", "--tail", "0"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(sleeps_, std::vector<milliseconds>{});
+  EXPECT_EQ(Run({"logs", "task-1", "--tail", "-1"}).code, kExitUsage);
+  EXPECT_EQ(Run({"logs", "task-1", "--rank", "x"}).code, kExitUsage);
+}
+
+TEST_F(CtlTest, LogsUnavailableIsTheSchedulersError) {
+  http_.Answer(
+      Method::kGet, Url("/tasks/task-1/logs"), 404,
+      R"({"error":{"code":"log_unavailable","message":"task-1 has not run on any node yet"}})");
+  Outcome r = Run({"logs", "task-1"});
+  EXPECT_EQ(r.code, kExitApiError);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "error: task-1 has not run on any node yet (log_unavailable, HTTP 404)\n");
 }
 
 TEST_F(CtlTest, LogsExplainWhereTheFileIsWhenTheSchedulerDoesNotServeThem) {

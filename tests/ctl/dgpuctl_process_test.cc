@@ -586,6 +586,9 @@ TEST_F(DgpuctlProcessTest, LogsServedAndFollowed) {
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out, "preparing\ndone\n");
   EXPECT_EQ(r.err, "");
+  r = Ctl({"logs", "task-3", "--tail", "1"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, "done\n");
 }
 
 TEST_F(DgpuctlProcessTest, UnreachableServer) {

@@ -301,8 +301,11 @@ class Handler(BaseHTTPRequestHandler):
                 return 200, {"message": "Task cancelled"}
             return error(405, "method_not_allowed", "%s is not allowed here" % method)
         if len(parts) == 6 and parts[5] == "logs" and parts[4] in LOGS and method == "GET":
-            offset = int(query.get("offset", ["0"])[0])
-            return 200, LOGS[parts[4]][offset:], "text"
+            text = LOGS[parts[4]]
+            if "tail" in query:
+                n = int(query["tail"][0])
+                text = "".join(text.splitlines(True)[-n:]) if n > 0 else ""
+            return 200, text, "text"
         if path == "/api/v1/gpus" and method == "GET":
             return 200, GPUS
         if path == "/api/v1/agents" and method == "GET":

@@ -164,6 +164,9 @@ class LiveTest(NeedsModules, ClusterTestCase):
         call("GET", API + "/tasks/" + tid, 200)
         call("GET", API + "/tasks/" + tid + "/events", 200)
         call("GET", API + "/tasks/task-999999/events", 404)
+        call("GET", API + "/tasks/" + tid + "/logs?tail=5", 200)
+        call("GET", API + "/tasks/" + tid + "/logs?tail=-5", 400)
+        call("GET", API + "/tasks/task-999999/logs", 404)
         call("GET", API + "/usage?group_by=user", 200)
         call("GET", API + "/usage?group_by=node", 400)
         call("GET", API + "/watch?since=soon", 400)
@@ -238,6 +241,7 @@ class LiveTest(NeedsModules, ClusterTestCase):
                              ("POST", API + "/gpus"), ("DELETE", API + "/quota"),
                              ("POST", API + "/teams"), ("POST", API + "/teams/vision"),
                              ("POST", API + "/agents"), ("GET", API + "/agents/a1/drain"),
+                             ("POST", API + "/tasks/" + tid + "/logs"),
                              ("POST", API + "/snapshot")):
             r = self.c.request(method, path, {})
             self.assertApiError(r, 405, "method_not_allowed")

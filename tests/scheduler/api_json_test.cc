@@ -715,5 +715,52 @@ TEST(ApiJsonTest, ErrorBodyIsTheContractsEnvelopeEvenForInvalidUtf8) {
             "{\"error\":{\"code\":\"not_found\",\"message\":\"task \xEF\xBF\xBD\"}}");
 }
 
+TEST(ApiJsonTest, LogQueryReadsEachParameter) {
+  LogQuery q;
+  ASSERT_EQ(ParseLogQuery("", &q), std::nullopt);
+  EXPECT_EQ(q.tail, std::nullopt);
+  EXPECT_FALSE(q.follow);
+  EXPECT_EQ(q.rank, 0);
+  EXPECT_EQ(q.offset, 0);
+  ASSERT_EQ(ParseLogQuery("tail=20&follow=true&rank=3", &q), std::nullopt);
+  EXPECT_EQ(q.tail, 20);
+  EXPECT_TRUE(q.follow);
+  EXPECT_EQ(q.rank, 3);
+  LogQuery resume;
+  ASSERT_EQ(ParseLogQuery("offset=4096&follow=0", &resume), std::nullopt);
+  EXPECT_EQ(resume.offset, 4096);
+  EXPECT_FALSE(resume.follow);
+  LogQuery zero;
+  ASSERT_EQ(ParseLogQuery("tail=0&follow=1", &zero), std::nullopt);
+  EXPECT_EQ(zero.tail, 0);
+}
+
+TEST(ApiJsonTest, LogQueryRefusesBadValuesNamingTheParameter) {
+  struct Case {
+    const char* query;
+    const char* code;
+    const char* message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"tail=-1", "invalid_field",
+            "tail must be an integer from 0 to 1000000 (lines); got \"-1\""},
+           {"tail=1000001", "invalid_field",
+            "tail must be an integer from 0 to 1000000 (lines); got \"1000001\""},
+           {"follow=yes", "invalid_field", "follow must be true or false; got \"yes\""},
+           {"rank=x", "invalid_field", "rank must be an integer from 0 to 100000; got \"x\""},
+           {"offset=-5", "invalid_field", "offset must be a non-negative integer; got \"-5\""},
+           {"tail=5&offset=10", "invalid_field",
+            "tail and offset cannot be combined: each says where the log starts"},
+           {"since=1", "unknown_field", "unknown query parameter \"since\""},
+       }) {
+    LogQuery q;
+    std::optional<ApiError> e = ParseLogQuery(c.query, &q);
+    ASSERT_TRUE(e.has_value()) << c.query;
+    EXPECT_EQ(e->http_status, 400) << c.query;
+    EXPECT_EQ(e->code, c.code) << c.query;
+    EXPECT_EQ(e->message, c.message) << c.query;
+  }
+}
+
 }  // namespace
 }  // namespace dgpu::scheduler
