@@ -28,6 +28,10 @@ namespace dgpu::agent {
 struct DockerExecutorOptions {
   std::string work_dir;
   std::chrono::milliseconds kill_grace{10000};
+  // executor.max_log_bytes: > 0 runs each task's output through a log writer (log_writer.h).
+  int64_t max_log_bytes = 0;
+  // The program that is the log writer (`PROGRAM --log-writer N`): the agent binary.
+  std::string log_writer = "/proc/self/exe";
   std::string docker_binary = "docker";  // Path, or a name looked up on PATH.
   std::string default_image = "nvidia/cuda:12.0-runtime-ubuntu22.04";
   // Docker daemon socket; when set, the docker CLI runs with DOCKER_HOST=unix://<socket>.

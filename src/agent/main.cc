@@ -9,12 +9,14 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "agent/docker_executor.h"
 #include "agent/epoch_file.h"
 #include "agent/finish_outbox.h"
 #include "agent/gpu_discovery.h"
+#include "agent/log_writer.h"
 #include "agent/proc_table.h"
 #include "agent/process_executor.h"
 #include "agent/session.h"
@@ -23,6 +25,7 @@
 #include "common/flags.h"
 #include "common/grpc_runtime.h"
 #include "common/logging.h"
+#include "common/number.h"
 #include "common/tls_files.h"
 
 namespace dgpu::agent {
@@ -147,6 +150,7 @@ int Run(int argc, char** argv) {
     DockerExecutorOptions o;
     o.work_dir = cfg.executor.work_dir;
     o.kill_grace = cfg.executor.kill_grace_period;
+    o.max_log_bytes = cfg.executor.max_log_bytes;
     o.docker_binary = cfg.executor.docker.binary;
     o.default_image = cfg.executor.docker.default_image;
     o.socket = cfg.executor.docker.socket;
@@ -157,6 +161,7 @@ int Run(int argc, char** argv) {
     ProcessExecutorOptions o;
     o.work_dir = cfg.executor.work_dir;
     o.kill_grace = cfg.executor.kill_grace_period;
+    o.max_log_bytes = cfg.executor.max_log_bytes;
     o.run_as_submitter = run_as_submitter;
     o.allow_root = cfg.executor.allow_root;
     if (run_as_submitter) {
@@ -212,4 +217,12 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace dgpu::agent
 
-int main(int argc, char** argv) { return dgpu::agent::Run(argc, argv); }
+int main(int argc, char** argv) {
+  // The log writer of one task (log_writer.h), started by the agent itself: no flags, no config.
+  if (argc == 3 && std::string_view(argv[1]) == dgpu::agent::kLogWriterFlag) {
+    auto max = dgpu::common::ParseInt64(argv[2], dgpu::agent::kLogWriterFlag);
+    if (!max.ok() || *max < 0) return 2;
+    return dgpu::agent::RunLogWriter(0, 1, *max);
+  }
+  return dgpu::agent::Run(argc, argv);
+}

@@ -25,6 +25,10 @@ namespace dgpu::agent {
 struct ProcessExecutorOptions {
   std::string work_dir;
   std::chrono::milliseconds kill_grace{10000};
+  // executor.max_log_bytes: > 0 runs each task's output through a log writer (log_writer.h).
+  int64_t max_log_bytes = 0;
+  // The program that is the log writer (`PROGRAM --log-writer N`): the agent binary.
+  std::string log_writer = "/proc/self/exe";
   bool child_subreaper = true;
   std::string shell = "/bin/sh";
   // Base environment ("KEY=VALUE"); nullopt = the agent's environment at Start().

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "agent/epoch_file.h"
+#include "agent/retention.h"
 #include "agent/task_log.h"
 #include "common/grpc_tls.h"
 #include "common/logging.h"
@@ -615,6 +616,24 @@ void AgentSession::DrainReports(std::chrono::milliseconds timeout) {
   HandleReportResults(Mono());
 }
 
+void AgentSession::SweepTaskFiles(int64_t now) {
+  const auto retention = config_.executor.retention;
+  next_sweep_ = now + std::clamp<int64_t>(ToMicros(retention) / 10, 1'000'000, 3'600'000'000);
+  if (sweep_.valid() && sweep_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    return;  // The previous removal is still under way.
+  }
+  std::vector<std::string> running = executor_->Running();
+  std::set<std::string> keep(running.begin(), running.end());
+  for (const auto& [id, gpus] : task_gpus_) keep.insert(id);
+  std::vector<std::string> expired = ExpiredTaskFiles(config_.executor.work_dir, retention, keep,
+                                                      std::chrono::system_clock::now());
+  if (expired.empty()) return;
+  sweep_ = std::async(std::launch::async, [paths = std::move(expired)] {
+    const int removed = RemoveTaskFiles(paths);
+    spdlog::info("executor.retention: removed {} old task files and directories", removed);
+  });
+}
+
 void AgentSession::Shutdown() {
   if (config_.executor.keep_tasks_on_exit) {
     spdlog::info("leaving {} tasks running (keep_tasks_on_exit)", executor_->Running().size());
@@ -661,6 +680,7 @@ int AgentSession::Run() {
     }
     HandleReportResults(now);
     StopTasksIfCutOff(now);
+    if (config_.executor.retention.count() > 0 && now >= next_sweep_) SweepTaskFiles(now);
     if (!conn_) {
       if (now >= next_attempt_) Connect();
     } else {

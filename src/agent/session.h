@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -94,6 +95,9 @@ class AgentSession {
   void Disconnect(const std::string& why);
   void HandleInbound();  // Applies what the reader thread received.
   // Answers a message's LogRequests with one message of LogChunks (task_log.h).
+  // executor.retention: finds old task files (owner thread) and removes them on another thread,
+  // at start and then every retention / 10 (between 1 s and an hour).
+  void SweepTaskFiles(int64_t now);
   void ServeLogs(const dgpu::v1::HeartbeatResponse& m);
   static constexpr int32_t kMaxLogChunkBytes = 1 << 20;
   void SendHeartbeat(int64_t now);
@@ -171,6 +175,8 @@ class AgentSession {
   bool stopped_for_disconnect_ = false;
   int64_t next_finish_retry_ = 0;
   int64_t next_persist_retry_ = 0;
+  int64_t next_sweep_ = 0;
+  std::future<void> sweep_;                      // The removal under way, if any.
   std::map<std::string, TaskExit> unpersisted_;  // Finishes the outbox could not take yet.
   uint64_t highest_epoch_ = 0;
   uint64_t connection_generation_ = 0;  // Counts connections; reports remember theirs.

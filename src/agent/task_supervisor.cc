@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "agent/log_writer.h"
 #include "agent/proc_table.h"
 #include "common/child_process.h"
 
@@ -27,6 +28,8 @@ constexpr int64_t kMicrosPerSecond = 1000000;
 constexpr int64_t kHelperLimitMicros = 60 * kMicrosPerSecond;
 // How long StopAll waits for processes after SIGKILL before giving up on them.
 constexpr auto kStopAllKillWait = std::chrono::seconds(5);
+// How long a log writer may take to copy what is left in its pipe once the task has ended.
+constexpr int64_t kWriterDrainMicros = 2 * kMicrosPerSecond;
 
 int64_t SystemClockMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -143,18 +146,36 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
       return start_failed(why);
     }
   }
+  pid_t writer = 0;
+  int output_fd = log_fd;
+  if (options_.max_log_bytes > 0) {
+    StatusOr<int> pipe_fd = StartLogWriter(log_fd, &writer);
+    if (!pipe_fd.ok()) {
+      const std::string why = "cannot start the log writer: " + pipe_fd.status().message();
+      AppendLine(log_fd, "dgpu: task did not start: " + why);
+      close(log_fd);
+      return start_failed(why);
+    }
+    output_fd = *pipe_fd;
+  }
   common::SpawnOptions spawn;
   spawn.argv = plan.argv;
   spawn.env = plan.env;
   spawn.working_dir = task_dir;
-  spawn.stdout_fd = log_fd;
-  spawn.stderr_fd = log_fd;
+  spawn.stdout_fd = output_fd;
+  spawn.stderr_fd = output_fd;
   StatusOr<pid_t> pid = common::SpawnChild(spawn);
-  if (!pid.ok()) AppendLine(log_fd, "dgpu: task did not start: " + pid.status().message());
+  if (output_fd != log_fd) close(output_fd);  // The writer sees its end once the task's are shut.
+  if (!pid.ok()) {
+    // Nothing else holds the pipe: the writer ends at once; it is reaped with the helpers.
+    if (writer != 0) helpers_.push_back({writer, launch.task_id, now});
+    AppendLine(log_fd, "dgpu: task did not start: " + pid.status().message());
+  }
   close(log_fd);
   if (!pid.ok()) return start_failed(pid.status().message());
 
   Task task;
+  task.writer = writer;
   task.launch = launch;
   task.plan = plan;
   task.leader = *pid;
@@ -417,6 +438,38 @@ void TaskSupervisor::ReapHelpers(int64_t now_micros, bool force) {
   }
 }
 
+StatusOr<int> TaskSupervisor::StartLogWriter(int log_fd, pid_t* writer) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + strerror(errno));
+  common::SpawnOptions spawn;
+  spawn.argv = {options_.log_writer, kLogWriterFlag, std::to_string(options_.max_log_bytes)};
+  spawn.stdin_fd = fds[0];
+  spawn.stdout_fd = log_fd;
+  StatusOr<pid_t> pid = common::SpawnChild(spawn);
+  close(fds[0]);
+  if (!pid.ok()) {
+    close(fds[1]);
+    return pid.status();
+  }
+  *writer = *pid;
+  return fds[1];
+}
+
+bool TaskSupervisor::WriterDone(Task& task, int64_t now_micros) {
+  if (task.writer == 0) return true;
+  if (common::TryReapChild(task.writer).has_value()) {
+    task.writer = 0;
+    return true;
+  }
+  if (!task.writer_deadline_micros.has_value()) {
+    task.writer_deadline_micros = now_micros + kWriterDrainMicros;
+  } else if (now_micros >= *task.writer_deadline_micros) {
+    // Something the supervisor does not follow still holds the pipe open.
+    kill(task.writer, SIGKILL);
+  }
+  return false;
+}
+
 TaskExit TaskSupervisor::MakeExit(const Task& task, int64_t now_micros) const {
   TaskExit exit;
   exit.task_id = task.launch.task_id;
@@ -488,7 +541,7 @@ std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadli
         !task.kill_sent) {
       SendKill(task, now_micros);
     }
-    if (task.leader_status.has_value() && task.members.empty()) {
+    if (task.leader_status.has_value() && task.members.empty() && WriterDone(task, now_micros)) {
       exits.push_back(MakeExit(task, now_micros));
       it = tasks_.erase(it);
     } else {

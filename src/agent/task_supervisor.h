@@ -41,6 +41,10 @@ struct SupervisorOptions {
   std::chrono::milliseconds scan_interval{1000};
   // Unix time in microseconds; used for start times (timeouts) and StopAll/start-failure stamps.
   std::function<int64_t()> clock;
+  // > 0: the task's stdout and stderr go through a log writer (log_writer.h) that cuts the log
+  // at this size; 0: the task writes to its log itself.
+  int64_t max_log_bytes = 0;
+  std::string log_writer = "/proc/self/exe";  // Run as `log_writer --log-writer N`.
 };
 
 // What to run for one task, prepared by the executor.
@@ -102,6 +106,9 @@ class TaskSupervisor {
     // command such as docker stop does not signal the task's processes).
     int member_signal = 0;
     std::map<pid_t, uint64_t> members;  // Tracked processes other than the leader.
+    pid_t writer = 0;                   // The log writer while it runs (or is unreaped); 0: none.
+    // When the writer is killed if it has not ended (set once the task's processes are gone).
+    std::optional<int64_t> writer_deadline_micros;
   };
   struct Helper {
     pid_t pid;
@@ -133,6 +140,11 @@ class TaskSupervisor {
   bool RunHelper(const Task& task, const std::vector<std::string>& argv, int64_t now_micros);
   void ReapHelpers(int64_t now_micros, bool force);
   TaskExit MakeExit(const Task& task, int64_t now_micros) const;
+  // Spawns the log writer for a task whose log is `log_fd`; returns the write end of its pipe
+  // for the task's stdout and stderr (the caller closes it), with the writer's pid in *writer.
+  StatusOr<int> StartLogWriter(int log_fd, pid_t* writer);
+  // Whether the task's log writer has ended (reaping it); SIGKILLs it past its deadline.
+  bool WriterDone(Task& task, int64_t now_micros);
   std::vector<TaskExit> Step(int64_t now_micros, bool apply_deadlines);
 
   SupervisorOptions options_;

@@ -81,12 +81,14 @@ StatusOr<pid_t> SpawnChild(const SpawnOptions& options) {
     if (copy >= 0) moved.push_back(copy);
     return copy;
   };
+  const int in_fd = above_stdio(options.stdin_fd);
   const int out_fd = above_stdio(options.stdout_fd);
   const int err_fd = above_stdio(options.stderr_fd);
   auto close_moved = [&moved] {
     for (int fd : moved) close(fd);
   };
-  if ((options.stdout_fd >= 0 && out_fd < 0) || (options.stderr_fd >= 0 && err_fd < 0)) {
+  if ((options.stdin_fd >= 0 && in_fd < 0) || (options.stdout_fd >= 0 && out_fd < 0) ||
+      (options.stderr_fd >= 0 && err_fd < 0)) {
     const int error = errno;
     close_moved();
     return Internal(std::string("fcntl: ") + strerror(error));
@@ -96,9 +98,16 @@ StatusOr<pid_t> SpawnChild(const SpawnOptions& options) {
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&actions);
   posix_spawnattr_init(&attr);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDWR, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_fd >= 0 ? out_fd : 0, 1);
-  posix_spawn_file_actions_adddup2(&actions, err_fd >= 0 ? err_fd : 0, 2);
+  auto onto = [&actions](int fd, int target) {
+    if (fd >= 0) {
+      posix_spawn_file_actions_adddup2(&actions, fd, target);
+    } else {
+      posix_spawn_file_actions_addopen(&actions, target, "/dev/null", O_RDWR, 0);
+    }
+  };
+  onto(in_fd, 0);
+  onto(out_fd, 1);
+  onto(err_fd, 2);
   if (!options.working_dir.empty()) {
     posix_spawn_file_actions_addchdir_np(&actions, options.working_dir.c_str());
   }

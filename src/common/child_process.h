@@ -28,6 +28,7 @@ struct SpawnOptions {
   // Complete environment as "KEY=VALUE" entries; nullopt inherits the agent's environment.
   std::optional<std::vector<std::string>> env;
   std::string working_dir;  // Empty: the agent's working directory.
+  int stdin_fd = -1;        // Duplicated onto the child's stdin; -1 = /dev/null.
   int stdout_fd = -1;       // Duplicated onto the child's stdout; -1 = /dev/null.
   int stderr_fd = -1;       // Duplicated onto the child's stderr; -1 = /dev/null.
   bool new_session = true;  // setsid(): the child leads a new session and process group.
@@ -37,7 +38,7 @@ struct SpawnOptions {
 // succeeded (the pid is then registered), or an error when the program cannot be found (NotFound)
 // or exec/chdir fails (the child is reaped; FailedPrecondition or PermissionDenied, the message
 // naming the program and errno). The child starts with default signal dispositions, an empty signal
-// mask, stdin from /dev/null and no other inherited fds.
+// mask, stdin from stdin_fd (else /dev/null) and no other inherited fds.
 StatusOr<pid_t> SpawnChild(const SpawnOptions& options);
 
 // Forgets a registered child after it has been reaped.

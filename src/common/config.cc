@@ -16,6 +16,7 @@
 #include <sstream>
 #include <utility>
 
+#include "common/number.h"
 #include "common/time_util.h"
 #include "core/types.h"
 
@@ -329,6 +330,21 @@ class Section {
     }
     if (!ok) return Invalid(KeyPath(key), "must be a number in [0, 1], got " + Describe(node));
     *out = value;
+    return OkStatus();
+  }
+
+  // A size in bytes (common::ParseByteSize): 1073741824, 512MiB, 1G.
+  Status ReadByteSize(std::string_view key, int64_t* out) const {
+    if (!Has(key)) return OkStatus();
+    const YAML::Node node = Get(key);
+    StatusOr<int64_t> value = InvalidArgument("");
+    if (node.IsScalar()) value = ParseByteSize(node.Scalar(), "size");
+    if (!value.ok()) {
+      return Invalid(KeyPath(key),
+                     "must be a size in bytes (a whole number, or with a unit: 512MiB, 1G), got " +
+                         Describe(node));
+    }
+    *out = *value;
     return OkStatus();
   }
 
@@ -886,7 +902,7 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
 
   DGPU_OPEN_SECTION(executor, root, "executor",
                     {"execution_method", "work_dir", "kill_grace_period", "keep_tasks_on_exit",
-                     "docker", "run_as", "allow_root"});
+                     "docker", "run_as", "allow_root", "max_log_bytes", "retention"});
   ExecutorConfig& e = c.executor;
   DGPU_CONFIG_RETURN_IF_ERROR(
       executor.ReadEnum("execution_method", kExecutionMethods, &e.execution_method));
@@ -896,6 +912,9 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
   DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadBool("keep_tasks_on_exit", &e.keep_tasks_on_exit));
   DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadEnum("run_as", kRunAs, &e.run_as));
   DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadBool("allow_root", &e.allow_root));
+  DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadByteSize("max_log_bytes", &e.max_log_bytes));
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      executor.ReadDuration("retention", &e.retention, DurationRule::kNonNegative));
   DGPU_OPEN_SECTION(docker, executor, "docker", {"socket", "default_image", "binary"});
   DGPU_CONFIG_RETURN_IF_ERROR(docker.ReadString("socket", &e.docker.socket, false));
   DGPU_CONFIG_RETURN_IF_ERROR(docker.ReadString("default_image", &e.docker.default_image, false));

@@ -338,6 +338,11 @@ struct ExecutorConfig {
   std::string work_dir = "/var/lib/dgpu-agent/tasks";
   milliseconds kill_grace_period{10'000};  // SIGTERM to SIGKILL; >= 0
   bool keep_tasks_on_exit = false;         // true: tasks outlive the agent process
+  // A task's log (<work_dir>/<id>.log) is cut here with a marker line and further output is
+  // discarded; 0: no limit (the task then writes to the file itself).
+  int64_t max_log_bytes = int64_t{1} << 30;
+  // A finished task's directory and log are removed this long after its last output; 0: kept.
+  milliseconds retention{int64_t{7} * 24 * 3600 * 1000};
   DockerConfig docker;
   bool operator==(const ExecutorConfig&) const = default;
 };

@@ -51,4 +51,39 @@ StatusOr<double> ParseDouble(std::string_view text, std::string_view source) {
   return value;
 }
 
+StatusOr<int64_t> ParseByteSize(std::string_view text, std::string_view source) {
+  size_t digits = 0;
+  while (digits < text.size() && IsDigit(text[digits])) ++digits;
+  if (digits == 0)
+    return Refused(text, source,
+                   "is not a size (a whole number of bytes, or with a unit such as 512MiB or 1G)");
+  std::string_view unit = text.substr(digits);
+  if (unit.ends_with('B')) unit.remove_suffix(1);
+  static constexpr std::pair<std::string_view, int64_t> kUnits[] = {
+      {"", 1},
+      {"k", 1000},
+      {"K", 1000},
+      {"M", 1000 * 1000},
+      {"G", int64_t{1000} * 1000 * 1000},
+      {"T", int64_t{1000} * 1000 * 1000 * 1000},
+      {"Ki", int64_t{1} << 10},
+      {"Mi", int64_t{1} << 20},
+      {"Gi", int64_t{1} << 30},
+      {"Ti", int64_t{1} << 40},
+  };
+  int64_t scale = 0;
+  for (const auto& [name, factor] : kUnits) {
+    if (unit == name) scale = factor;
+  }
+  if (scale == 0) {
+    return Refused(text, source,
+                   "has an unknown unit (use B, k, M, G, T or Ki, Mi, Gi, Ti, e.g. 512MiB)");
+  }
+  StatusOr<int64_t> n = ParseWhole<int64_t>(text.substr(0, digits), source);
+  if (!n.ok()) return Refused(text, source, "is out of range");
+  constexpr int64_t kMax = int64_t{1} << 62;
+  if (*n > kMax / scale) return Refused(text, source, "is out of range");
+  return *n * scale;
+}
+
 }  // namespace dgpu::common

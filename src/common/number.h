@@ -23,4 +23,9 @@ StatusOr<uint64_t> ParseUint64(std::string_view text, std::string_view source);
 // double cannot hold, too large or too small ("1e400", "1e-400"), is out of range.
 StatusOr<double> ParseDouble(std::string_view text, std::string_view source);
 
+// A size in bytes: a whole number with an optional unit, k, M, G, T (powers of 1000) or Ki, Mi,
+// Gi, Ti (powers of 1024), each optionally followed by "B" ("512MiB", "1G", "100kB"), or "B"
+// alone. Not negative; out of range beyond 2^62.
+StatusOr<int64_t> ParseByteSize(std::string_view text, std::string_view source);
+
 }  // namespace dgpu::common

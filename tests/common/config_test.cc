@@ -114,6 +114,8 @@ TEST(AgentConfigTest, DefaultsAreTheDocumentedValues) {
   EXPECT_EQ(c.executor.work_dir, "/var/lib/dgpu-agent/tasks");
   EXPECT_EQ(c.executor.kill_grace_period, milliseconds{10'000});
   EXPECT_FALSE(c.executor.keep_tasks_on_exit);
+  EXPECT_EQ(c.executor.max_log_bytes, int64_t{1} << 30);
+  EXPECT_EQ(c.executor.retention, milliseconds{int64_t{7} * 24 * 3600 * 1000});
   EXPECT_EQ(c.executor.docker.socket, "/var/run/docker.sock");
   EXPECT_EQ(c.executor.docker.default_image, "nvidia/cuda:12.0-runtime-ubuntu22.04");
   EXPECT_EQ(c.executor.docker.binary, "docker");
@@ -258,6 +260,8 @@ executor:
   work_dir: /tmp/tasks
   kill_grace_period: 0
   keep_tasks_on_exit: true
+  max_log_bytes: 512MiB
+  retention: 3d
   docker:
     socket: /run/docker.sock
     default_image: "ubuntu:22.04"
@@ -286,6 +290,8 @@ logging:
   EXPECT_EQ(c.executor.work_dir, "/tmp/tasks");
   EXPECT_EQ(c.executor.kill_grace_period, milliseconds{0});
   EXPECT_TRUE(c.executor.keep_tasks_on_exit);
+  EXPECT_EQ(c.executor.max_log_bytes, int64_t{512} << 20);
+  EXPECT_EQ(c.executor.retention, milliseconds{int64_t{3} * 24 * 3600 * 1000});
   EXPECT_EQ(c.executor.docker.socket, "/run/docker.sock");
   EXPECT_EQ(c.executor.docker.default_image, "ubuntu:22.04");
   EXPECT_EQ(c.executor.docker.binary, "/usr/local/bin/docker");
@@ -398,6 +404,14 @@ TEST(AgentConfigTest, WrongTypesAndRangesAreExplained) {
        "executor.execution_method: must be one of process, docker; got \"podman\""},
       {"executor: {kill_grace_period: -1}",
        "executor.kill_grace_period: must be a non-negative duration, got \"-1\""},
+      {"executor: {max_log_bytes: 1.5G}",
+       "executor.max_log_bytes: must be a size in bytes (a whole number, or with a unit: 512MiB, "
+       "1G), got \"1.5G\""},
+      {"executor: {max_log_bytes: -1}",
+       "executor.max_log_bytes: must be a size in bytes (a whole number, or with a unit: 512MiB, "
+       "1G), got \"-1\""},
+      {"executor: {retention: forever}",
+       "executor.retention: must be a non-negative duration, got \"forever\""},
       {"executor: {keep_tasks_on_exit: sometimes}",
        "executor.keep_tasks_on_exit: must be true or false, got \"sometimes\""},
       {"executor: {docker: []}", "executor.docker: must be a mapping, got a list"},

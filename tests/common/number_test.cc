@@ -79,5 +79,48 @@ TEST(NumberTest, RejectsGarbageDecimalsNamingTheSource) {
   }
 }
 
+TEST(ByteSizeTest, UnitsArePowersOfAThousandOrOf1024) {
+  EXPECT_EQ(*ParseByteSize("0", "x"), 0);
+  EXPECT_EQ(*ParseByteSize("100", "x"), 100);
+  EXPECT_EQ(*ParseByteSize("100B", "x"), 100);
+  EXPECT_EQ(*ParseByteSize("2k", "x"), 2000);
+  EXPECT_EQ(*ParseByteSize("2kB", "x"), 2000);
+  EXPECT_EQ(*ParseByteSize("3M", "x"), 3000000);
+  EXPECT_EQ(*ParseByteSize("1G", "x"), 1000000000);
+  EXPECT_EQ(*ParseByteSize("4Ki", "x"), 4096);
+  EXPECT_EQ(*ParseByteSize("512MiB", "x"), int64_t{512} << 20);
+  EXPECT_EQ(*ParseByteSize("1GiB", "x"), int64_t{1} << 30);
+  EXPECT_EQ(*ParseByteSize("2Ti", "x"), int64_t{2} << 40);
+}
+
+TEST(ByteSizeTest, RefusalsNameTheSourceAndSayWhy) {
+  struct Case {
+    const char* text;
+    const char* message;
+  };
+  for (
+      const Case& c : {
+          Case{"",
+               "k: \"\" is not a size (a whole number of bytes, or with a unit such as 512MiB or "
+               "1G)"},
+          Case{"-1",
+               "k: \"-1\" is not a size (a whole number of bytes, or with a unit such as 512MiB or "
+               "1G)"},
+          Case{
+              "1.5G",
+              "k: \"1.5G\" has an unknown unit (use B, k, M, G, T or Ki, Mi, Gi, Ti, e.g. 512MiB)"},
+          Case{"1 G",
+               "k: \"1 G\" has an unknown unit (use B, k, M, G, T or Ki, Mi, Gi, Ti, e.g. 512MiB)"},
+          Case{"1PB",
+               "k: \"1PB\" has an unknown unit (use B, k, M, G, T or Ki, Mi, Gi, Ti, e.g. 512MiB)"},
+          Case{"8388608Ti", "k: \"8388608Ti\" is out of range"},
+          Case{"99999999999999999999", "k: \"99999999999999999999\" is out of range"},
+      }) {
+    StatusOr<int64_t> r = ParseByteSize(c.text, "k");
+    ASSERT_FALSE(r.ok()) << c.text;
+    EXPECT_EQ(r.status().message(), c.message);
+  }
+}
+
 }  // namespace
 }  // namespace dgpu::common

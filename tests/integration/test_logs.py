@@ -201,6 +201,47 @@ class LogsTest(ClusterTestCase):
         self.assertIn("not found", out.stderr)
 
 
+class LogLimitsTest(ClusterTestCase):
+    AGENTS = 1
+    GPUS = 2
+    SCHEDULER = {"online_percent": 1.0}
+    AGENT_KWARGS = {"extra": {"executor": {"max_log_bytes": "1000", "retention": "3s"}}}
+
+    def test_a_log_is_cut_at_max_log_bytes_and_the_task_is_not_held_back(self):
+        tid = self.c.submit("seq 1 10000; echo done >&2")
+        self.c.wait_status(tid, "success")
+        full = "".join("%d\n" % i for i in range(1, 10001)).encode()
+        # The 1000th byte ends a line ("277\n"): the marker follows with no blank line.
+        self.assertEqual(full[996:1000], b"277\n")
+        expected = (full[:1000] + b"dgpu: log cut at 1000 bytes (executor.max_log_bytes); "
+                    b"further output is discarded\n")
+        r = self.c.get(API + "/tasks/%s/logs" % tid)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.body, expected)
+        # 200 MiB of output: discarded as fast as it comes, the task is never blocked.
+        started = time.monotonic()
+        big = self.c.submit("head -c 200000000 /dev/zero")
+        self.c.wait_status(big, "success", timeout=30)
+        self.assertLess(time.monotonic() - started, 20)
+        self.assertLess(os.path.getsize(self.c.task_log("a1", big)), 1200)
+
+    def test_retention_removes_a_finished_tasks_directory_and_log(self):
+        tid = self.c.submit("echo data > out.txt; echo hi")
+        self.c.wait_status(tid, "success")
+        work = os.path.join(self.c.work_dir("a1"), tid)
+        log = self.c.task_log("a1", tid)
+        self.assertTrue(os.path.exists(os.path.join(work, "out.txt")))
+        # Kept while it runs, however old.
+        running = self.c.submit("sleep 30")
+        self.c.wait_status(running, "running")
+        harness.wait_until(lambda: not os.path.exists(work) and not os.path.exists(log), 10,
+                           what="retention to remove %s" % tid)
+        self.assertTrue(os.path.isdir(os.path.join(self.c.work_dir("a1"), running)))
+        self.assertTrue(os.path.exists(os.path.join(self.c.work_dir("a1"), ".dgpu-instance")))
+        r = self.c.get(API + "/tasks/%s/logs" % tid)
+        self.assertApiError(r, 404, "log_unavailable")
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()
