@@ -303,6 +303,35 @@ def test_events_and_usage(client):
         client.events("task-999999")
 
 
+def test_logs_follow_logs_and_watch(client, cluster):
+    feed = client.watch()
+    first = next(feed)
+    assert first["event"] == "sync" and first["id"] == first["data"]["seq"]
+    t = client.submit("printf 'a\\nb\\nc\\n'; sleep 0.5; echo d", gpu_count=1,
+                      priority="high")
+    seen = next(f for f in feed if f["event"] == "task" and f["data"]["task_id"] == t.task_id)
+    assert seen["id"] > first["id"]
+    feed.close()
+    assert "".join(client.follow_logs(t.task_id)) == "a\nb\nc\nd\n"
+    client.wait(t.task_id, timeout=30, poll_interval=0.05)
+    assert client.logs(t.task_id) == "a\nb\nc\nd\n"
+    assert client.logs(t.task_id, tail=2) == "c\nd\n"
+    # Resumed after the first event: the events since come first.
+    resumed = client.watch(since=first["id"])
+    assert next(resumed)["id"] > first["id"]
+    resumed.close()
+    with pytest.raises(dgpu.InvalidField) as e:
+        client.logs(t.task_id, tail=-1)
+    assert e.value.field == "tail"
+    with pytest.raises(dgpu.NotFound):
+        client.logs("task-999999")
+    queued = client.submit("true", gpu_count=1, priority="high", gpu_model="no-such-gpu")
+    with pytest.raises(dgpu.LogUnavailable) as e:
+        client.logs(queued.task_id)
+    assert (e.value.status, e.value.code) == (404, "log_unavailable")
+    client.cancel(queued.task_id)
+
+
 def test_unknown_tasks_raise_not_found(client):
     for tid in ("task-999999", "bogus", "task-01"):
         with pytest.raises(dgpu.NotFound) as e:
@@ -325,7 +354,7 @@ def test_every_error_code_has_its_class():
              "internal": dgpu.Internal, "forbidden": dgpu.Forbidden,
              "already_exists": dgpu.AlreadyExists, "unauthenticated": dgpu.Unauthenticated,
              "insecure_remote_access": dgpu.InsecureRemoteAccess,
-             "too_many_pending": dgpu.TooManyPending}
+             "too_many_pending": dgpu.TooManyPending, "log_unavailable": dgpu.LogUnavailable}
     sys.path.insert(0, os.path.join(harness.HERE, "..", "pylib"))
     import api_contract
     if not api_contract.missing_modules():

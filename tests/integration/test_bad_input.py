@@ -270,7 +270,7 @@ class BadInputTest(ClusterTestCase):
                                      raw=b"{}", headers={"Content-Type": "application/json"})
 
     def test_unknown_paths(self):
-        for path in ["/api/v1/task", "/api/v2/tasks", "/", "/api/v1/tasks/task-1/logs",
+        for path in ["/api/v1/task", "/api/v2/tasks", "/", "/api/v1/tasks/task-1/log",
                      "/api/v1/gpus/x"]:
             with self.subTest(path=path):
                 self.expect_rejected("GET", path, 404, "not_found")

@@ -8,7 +8,7 @@
 
 from .client import DEFAULT_SERVER, UNCHANGED, Client, Snapshot, TaskPage, resolve_server
 from .errors import (AlreadyExists, ApiError, Conflict, ConnectionFailed, DgpuError, Forbidden,
-                     InsecureRemoteAccess, Internal, InvalidField,
+                     InsecureRemoteAccess, Internal, InvalidField, LogUnavailable,
                      InvalidJson, MethodNotAllowed, NotFound, NotLeader, PayloadTooLarge,
                      StorageUnavailable, TooManyPending, Unauthenticated, Unavailable,
                      UnknownField, UnsupportedMediaType, WaitTimeout)
@@ -23,7 +23,7 @@ __all__ = [
     "InvalidJson", "InvalidField", "UnknownField", "NotFound", "MethodNotAllowed", "Conflict",
     "PayloadTooLarge", "UnsupportedMediaType", "NotLeader", "Unavailable", "StorageUnavailable",
     "Internal", "Forbidden", "AlreadyExists", "Unauthenticated", "InsecureRemoteAccess",
-    "TooManyPending",
+    "TooManyPending", "LogUnavailable",
     "Task", "NodeAllocation", "Submitted", "Gpu", "GpuList", "Quota", "QuotaClass", "Team",
     "TeamClass", "Agent", "PRIORITIES", "STATUSES", "FINISHED", "PENDING_REASONS", "DEFAULT_TEAM",
 ]

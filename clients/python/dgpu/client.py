@@ -167,6 +167,90 @@ class Client:
         unknown id."""
         return self._call("GET", self._task_path(task_id) + "/events")["events"]
 
+    def logs(self, task_id: str, tail: Optional[int] = None, rank: int = 0) -> str:
+        """The task's output so far (``GET /api/v1/tasks/{id}/logs``), read by the scheduler from
+        the agent that holds it; with `tail`, its last lines only. LogUnavailable when no
+        connected agent holds it, NotFound for an unknown id."""
+        with self._stream(self._task_path(task_id) + "/logs",
+                          self._log_query(tail, rank, False), "text/plain") as resp:
+            return resp.read().decode("utf-8", errors="replace")
+
+    def follow_logs(self, task_id: str, tail: Optional[int] = None,
+                    rank: int = 0) -> Iterator[str]:
+        """The task's output as it is written, piece by piece, until the task ends
+        (``?follow=true``; ``tail=0``: only what comes next)."""
+        with self._stream(self._task_path(task_id) + "/logs",
+                          self._log_query(tail, rank, True), "text/plain", follow=True) as resp:
+            while True:
+                piece = resp.read1(65536)
+                if not piece:
+                    return
+                yield piece.decode("utf-8", errors="replace")
+
+    def watch(self, since: Optional[int] = None) -> Iterator[dict]:
+        """The live feed (``GET /api/v1/watch``): dicts with ``id``, ``event`` (``task``,
+        ``node``, ``quota``, and ``sync`` once caught up, ``reset`` when events were lost: list
+        again) and ``data`` (the object as its endpoint shows it). Resume after an event with
+        ``since=<its id>``. Runs until the caller stops iterating or the stream breaks
+        (ConnectionFailed)."""
+        query = [("since", str(since))] if since is not None else []
+        with self._stream(API + "/watch", query, "text/event-stream", follow=True) as resp:
+            frame: Dict[str, Any] = {"id": None, "event": "message", "data": ""}
+            try:
+                for raw in resp:
+                    line = raw.decode("utf-8").rstrip("\n")
+                    if not line:
+                        if frame["data"] or frame["id"] is not None:
+                            frame["data"] = json.loads(frame["data"]) if frame["data"] else None
+                            yield frame
+                        frame = {"id": None, "event": "message", "data": ""}
+                        continue
+                    if line.startswith(":"):
+                        continue
+                    key, _, value = line.partition(":")
+                    value = value[1:] if value.startswith(" ") else value
+                    if key == "id":
+                        frame["id"] = int(value)
+                    elif key == "event":
+                        frame["event"] = value
+                    elif key == "data":
+                        frame["data"] += ("\n" if frame["data"] else "") + value
+            except (OSError, http.client.HTTPException) as e:
+                raise ConnectionFailed(self.server, "the watch stream broke: %s" % e) from e
+
+    @staticmethod
+    def _log_query(tail: Optional[int], rank: int, follow: bool) -> List[Tuple[str, str]]:
+        query = []
+        if tail is not None:
+            query.append(("tail", str(tail)))
+        if follow:
+            query.append(("follow", "true"))
+        if rank:
+            query.append(("rank", str(rank)))
+        return query
+
+    def _stream(self, path: str, query: Sequence[Tuple[str, str]], accept: str,
+                follow: bool = False) -> Any:
+        """Opens a GET whose body is read by the caller (a log, the watch feed): the response,
+        or ApiError / ConnectionFailed. A followed stream has no read timeout."""
+        url = self.server + path + ("?" + urllib.parse.urlencode(list(query)) if query else "")
+        headers = {"Accept": accept + ", application/json"}
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        req = urllib.request.Request(url, headers=headers)
+        try:
+            return urllib.request.urlopen(req, timeout=None if follow else self.timeout,
+                                          context=self._ssl)
+        except urllib.error.HTTPError as e:
+            try:
+                raw = e.read()
+            finally:
+                e.close()
+            raise self._api_error(e.code, e.headers, raw, 0, ("tail", "rank", "follow", "since"))
+        except (OSError, http.client.HTTPException) as e:
+            reason = getattr(e, "reason", None) or e
+            raise ConnectionFailed(self.server, str(reason)) from e
+
     def usage(self, start: Optional[datetime.datetime] = None,
               end: Optional[datetime.datetime] = None, group_by: str = "team") -> dict:
         """GPU time in [start, end) by team or user (``GET /api/v1/usage``), as the scheduler's

@@ -15,7 +15,7 @@ __all__ = [
     "DgpuError", "ApiError", "ConnectionFailed", "WaitTimeout",
     "InvalidJson", "InvalidField", "UnknownField", "NotFound", "MethodNotAllowed", "Conflict",
     "PayloadTooLarge", "UnsupportedMediaType", "NotLeader", "Unavailable", "StorageUnavailable",
-    "Internal", "Forbidden", "AlreadyExists", "error_from_response",
+    "Internal", "Forbidden", "AlreadyExists", "LogUnavailable", "error_from_response",
 ]
 
 
@@ -71,6 +71,12 @@ class UnknownField(ApiError):
 class NotFound(ApiError):
     """404: no such task, or no such endpoint."""
     code = "not_found"
+
+
+class LogUnavailable(NotFound):
+    """404: no connected agent holds the task's log (it has not run yet, its node is down, or
+    the file was removed)."""
+    code = "log_unavailable"
 
 
 class MethodNotAllowed(ApiError):
@@ -164,7 +170,7 @@ _BY_CODE: Dict[str, Type[ApiError]] = {
                               MethodNotAllowed, Conflict, PayloadTooLarge, UnsupportedMediaType,
                               NotLeader, Unavailable, StorageUnavailable, Internal, Forbidden,
                               AlreadyExists, InsecureRemoteAccess, Unauthenticated,
-                              TooManyPending)
+                              TooManyPending, LogUnavailable)
 }
 
 _QUOTED = re.compile(r'^unknown (?:field|query parameter) "([^"]*)"')
