@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   wrk prometheus etcd-server etcd-client
   python3 python3-yaml python3-jsonschema python3-pytest python3-pip python3-setuptools
+  chromium chromium-driver python3-selenium
   procps psmisc util-linux iproute2 systemd
 )
 # make lint-api runs @redocly/cli on Node.js: Debian's nodejs and npm unless a Node.js with npm

@@ -23,6 +23,7 @@
 #include "scheduler/api_json.h"
 #include "scheduler/audit_log.h"
 #include "scheduler/openapi_spec.h"
+#include "scheduler/ui_assets.h"
 #include "scheduler/watch_hub.h"
 
 namespace dgpu::scheduler {
@@ -651,6 +652,27 @@ struct RestServer::Impl {
     return restinio::request_accepted();
   }
 
+  restinio::request_handling_status_t UiFile(const req_t& req, const Caller& caller,
+                                             const std::string& route, const std::string& name) {
+    std::optional<UiAsset> asset = FindUiAsset(name);
+    if (!asset) {
+      SendError(req, caller, route,
+                ApiError{404, "not_found", "the dashboard has no file " + name});
+      return restinio::request_accepted();
+    }
+    auto resp = StartResponse(req, caller, route, 200, asset->content_type);
+    // Compiled into this binary: revalidated on each load, so an upgrade is seen at once.
+    resp.append_header(restinio::http_field::cache_control, "no-cache");
+    resp.append_header("X-Content-Type-Options", "nosniff");
+    resp.append_header(
+        "Content-Security-Policy",
+        "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+        "frame-ancestors 'none'");
+    resp.set_body(std::string(asset->body));
+    resp.done();
+    return restinio::request_accepted();
+  }
+
   restinio::request_handling_status_t Usage(const req_t& req, const Caller& caller) {
     const std::string route = "GET /api/v1/usage";
     UsageRequest request;
@@ -968,9 +990,10 @@ struct RestServer::Impl {
 
   static Caller Anonymous(const req_t& req) { return {Caller::Transport::kRest, PeerOf(req), {}}; }
 
+  // `strict`: a trailing slash is part of the path ("/ui" and "/ui/" are two routes).
   template <typename Handler>
   void Route(router_t& r, restinio::http_method_id_t method, const std::string& path, Access access,
-             Handler handler) {
+             Handler handler, bool strict = false) {
     // RESTinio's ":name" parameters are OpenAPI's "{name}".
     std::string described;
     for (size_t i = 0; i < path.size(); ++i) {
@@ -984,7 +1007,7 @@ struct RestServer::Impl {
       i = end - 1;
     }
     routes.push_back({method.c_str(), described});
-    r.add_handler(method, path,
+    r.add_handler(method, path, restinio::path2regex::options_t{}.strict(strict),
                   [this, access, route = std::string(method.c_str()) + " " + described,
                    handler = std::move(handler)](const req_t& q, params_t p) {
                     Caller caller;
@@ -1107,6 +1130,26 @@ struct RestServer::Impl {
       Route(*r, http_method_get(), p, Access::kMetrics,
             [this](const req_t& q, const Caller& c, params_t) { return MetricsPage(q, c); });
     }
+    // The web dashboard: its files are public (they hold no data; the API calls they make are
+    // authenticated like any other).
+    Route(
+        *r, http_method_get(), "/ui", Access::kPublic,
+        [this](const req_t& q, const Caller& c, params_t) {
+          auto resp = StartResponse(q, c, "GET /ui", 301, "text/plain; charset=utf-8");
+          resp.append_header(restinio::http_field::location, "/ui/");
+          resp.set_body("the dashboard is at /ui/\n");
+          resp.done();
+          return restinio::request_accepted();
+        },
+        /*strict=*/true);
+    Route(
+        *r, http_method_get(), "/ui/", Access::kPublic,
+        [this](const req_t& q, const Caller& c, params_t) { return UiFile(q, c, "GET /ui/", ""); },
+        /*strict=*/true);
+    Route(*r, http_method_get(), "/ui/:file", Access::kPublic,
+          [this](const req_t& q, const Caller& c, params_t p) {
+            return UiFile(q, c, "GET /ui/{file}", std::string(p["file"]));
+          });
     r->non_matched_request_handler([this](const req_t& q) {
       SendError(q, Anonymous(q), "unmatched",
                 {404, "not_found", "no such endpoint: " + std::string(q->header().path())});
