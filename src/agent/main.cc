@@ -66,6 +66,18 @@ int StopLeftoverTasks(const std::string& work_dir) {
 
 std::string MethodName(common::GpuDetectionMethod m) { return std::string(common::ToString(m)); }
 
+// dgpu-log-writer beside this binary; else this binary itself (it runs as the writer with
+// --log-writer, at the cost of loading a larger program for each task).
+std::string LogWriterProgram() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::string beside = (self.parent_path() / "dgpu-log-writer").string();
+    if (access(beside.c_str(), X_OK) == 0) return beside;
+  }
+  return "/proc/self/exe";
+}
+
 int Run(int argc, char** argv) {
   common::ConfigureGrpcRuntime();
   common::DaemonFlagsSpec spec{
@@ -151,6 +163,7 @@ int Run(int argc, char** argv) {
     o.work_dir = cfg.executor.work_dir;
     o.kill_grace = cfg.executor.kill_grace_period;
     o.max_log_bytes = cfg.executor.max_log_bytes;
+    o.log_writer = LogWriterProgram();
     o.docker_binary = cfg.executor.docker.binary;
     o.default_image = cfg.executor.docker.default_image;
     o.socket = cfg.executor.docker.socket;
@@ -162,6 +175,7 @@ int Run(int argc, char** argv) {
     o.work_dir = cfg.executor.work_dir;
     o.kill_grace = cfg.executor.kill_grace_period;
     o.max_log_bytes = cfg.executor.max_log_bytes;
+    o.log_writer = LogWriterProgram();
     o.run_as_submitter = run_as_submitter;
     o.allow_root = cfg.executor.allow_root;
     if (run_as_submitter) {

@@ -146,18 +146,16 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
       return start_failed(why);
     }
   }
-  pid_t writer = 0;
-  int output_fd = log_fd;
-  if (options_.max_log_bytes > 0) {
-    StatusOr<int> pipe_fd = StartLogWriter(log_fd, &writer);
-    if (!pipe_fd.ok()) {
-      const std::string why = "cannot start the log writer: " + pipe_fd.status().message();
-      AppendLine(log_fd, "dgpu: task did not start: " + why);
-      close(log_fd);
-      return start_failed(why);
-    }
-    output_fd = *pipe_fd;
+  // With a log writer the task writes to a pipe; the task is started first, its writer right
+  // after (the pipe holds what the task writes meanwhile).
+  int pipe_fds[2] = {-1, -1};
+  if (options_.max_log_bytes > 0 && pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    const std::string why = std::string("cannot make the log pipe: ") + strerror(errno);
+    AppendLine(log_fd, "dgpu: task did not start: " + why);
+    close(log_fd);
+    return start_failed(why);
   }
+  const int output_fd = pipe_fds[1] >= 0 ? pipe_fds[1] : log_fd;
   common::SpawnOptions spawn;
   spawn.argv = plan.argv;
   spawn.env = plan.env;
@@ -165,12 +163,22 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
   spawn.stdout_fd = output_fd;
   spawn.stderr_fd = output_fd;
   StatusOr<pid_t> pid = common::SpawnChild(spawn);
-  if (output_fd != log_fd) close(output_fd);  // The writer sees its end once the task's are shut.
-  if (!pid.ok()) {
-    // Nothing else holds the pipe: the writer ends at once; it is reaped with the helpers.
-    if (writer != 0) helpers_.push_back({writer, launch.task_id, now});
-    AppendLine(log_fd, "dgpu: task did not start: " + pid.status().message());
+  if (pipe_fds[1] >= 0) close(pipe_fds[1]);  // The writer sees the end once the task's are shut.
+  pid_t writer = 0;
+  if (pid.ok() && pipe_fds[0] >= 0) {
+    StatusOr<pid_t> started = StartLogWriter(pipe_fds[0], log_fd);
+    if (!started.ok()) {
+      // Its output would have nowhere to go: the task is stopped before it does anything.
+      killpg(*pid, SIGKILL);
+      helpers_.push_back({*pid, launch.task_id, now});
+      pid = Status(started.status().code(),
+                   "cannot start the log writer: " + started.status().message());
+    } else {
+      writer = *started;
+    }
   }
+  if (pipe_fds[0] >= 0) close(pipe_fds[0]);
+  if (!pid.ok()) AppendLine(log_fd, "dgpu: task did not start: " + pid.status().message());
   close(log_fd);
   if (!pid.ok()) return start_failed(pid.status().message());
 
@@ -438,21 +446,12 @@ void TaskSupervisor::ReapHelpers(int64_t now_micros, bool force) {
   }
 }
 
-StatusOr<int> TaskSupervisor::StartLogWriter(int log_fd, pid_t* writer) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + strerror(errno));
+StatusOr<pid_t> TaskSupervisor::StartLogWriter(int pipe_fd, int log_fd) {
   common::SpawnOptions spawn;
   spawn.argv = {options_.log_writer, kLogWriterFlag, std::to_string(options_.max_log_bytes)};
-  spawn.stdin_fd = fds[0];
+  spawn.stdin_fd = pipe_fd;
   spawn.stdout_fd = log_fd;
-  StatusOr<pid_t> pid = common::SpawnChild(spawn);
-  close(fds[0]);
-  if (!pid.ok()) {
-    close(fds[1]);
-    return pid.status();
-  }
-  *writer = *pid;
-  return fds[1];
+  return common::SpawnChild(spawn);
 }
 
 bool TaskSupervisor::WriterDone(Task& task, int64_t now_micros) {

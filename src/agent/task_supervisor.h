@@ -140,9 +140,8 @@ class TaskSupervisor {
   bool RunHelper(const Task& task, const std::vector<std::string>& argv, int64_t now_micros);
   void ReapHelpers(int64_t now_micros, bool force);
   TaskExit MakeExit(const Task& task, int64_t now_micros) const;
-  // Spawns the log writer for a task whose log is `log_fd`; returns the write end of its pipe
-  // for the task's stdout and stderr (the caller closes it), with the writer's pid in *writer.
-  StatusOr<int> StartLogWriter(int log_fd, pid_t* writer);
+  // Spawns a task's log writer, reading the task's output from `pipe_fd` into `log_fd`.
+  StatusOr<pid_t> StartLogWriter(int pipe_fd, int log_fd);
   // Whether the task's log writer has ended (reaping it); SIGKILLs it past its deadline.
   bool WriterDone(Task& task, int64_t now_micros);
   std::vector<TaskExit> Step(int64_t now_micros, bool apply_deadlines);

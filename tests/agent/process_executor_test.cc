@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <map>
 
+#include "agent/log_writer.h"
 #include "agent/proc_table.h"
 #include "common/child_process.h"
 #include "common/task_env.h"
@@ -156,6 +157,40 @@ TEST_F(ProcessExecutorTest, LogHoldsStdoutAndStderr) {
   ASSERT_TRUE(executor.Start(Launch("task-log", "echo to-out; echo to-err >&2; echo again")).ok());
   ASSERT_TRUE(PollUntilExit(executor, "task-log").has_value());
   EXPECT_EQ(ReadFile(executor.LogPath("task-log")), "to-out\nto-err\nagain\n");
+}
+
+TEST_F(ProcessExecutorTest, ALogWriterCutsTheLogAndTheTaskEndsOnceItHasCopiedEverything) {
+  ProcessExecutorOptions options = Options();
+  options.max_log_bytes = 100;
+  options.log_writer = DGPU_LOG_WRITER_PATH;
+  ProcessExecutor executor(options);
+  ASSERT_TRUE(executor.Start(Launch("task-cut", "seq 1 1000; echo done >&2")).ok());
+  auto exit = PollUntilExit(executor, "task-cut");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success);
+  std::string expected;
+  for (int i = 1; expected.size() < 100; ++i) expected += std::to_string(i) + "\n";
+  expected.resize(100);  // "...38\n39\n4": cut mid-line, so the marker starts a new one.
+  EXPECT_EQ(ReadFile(executor.LogPath("task-cut")), expected + "\n" + LogCutLine(100));
+
+  // Under the limit: everything, as without a writer.
+  ASSERT_TRUE(executor.Start(Launch("task-small", "echo to-out; echo to-err >&2")).ok());
+  ASSERT_TRUE(PollUntilExit(executor, "task-small").has_value());
+  EXPECT_EQ(ReadFile(executor.LogPath("task-small")), "to-out\nto-err\n");
+}
+
+TEST_F(ProcessExecutorTest, ATaskWhoseLogWriterCannotStartFailsToStart) {
+  ProcessExecutorOptions options = Options();
+  options.max_log_bytes = 100;
+  options.log_writer = dir_.path() + "/no-such-writer";
+  ProcessExecutor executor(options);
+  ASSERT_TRUE(executor.Start(Launch("task-nowriter", "touch ran")).ok());
+  auto exit = PollUntilExit(executor, "task-nowriter");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_FALSE(exit->success);
+  EXPECT_EQ(exit->error.rfind("start_failed: cannot start the log writer: ", 0), 0u) << exit->error;
+  EXPECT_NE(ReadFile(executor.LogPath("task-nowriter")).find("dgpu: task did not start"),
+            std::string::npos);
 }
 
 TEST_F(ProcessExecutorTest, CancelKillsTaskAndAllDescendants) {

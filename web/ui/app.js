@@ -629,6 +629,8 @@ function render() {
   else html = pageTask(r.id);
   main.innerHTML = html;
   if (r.page === 'task') renderLog();
+  // For benchmarks and tests: when the last render ended and what it cost (ms).
+  window.dgpuRender = { at: performance.now(), ms: performance.now() - lastRender, page: r.page };
   document.title = 'dgpu · ' + (r.page === 'task' ? r.id : r.page);
   if (r.page === 'tasks' && taskList.stale && !tasksRefresh) {
     // Tasks changed (the feed says so): the page is asked again, at most every 2 s.
