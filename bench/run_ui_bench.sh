@@ -44,4 +44,4 @@ PY
 PIDS+=("$!")
 sleep 3
 echo "$AGENTS agents x $GPUS GPUs, $(nproc) CPUs"
-python3 "$REPO/bench/ui_overview_bench.py" "http://127.0.0.1:$HTTP_PORT" "$TOTAL" 3
+/usr/bin/python3 "$REPO/bench/ui_overview_bench.py" "http://127.0.0.1:$HTTP_PORT" "$TOTAL" 3

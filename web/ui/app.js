@@ -7,6 +7,7 @@
 const API = '/api/v1';
 const TOKEN_KEY = 'dgpu.token';
 const KEEP_FINISHED = 2000;  // Finished tasks remembered from the feed (the Tasks page asks the API).
+const MAX_PENDING_SHOWN = 5000;  // Pending tasks listed at load; the queue page says so beyond.
 
 const state = {
   nodes: new Map(),     // id -> node object (GET /agents)
@@ -15,6 +16,8 @@ const state = {
   quota: null,          // GET /quota
   teams: [],            // GET /teams
   loaded: false,
+  pendingBeyond: 0,     // Pending tasks not listed at load (a very long queue).
+  tasksLoaded: false,   // The running and pending tasks are listed (else GET /gpus says).
   live: false,
   seq: null,            // The last event id seen: resume point.
   leader: '',
@@ -187,24 +190,46 @@ function loadTeamsSoon() {
   }, 1000);
 }
 
+// Every task of a status, page by page (newest first), up to `most`: every running task (at most
+// one per GPU), the first of a long queue.
+async function listTasks(status, most) {
+  const tasks = [];
+  let after = '';
+  while (tasks.length < most) {
+    const page = await getJson('/tasks?status=' + status + '&limit=1000' + (after ? '&after=' + after : ''));
+    tasks.push(...page.tasks);
+    tasks.total = page.total;
+    if (!page.next) break;
+    after = page.next;
+  }
+  return tasks;
+}
+
 // Everything the pages show, listed anew; events that arrive meanwhile are applied after it
 // (in order), so that the result is never older than the feed.
 async function loadAll() {
-  const [gpus, agents, quota, teams, running, pending] = await Promise.all([
+  // The cluster first (the overview needs no task list: GET /gpus names each GPU's task), then
+  // the running and pending tasks.
+  const tasks = Promise.all([listTasks('running', Infinity), listTasks('pending', MAX_PENDING_SHOWN)]);
+  const [gpus, agents, quota, teams] = await Promise.all([
     getJson('/gpus'), getJson('/agents'), getJson('/quota'), getJson('/teams'),
-    getJson('/tasks?status=running&limit=1000'), getJson('/tasks?status=pending&limit=1000'),
   ]);
   setGpuBase(gpus);
   state.nodes = new Map(agents.agents.map((a) => [a.id, a]));
   state.quota = quota;
   state.teams = teams.teams;
+  state.loaded = true;
+  render();
+  const [running, pending] = await tasks;
   const kept = new Map();
   for (const t of state.tasks.values()) {
     if (t.status !== 'running' && t.status !== 'pending') kept.set(t.task_id, t);
   }
-  for (const t of running.tasks.concat(pending.tasks)) kept.set(t.task_id, t);
+  for (const t of running.concat(pending)) kept.set(t.task_id, t);
   state.tasks = kept;
-  state.loaded = true;
+  // A queue longer than what was listed: its length is the API's, from then on approximate.
+  state.pendingBeyond = Math.max(0, (pending.total || 0) - pending.length);
+  state.tasksLoaded = true;
 }
 
 // --- The watch stream -------------------------------------------------------------------------
@@ -251,6 +276,7 @@ async function watch() {
           if ((frame.event === 'sync' && !state.loaded) || frame.event === 'reset') {
             // Caught up (first time), or events were lost: list everything again.
             state.loaded = false;
+            state.tasksLoaded = false;
             buffered = [];
             loadAll().then(() => {
               for (const f of buffered) applyEvent(f);
@@ -291,7 +317,11 @@ function setLive(on) {
 
 function gpuCell(node, g, byGpu) {
   const key = node.id + '/' + g.index;
-  const task = byGpu.get(key);
+  let task = byGpu.get(key);
+  if (!task && !state.tasksLoaded && g.status === 'busy' && g.current_task) {
+    // Until the tasks are listed: what GET /gpus said (its class unknown yet).
+    task = { task_id: g.current_task, priority: '', name: '', team: '' };
+  }
   let cls = 'idle';
   let title = key + ' ' + (g.model || '');
   if (node.status === 'offline') {
@@ -302,8 +332,9 @@ function gpuCell(node, g, byGpu) {
     title += ': unhealthy' + (g.health_reason ? ' (' + g.health_reason + ')' : '');
   }
   if (task) {
-    cls = 'busy ' + (task.priority === 'high' ? 'online' : 'batch');
-    title += ': ' + task.task_id + (task.name ? ' ' + task.name : '') + ' (' + task.team + ')';
+    cls = 'busy' + (task.priority ? (task.priority === 'high' ? ' online' : ' batch') : '');
+    title += ': ' + task.task_id + (task.name ? ' ' + task.name : '') +
+      (task.team ? ' (' + task.team + ')' : '');
   } else if (cls === 'idle') {
     title += ': idle';
   }
@@ -363,7 +394,7 @@ function pageOverview() {
     card(counts.total, 'GPUs') + card(counts.busy, 'busy') + card(counts.idle, 'idle') +
     card(counts.offline, 'offline') + card(counts.unhealthy, 'unhealthy') +
     card(nodes.length, 'nodes') + card(running, 'tasks running') +
-    card('<a href="#/queue">' + pending + '</a>', 'tasks pending') + '</div>' +
+    card('<a href="#/queue">' + (pending + state.pendingBeyond) + '</a>', 'tasks pending') + '</div>' +
     '<h2>Quotas</h2><div class="quota" id="quota">' + quotaRows + '</div>' +
     (teams.length ? '<h2>Teams</h2><table class="teams" style="max-width:760px"><tr><th>team</th>' +
       '<th>online used / guaranteed</th><th>batch used / guaranteed</th><th>max GPUs</th>' +
@@ -407,6 +438,7 @@ function taskTable(tasks, columns, empty) {
 }
 
 function pageQueue() {
+  if (!state.tasksLoaded) return '<h1>Queue</h1><p class="muted">Listing the queue…</p>';
   const pending = Array.from(state.tasks.values()).filter((t) => t.status === 'pending');
   pending.sort((a, b) => (a.priority === b.priority ? 0 : a.priority === 'high' ? -1 : 1) ||
     taskNumber(a.task_id) - taskNumber(b.task_id));
@@ -415,12 +447,14 @@ function pageQueue() {
     const r = t.pending_reason || 'queued';
     reasons.set(r, (reasons.get(r) || 0) + 1);
   }
-  return '<h1>Queue <span class="muted">(' + pending.length + ' pending)</span></h1>' +
+  return '<h1>Queue <span class="muted">(' + (pending.length + state.pendingBeyond) +
+    ' pending)</span></h1>' +
     '<div class="cards">' + Array.from(reasons).map(([r, n]) => card(n, r)).join('') + '</div>' +
     taskTable(pending.slice(0, 1000),
       ['id', 'name', 'priority', 'team', 'user', 'gpus', 'reason', 'waiting', 'command'],
       'Nothing is waiting.') +
-    (pending.length > 1000 ? '<p class="muted">The first 1,000 are shown.</p>' : '');
+    (pending.length > 1000 ? '<p class="muted">The first 1,000 are shown; the Tasks page lists ' +
+      'them all (status pending).</p>' : '');
 }
 
 // The Tasks page lists from the API with its filters; `after` walks pages.
