@@ -44,7 +44,7 @@ start_scheduler "logging: { level: warn, format: text }" "$AUTH_YAML" \
 echo "auth.mode: ${AUTH:-none}, $SCHEME"
 echo "scheduler pid $SCHED_PID, state in $WORK/state (fsync on), $(nproc) CPUs"
 
-if [[ -n "${WATCHERS:-}" ]]; then
+if [[ "${WATCHERS:-0}" -gt 0 ]]; then
   python3 "$REPO/bench/watch_clients.py" --port "$HTTP_PORT" --watchers "$WATCHERS" \
     ${TOKEN:+--token "$TOKEN"} > "$WORK/watchers.out" &
   WATCH_PID=$!

@@ -46,9 +46,12 @@ cat <<MSG
 dgpu local cluster is up: scheduler REST at http://127.0.0.1:$HTTP_PORT (gRPC :$GRPC_PORT),
 agents agent-1 and agent-2 with 4 fake GPUs each. Logs and state: $VAR/local/
 
+Dashboard: http://127.0.0.1:$HTTP_PORT/ui/
+
 Try:
   $BIN/dgpuctl submit --gpus 2 --priority high -- 'echo \$CUDA_VISIBLE_DEVICES'
   $BIN/dgpuctl get tasks
+  $BIN/dgpuctl logs task-1
   curl -s http://127.0.0.1:$HTTP_PORT/api/v1/gpus
 
 Press Ctrl-C to stop.

@@ -90,6 +90,12 @@ class MakeRunTest(unittest.TestCase):
             task = get_json(f"{base}/api/v1/tasks/{task_id}")
             self.assertEqual(task["status"], "success")
             self.assertEqual(len(task["allocated_gpus"]), 2)
+            logs = subprocess.run([ctl, "--server", base, "logs", task_id], capture_output=True,
+                                  text=True, timeout=30)
+            self.assertEqual((logs.returncode, logs.stdout), (0, "0,1\n"), logs.stderr)
+            with urllib.request.urlopen(base + "/ui/", timeout=10) as page:
+                self.assertEqual(page.status, 200)
+                self.assertIn(b'<script type="module" src="app.js">', page.read())
             self.assertGreater(len(processes_with(marker)), 2)  # make, script, daemons
             # Ctrl-C: SIGINT to the foreground process group.
             os.killpg(proc.pid, signal.SIGINT)
@@ -111,6 +117,7 @@ class MakeRunTest(unittest.TestCase):
             if "dgpu local cluster is up" not in output:
                 print(output[-4000:])
             self.assertIn("dgpu local cluster is up", output)
+            self.assertIn("Dashboard: http://127.0.0.1:%d/ui/" % http, output)
 
 
 if __name__ == "__main__":
