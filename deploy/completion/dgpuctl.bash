@@ -96,7 +96,7 @@ _dgpuctl() {
   local words=""
   case "$cmd" in
     "")
-      words="submit get quota team snapshot cancel wait events usage logs cordon uncordon drain completion"
+      words="submit get quota team snapshot cancel wait events usage logs top cordon uncordon drain completion"
       [[ $cur == -* ]] && words="$global_opts"
       ;;
     submit)

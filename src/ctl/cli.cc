@@ -332,6 +332,9 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
       ->check(CLI::Range(0, 100000))
       ->capture_default_str();
 
+  // top
+  CLI::App* top_cmd = app.add_subcommand("top", "GPU use per node");
+
   // completion
   std::string shell;
   CLI::App* completion_cmd = app.add_subcommand("completion", "Print a shell completion script");
@@ -435,6 +438,7 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
     return Wait(ctx, wait_id, options);
   }
   if (events_cmd->parsed()) return Events(ctx, events_id);
+  if (top_cmd->parsed()) return Top(ctx);
   if (usage_cmd->parsed()) return Usage(ctx, usage);
   if (logs_cmd->parsed()) {
     return Logs(ctx, logs_id, {follow, logs_tail, logs_rank});

@@ -1,6 +1,7 @@
 #include "ctl/commands.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -707,6 +708,131 @@ int GetGpus(const CtlContext& ctx) {
     const std::string unhealthy = Field(*reply, "unhealthy");
     if (!unhealthy.empty() && unhealthy != "0") *ctx.out << ", " << unhealthy << " unhealthy";
     *ctx.out << "\n";
+  }
+  return kExitOk;
+}
+
+namespace {
+
+// One node's line of `top`, from its GPUs in GET /gpus.
+struct NodeUse {
+  int gpus = 0, busy = 0, idle = 0, offline = 0, unhealthy = 0;
+  int reporting = 0;       // GPUs with a utilization
+  double utilization = 0;  // Their sum
+  std::string map;         // One character per GPU, by index: # busy . idle x offline ! unhealthy
+};
+
+std::string Percent(double ratio) { return std::to_string(std::lround(ratio * 100)) + "%"; }
+
+// "a2" before "a10": names compared with their digit runs as numbers.
+bool NaturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) &&
+        std::isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t ei = i, ej = j;
+      while (ei < a.size() && std::isdigit(static_cast<unsigned char>(a[ei]))) ++ei;
+      while (ej < b.size() && std::isdigit(static_cast<unsigned char>(b[ej]))) ++ej;
+      const std::string da = a.substr(i, ei - i), db = b.substr(j, ej - j);
+      if (da.size() != db.size()) return da.size() < db.size();
+      if (da != db) return da < db;
+      i = ei;
+      j = ej;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+}  // namespace
+
+int Top(const CtlContext& ctx) {
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kGet, "/gpus", nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (!reply->is_object() || !reply->contains("gpus") || !(*reply)["gpus"].is_array()) {
+    return BadResponse(ctx, "GET /api/v1/gpus did not return a gpus array");
+  }
+  std::map<std::string, NodeUse> nodes;
+  std::map<std::string, std::map<int, char>> maps;
+  NodeUse all;
+  for (const json& gpu : (*reply)["gpus"]) {
+    const std::string node = Field(gpu, "node_id");
+    const std::string status = Field(gpu, "status");
+    NodeUse& n = nodes[node];
+    char mark = '.';
+    for (NodeUse* u : {&n, &all}) {
+      u->gpus++;
+      if (status == "busy") {
+        u->busy++;
+        mark = '#';
+      } else if (status == "offline") {
+        u->offline++;
+        mark = 'x';
+      } else if (status == "unhealthy") {
+        u->unhealthy++;
+        mark = '!';
+      } else {
+        u->idle++;
+      }
+      auto util = gpu.find("utilization");
+      if (util != gpu.end() && util->is_number() && status != "offline") {
+        u->reporting++;
+        u->utilization += util->get<double>();
+      }
+    }
+    maps[node][gpu.value("index", 0)] = mark;
+  }
+  std::vector<std::string> order;
+  for (auto& [name, use] : nodes) {
+    for (const auto& [index, mark] : maps[name]) use.map += mark;
+    order.push_back(name);
+  }
+  std::sort(order.begin(), order.end(), NaturalLess);
+  const auto util_of = [](const NodeUse& u) {
+    return u.reporting == 0 ? json(nullptr) : json(u.utilization / u.reporting);
+  };
+  if (ctx.output == OutputFormat::kJson) {
+    json out = json::array();
+    for (const auto& name : order) {
+      const NodeUse& u = nodes[name];
+      out.push_back({{"node_id", name},
+                     {"gpus", u.gpus},
+                     {"busy", u.busy},
+                     {"idle", u.idle},
+                     {"offline", u.offline},
+                     {"unhealthy", u.unhealthy},
+                     {"utilization", util_of(u)}});
+    }
+    *ctx.out << DumpJson(json{{"nodes", out}}) << "\n";
+    return kExitOk;
+  }
+  if (order.empty()) {
+    *ctx.err << "no GPUs found\n";
+    return kExitOk;
+  }
+  Table table({"node", "gpus", "busy", "idle", "down", "util", "gpu use"});
+  for (const auto& name : order) {
+    const NodeUse& u = nodes[name];
+    table.AddRow({name, std::to_string(u.gpus), std::to_string(u.busy), std::to_string(u.idle),
+                  std::to_string(u.offline + u.unhealthy),
+                  u.reporting == 0 ? "-" : Percent(u.utilization / u.reporting), u.map});
+  }
+  *ctx.out << table.Render(!ctx.no_headers);
+  if (!ctx.no_headers) {
+    *ctx.out << "\n"
+             << all.gpus << " GPUs: " << all.busy << " busy ("
+             << Percent(static_cast<double>(all.busy) / all.gpus) << "), " << all.idle << " idle, "
+             << all.offline << " offline";
+    if (all.unhealthy > 0) *ctx.out << ", " << all.unhealthy << " unhealthy";
+    if (all.reporting > 0) {
+      *ctx.out << "; utilization " << Percent(all.utilization / all.reporting) << " on "
+               << all.reporting << " reporting GPUs";
+    }
+    *ctx.out << "\n(gpu use: # busy, . idle, x offline, ! unhealthy)\n";
   }
   return kExitOk;
 }

@@ -129,6 +129,8 @@ struct UsageOptions {
 };
 int Usage(const CtlContext& ctx, const UsageOptions& options);
 int GetGpus(const CtlContext& ctx);
+// GPU use per node from GET /gpus: counts, the agents' reported utilization, one mark per GPU.
+int Top(const CtlContext& ctx);
 int GetAgents(const CtlContext& ctx);
 // `dgpuctl get autoscale`: GET /autoscale, one row per node group.
 int GetAutoscale(const CtlContext& ctx);

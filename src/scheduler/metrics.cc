@@ -110,6 +110,13 @@ void Metrics::GpuUtilization(const std::string& gpu_id, const std::string& model
   gpu_utilization_[gpu_id] = {model, ratio};
 }
 
+std::map<std::string, double> Metrics::GpuUtilizations() const {
+  std::map<std::string, double> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, v] : gpu_utilization_) out.emplace_hint(out.end(), id, v.second);
+  return out;
+}
+
 std::string Metrics::Render(const GaugeSnapshot& g) const {
   std::string out;
   out.reserve(4096);

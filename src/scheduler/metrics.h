@@ -56,6 +56,8 @@ class Metrics {
   void TaskPreempted(core::Priority p, const std::string& team);
   void HttpRequest(const std::string& route, int code);
   void GpuUtilization(const std::string& gpu_id, const std::string& model, double ratio);
+  // The last utilization each GPU's agent reported (0..1), by GPU id (`<node>-gpu-<index>`).
+  std::map<std::string, double> GpuUtilizations() const;
   Histogram& pass_duration() { return pass_duration_; }
   Histogram& start_latency() { return start_latency_; }
   Histogram& dispatch_latency() { return dispatch_latency_; }

@@ -814,7 +814,8 @@ struct RestServer::Impl {
   }
 
   restinio::request_handling_status_t Gpus(const req_t& req, const Caller& caller) {
-    auto body = [](const std::vector<core::GpuView>& all) {
+    auto body = [utilization =
+                     d.metrics->GpuUtilizations()](const std::vector<core::GpuView>& all) {
       json gpus = json::array();
       int idle = 0, busy = 0, offline = 0, unhealthy = 0;
       for (const auto& g : all) {
@@ -832,6 +833,8 @@ struct RestServer::Impl {
              {"current_task",
               g.current_task == 0 ? json(nullptr) : json(core::FormatTaskId(g.current_task))},
              {"health_reason", g.health_reason.empty() ? json(nullptr) : json(g.health_reason)}});
+        auto u = utilization.find(gpus.back()["id"].get_ref<const std::string&>());
+        gpus.back()["utilization"] = u == utilization.end() ? json(nullptr) : json(u->second);
       }
       return std::pair(200, Dump({{"total", gpus.size()},
                                   {"idle", idle},

@@ -970,6 +970,38 @@ TEST_F(CtlTest, WaitTimeoutIsPrintedInCompoundUnits) {
   EXPECT_EQ(Run({"wait", "task-1", "--timeout", "1e3"}).code, kExitUsage);
 }
 
+TEST_F(CtlTest, TopShowsGpuUsePerNodeInNaturalOrder) {
+  http_.Answer(Method::kGet, Url("/gpus"), 200, R"({"total":6,"idle":1,"busy":2,"offline":2,
+      "unhealthy":1,"gpus":[
+    {"id":"n10-gpu-0","node_id":"n10","index":0,"status":"unhealthy","utilization":null},
+    {"id":"n2-gpu-1","node_id":"n2","index":1,"status":"idle","utilization":0.1},
+    {"id":"n2-gpu-0","node_id":"n2","index":0,"status":"busy","utilization":0.9},
+    {"id":"n2-gpu-2","node_id":"n2","index":2,"status":"busy","utilization":0.7},
+    {"id":"n3-gpu-0","node_id":"n3","index":0,"status":"offline","utilization":0.5},
+    {"id":"n3-gpu-1","node_id":"n3","index":1,"status":"offline","utilization":null}]})");
+  Outcome r = Run({"top"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out,
+            "NODE  GPUS  BUSY  IDLE  DOWN  UTIL  GPU USE\n"
+            "n2    3     2     1     0     57%   #.#\n"
+            "n3    2     0     0     2     -     xx\n"
+            "n10   1     0     0     1     -     !\n"
+            "\n"
+            "6 GPUs: 2 busy (33%), 1 idle, 2 offline, 1 unhealthy; utilization 57% on 3 "
+            "reporting GPUs\n"
+            "(gpu use: # busy, . idle, x offline, ! unhealthy)\n");
+  r = Run({"-o", "json", "top"});
+  EXPECT_EQ(r.code, kExitOk);
+  nlohmann::json nodes = nlohmann::json::parse(r.out)["nodes"];
+  ASSERT_EQ(nodes.size(), 3u);
+  EXPECT_EQ(nodes[0]["node_id"], "n2");
+  EXPECT_EQ(nodes[0]["busy"], 2);
+  EXPECT_NEAR(nodes[0]["utilization"].get<double>(), 1.7 / 3, 1e-9);
+  EXPECT_EQ(nodes[1]["offline"], 2);
+  EXPECT_TRUE(nodes[1]["utilization"].is_null());
+  EXPECT_EQ(nodes[2]["unhealthy"], 1);
+}
+
 TEST_F(CtlTest, LogsAskForWhatTheFlagsSayAndPrintTheStream) {
   http_.Answer(Method::kGet, Url("/tasks/task-1/logs?follow=true"), 200, "step 1\nstep 2\n");
   http_.Answer(Method::kGet, Url("/tasks/task-1/logs?tail=2&follow=true&rank=1"), 200, "b\nc\n");

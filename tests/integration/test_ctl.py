@@ -6,6 +6,7 @@ import re
 import subprocess
 import unittest
 
+import harness
 from harness import BIN_DIR, ClusterTestCase
 
 CTL = os.environ.get("DGPU_CTL_BIN") or os.path.join(BIN_DIR, "dgpuctl")
@@ -52,6 +53,22 @@ class CtlSmokeTest(ClusterTestCase):
         p = self.ctl("get", "task", "task-999999")
         self.assertNotEqual(p.returncode, 0, p)
         self.assertTrue(re.search("not.found|404", p.stderr + p.stdout, re.I), p)
+
+    def test_top_shows_the_node_with_its_busy_gpus(self):
+        tid = self.c.submit("sleep 30", gpu_count=2)
+        self.c.wait_status(tid, "running")
+        # The fake GPUs report 0% in each heartbeat.
+        harness.wait_until(lambda: all(g["utilization"] == 0 for g in
+                                       self.c.get(harness.API + "/gpus").json["gpus"]), 10,
+                           what="the agent's utilization")
+        p = self.ctl("top")
+        self.assertEqual(p.returncode, 0, p)
+        lines = p.stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["NODE", "GPUS", "BUSY", "IDLE", "DOWN", "UTIL", "GPU",
+                                            "USE"])
+        self.assertEqual(lines[1].split(), ["a1", "4", "2", "2", "0", "0%", "##.."])
+        self.assertIn("4 GPUs: 2 busy (50%), 2 idle, 0 offline; utilization 0% on 4 reporting "
+                      "GPUs", p.stdout)
 
 
 if __name__ == "__main__":

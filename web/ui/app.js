@@ -338,6 +338,9 @@ function gpuCell(node, g, byGpu) {
   } else if (cls === 'idle') {
     title += ': idle';
   }
+  if (typeof g.utilization === 'number' && cls !== 'offline') {
+    title += ', ' + Math.round(g.utilization * 100) + '% utilized';
+  }
   return '<i class="g ' + cls + '" title="' + esc(title) + '"' +
          (task ? ' data-task="' + esc(task.task_id) + '"' : '') + '></i>';
 }

@@ -145,12 +145,13 @@ class Gpu:
     status: str  # idle, busy, offline or unhealthy
     current_task: Optional[str]
     health_reason: Optional[str] = None  # Why its agent found it faulty; None when healthy.
+    utilization: Optional[float] = None  # 0..1 in its agent's last heartbeat; None if unknown.
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Gpu":
         return cls(id=d["id"], node_id=d["node_id"], index=d["index"], model=d["model"],
                    memory_mb=d["memory_mb"], status=d["status"], current_task=d["current_task"],
-                   health_reason=d.get("health_reason"))
+                   health_reason=d.get("health_reason"), utilization=d.get("utilization"))
 
 
 @dataclass(frozen=True)
