@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view input(reinterpret_cast<const char*>(data) + 1, size - 1);
   using namespace dgpu::scheduler;
-  switch (data[0] % 6) {
+  switch (data[0] % 9) {
     case 0: {
       dgpu::core::TaskSpec spec;
       int array = 0;
@@ -38,6 +38,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 3: {
       ListTasksRequest list;
       (void)ParseListQuery(input, &list);
+      break;
+    }
+    case 6: {
+      std::optional<uint64_t> since;
+      (void)ParseWatchQuery(input, "", &since);
+      (void)ParseWatchQuery("", input, &since);  // The Last-Event-ID header.
+      break;
+    }
+    case 7: {
+      UsageRequest usage;
+      (void)ParseUsageQuery(input, 1764806400000000, &usage);
+      break;
+    }
+    case 8: {
+      LogQuery logs;
+      (void)ParseLogQuery(input, &logs);
       break;
     }
     default: {

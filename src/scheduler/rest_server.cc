@@ -1153,6 +1153,10 @@ struct RestServer::Impl {
           [this](const req_t& q, const Caller& c, params_t p) {
             return UiFile(q, c, "GET /ui/{file}", std::string(p["file"]));
           });
+    const auto strict = restinio::path2regex::options_t{}.strict(true);
+    r->add_handler(none_of_methods(http_method_get()), "/ui", strict, not_allowed("/ui"));
+    r->add_handler(none_of_methods(http_method_get()), "/ui/", strict, not_allowed("/ui/"));
+    r->add_handler(none_of_methods(http_method_get()), "/ui/:file", not_allowed("/ui/{file}"));
     r->non_matched_request_handler([this](const req_t& q) {
       SendError(q, Anonymous(q), "unmatched",
                 {404, "not_found", "no such endpoint: " + std::string(q->header().path())});

@@ -638,7 +638,7 @@ TEST_F(DgpuctlProcessTest, CompletionScriptMatchesTheDeployedFileAndCompletes) {
         .out;
   };
   EXPECT_EQ(complete("dgpuctl ''", 1),
-            "submit get quota team snapshot cancel wait events usage logs cordon uncordon "
+            "submit get quota team snapshot cancel wait events usage logs top cordon uncordon "
             "drain completion\n");
   EXPECT_EQ(complete("dgpuctl get ''", 2), "tasks task teams team gpus agents\n");
   EXPECT_EQ(complete("dgpuctl team ''", 2), "set delete\n");

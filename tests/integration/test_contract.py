@@ -10,6 +10,7 @@
 """
 
 import glob
+import http.client
 import json
 import os
 import re
@@ -231,6 +232,17 @@ class LiveTest(NeedsModules, ClusterTestCase):
         call("POST", API + "/agents/a1/uncordon", 200)
         call("POST", API + "/agents/nope/uncordon", 404)
         call("GET", API + "/openapi.yaml", 200)
+        call("GET", "/ui/", 200)
+        call("GET", "/ui/app.js", 200)
+        call("GET", "/ui/nope.js", 404)
+        # A redirect (urllib would follow it).
+        conn = http.client.HTTPConnection("127.0.0.1", int(self.c.base.rsplit(":", 1)[1]))
+        conn.request("GET", "/ui")
+        r = conn.getresponse()
+        api_contract.check_response("GET", "/ui", r.status, r.getheader("Content-Type"), r.read())
+        self.assertEqual((r.status, r.getheader("Location")), (301, "/ui/"))
+        conn.close()
+        seen.add(("GET", "/ui"))
         snap = call("GET", API + "/snapshot", 200)
         self.assertEqual(snap.body[:16], b"SQLite format 3\x00")
         self.assertEqual(snap.headers["Content-Type"], "application/vnd.sqlite3")
@@ -242,7 +254,8 @@ class LiveTest(NeedsModules, ClusterTestCase):
                              ("POST", API + "/teams"), ("POST", API + "/teams/vision"),
                              ("POST", API + "/agents"), ("GET", API + "/agents/a1/drain"),
                              ("POST", API + "/tasks/" + tid + "/logs"),
-                             ("POST", API + "/snapshot")):
+                             ("POST", API + "/snapshot"), ("POST", "/ui/"),
+                             ("PUT", "/ui/app.js"), ("DELETE", "/ui")):
             r = self.c.request(method, path, {})
             self.assertApiError(r, 405, "method_not_allowed")
         r = self.c.get("/api/v2/tasks")
