@@ -56,3 +56,23 @@ metric() {
   curl -fsS "${CURL_TLS[@]}" "$SCHEME://127.0.0.1:$HTTP_PORT/metrics" |
     awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $2 } END { printf "%.15g\n", s + 0 }'
 }
+
+# start_agent [executor yaml]: one real agent, node-1, with 8 fake GPUs and its work directory in
+# $WORK/a1 (extra `executor:` keys as "key: value, ..."); logs to $WORK/a1.log. Returns once it
+# is connected.
+start_agent() {
+  cat > "$WORK/a1.yaml" <<YAML
+agent: { id: "node-1", heartbeat_interval: 1 }
+scheduler: { master_address: "127.0.0.1:$GRPC_PORT", retry_interval: 0.1, max_retry_interval: 1 }
+gpu: { detection_method: fake, fake: { count: 8 } }
+executor: { work_dir: "$WORK/a1", kill_grace_period: 1${1:+, $1} }
+logging: { level: info, format: text }
+YAML
+  "$BIN/dgpu-agent" --config "$WORK/a1.yaml" > "$WORK/a1.log" 2>&1 &
+  PIDS+=("$!")
+  for _ in $(seq 100); do
+    grep -q agent_connected "$WORK/a1.log" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "the agent did not connect" >&2; exit 1
+}

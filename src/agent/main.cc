@@ -72,7 +72,7 @@ std::string LogWriterProgram() {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    const std::string beside = (self.parent_path() / "dgpu-log-writer").string();
+    std::string beside = (self.parent_path() / "dgpu-log-writer").string();
     if (access(beside.c_str(), X_OK) == 0) return beside;
   }
   return "/proc/self/exe";

@@ -206,6 +206,39 @@ HttpResult CurlHttpClient::Send(HttpMethod method, const std::string& url,
 
 namespace dgpu::ctl {
 
+namespace {
+
+// The options of a transfer with no limit on its total time (a download, a stream): it gives up
+// when no byte arrives for max(timeout, 60 s). Returns the request headers, which must outlive
+// the transfer.
+std::unique_ptr<curl_slist, SlistDeleter> SetLongTransfer(
+    CURL* h, const std::string& url, const HttpAuth& auth, std::chrono::milliseconds timeout,
+    const std::vector<std::string>& extra_headers, char* error_buffer, HttpResponse* response) {
+  curl_slist* raw_headers = curl_slist_append(nullptr, "Expect:");
+  if (!auth.token.empty()) {
+    raw_headers = curl_slist_append(raw_headers, ("Authorization: Bearer " + auth.token).c_str());
+  }
+  for (const std::string& line : extra_headers) {
+    raw_headers = curl_slist_append(raw_headers, line.c_str());
+  }
+  std::unique_ptr<curl_slist, SlistDeleter> headers(raw_headers);
+  const long quiet_seconds = std::max(60L, static_cast<long>((timeout.count() + 999) / 1000));
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error_buffer);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout.count()));
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, quiet_seconds);
+  curl_easy_setopt(h, CURLOPT_USERAGENT, "dgpuctl/" DGPU_VERSION);
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
+  if (!auth.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, auth.ca_file.c_str());
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, WriteHeader);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, &response->headers);
+  return headers;
+}
+
+}  // namespace
+
 HttpResult CurlHttpClient::Download(const std::string& url, const std::string& path) {
   HttpResult result;
   std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
@@ -221,27 +254,10 @@ HttpResult CurlHttpClient::Download(const std::string& url, const std::string& p
   HttpResponse response;
   DownloadSink sink{curl.get(), file, &response.body, 0};
   char error_buffer[CURL_ERROR_SIZE] = {0};
-  curl_slist* raw_headers = curl_slist_append(nullptr, "Expect:");
-  if (!auth_.token.empty()) {
-    raw_headers = curl_slist_append(raw_headers, ("Authorization: Bearer " + auth_.token).c_str());
-  }
-  std::unique_ptr<curl_slist, SlistDeleter> headers(raw_headers);
-
   CURL* h = curl.get();
-  const long quiet_seconds = std::max(60L, static_cast<long>((timeout_.count() + 999) / 1000));
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error_buffer);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_.count()));
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, quiet_seconds);
-  curl_easy_setopt(h, CURLOPT_USERAGENT, "dgpuctl/" DGPU_VERSION);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
-  if (!auth_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, auth_.ca_file.c_str());
+  auto headers = SetLongTransfer(h, url, auth_, timeout_, {}, error_buffer, &response);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteDownload);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
-  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, WriteHeader);
-  curl_easy_setopt(h, CURLOPT_HEADERDATA, &response.headers);
 
   const CURLcode code = curl_easy_perform(h);
   const bool closed = std::fclose(file) == 0;
@@ -275,28 +291,10 @@ HttpResult CurlHttpClient::Stream(const std::string& url, const std::vector<std:
   HttpResponse response;
   StreamSink sink{curl.get(), &on_data, &response.body};
   char error_buffer[CURL_ERROR_SIZE] = {0};
-  curl_slist* raw_headers = curl_slist_append(nullptr, "Expect:");
-  if (!auth_.token.empty()) {
-    raw_headers = curl_slist_append(raw_headers, ("Authorization: Bearer " + auth_.token).c_str());
-  }
-  for (const std::string& h : headers) raw_headers = curl_slist_append(raw_headers, h.c_str());
-  std::unique_ptr<curl_slist, SlistDeleter> header_list(raw_headers);
-
   CURL* h = curl.get();
-  const long quiet_seconds = std::max(60L, static_cast<long>((timeout_.count() + 999) / 1000));
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error_buffer);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_.count()));
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, quiet_seconds);
-  curl_easy_setopt(h, CURLOPT_USERAGENT, "dgpuctl/" DGPU_VERSION);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, header_list.get());
-  if (!auth_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, auth_.ca_file.c_str());
+  auto header_list = SetLongTransfer(h, url, auth_, timeout_, headers, error_buffer, &response);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteStream);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
-  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, WriteHeader);
-  curl_easy_setopt(h, CURLOPT_HEADERDATA, &response.headers);
 
   const CURLcode code = curl_easy_perform(h);
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &response.status);

@@ -74,7 +74,7 @@ TEST(LogWriterTest, AnEarlierRunsOutputCountsAndACutAtALineEndAddsNoBlankLine) {
 
 TEST(RetentionTest, OnlyOldFilesOfTasksThatDoNotRunAreExpired) {
   TempDir dir;
-  const std::string d = dir.path();
+  const std::string& d = dir.path();
   auto make = [&](const std::string& name, bool is_dir, int age_days) {
     const std::string path = d + "/" + name;
     if (is_dir) {

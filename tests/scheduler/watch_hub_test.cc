@@ -66,6 +66,7 @@ bool Eventually(F f) {
 
 std::vector<core::GpuInfo> Gpus(int n) {
   std::vector<core::GpuInfo> gpus;
+  gpus.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) gpus.push_back({i, "A100", 40960, "", true, ""});
   return gpus;
 }

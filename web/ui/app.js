@@ -129,18 +129,27 @@ function pruneFinished() {
   }
 }
 
-let gpuRefresh = null;
-function refreshGpusSoon() {
-  // A node event can change GPUs (health, a new node): one GET /gpus per second at most.
-  if (gpuRefresh) return;
-  gpuRefresh = setTimeout(async () => {
-    gpuRefresh = null;
-    try {
-      setGpuBase(await getJson('/gpus'));
-      render();
-    } catch (e) { /* the next node event tries again */ }
-  }, 1000);
+// `load` runs `wait` ms after the first call, once however many calls come meanwhile; its error
+// is dropped (the next call tries again).
+function batched(wait, load) {
+  let timer = null;
+  return () => {
+    if (timer) return;
+    timer = setTimeout(async () => {
+      timer = null;
+      try {
+        await load();
+        renderSoon();
+      } catch (e) { /* the next call tries again */ }
+    }, wait);
+  };
 }
+
+// A node event can change GPUs (health, a new node); tasks change the quota's use; a quota event
+// may come with team changes.
+const refreshGpusSoon = batched(1000, async () => setGpuBase(await getJson('/gpus')));
+const refreshQuotaSoon = batched(500, async () => { state.quota = await getJson('/quota'); });
+const loadTeamsSoon = batched(1000, async () => { state.teams = (await getJson('/teams')).teams; });
 
 function setGpuBase(body) {
   const base = new Map();
@@ -164,30 +173,6 @@ function applyEvent(frame) {
     state.quota = frame.data;
     loadTeamsSoon();
   }
-}
-
-let quotaRefresh = null;
-function refreshQuotaSoon() {
-  if (quotaRefresh) return;
-  quotaRefresh = setTimeout(async () => {
-    quotaRefresh = null;
-    try {
-      state.quota = await getJson('/quota');
-      renderSoon();
-    } catch (e) { /* the next task event tries again */ }
-  }, 500);
-}
-
-let teamRefresh = null;
-function loadTeamsSoon() {
-  if (teamRefresh) return;
-  teamRefresh = setTimeout(async () => {
-    teamRefresh = null;
-    try {
-      state.teams = (await getJson('/teams')).teams;
-      render();
-    } catch (e) { /* kept */ }
-  }, 1000);
 }
 
 // Every task of a status, page by page (newest first), up to `most`: every running task (at most
