@@ -109,6 +109,7 @@ function showBanner(text) {
 function showLogin(message) {
   $('login').hidden = false;
   showBanner(message || 'authentication required');
+  render();
 }
 
 // --- State from the feed ----------------------------------------------------------------------
@@ -640,7 +641,8 @@ function render() {
   if (r.page !== 'task' && taskPage.id) closeTask();
   const main = $('main');
   if (!state.loaded && r.page !== 'task' && r.page !== 'tasks') {
-    main.innerHTML = '<p class="muted">Loading the cluster…</p>';
+    main.innerHTML = '<p class="muted">' + ($('login').hidden ? 'Loading the cluster…'
+      : 'Give a token above to see the cluster.') + '</p>';
     return;
   }
   let html = '';
