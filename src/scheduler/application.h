@@ -190,6 +190,9 @@ struct LogPiece {
   int64_t offset = 0;  // Where `data` starts in the log.
   std::string data;    // Empty at the end of the log.
   int64_t size = 0;    // The log's size when it was read.
+  // Not empty: the agent has no log of the task, and why (a task dispatched a moment ago may
+  // not have one yet; a finished one whose file was removed never will).
+  std::string missing;
 };
 
 struct ListTasksRequest {

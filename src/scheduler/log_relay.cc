@@ -34,7 +34,8 @@ void LogRelay::Read(const LogRead& read, Done done) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return done(Unavailable("the scheduler is shutting down"));
     id = next_id_++;
-    pending_[id] = {read.node_id, std::chrono::steady_clock::now() + timeout_, std::move(done)};
+    pending_[id] = {read.node_id, read.task_id, std::chrono::steady_clock::now() + timeout_,
+                    std::move(done)};
   }
   cv_.notify_all();
   dgpu::v1::HeartbeatResponse msg;
@@ -59,18 +60,21 @@ void LogRelay::Read(const LogRead& read, Done done) {
 
 void LogRelay::Deliver(const std::string& agent_id, const dgpu::v1::LogChunk& chunk) {
   Done done;
+  std::string task_id;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pending_.find(chunk.request_id());
     if (it == pending_.end() || it->second.agent_id != agent_id) return;
     done = std::move(it->second.done);
+    task_id = std::move(it->second.task_id);
     pending_.erase(it);
   }
   if (!chunk.found()) {
-    return done(Unavailable("node " + agent_id + " holds no log of this task" +
-                            (chunk.error().empty() ? "" : " (" + chunk.error() + ")")));
+    return done(LogPiece{0, "", 0,
+                         "node " + agent_id + " holds no log of " + task_id +
+                             (chunk.error().empty() ? "" : " (" + chunk.error() + ")")});
   }
-  done(LogPiece{chunk.offset(), chunk.data(), chunk.size()});
+  done(LogPiece{chunk.offset(), chunk.data(), chunk.size(), ""});
 }
 
 void LogRelay::Expire() {

@@ -3,8 +3,8 @@
 // A read is one LogRequest pushed on the agent's Heartbeat stream and answered by one LogChunk
 // on the same stream (scheduler.proto), matched by request id. No stream open to the agent, or no
 // answer within the timeout (an agent that predates logs ignores the request), fails the read as
-// unavailable. Thread-safe; `done` runs on a gRPC thread, or on the relay's timer thread for a
-// timeout.
+// unavailable; an agent without the log answers a piece whose `missing` says so. Thread-safe;
+// `done` runs on a gRPC thread, or on the relay's timer thread for a timeout.
 #pragma once
 
 #include <chrono>
@@ -39,6 +39,7 @@ class LogRelay {
  private:
   struct Pending {
     std::string agent_id;
+    std::string task_id;
     std::chrono::steady_clock::time_point deadline;
     Done done;
   };

@@ -586,6 +586,10 @@ struct RestServer::Impl {
         return Fail(r.error());
       }
       const LogPiece& piece = r.value();
+      if (!piece.missing.empty() && source_.finished) {
+        return Fail(Error{ErrorCode::kLogUnavailable, "", piece.missing, StatusCode::kNotFound});
+      }
+      // A task that has not ended but has no log yet (dispatched a moment ago): an empty log.
       offset_ = piece.offset + static_cast<int64_t>(piece.data.size());
       const bool more = offset_ < piece.size && !piece.data.empty();
       if (!response_) {

@@ -149,6 +149,9 @@ class LogsTest(ClusterTestCase):
         self.assertApiError(r, 404, "log_unavailable", mentions="not run")
         self.assertApiError(self.c.get(API + "/tasks/task-999999/logs"), 404, "not_found")
         self.assertApiError(self.c.get(API + "/tasks/nope/logs"), 404, "not_found")
+        # A running task with no log (yet: one dispatched a moment ago) reads as an empty log.
+        os.unlink(self.c.task_log("a1", hold))
+        self.assertEqual(self.log(hold).body, b"")
         # The node no longer has the file (removed by hand, or by retention).
         self.c.request("DELETE", API + "/tasks/" + queued)
         self.c.request("DELETE", API + "/tasks/%s?grace_seconds=0" % hold)
