@@ -567,7 +567,7 @@ struct RestServer::Impl {
 
     void Read() {
       LogRead read{source_.node_id, source_.task_id, offset_, 0, kPieceBytes};
-      if (!response_ && query_.tail) {
+      if (!read_once_ && query_.tail) {
         // The last lines; tail=0: none, only what comes next (the end of the log).
         if (*query_.tail > 0) {
           read.tail_lines = *query_.tail;
@@ -582,23 +582,21 @@ struct RestServer::Impl {
 
     void OnPiece(const Result<LogPiece>& r) {
       if (!r.ok()) {
-        if (response_ && query_.follow && !source_.finished) return Wait();
-        return Fail(r.error());
+        // A follow of a task that has not ended waits for its agent (reconnecting, or not yet
+        // attached when the task was just dispatched).
+        if (!query_.follow || source_.finished) return Fail(r.error());
+        if (!response_) Begin()->flush();
+        return Wait();
       }
       const LogPiece& piece = r.value();
       if (!piece.missing.empty() && source_.finished) {
         return Fail(Error{ErrorCode::kLogUnavailable, "", piece.missing, StatusCode::kNotFound});
       }
       // A task that has not ended but has no log yet (dispatched a moment ago): an empty log.
+      if (piece.missing.empty()) read_once_ = true;
       offset_ = piece.offset + static_cast<int64_t>(piece.data.size());
       const bool more = offset_ < piece.size && !piece.data.empty();
-      if (!response_) {
-        response_.emplace(impl_->StartResponse<restinio::chunked_output_t>(
-            req_, caller_, kRoute, 200, "text/plain; charset=utf-8", source_.task_id));
-        response_->append_header(restinio::http_field::cache_control, "no-cache");
-        response_->append_header("X-Accel-Buffering", "no");
-        response_->append_header("X-Dgpu-Node", source_.node_id);
-      }
+      Begin();
       if (!piece.data.empty()) response_->append_chunk(piece.data);
       response_->flush([self = shared_from_this(), more](const restinio::asio_ns::error_code& ec) {
         if (ec) return;  // The client is gone.
@@ -606,6 +604,18 @@ struct RestServer::Impl {
         if (!self->query_.follow || self->source_.finished) return self->End();
         self->Wait();
       });
+    }
+
+    // The response's status line and headers, once.
+    Response* Begin() {
+      if (!response_) {
+        response_.emplace(impl_->StartResponse<restinio::chunked_output_t>(
+            req_, caller_, kRoute, 200, "text/plain; charset=utf-8", source_.task_id));
+        response_->append_header(restinio::http_field::cache_control, "no-cache");
+        response_->append_header("X-Accel-Buffering", "no");
+        response_->append_header("X-Dgpu-Node", source_.node_id);
+      }
+      return &*response_;
     }
 
     // Reads again after the poll interval, from where the task runs now.
@@ -638,6 +648,7 @@ struct RestServer::Impl {
     // are never used by two threads at once.
     LogSource source_;
     int64_t offset_;
+    bool read_once_ = false;  // A piece of the log came (a tail applies to the first only).
     std::optional<Response> response_;
     restinio::asio_ns::steady_timer timer_;
   };

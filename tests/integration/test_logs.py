@@ -95,7 +95,7 @@ class LogsTest(ClusterTestCase):
         self.c.wait_status(tid, "running")
         f = LogFollow(self.c.base, API + "/tasks/%s/logs?follow=true" % tid)
         self.addCleanup(f.close)
-        self.assertEqual(f.status, 200)
+        self.assertEqual(f.status, 200, f.response.read() if f.status != 200 else "")
         f.until(b"begun\n")
         time.sleep(0.5)  # Nothing new: the follow waits.
         self.assertEqual(f.text, b"begun\n")
@@ -150,6 +150,8 @@ class LogsTest(ClusterTestCase):
         self.assertApiError(self.c.get(API + "/tasks/task-999999/logs"), 404, "not_found")
         self.assertApiError(self.c.get(API + "/tasks/nope/logs"), 404, "not_found")
         # A running task with no log (yet: one dispatched a moment ago) reads as an empty log.
+        harness.wait_until(lambda: os.path.exists(self.c.task_log("a1", hold)), 10,
+                           what="the running task's log")
         os.unlink(self.c.task_log("a1", hold))
         self.assertEqual(self.log(hold).body, b"")
         # The node no longer has the file (removed by hand, or by retention).
