@@ -699,8 +699,14 @@ $('login').addEventListener('submit', (e) => {
 window.addEventListener('hashchange', render);
 // Relative times ("waiting 3m") move on by themselves; a task page (its log) and the Tasks page
 // (asked from the API) are left as they are.
+// Heartbeats are not events: the agents page asks for the agents again.
+const refreshAgentsSoon = batched(0, async () => {
+  const agents = await getJson('/agents');
+  state.nodes = new Map(agents.agents.map((a) => [a.id, a]));
+});
 setInterval(() => {
   const page = route().page;
+  if (page === 'agents' && state.loaded) refreshAgentsSoon();
   if (page !== 'task' && page !== 'tasks') renderSoon();
 }, 5000);
 render();
