@@ -6,7 +6,8 @@
 #   AUTH=jwt bench/run_rest_bench.sh     # an HS256 JWT (auth.mode jwt, verified once, then cached)
 #   TLS=1 bench/run_rest_bench.sh        # HTTPS (server.tls; wrk keeps its connections, so this
 #                                        # measures encryption, not handshakes)
-#   WATCHERS=100 bench/run_rest_bench.sh # while 100 clients follow GET /api/v1/watch (plain HTTP;
+#   WATCHERS=100 bench/run_rest_bench.sh # while 100 clients follow GET /api/v1/watch (WATCH_DEFLATE=1:
+#                                        # compressed, as browsers take it; plain HTTP;
 #                                        # bench/watch_clients.py, one process, on this machine too)
 # Prints accepted submissions/s (every answer must be a 201: wrk's Non-2xx count must be 0),
 # latency p50/p99 and the journal's group-commit factor (appends per fsync'ed transaction).
@@ -46,7 +47,7 @@ echo "scheduler pid $SCHED_PID, state in $WORK/state (fsync on), $(nproc) CPUs"
 
 if [[ "${WATCHERS:-0}" -gt 0 ]]; then
   python3 "$REPO/bench/watch_clients.py" --port "$HTTP_PORT" --watchers "$WATCHERS" \
-    ${TOKEN:+--token "$TOKEN"} > "$WORK/watchers.out" &
+    ${TOKEN:+--token "$TOKEN"} ${WATCH_DEFLATE:+--deflate} > "$WORK/watchers.out" &
   WATCH_PID=$!
   for _ in $(seq 100); do grep -q connected "$WORK/watchers.out" 2>/dev/null && break; sleep 0.1; done
   head -1 "$WORK/watchers.out"

@@ -3,7 +3,10 @@
 stream as fast as it comes and counts task events. Runs until SIGTERM/SIGINT, then prints one
 line: watchers still connected, task events per watcher (min / max) and MiB received.
 
-  bench/watch_clients.py --port 8080 --watchers 100 [--token T]
+  bench/watch_clients.py --port 8080 --watchers 100 [--token T] [--deflate]
+
+With --deflate the clients ask for the stream compressed (Accept-Encoding: deflate), as browsers
+do, and inflate it to count the events; MiB are then the compressed bytes received.
 """
 
 import argparse
@@ -12,8 +15,34 @@ import selectors
 import signal
 import socket
 import sys
+import zlib
 
 MARK = b"\nevent: task\n"
+
+
+def count_inflated(st, data):
+    """De-chunks the HTTP body (after its headers) and inflates it, counting task events."""
+    st["raw"] += data
+    raw = st["raw"]
+    if st["head"]:
+        end = raw.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        raw, st["head"] = raw[end + 4:], False
+    out = []
+    while True:
+        line_end = raw.find(b"\r\n")
+        if line_end < 0:
+            break
+        size = int(raw[:line_end].split(b";")[0], 16)
+        if len(raw) < line_end + 2 + size + 2:
+            break
+        out.append(raw[line_end + 2:line_end + 2 + size])
+        raw = raw[line_end + 2 + size + 2:]
+    st["raw"] = raw
+    text = st["tail"] + st["inflate"].decompress(b"".join(out))
+    st["events"] += text.count(MARK)
+    st["tail"] = text[-(len(MARK) - 1):]
 
 
 def main():
@@ -22,11 +51,14 @@ def main():
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--watchers", type=int, default=100)
     p.add_argument("--token", default="")
+    p.add_argument("--deflate", action="store_true")
     args = p.parse_args()
 
     request = "GET /api/v1/watch HTTP/1.1\r\nHost: %s\r\n" % args.host
     if args.token:
         request += "Authorization: Bearer %s\r\n" % args.token
+    if args.deflate:
+        request += "Accept-Encoding: deflate\r\n"
     request = (request + "\r\n").encode()
     sel = selectors.DefaultSelector()
     state = {}
@@ -34,7 +66,8 @@ def main():
         s = socket.create_connection((args.host, args.port))
         s.sendall(request)
         s.setblocking(False)
-        state[s] = {"events": 0, "bytes": 0, "tail": b""}
+        state[s] = {"events": 0, "bytes": 0, "tail": b"", "raw": b"", "head": True,
+                    "inflate": zlib.decompressobj()}
         sel.register(s, selectors.EVENT_READ)
     print("watchers connected: %d" % len(state), flush=True)
 
@@ -60,6 +93,9 @@ def main():
                 closed += 1
                 continue
             st["bytes"] += n
+            if args.deflate:
+                count_inflated(st, bytes(view[:n]))
+                continue
             # Count marks, including one split across two reads.
             chunk = st["tail"] + bytes(view[:min(n, len(MARK) - 1)])
             st["events"] += chunk.count(MARK) + buf.count(MARK, 0, n)

@@ -44,6 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::optional<uint64_t> since;
       (void)ParseWatchQuery(input, "", &since);
       (void)ParseWatchQuery("", input, &since);  // The Last-Event-ID header.
+      (void)AcceptsDeflate(input);               // The Accept-Encoding header.
       break;
     }
     case 7: {

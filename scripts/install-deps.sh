@@ -8,7 +8,7 @@ PACKAGES=(
   clang-format clang-tidy clang libclang-rt-14-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libabsl-dev
   librestinio-dev libasio-dev libhttp-parser-dev libfmt-dev
-  libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev libsqlite3-dev sqlite3
+  libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev libsqlite3-dev sqlite3 zlib1g-dev
   libcli11-dev libcurl4-openssl-dev curl libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   wrk prometheus etcd-server etcd-client

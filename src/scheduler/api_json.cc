@@ -745,4 +745,29 @@ std::optional<ApiError> ParseLogQuery(std::string_view query, LogQuery* out) {
   return std::nullopt;
 }
 
+bool AcceptsDeflate(std::string_view accept_encoding) {
+  size_t start = 0;
+  while (start <= accept_encoding.size()) {
+    size_t end = accept_encoding.find(',', start);
+    if (end == std::string_view::npos) end = accept_encoding.size();
+    std::string_view item = accept_encoding.substr(start, end - start);
+    std::string_view coding = item.substr(0, item.find(';'));
+    const auto trim = [](std::string_view v) {
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+      while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+      return v;
+    };
+    coding = trim(coding);
+    if (coding.size() == 7 && std::equal(coding.begin(), coding.end(), "deflate",
+                                         [](char a, char b) { return std::tolower(a) == b; })) {
+      const size_t q = item.find("q=");
+      if (q == std::string_view::npos) return true;
+      std::string_view value = trim(item.substr(q + 2));
+      return !(value == "0" || value == "0.0" || value == "0.00" || value == "0.000");
+    }
+    start = end + 1;
+  }
+  return false;
+}
+
 }  // namespace dgpu::scheduler

@@ -68,6 +68,9 @@ std::optional<ApiError> ParseCancelQuery(std::string_view query, std::optional<i
 std::optional<ApiError> ParseWatchQuery(std::string_view query, std::string_view last_event_id,
                                         std::optional<uint64_t>* since);
 
+// Whether an Accept-Encoding header takes "deflate" (a q-value of 0 refuses it).
+bool AcceptsDeflate(std::string_view accept_encoding);
+
 // GET /tasks/{id}/logs: tail (lines; 0: only what comes next), follow, rank (a gang's member)
 // and offset (a byte of the log to start at; not with tail).
 struct LogQuery {

@@ -265,6 +265,9 @@ class SseSink final : public WatchSink, public std::enable_shared_from_this<SseS
   using Response = restinio::response_builder_t<restinio::chunked_output_t>;
   static constexpr size_t kMaxBuffered = 8 << 20;
 
+  explicit SseSink(bool deflate) : deflate_(deflate) {}
+  bool deflate() const override { return deflate_; }
+
   // The response, once the watch is admitted: what was sent before waits for it.
   void Begin(Response response) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -305,6 +308,7 @@ class SseSink final : public WatchSink, public std::enable_shared_from_this<SseS
     });
   }
 
+  const bool deflate_;
   std::mutex mu_;  // Begin (an HTTP thread) and the hub's thread.
   std::optional<Response> response_;
   std::vector<std::shared_ptr<const std::string>> early_;
@@ -512,7 +516,8 @@ struct RestServer::Impl {
       return restinio::request_accepted();
     }
     // The response starts only once the watch is admitted; an error is a plain JSON answer.
-    auto sink = std::make_shared<SseSink>();
+    const bool deflate = AcceptsDeflate(req->header().get_field_or("Accept-Encoding", ""));
+    auto sink = std::make_shared<SseSink>(deflate);
     if (auto e = d.app->Watch(caller, sink, since)) {
       SendError(req, caller, route, *e);
       return restinio::request_accepted();
@@ -521,6 +526,8 @@ struct RestServer::Impl {
         StartResponse<restinio::chunked_output_t>(req, caller, route, 200, "text/event-stream");
     resp.append_header(restinio::http_field::cache_control, "no-cache");
     resp.append_header("X-Accel-Buffering", "no");  // Proxies must not hold events back.
+    resp.append_header(restinio::http_field::vary, "Accept-Encoding");
+    if (deflate) resp.append_header(restinio::http_field::content_encoding, "deflate");
     sink->Begin(std::move(resp));
     return restinio::request_accepted();
   }

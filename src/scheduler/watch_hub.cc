@@ -10,7 +10,57 @@ namespace dgpu::scheduler {
 
 using nlohmann::json;
 
-WatchHub::WatchHub(WatchOptions options) : options_(options) {
+namespace {
+
+// A raw deflate stream (no header: the watchers get theirs from DeflateCatchUp), fast level.
+z_stream* NewRawDeflate() {
+  auto* z = new z_stream{};
+  if (deflateInit2(z, 1, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    delete z;
+    return nullptr;
+  }
+  return z;
+}
+
+void FreeDeflate(z_stream* z) {
+  if (z == nullptr) return;
+  deflateEnd(z);
+  delete z;
+}
+
+// `text` through `z`, ending with a full flush: the output refers to nothing before it.
+std::string DeflateFull(z_stream* z, const std::string& text) {
+  std::string out;
+  out.resize(deflateBound(z, static_cast<uLong>(text.size())) + 16);
+  z->next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z->avail_in = static_cast<uInt>(text.size());
+  size_t used = 0;
+  while (true) {
+    if (used == out.size()) out.resize(out.size() * 2);
+    z->next_out = reinterpret_cast<Bytef*>(out.data() + used);
+    z->avail_out = static_cast<uInt>(out.size() - used);
+    deflate(z, Z_FULL_FLUSH);
+    used = out.size() - z->avail_out;
+    // Done when the input is used and the flush fitted (output space left over).
+    if (z->avail_in == 0 && z->avail_out > 0) break;
+  }
+  out.resize(used);
+  return out;
+}
+
+// What a deflate watcher gets first: a zlib header, then `text` compressed on its own.
+std::string DeflateCatchUp(const std::string& text) {
+  std::unique_ptr<z_stream, void (*)(z_stream*)> z(NewRawDeflate(), FreeDeflate);
+  // CMF 0x78: deflate, 32 KiB window; FLG 0x01: fastest level, no dictionary, check bits.
+  std::string out("\x78\x01", 2);
+  if (z) out += DeflateFull(z.get(), text);
+  return out;
+}
+
+}  // namespace
+
+WatchHub::WatchHub(WatchOptions options)
+    : options_(options), shared_deflate_(NewRawDeflate(), FreeDeflate) {
   // Numbers start at the creation time in microseconds: see the file comment.
   seq_ = static_cast<uint64_t>(common::NowMicros());
   floor_ = seq_;
@@ -175,6 +225,7 @@ void WatchHub::Run() {
   }
   for (auto& sink : sinks_) sink->Close();
   sinks_.clear();
+  deflate_sinks_ = 0;
 }
 
 void WatchHub::Handle(Item& item) {
@@ -250,6 +301,15 @@ void WatchHub::Join(JoinItem& join) {
     }
     text += ControlFrame("sync", "");
   }
+  if (join.sink->deflate()) {
+    if (!shared_deflate_) {  // Its compressor could not be made (out of memory).
+      join.sink->Close();
+      std::lock_guard<std::mutex> lock(mu_);
+      --watcher_count_;
+      return;
+    }
+    text = DeflateCatchUp(text);
+  }
   if (!join.sink->Send(std::make_shared<const std::string>(std::move(text)))) {
     join.sink->Close();
     std::lock_guard<std::mutex> lock(mu_);
@@ -257,6 +317,7 @@ void WatchHub::Join(JoinItem& join) {
     last_watched_ = std::chrono::steady_clock::now();
     return;
   }
+  if (join.sink->deflate()) ++deflate_sinks_;
   sinks_.push_back(std::move(join.sink));
 }
 
@@ -266,9 +327,14 @@ void WatchHub::Flush() {
 }
 
 void WatchHub::SendToAll(std::string text) {
+  // Compressed once for every watcher that takes deflate.
+  std::shared_ptr<const std::string> packed;
+  if (deflate_sinks_ > 0 && shared_deflate_) {
+    packed = std::make_shared<const std::string>(DeflateFull(shared_deflate_.get(), text));
+  }
   const auto shared = std::make_shared<const std::string>(std::move(text));
   for (size_t i = 0; i < sinks_.size();) {
-    if (sinks_[i]->Send(shared)) {
+    if (sinks_[i]->Send(sinks_[i]->deflate() && packed ? packed : shared)) {
       ++i;
     } else {
       Drop(i);
@@ -277,6 +343,7 @@ void WatchHub::SendToAll(std::string text) {
 }
 
 void WatchHub::Drop(size_t index) {
+  if (sinks_[index]->deflate()) --deflate_sinks_;
   sinks_[index]->Close();
   sinks_[index] = std::move(sinks_.back());
   sinks_.pop_back();

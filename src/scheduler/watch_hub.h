@@ -18,7 +18,15 @@
 //
 // The hub records only while someone watches, or did within `keep_recording`, so that an unwatched
 // scheduler pays nothing; a watcher that comes back later than that gets a reset.
+//
+// Compression: every write to the watchers is compressed once, by one raw deflate stream that
+// ends each write with Z_FULL_FLUSH, so that no compressed write refers to an earlier one. A
+// watcher that asked for deflate gets a zlib header and its catch-up compressed on its own (also
+// ending with a full flush), then the shared bytes: to its decoder they continue one valid zlib
+// stream. The stream is never ended (no checksum trailer), as an event stream is not.
 #pragma once
+
+#include <zlib.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -43,6 +51,10 @@ namespace dgpu::scheduler {
 class WatchSink {
  public:
   virtual ~WatchSink() = default;
+  // The client takes the stream deflate-compressed (`Content-Encoding: deflate`): it is sent one
+  // zlib header and its own catch-up, then the bytes of one compressor shared by all such
+  // watchers (see WatchHub). Fixed for the sink's life.
+  virtual bool deflate() const { return false; }
   // Queues `text` for the client (the same buffer goes to every watcher); false when the client
   // is gone or too far behind (the hub then closes it and forgets it).
   virtual bool Send(const std::shared_ptr<const std::string>& text) = 0;
@@ -135,6 +147,8 @@ class WatchHub final : public BatchObserver {
 
   // Hub thread only.
   std::vector<std::shared_ptr<WatchSink>> sinks_;
+  size_t deflate_sinks_ = 0;  // How many of them take deflate.
+  std::unique_ptr<z_stream, void (*)(z_stream*)> shared_deflate_;
   std::deque<Frame> history_;
   std::string unsent_;  // Frames published, not yet flushed.
   uint64_t floor_ = 0;  // The lowest `since` that can be resumed.

@@ -25,6 +25,7 @@ import unittest
 import urllib.error
 import urllib.request
 import uuid
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
@@ -149,7 +150,7 @@ class EventStream:
     id (int or None), event (str), data (parsed JSON). Comment lines (keepalives) are counted in
     `comments`."""
 
-    def __init__(self, base, path, headers=None, ca_file=None, timeout=10):
+    def __init__(self, base, path, headers=None, ca_file=None, timeout=10, deflate=False):
         import http.client
         import urllib.parse
         u = urllib.parse.urlsplit(base)
@@ -159,12 +160,31 @@ class EventStream:
                 context=ssl.create_default_context(cafile=ca_file))
         else:
             self.conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
-        self.conn.request("GET", path, headers=headers or {})
+        headers = dict(headers or {})
+        if deflate:
+            headers["Accept-Encoding"] = "deflate"
+        self.conn.request("GET", path, headers=headers)
         self.response = self.conn.getresponse()
         self.status = self.response.status
         self.headers = self.response.headers
         self.comments = 0
         self.body = self.response.read() if self.status != 200 else None
+        # With Content-Encoding: deflate the body is one zlib stream that never ends.
+        self._inflate = (zlib.decompressobj()
+                         if self.headers.get("Content-Encoding") == "deflate" else None)
+        self._pending = b""
+        self.wire_bytes = 0  # Bytes of the body as sent (compressed or not).
+
+    def _readline(self):
+        while b"\n" not in self._pending:
+            data = self.response.read1(65536)
+            if not data:
+                line, self._pending = self._pending, b""
+                return line
+            self.wire_bytes += len(data)
+            self._pending += self._inflate.decompress(data) if self._inflate else data
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line + b"\n"
 
     def next(self, timeout=5):
         """The next frame; socket.timeout (TimeoutError) when none comes within `timeout`."""
@@ -172,7 +192,7 @@ class EventStream:
         frame = {"id": None, "event": "message", "data": ""}
         seen = False
         while True:
-            line = self.response.readline()
+            line = self._readline()
             if not line:
                 raise EOFError("the watch stream ended")
             line = line.decode("utf-8").rstrip("\n")
@@ -536,11 +556,11 @@ class Cluster:
     def get(self, path, **kw):
         return http(self.base, "GET", path, **self._with_token(kw))
 
-    def watch(self, query="", headers=None, timeout=10):
-        """Opens GET /api/v1/watch<query> (an EventStream)."""
+    def watch(self, query="", headers=None, timeout=10, deflate=False):
+        """Opens GET /api/v1/watch<query> (an EventStream); `deflate` asks for it compressed."""
         kw = self._with_token({"headers": headers})
         return EventStream(self.base, API + "/watch" + query, headers=kw.get("headers"),
-                           ca_file=kw.get("ca_file"), timeout=timeout)
+                           ca_file=kw.get("ca_file"), timeout=timeout, deflate=deflate)
 
     def submit(self, command, gpu_count=1, priority="high", expect=201, **fields):
         body = {"priority": priority, "gpu_count": gpu_count, "command": command}

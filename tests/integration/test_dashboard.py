@@ -85,6 +85,8 @@ class DashboardTest(BrowserCase):
         self.assertEqual(self.count("#nodes .node"), 2)
         self.assertEqual(self.count("#nodes .g.idle"), 8)
         self.until(lambda b: self.text("#live") == "live", what="the live feed")
+        # The browser takes the feed compressed (one compressor shared by all watchers).
+        self.assertEqual(self.js("return window.dgpuFeed.encoding"), "deflate")
         self.assertIn("8\nGPUs", self.text(".cards"))
         self.js("window.dgpuMarker = 1")  # Gone if the page reloads.
 

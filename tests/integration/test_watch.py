@@ -60,6 +60,34 @@ class WatchTest(ClusterTestCase):
         self.assertIn(("a1", 0, 1), [(n["id"], n["free_gpus"], n["tasks"]) for n in nodes])
         self.assertEqual(done["data"]["exit_code"], 0)
 
+    def test_a_deflate_watcher_gets_the_same_frames_in_fewer_bytes(self):
+        plain = self.open_watch()
+        packed = self.c.watch(deflate=True)
+        self.addCleanup(packed.close)
+        self.assertEqual(packed.headers.get("Content-Encoding"), "deflate")
+        self.assertEqual(packed.headers.get("Vary"), "Accept-Encoding")
+        self.assertIsNone(plain.headers.get("Content-Encoding"))
+        self.assertEqual(plain.next()["event"], "sync")
+        self.assertEqual(packed.next()["event"], "sync")
+        tids = [self.c.submit("true", name="deflate-%d" % i) for i in range(20)]
+        for tid in tids:
+            self.c.wait_finished(tid)
+        last = tids[-1]
+        _, a = plain.until(task_event(last, "success"), timeout=10, what="the last success")
+        _, b = packed.until(task_event(last, "success"), timeout=10, what="the last success")
+        self.assertEqual([(f["id"], f["event"], f["data"]) for f in a],
+                         [(f["id"], f["event"], f["data"]) for f in b])
+        self.assertLess(packed.wire_bytes * 3, plain.wire_bytes,
+                        (packed.wire_bytes, plain.wire_bytes))
+        # Resuming compressed: the replay, then live events, through one zlib stream.
+        again = self.c.watch("?since=%d" % a[0]["id"], deflate=True)
+        self.addCleanup(again.close)
+        sync, replayed = again.until(lambda f: f["event"] == "sync", what="the sync")
+        self.assertEqual([f["id"] for f in replayed], [f["id"] for f in a[1:]] +
+                         [f["id"] for f in replayed[len(a) - 1:]])
+        tid = self.c.submit("true")
+        again.until(task_event(tid, "success"), timeout=10, what="a live event after the replay")
+
     def test_a_watcher_resumes_after_the_last_event_it_saw(self):
         w = self.open_watch()
         start = w.next()["id"]

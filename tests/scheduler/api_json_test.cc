@@ -715,6 +715,18 @@ TEST(ApiJsonTest, ErrorBodyIsTheContractsEnvelopeEvenForInvalidUtf8) {
             "{\"error\":{\"code\":\"not_found\",\"message\":\"task \xEF\xBF\xBD\"}}");
 }
 
+TEST(ApiJsonTest, AcceptsDeflateReadsTheAcceptEncodingList) {
+  EXPECT_TRUE(AcceptsDeflate("deflate"));
+  EXPECT_TRUE(AcceptsDeflate("gzip, deflate, br, zstd"));  // What Chromium sends.
+  EXPECT_TRUE(AcceptsDeflate("gzip;q=1.0, Deflate;q=0.5"));
+  EXPECT_TRUE(AcceptsDeflate(" deflate ; q=0.1"));
+  EXPECT_FALSE(AcceptsDeflate(""));
+  EXPECT_FALSE(AcceptsDeflate("gzip, br"));
+  EXPECT_FALSE(AcceptsDeflate("deflate;q=0"));
+  EXPECT_FALSE(AcceptsDeflate("x-deflate, deflater"));
+  EXPECT_FALSE(AcceptsDeflate(",,;"));
+}
+
 TEST(ApiJsonTest, LogQueryReadsEachParameter) {
   LogQuery q;
   ASSERT_EQ(ParseLogQuery("", &q), std::nullopt);

@@ -246,6 +246,8 @@ async function watch() {
     try {
       const since = state.seq !== null ? '?since=' + state.seq : '';
       const r = await call('/watch' + since, { headers: { Accept: 'text/event-stream' } });
+      // For tests: how the feed came (the browser asks for it compressed by itself).
+      window.dgpuFeed = { encoding: r.headers.get('Content-Encoding') || 'identity' };
       setLive(true);
       const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
       let text = '';
