@@ -758,8 +758,10 @@ bool AcceptsDeflate(std::string_view accept_encoding) {
       return v;
     };
     coding = trim(coding);
-    if (coding.size() == 7 && std::equal(coding.begin(), coding.end(), "deflate",
-                                         [](char a, char b) { return std::tolower(a) == b; })) {
+    if (coding.size() == 7 &&
+        std::equal(coding.begin(), coding.end(), "deflate", [](char a, char b) {
+          return std::tolower(static_cast<unsigned char>(a)) == b;
+        })) {
       const size_t q = item.find("q=");
       if (q == std::string_view::npos) return true;
       std::string_view value = trim(item.substr(q + 2));
