@@ -55,14 +55,18 @@ struct DownloadSink {
   int error = 0;  // errno of a failed write to the file.
 };
 
+// An answer that is not a 2xx keeps its body in memory (the API's error); true when it did.
+bool KeptAsError(CURL* curl, std::string* body, const char* data, size_t n) {
+  long status = 0;
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  if (IsSuccess(status)) return false;
+  body->append(data, n);
+  return true;
+}
+
 size_t WriteDownload(char* data, size_t size, size_t count, void* user) {
   auto* sink = static_cast<DownloadSink*>(user);
-  long status = 0;
-  curl_easy_getinfo(sink->curl, CURLINFO_RESPONSE_CODE, &status);
-  if (!IsSuccess(status)) {
-    sink->body->append(data, size * count);
-    return size * count;
-  }
+  if (KeptAsError(sink->curl, sink->body, data, size * count)) return size * count;
   if (std::fwrite(data, 1, size * count, sink->file) != size * count) {
     sink->error = errno != 0 ? errno : EIO;
     return 0;  // Aborts the transfer.
@@ -79,12 +83,7 @@ struct StreamSink {
 
 size_t WriteStream(char* data, size_t size, size_t count, void* user) {
   auto* sink = static_cast<StreamSink*>(user);
-  long status = 0;
-  curl_easy_getinfo(sink->curl, CURLINFO_RESPONSE_CODE, &status);
-  if (!IsSuccess(status)) {
-    sink->body->append(data, size * count);
-    return size * count;
-  }
+  if (KeptAsError(sink->curl, sink->body, data, size * count)) return size * count;
   if (!(*sink->on_data)(std::string_view(data, size * count))) {
     sink->stopped = true;
     return 0;  // Aborts the transfer.
