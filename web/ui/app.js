@@ -352,7 +352,13 @@ function pageOverview() {
     const gpus = state.gpuBase.get(n.id) ||
       Array.from({ length: n.gpus }, (_, i) => ({ index: i, status: 'idle' }));
     const cells = [];
+    let reported = 0;
+    let utilization = 0;
     for (const g of gpus) {
+      if (typeof g.utilization === 'number') {
+        reported++;
+        utilization += g.utilization;
+      }
       const cell = gpuCell(n, g, byGpu);
       counts.total++;
       if (cell.includes('"g offline')) counts.offline++;
@@ -363,7 +369,9 @@ function pageOverview() {
     }
     cards.push('<div class="node ' + esc(n.status) + '"><div class="h"><b title="' + esc(n.id) +
                (n.address ? ' (' + esc(n.address) + ')' : '') + '">' + esc(n.id) + '</b><span>' +
-               (n.status === 'online' ? (n.gpus - n.free_gpus) + '/' + n.gpus : esc(n.status)) +
+               (n.status === 'online' ? (n.gpus - n.free_gpus) + '/' + n.gpus +
+                 (reported ? ' · ' + Math.round(100 * utilization / reported) + '%' : '')
+                 : esc(n.status)) +
                '</span></div><div class="gpus">' + cells.join('') + '</div></div>');
   }
   const q = state.quota;
@@ -393,7 +401,7 @@ function pageOverview() {
     '<h2>GPUs by node</h2><div class="legend"><span><i class="busy-online"></i>busy (online)</span>' +
     '<span><i class="busy-batch"></i>busy (batch)</span><span><i class="idle"></i>idle</span>' +
     '<span><i class="offline"></i>offline</span><span><i class="unhealthy"></i>unhealthy</span>' +
-    '<span>click a busy GPU for its task</span></div>' +
+    '<span>busy/total · mean utilization per node; click a busy GPU for its task</span></div>' +
     '<div class="nodes" id="nodes">' + cards.join('') + '</div>';
 }
 
@@ -706,8 +714,17 @@ const refreshAgentsSoon = batched(0, async () => {
   const agents = await getJson('/agents');
   state.nodes = new Map(agents.agents.map((a) => [a.id, a]));
 });
+// Utilization comes with heartbeats, not events: the overview asks for the GPUs again every 10 s
+// (every 60 s beyond 4,000 GPUs, whose list is megabytes).
+let ticks = 0;
 setInterval(() => {
   const page = route().page;
+  ticks++;
+  let gpus = 0;
+  for (const list of state.gpuBase.values()) gpus += list.length;
+  if (page === 'overview' && state.loaded && ticks % (gpus > 4000 ? 12 : 2) === 0) {
+    refreshGpusSoon();
+  }
   if (page === 'agents' && state.loaded) refreshAgentsSoon();
   if (page !== 'task' && page !== 'tasks') renderSoon();
 }, 5000);
