@@ -625,13 +625,14 @@ void AgentSession::SweepTaskFiles(int64_t now) {
   std::vector<std::string> running = executor_->Running();
   std::set<std::string> keep(running.begin(), running.end());
   for (const auto& [id, gpus] : task_gpus_) keep.insert(id);
-  std::vector<std::string> expired = ExpiredTaskFiles(config_.executor.work_dir, retention, keep,
-                                                      std::chrono::system_clock::now());
-  if (expired.empty()) return;
-  sweep_ = std::async(std::launch::async, [paths = std::move(expired)] {
-    const int removed = RemoveTaskFiles(paths);
-    spdlog::info("executor.retention: removed {} old task files and directories", removed);
-  });
+  // The scan and the removal are I/O: off the loop. A task started meanwhile has fresh files.
+  sweep_ = std::async(
+      std::launch::async, [dir = config_.executor.work_dir, retention, keep = std::move(keep)] {
+        auto expired = ExpiredTaskFiles(dir, retention, keep, std::chrono::system_clock::now());
+        if (expired.empty()) return;
+        const int removed = RemoveTaskFiles(expired);
+        spdlog::info("executor.retention: removed {} old task files and directories", removed);
+      });
 }
 
 void AgentSession::Shutdown() {

@@ -95,7 +95,8 @@ class AgentSession {
   void Disconnect(const std::string& why);
   void HandleInbound();  // Applies what the reader thread received.
   // Answers a message's LogRequests with one message of LogChunks (task_log.h).
-  // executor.retention: finds old task files (owner thread) and removes them on another thread,
+  // executor.retention: notes the running tasks (owner thread), then finds and removes old task
+  // files on another thread,
   // at start and then every retention / 10 (between 1 s and an hour).
   void SweepTaskFiles(int64_t now);
   void ServeLogs(const dgpu::v1::HeartbeatResponse& m);

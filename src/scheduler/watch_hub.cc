@@ -225,7 +225,6 @@ void WatchHub::Run() {
   }
   for (auto& sink : sinks_) sink->Close();
   sinks_.clear();
-  deflate_sinks_ = 0;
 }
 
 void WatchHub::Handle(Item& item) {
@@ -301,23 +300,17 @@ void WatchHub::Join(JoinItem& join) {
     }
     text += ControlFrame("sync", "");
   }
-  if (join.sink->deflate()) {
-    if (!shared_deflate_) {  // Its compressor could not be made (out of memory).
-      join.sink->Close();
-      std::lock_guard<std::mutex> lock(mu_);
-      --watcher_count_;
-      return;
-    }
-    text = DeflateCatchUp(text);
-  }
-  if (!join.sink->Send(std::make_shared<const std::string>(std::move(text)))) {
+  // Without the shared compressor (it could not be made: out of memory) a deflate watcher is
+  // refused like one whose first write failed.
+  if (join.sink->deflate() && shared_deflate_) text = DeflateCatchUp(text);
+  if ((join.sink->deflate() && !shared_deflate_) ||
+      !join.sink->Send(std::make_shared<const std::string>(std::move(text)))) {
     join.sink->Close();
     std::lock_guard<std::mutex> lock(mu_);
     --watcher_count_;
     last_watched_ = std::chrono::steady_clock::now();
     return;
   }
-  if (join.sink->deflate()) ++deflate_sinks_;
   sinks_.push_back(std::move(join.sink));
 }
 
@@ -327,14 +320,14 @@ void WatchHub::Flush() {
 }
 
 void WatchHub::SendToAll(std::string text) {
-  // Compressed once for every watcher that takes deflate.
+  // Compressed once, for the first watcher that takes deflate, and shared by the others.
   std::shared_ptr<const std::string> packed;
-  if (deflate_sinks_ > 0 && shared_deflate_) {
-    packed = std::make_shared<const std::string>(DeflateFull(shared_deflate_.get(), text));
-  }
   const auto shared = std::make_shared<const std::string>(std::move(text));
   for (size_t i = 0; i < sinks_.size();) {
-    if (sinks_[i]->Send(sinks_[i]->deflate() && packed ? packed : shared)) {
+    if (sinks_[i]->deflate() && !packed) {
+      packed = std::make_shared<const std::string>(DeflateFull(shared_deflate_.get(), *shared));
+    }
+    if (sinks_[i]->Send(sinks_[i]->deflate() ? packed : shared)) {
       ++i;
     } else {
       Drop(i);
@@ -343,7 +336,6 @@ void WatchHub::SendToAll(std::string text) {
 }
 
 void WatchHub::Drop(size_t index) {
-  if (sinks_[index]->deflate()) --deflate_sinks_;
   sinks_[index]->Close();
   sinks_[index] = std::move(sinks_.back());
   sinks_.pop_back();

@@ -147,7 +147,6 @@ class WatchHub final : public BatchObserver {
 
   // Hub thread only.
   std::vector<std::shared_ptr<WatchSink>> sinks_;
-  size_t deflate_sinks_ = 0;  // How many of them take deflate.
   std::unique_ptr<z_stream, void (*)(z_stream*)> shared_deflate_;
   std::deque<Frame> history_;
   std::string unsent_;  // Frames published, not yet flushed.
