@@ -60,8 +60,7 @@ std::vector<std::string> BuildDockerStopArgv(const std::string& task_id, int64_t
 DockerExecutor::DockerExecutor(DockerExecutorOptions options)
     : SupervisedExecutor(SupervisorOptions{options.work_dir, options.kill_grace,
                                            options.child_subreaper, std::chrono::milliseconds(1000),
-                                           options.clock, options.max_log_bytes,
-                                           options.log_writer}),
+                                           options.clock, options.max_log_bytes, options.shim}),
       options_(std::move(options)) {}
 
 Status DockerExecutor::Start(const TaskLaunch& launch) {
@@ -90,12 +89,24 @@ Status DockerExecutor::Start(const TaskLaunch& launch) {
   std::vector<std::pair<std::string, std::string>> client_env;
   if (!options_.socket.empty()) client_env.emplace_back("DOCKER_HOST", "unix://" + options_.socket);
   plan.env = MergeEnvironment(CurrentEnvironment(), client_env);
-  plan.helper_env = plan.env;
-  plan.stop_argv = [task_id = launch.task_id, docker = options_.docker_binary](int64_t grace) {
+  SetStopCommands(launch, &plan);
+  return supervisor_.Start(launch, plan);
+}
+
+void DockerExecutor::SetStopCommands(const TaskLaunch& launch, LaunchPlan* plan) const {
+  std::vector<std::pair<std::string, std::string>> client_env;
+  if (!options_.socket.empty()) client_env.emplace_back("DOCKER_HOST", "unix://" + options_.socket);
+  plan->helper_env = MergeEnvironment(CurrentEnvironment(), client_env);
+  plan->stop_argv = [task_id = launch.task_id, docker = options_.docker_binary](int64_t grace) {
     return BuildDockerStopArgv(task_id, grace, docker);
   };
-  plan.kill_argv = {options_.docker_binary, "kill", DockerContainerName(launch.task_id)};
-  return supervisor_.Start(launch, plan);
+  plan->kill_argv = {options_.docker_binary, "kill", DockerContainerName(launch.task_id)};
+}
+
+LaunchPlan DockerExecutor::AdoptionPlan(const TaskLaunch& launch) const {
+  LaunchPlan plan;
+  SetStopCommands(launch, &plan);
+  return plan;
 }
 
 }  // namespace dgpu::agent

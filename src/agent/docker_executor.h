@@ -28,10 +28,11 @@ namespace dgpu::agent {
 struct DockerExecutorOptions {
   std::string work_dir;
   std::chrono::milliseconds kill_grace{10000};
-  // executor.max_log_bytes: > 0 runs each task's output through a log writer (log_writer.h).
+  // executor.max_log_bytes: > 0: the task's shim cuts its log at this size (log_writer.h).
   int64_t max_log_bytes = 0;
-  // The program that is the log writer (`PROGRAM --log-writer N`): the agent binary.
-  std::string log_writer = "/proc/self/exe";
+  // The task shim (task_shim.h), run as `PROGRAM --task-shim 1 ...`: dgpu-task-shim, or the
+  // agent binary itself.
+  std::string shim = "/proc/self/exe";
   std::string docker_binary = "docker";  // Path, or a name looked up on PATH.
   std::string default_image = "nvidia/cuda:12.0-runtime-ubuntu22.04";
   // Docker daemon socket; when set, the docker CLI runs with DOCKER_HOST=unix://<socket>.
@@ -67,7 +68,13 @@ class DockerExecutor final : public SupervisedExecutor {
   Status Start(const TaskLaunch& launch) override;
   std::string name() const override { return "docker"; }
 
+ protected:
+  // docker stop and docker kill of the task's container.
+  LaunchPlan AdoptionPlan(const TaskLaunch& launch) const override;
+
  private:
+  // What stopping the task's container runs, in `plan`.
+  void SetStopCommands(const TaskLaunch& launch, LaunchPlan* plan) const;
   DockerExecutorOptions options_;
 };
 

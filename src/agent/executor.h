@@ -53,6 +53,14 @@ struct TaskExit {
   bool operator==(const TaskExit&) const = default;
 };
 
+// A task an executor holds, as the agent reports it to the scheduler.
+struct HeldTask {
+  std::string task_id;
+  std::vector<int> gpu_indices;
+  int run = 0;
+  int64_t started_at_micros = 0;
+};
+
 // Why a task is stopped and how long it may take to exit after SIGTERM before it is killed.
 struct StopOrder {
   core::StopReason reason = core::StopReason::kCancel;
@@ -102,6 +110,24 @@ class Executor {
   // Shutdown that leaves tasks running (keep_tasks_on_exit): forgets every task without
   // signalling it; later Start() calls fail with FailedPrecondition.
   virtual void Detach() = 0;
+
+  // At start, before any Start(): adopts the tasks a previous agent process left running under
+  // their shims, and those that ended meanwhile (their exits come from Poll). Returns them;
+  // `lost` gets the ids of tasks whose shim is gone without a record of their end.
+  virtual std::vector<HeldTask> Reattach(std::vector<std::string>* lost) {
+    (void)lost;
+    return {};
+  }
+
+  // What the owner's loop must wait for besides its own events: descriptors that turn readable
+  // when the executor has work (e.g. the pidfd of a shim this process did not start and so gets
+  // no SIGCHLD for), and the unix time (micros) by which Poll must run next at the latest
+  // (INT64_MAX: nothing is due; an idle executor asks for nothing).
+  virtual std::vector<int> WakeFds() const { return {}; }
+  virtual int64_t NextPollMicros(int64_t now_micros) const {
+    (void)now_micros;
+    return INT64_MAX;
+  }
 
   // "process" or "docker".
   virtual std::string name() const = 0;

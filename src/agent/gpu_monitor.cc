@@ -61,9 +61,13 @@ void GpuMonitor::RefreshMetrics() {
                  devices.status().message());
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  devices_ = std::move(*devices);
-  Apply();
+  bool changed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    devices_ = std::move(*devices);
+    changed = Apply();
+  }
+  if (changed && options_.on_health_change) options_.on_health_change();
 }
 
 void GpuMonitor::CheckHealth() {
@@ -82,16 +86,20 @@ void GpuMonitor::CheckHealth() {
   } else {
     last_method_error_.clear();
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (faults.ok()) {
-    method_faults_.clear();
-    for (const GpuFault& f : *faults) method_faults_[f.index] = f.reason;
+  bool changed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (faults.ok()) {
+      method_faults_.clear();
+      for (const GpuFault& f : *faults) method_faults_[f.index] = f.reason;
+    }
+    program_fault_ = std::move(program_fault);
+    changed = Apply();
   }
-  program_fault_ = std::move(program_fault);
-  Apply();
+  if (changed && options_.on_health_change) options_.on_health_change();
 }
 
-void GpuMonitor::Apply() {
+bool GpuMonitor::Apply() {
   bool changed = false;
   for (GpuDevice& d : devices_) {
     auto it = method_faults_.find(d.index);
@@ -109,6 +117,7 @@ void GpuMonitor::Apply() {
     d.health_reason = std::move(reason);
   }
   if (changed) generation_++;
+  return changed;
 }
 
 void GpuMonitor::Loop() {

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,6 +32,9 @@ struct GpuMonitorOptions {
   std::chrono::milliseconds health_interval{30000};
   std::string health_check_program;  // Empty: none.
   std::chrono::milliseconds program_timeout{60000};
+  // Called on the monitor's thread when a GPU's health changes (health_generation is bumped),
+  // outside the monitor's lock.
+  std::function<void()> on_health_change;
 };
 
 struct GpuSnapshot {
@@ -62,8 +66,9 @@ class GpuMonitor {
 
  private:
   void Loop();
-  // Faults of the program (all GPUs) merged with the method's; applied to devices_.
-  void Apply();
+  // Faults of the program (all GPUs) merged with the method's; applied to devices_. True when a
+  // GPU's health changed.
+  bool Apply();
 
   std::unique_ptr<GpuDiscovery> discovery_;  // The monitor's thread only, after Start.
   const GpuMonitorOptions options_;

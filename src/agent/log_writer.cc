@@ -28,29 +28,35 @@ std::string LogCutLine(int64_t max_bytes) {
          " bytes (executor.max_log_bytes); further output is discarded\n";
 }
 
-int RunLogWriter(int in, int out, int64_t max_bytes) {
+LogCopier::LogCopier(int out, int64_t max_bytes) : out_(out), max_bytes_(max_bytes) {
   struct stat st {};
-  // An earlier run's output counts: the limit is the file's.
-  int64_t size = fstat(out, &st) == 0 ? st.st_size : 0;
-  bool cut = false;
-  char last = '\n';
+  size_ = fstat(out, &st) == 0 ? st.st_size : 0;
+}
+
+void LogCopier::Write(const char* data, size_t n) {
+  if (cut_ || n == 0) return;
+  const auto take =
+      static_cast<size_t>(std::clamp<int64_t>(max_bytes_ - size_, 0, static_cast<int64_t>(n)));
+  if (take > 0) {
+    WriteAll(out_, data, take);
+    size_ += static_cast<int64_t>(take);
+    last_ = data[take - 1];
+  }
+  if (take < n) {
+    cut_ = true;
+    const std::string marker = (last_ == '\n' ? "" : "\n") + LogCutLine(max_bytes_);
+    WriteAll(out_, marker.data(), marker.size());
+  }
+}
+
+int RunLogWriter(int in, int out, int64_t max_bytes) {
+  LogCopier copier(out, max_bytes);
   std::vector<char> buffer(size_t{64} << 10);
   while (true) {
     const ssize_t n = read(in, buffer.data(), buffer.size());
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    if (cut) continue;
-    const auto take = static_cast<size_t>(std::clamp<int64_t>(max_bytes - size, 0, n));
-    if (take > 0) {
-      WriteAll(out, buffer.data(), take);
-      size += static_cast<int64_t>(take);
-      last = buffer[take - 1];
-    }
-    if (take < static_cast<size_t>(n)) {
-      cut = true;
-      const std::string marker = (last == '\n' ? "" : "\n") + LogCutLine(max_bytes);
-      WriteAll(out, marker.data(), marker.size());
-    }
+    copier.Write(buffer.data(), static_cast<size_t>(n));
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <thread>
 
@@ -16,16 +17,15 @@
 #include "agent/epoch_file.h"
 #include "agent/finish_outbox.h"
 #include "agent/gpu_discovery.h"
-#include "agent/log_writer.h"
 #include "agent/proc_table.h"
 #include "agent/process_executor.h"
 #include "agent/session.h"
+#include "agent/task_shim.h"
 #include "common/child_process.h"
 #include "common/config.h"
 #include "common/flags.h"
 #include "common/grpc_runtime.h"
 #include "common/logging.h"
-#include "common/number.h"
 #include "common/tls_files.h"
 
 namespace dgpu::agent {
@@ -38,11 +38,12 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-// Tasks a previous agent process left behind (it was killed, or exited with
-// keep_tasks_on_exit): this process cannot wait for them or learn how they end, and the
-// scheduler has been told they are gone, so they are stopped before any new work starts. They
-// are found by their working directory (work_dir/<task_id>/...) and their DGPU_TASK_ID.
-int StopLeftoverTasks(const std::string& work_dir) {
+// Processes of tasks a previous agent process left behind that this one did not adopt (their
+// shim is gone, or an older release ran them without one): nobody can learn how they end, and
+// the scheduler treats them as lost when this agent registers without them, so they are stopped
+// before any new work starts. They are found by their working directory
+// (work_dir/<task_id>/...) and their DGPU_TASK_ID; the processes of adopted tasks are left be.
+int StopLeftoverTasks(const std::string& work_dir, const std::set<std::string>& adopted) {
   std::error_code ec;
   std::string root = std::filesystem::weakly_canonical(work_dir, ec).string();
   if (ec || root.empty()) return 0;
@@ -55,6 +56,7 @@ int StopLeftoverTasks(const std::string& work_dir) {
     if (c.size() <= root.size() + 1 || c.compare(0, root.size() + 1, root + "/") != 0) continue;
     std::string task_id = c.substr(root.size() + 1);
     task_id = task_id.substr(0, task_id.find('/'));
+    if (adopted.count(task_id) != 0) continue;
     if (!EnvironContains(p.pid, "DGPU_TASK_ID=" + task_id)) continue;
     kill(-p.pgid, SIGKILL);
     kill(p.pid, SIGKILL);
@@ -66,14 +68,16 @@ int StopLeftoverTasks(const std::string& work_dir) {
 
 std::string MethodName(common::GpuDetectionMethod m) { return std::string(common::ToString(m)); }
 
-// dgpu-log-writer beside this binary; else this binary itself (it runs as the writer with
-// --log-writer, at the cost of loading a larger program for each task).
-std::string LogWriterProgram() {
+// dgpu-task-shim beside this binary; else this binary itself (it runs as a shim with
+// --task-shim, at the cost of a larger program in memory beside each task).
+std::string ShimProgram() {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    std::string beside = (self.parent_path() / "dgpu-log-writer").string();
+    std::string beside = (self.parent_path() / "dgpu-task-shim").string();
     if (access(beside.c_str(), X_OK) == 0) return beside;
+    // An agent upgraded in place runs from a file that is gone: /proc/self/exe still works.
+    return self.string().find(" (deleted)") == std::string::npos ? self.string() : "/proc/self/exe";
   }
   return "/proc/self/exe";
 }
@@ -163,7 +167,7 @@ int Run(int argc, char** argv) {
     o.work_dir = cfg.executor.work_dir;
     o.kill_grace = cfg.executor.kill_grace_period;
     o.max_log_bytes = cfg.executor.max_log_bytes;
-    o.log_writer = LogWriterProgram();
+    o.shim = ShimProgram();
     o.docker_binary = cfg.executor.docker.binary;
     o.default_image = cfg.executor.docker.default_image;
     o.socket = cfg.executor.docker.socket;
@@ -175,7 +179,7 @@ int Run(int argc, char** argv) {
     o.work_dir = cfg.executor.work_dir;
     o.kill_grace = cfg.executor.kill_grace_period;
     o.max_log_bytes = cfg.executor.max_log_bytes;
-    o.log_writer = LogWriterProgram();
+    o.shim = ShimProgram();
     o.run_as_submitter = run_as_submitter;
     o.allow_root = cfg.executor.allow_root;
     if (run_as_submitter) {
@@ -189,7 +193,11 @@ int Run(int argc, char** argv) {
     executor = std::make_unique<ProcessExecutor>(std::move(o));
   }
 
-  StopLeftoverTasks(cfg.executor.work_dir);
+  std::vector<std::string> lost;
+  const std::vector<HeldTask> adopted = executor->Reattach(&lost);
+  std::set<std::string> adopted_ids;
+  for (const auto& t : adopted) adopted_ids.insert(t.task_id);
+  StopLeftoverTasks(cfg.executor.work_dir, adopted_ids);
 
   auto outbox = FinishOutbox::Open(cfg.executor.work_dir);
   if (!outbox.ok()) return Fail(outbox.status().message());
@@ -204,6 +212,7 @@ int Run(int argc, char** argv) {
   AgentSession session(cfg, agent_id, std::move(discovery), std::move(executor), std::move(*outbox),
                        *epoch);
   session.SetInstanceId(*instance);
+  session.AdoptTasks(adopted);
   session.SetTls(std::move(tls));
   std::thread waiter([&] {
     int sig = 0;
@@ -232,11 +241,9 @@ int Run(int argc, char** argv) {
 }  // namespace dgpu::agent
 
 int main(int argc, char** argv) {
-  // The log writer of one task (log_writer.h), started by the agent itself: no flags, no config.
-  if (argc == 3 && std::string_view(argv[1]) == dgpu::agent::kLogWriterFlag) {
-    auto max = dgpu::common::ParseInt64(argv[2], dgpu::agent::kLogWriterFlag);
-    if (!max.ok() || *max < 0) return 2;
-    return dgpu::agent::RunLogWriter(0, 1, *max);
+  // The shim of one task (task_shim.h), started by the agent itself: no flags, no config.
+  if (argc > 1 && std::string_view(argv[1]) == dgpu::agent::kTaskShimFlag) {
+    return dgpu::agent::RunTaskShim(argc, argv);
   }
   return dgpu::agent::Run(argc, argv);
 }

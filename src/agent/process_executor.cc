@@ -43,8 +43,7 @@ std::vector<std::string> MergeEnvironment(
 ProcessExecutor::ProcessExecutor(ProcessExecutorOptions options)
     : SupervisedExecutor(SupervisorOptions{options.work_dir, options.kill_grace,
                                            options.child_subreaper, std::chrono::milliseconds(1000),
-                                           options.clock, options.max_log_bytes,
-                                           options.log_writer}),
+                                           options.clock, options.max_log_bytes, options.shim}),
       options_(std::move(options)) {}
 
 std::vector<std::string> ProcessExecutor::BuildEnvironment(const TaskLaunch& launch) const {

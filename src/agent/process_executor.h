@@ -25,10 +25,11 @@ namespace dgpu::agent {
 struct ProcessExecutorOptions {
   std::string work_dir;
   std::chrono::milliseconds kill_grace{10000};
-  // executor.max_log_bytes: > 0 runs each task's output through a log writer (log_writer.h).
+  // executor.max_log_bytes: > 0: the task's shim cuts its log at this size (log_writer.h).
   int64_t max_log_bytes = 0;
-  // The program that is the log writer (`PROGRAM --log-writer N`): the agent binary.
-  std::string log_writer = "/proc/self/exe";
+  // The task shim (task_shim.h), run as `PROGRAM --task-shim 1 ...`: dgpu-task-shim, or the
+  // agent binary itself.
+  std::string shim = "/proc/self/exe";
   bool child_subreaper = true;
   std::string shell = "/bin/sh";
   // Base environment ("KEY=VALUE"); nullopt = the agent's environment at Start().

@@ -1,11 +1,14 @@
 #include "agent/session.h"
 
 #include <grpcpp/grpcpp.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <set>
 #include <thread>
@@ -130,18 +133,34 @@ struct AgentSession::Report {
   grpc::Status status;
 };
 
-void AgentSession::Waker::Wake() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_ = true;
-  }
-  cv_.notify_one();
+AgentSession::Waker::Waker() : fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (fd_ < 0) spdlog::error("eventfd: {}; the agent's loop wakes every 20 ms", strerror(errno));
 }
 
-void AgentSession::Waker::Wait(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [this] { return pending_; });
-  pending_ = false;
+AgentSession::Waker::~Waker() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void AgentSession::Waker::Wake() {
+  const uint64_t one = 1;
+  if (fd_ >= 0) {
+    ssize_t ignored = write(fd_, &one, sizeof(one));
+    (void)ignored;
+  }
+}
+
+void AgentSession::Waker::Wait(std::chrono::milliseconds timeout, const std::vector<int>& fds) {
+  std::vector<pollfd> polled;
+  polled.reserve(fds.size() + 1);
+  if (fd_ >= 0) polled.push_back({fd_, POLLIN, 0});
+  for (int fd : fds) polled.push_back({fd, POLLIN, 0});
+  const auto limit = fd_ >= 0 ? timeout : std::min(timeout, std::chrono::milliseconds(20));
+  const int n = poll(polled.data(), polled.size(), static_cast<int>(limit.count()));
+  if (n > 0 && fd_ >= 0 && (polled[0].revents & POLLIN) != 0) {
+    uint64_t count = 0;
+    ssize_t ignored = read(fd_, &count, sizeof(count));
+    (void)ignored;
+  }
 }
 
 AgentSession::AgentSession(common::AgentConfig config, std::string agent_id,
@@ -155,7 +174,8 @@ AgentSession::AgentSession(common::AgentConfig config, std::string agent_id,
                             .health_interval = config_.gpu.health_check_interval,
                             .health_check_program = config_.gpu.health_check_program,
                             .program_timeout = std::min<std::chrono::milliseconds>(
-                                config_.gpu.health_check_interval, std::chrono::seconds(60))})),
+                                config_.gpu.health_check_interval, std::chrono::seconds(60)),
+                            .on_health_change = [this] { waker_.Wake(); }})),
       executor_(std::move(executor)),
       outbox_(std::move(outbox)),
       highest_epoch_(highest_epoch),
@@ -167,6 +187,7 @@ AgentSession::AgentSession(common::AgentConfig config, std::string agent_id,
 }
 
 AgentSession::~AgentSession() {
+  gpus_->Stop();  // Its thread wakes waker_.
   conn_.reset();  // Joins the stream's reader, which wakes waker_, before members go.
   // Answers reference this object: wait for every call still in flight.
   for (auto& [id, report] : reports_in_flight_) report->ctx.TryCancel();
@@ -325,6 +346,15 @@ void AgentSession::ReportRefusal(const TaskLaunch& launch, const std::string& wh
   if (Status s = outbox_.Add(e); !s.ok()) spdlog::error("cannot record refusal: {}", s.message());
   next_finish_retry_ = 0;
   waker_.Wake();
+}
+
+void AgentSession::AdoptTasks(const std::vector<HeldTask>& tasks) {
+  for (const auto& t : tasks) {
+    task_gpus_[t.task_id] = {t.gpu_indices, t.run};
+    spdlog::info("re-attached to {} (run {}, GPUs {}, started {}) left by a previous agent process",
+                 t.task_id, t.run, JoinGpuIndices(t.gpu_indices),
+                 common::FormatRfc3339(t.started_at_micros));
+  }
 }
 
 void AgentSession::StartTask(const std::string& task_id, const TaskLaunch& launch, uint64_t epoch) {
@@ -635,6 +665,30 @@ void AgentSession::SweepTaskFiles(int64_t now) {
       });
 }
 
+std::chrono::milliseconds AgentSession::NextWake(int64_t now) const {
+  int64_t next = now + 60'000'000;
+  if (stop_.load()) return std::chrono::milliseconds(0);
+  if (conn_) {
+    next = std::min(next, next_heartbeat_);
+    if (outbox_.size() + unpersisted_.size() > reports_in_flight_.size()) {
+      next = std::min(next, next_finish_retry_);
+    }
+  } else {
+    next = std::min(next, next_attempt_);
+  }
+  if (!unpersisted_.empty()) next = std::min(next, next_persist_retry_);
+  if (config_.executor.retention.count() > 0) next = std::min(next, next_sweep_);
+  const int64_t cut_off = ToMicros(config_.agent.stop_tasks_after_disconnect);
+  if (cut_off > 0 && !stopped_for_disconnect_ && !task_gpus_.empty()) {
+    next = std::min(next, last_contact_ + cut_off);
+  }
+  const int64_t unix_now = common::NowMicros();
+  const int64_t poll_at = executor_->NextPollMicros(unix_now);
+  if (poll_at != INT64_MAX) next = std::min(next, now + std::max<int64_t>(poll_at - unix_now, 0));
+  // Rounded up: a wake a little early would only find nothing due and sleep again.
+  return std::chrono::milliseconds(std::max<int64_t>((next - now + 999) / 1000, 0));
+}
+
 void AgentSession::Shutdown() {
   if (config_.executor.keep_tasks_on_exit) {
     spdlog::info("leaving {} tasks running (keep_tasks_on_exit)", executor_->Running().size());
@@ -693,8 +747,8 @@ int AgentSession::Run() {
       }
       if (conn_) RetryReports(now, false);
     }
-    // Sleep until an order, an answer, a child's exit (SIGCHLD) or the tick for timeouts.
-    waker_.Wait(std::chrono::milliseconds(conn_ ? 20 : 50));
+    // Sleep until an order, an answer, a child's exit (SIGCHLD), a shim's end or what is due.
+    waker_.Wait(NextWake(Mono()), executor_->WakeFds());
   }
   spdlog::info("dgpu-agent stopping");
   Shutdown();

@@ -19,8 +19,10 @@
 //     max_retry_interval, alternating master and standby addresses, following whichever answers
 //     as leader; orders from an epoch lower than the highest seen are ignored.
 // The loop sleeps until something happens: an order arrives on the stream, a report completes,
-// Wake() is called (main() calls it on SIGCHLD, so a task's exit is seen at once), or a short
-// tick for timeouts and heartbeats passes.
+// Wake() is called (main() calls it on SIGCHLD, so a task's exit is seen at once; the GPU monitor
+// when a GPU's health changes), an adopted task's shim ends (its pidfd), or the next thing that
+// is due: a heartbeat, a reconnection, a retry, the retention sweep, a task's timeout or kill.
+// An idle agent wakes for its heartbeats only (NextWake).
 // Stop() (from a signal handler thread) ends Run(): tasks are stopped and reported, or left
 // running when keep_tasks_on_exit.
 #pragma once
@@ -72,19 +74,25 @@ class AgentSession {
   void Wake() { waker_.Wake(); }
   // Sent with every registration (LoadOrCreateInstanceId); before Run.
   void SetInstanceId(std::string id) { instance_id_ = std::move(id); }
+  // The tasks the executor re-attached to (Executor::Reattach): reported as running when the
+  // agent registers, so the scheduler keeps them where they run. Before Run.
+  void AdoptTasks(const std::vector<HeldTask>& tasks);
   // scheduler.tls, checked (tls_files.h): gRPC over TLS; nullopt: plain text. Before Run.
   void SetTls(std::optional<common::TlsMaterial> tls) { tls_ = std::move(tls); }
 
-  // Wakes the owner thread from other threads.
+  // Wakes the owner thread from other threads (an eventfd).
   class Waker {
    public:
+    Waker();
+    ~Waker();
+    Waker(const Waker&) = delete;
+    Waker& operator=(const Waker&) = delete;
     void Wake();
-    void Wait(std::chrono::milliseconds timeout);
+    // Sleeps until Wake() (since the last Wait), one of `fds` is readable, or `timeout`.
+    void Wait(std::chrono::milliseconds timeout, const std::vector<int>& fds = {});
 
    private:
-    std::mutex mu_;
-    std::condition_variable cv_;
-    bool pending_ = false;  // GUARDED_BY(mu_)
+    int fd_ = -1;
   };
 
  private:
@@ -131,6 +139,8 @@ class AgentSession {
   // Fails for an epoch lower than the highest seen, and for a higher one that cannot be stored.
   Status AcceptEpoch(uint64_t epoch);
   void Shutdown();
+  // How long the loop may sleep from `now` (monotonic micros): until the earliest thing due.
+  std::chrono::milliseconds NextWake(int64_t now) const;
   // agent.stop_tasks_after_disconnect: stops every task once no scheduler answered for that
   // long (once per disconnection).
   void StopTasksIfCutOff(int64_t now);

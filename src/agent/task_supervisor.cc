@@ -1,22 +1,28 @@
 #include "agent/task_supervisor.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <deque>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <unordered_map>
 #include <utility>
 
-#include "agent/log_writer.h"
 #include "agent/proc_table.h"
+#include "agent/task_shim.h"
 #include "common/child_process.h"
 
 namespace dgpu::agent {
@@ -28,8 +34,8 @@ constexpr int64_t kMicrosPerSecond = 1000000;
 constexpr int64_t kHelperLimitMicros = 60 * kMicrosPerSecond;
 // How long StopAll waits for processes after SIGKILL before giving up on them.
 constexpr auto kStopAllKillWait = std::chrono::seconds(5);
-// How long a log writer may take to copy what is left in its pipe once the task has ended.
-constexpr int64_t kWriterDrainMicros = 2 * kMicrosPerSecond;
+// Run records this agent reads (task_shim.h: the protocol of the shims it adopts).
+constexpr int kRunRecordVersion = 1;
 
 int64_t SystemClockMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -70,6 +76,9 @@ void AppendLine(int fd, const std::string& line) {
 
 TaskSupervisor::TaskSupervisor(SupervisorOptions options) : options_(std::move(options)) {
   if (!options_.clock) options_.clock = SystemClockMicros;
+  if (!options_.work_dir.empty()) {
+    if (Status s = MakeDirs(RunDir()); !s.ok()) spdlog::error("executor: {}", s.message());
+  }
   if (options_.child_subreaper) {
     subreaper_active_ = prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
   }
@@ -83,6 +92,55 @@ TaskSupervisor::~TaskSupervisor() {
 
 std::string TaskSupervisor::LogPath(const std::string& task_id) const {
   return options_.work_dir + "/" + task_id + ".log";
+}
+
+std::string TaskSupervisor::RunRecordPath(const std::string& task_id) const {
+  return RunDir() + "/" + task_id + ".task";
+}
+
+std::string TaskSupervisor::ExitRecordPath(const std::string& task_id) const {
+  return RunDir() + "/" + task_id + ".exit";
+}
+
+std::string TaskSupervisor::RecordPrefix(const std::string& task_id) const {
+  return RunDir() + "/" + task_id;
+}
+
+void TaskSupervisor::RemoveRecords(const std::string& task_id) const {
+  for (const char* suffix : {".task", ".pids", ".exit"}) {
+    unlink((RecordPrefix(task_id) + suffix).c_str());
+  }
+}
+
+void TaskSupervisor::WriteRunRecord(const Task& task) const {
+  const TaskLaunch& l = task.launch;
+  nlohmann::json j = {{"version", kRunRecordVersion},
+                      {"task_id", l.task_id},
+                      {"run", l.run},
+                      {"command", l.command},
+                      {"image", l.image},
+                      {"user", l.user},
+                      {"gpu_indices", l.gpu_indices},
+                      {"timeout_seconds", l.timeout_seconds},
+                      {"array_index", l.array_index},
+                      {"array_size", l.array_size},
+                      {"started_at", task.started_micros}};
+  // Not synced: the record has to outlive the agent process, not the machine (a task does not
+  // outlive its machine either).
+  const std::string path = RunRecordPath(l.task_id);
+  const std::string temp = path + ".tmp";
+  const std::string text = j.dump() + "\n";
+  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const bool ok = fd >= 0 &&
+                  write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                  close(fd) == 0 && rename(temp.c_str(), path.c_str()) == 0;
+  if (!ok) {
+    spdlog::error(
+        "cannot write the run record {} ({}): {} will not be adopted after an agent "
+        "restart",
+        path, strerror(errno), l.task_id);
+    unlink(temp.c_str());
+  }
 }
 
 Status TaskSupervisor::CheckAccept(const TaskLaunch& launch) const {
@@ -146,50 +204,26 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
       return start_failed(why);
     }
   }
-  // With a log writer the task writes to a pipe; the task is started first, its writer right
-  // after (the pipe holds what the task writes meanwhile).
-  int pipe_fds[2] = {-1, -1};
-  if (options_.max_log_bytes > 0 && pipe2(pipe_fds, O_CLOEXEC) != 0) {
-    const std::string why = std::string("cannot make the log pipe: ") + strerror(errno);
-    AppendLine(log_fd, "dgpu: task did not start: " + why);
-    close(log_fd);
-    return start_failed(why);
-  }
-  const int output_fd = pipe_fds[1] >= 0 ? pipe_fds[1] : log_fd;
-  common::SpawnOptions spawn;
-  spawn.argv = plan.argv;
-  spawn.env = plan.env;
-  spawn.working_dir = task_dir;
-  spawn.stdout_fd = output_fd;
-  spawn.stderr_fd = output_fd;
-  StatusOr<pid_t> pid = common::SpawnChild(spawn);
-  if (pipe_fds[1] >= 0) close(pipe_fds[1]);  // The writer sees the end once the task's are shut.
-  pid_t writer = 0;
-  if (pid.ok() && pipe_fds[0] >= 0) {
-    StatusOr<pid_t> started = StartLogWriter(pipe_fds[0], log_fd);
-    if (!started.ok()) {
-      // Its output would have nowhere to go: the task is stopped before it does anything.
-      killpg(*pid, SIGKILL);
-      helpers_.push_back({*pid, launch.task_id, now});
-      pid = Status(started.status().code(),
-                   "cannot start the log writer: " + started.status().message());
-    } else {
-      writer = *started;
-    }
-  }
-  if (pipe_fds[0] >= 0) close(pipe_fds[0]);
-  if (!pid.ok()) AppendLine(log_fd, "dgpu: task did not start: " + pid.status().message());
-  close(log_fd);
-  if (!pid.ok()) return start_failed(pid.status().message());
-
   Task task;
-  task.writer = writer;
   task.launch = launch;
   task.plan = plan;
-  task.leader = *pid;
-  ObservePid(*pid);  // A pid just handed out is itself a reading of the counter.
+  task.started_micros = now;
+  // A record of an earlier run of this id is not this run's.
+  RemoveRecords(launch.task_id);
+  collected_.erase(std::remove(collected_.begin(), collected_.end(), launch.task_id),
+                   collected_.end());
+  // Before the shim: its task's command runs only once the shim has noted who runs it, so an
+  // agent started later finds both records for every command that ran.
+  WriteRunRecord(task);
+  Status started = StartShim(task, task_dir, log_fd);
+  if (!started.ok()) AppendLine(log_fd, "dgpu: task did not start: " + started.message());
+  close(log_fd);
+  if (!started.ok()) {
+    RemoveRecords(launch.task_id);
+    return start_failed(started.message());
+  }
+  ObservePid(task.leader);  // A pid just handed out is itself a reading of the counter.
   task.pid_epoch = pid_epoch_;
-  if (auto stat = ReadProcStat(*pid)) task.leader_start_time = stat->start_time;
   if (launch.timeout_seconds > 0) {
     task.deadline_micros = now + launch.timeout_seconds * kMicrosPerSecond;
   }
@@ -317,7 +351,10 @@ void TaskSupervisor::Scan(bool partial) {
     // The session and group keep the leader's pid as id even after the leader is reaped, and
     // the kernel does not recycle a pid while a session or group uses it.
     for (const auto& p : procs) {
-      if (p.pid != task.leader && (p.sid == task.leader || p.pgid == task.leader)) {
+      if (p.pid == task.leader) continue;
+      // The shim's children other than the leader are orphans of the task it adopted.
+      if (p.sid == task.leader || p.pgid == task.leader ||
+          (p.ppid == task.shim && task.shim != 0 && !task.shim_done)) {
         roots.push_back(p.pid);
       }
     }
@@ -357,8 +394,8 @@ void TaskSupervisor::Scan(bool partial) {
 }
 
 void TaskSupervisor::Signal(Task& task, int sig) {
-  if (!task.leader_status.has_value()) {
-    // The unreaped leader pins its pid, so the group id cannot belong to anyone else.
+  if (!task.leader_status.has_value() && LeaderAlive(task)) {
+    // While the leader lives its group id cannot belong to anyone else.
     killpg(task.leader, sig);
     kill(task.leader, sig);
   }
@@ -446,34 +483,225 @@ void TaskSupervisor::ReapHelpers(int64_t now_micros, bool force) {
   }
 }
 
-StatusOr<pid_t> TaskSupervisor::StartLogWriter(int pipe_fd, int log_fd) {
+Status TaskSupervisor::StartShim(Task& task, const std::string& task_dir, int log_fd) {
+  // Found here, on the agent's PATH, so that a missing program is named as the agent names it.
+  if (task.plan.argv.empty()) return InvalidArgument("empty argv");
+  StatusOr<std::string> program = common::FindExecutable(task.plan.argv[0]);
+  if (!program.ok()) return program.status();
+  int hello[2];
+  if (pipe2(hello, O_CLOEXEC) != 0) {
+    return Internal(std::string("cannot make the shim's pipe: ") + strerror(errno));
+  }
   common::SpawnOptions spawn;
-  spawn.argv = {options_.log_writer, kLogWriterFlag, std::to_string(options_.max_log_bytes)};
-  spawn.stdin_fd = pipe_fd;
+  spawn.argv = {options_.shim,
+                kTaskShimFlag,
+                std::to_string(kTaskShimProtocol),
+                RecordPrefix(task.launch.task_id),
+                std::to_string(options_.max_log_bytes),
+                "--"};
+  spawn.argv.push_back(*program);
+  spawn.argv.insert(spawn.argv.end(), task.plan.argv.begin() + 1, task.plan.argv.end());
+  spawn.env = task.plan.env;
+  spawn.working_dir = task_dir;
+  spawn.stdin_fd = hello[1];
   spawn.stdout_fd = log_fd;
-  return common::SpawnChild(spawn);
+  spawn.stderr_fd = log_fd;
+  StatusOr<pid_t> pid = common::SpawnChild(spawn);
+  close(hello[1]);
+  if (!pid.ok()) {
+    close(hello[0]);
+    return Status(pid.status().code(), "cannot start the task's shim: " + pid.status().message());
+  }
+  // One line, written right after the shim forked the leader.
+  std::string line;
+  const auto deadline = std::chrono::steady_clock::now() + options_.shim_answer_timeout;
+  char buffer[512];
+  while (line.find('\n') == std::string::npos && line.size() < 4096) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{hello[0], POLLIN, 0};
+    const int n = poll(&p, 1, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    const ssize_t r = read(hello[0], buffer, sizeof(buffer));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    line.append(buffer, static_cast<size_t>(r));
+  }
+  close(hello[0]);
+  const size_t newline = line.find('\n');
+  std::optional<ShimHello> parsed =
+      newline == std::string::npos ? std::nullopt : ParseShimHello(line.substr(0, newline));
+  if (!parsed.has_value() || !parsed->ok) {
+    // It exits by itself after an error; one that did not answer is made to.
+    if (!parsed.has_value()) kill(*pid, SIGKILL);
+    helpers_.push_back({*pid, task.launch.task_id, options_.clock()});
+    if (parsed.has_value()) return FailedPrecondition(parsed->error);
+    return Unavailable("the task's shim (" + options_.shim + ") did not answer within " +
+                       std::to_string(options_.shim_answer_timeout.count()) + " ms");
+  }
+  task.shim = *pid;
+  if (auto stat = ReadProcStat(*pid)) task.shim_start_time = stat->start_time;
+  task.leader = parsed->leader;
+  task.leader_start_time = parsed->leader_start_time;
+  return OkStatus();
 }
 
-bool TaskSupervisor::WriterDone(Task& task, int64_t now_micros) {
-  if (task.writer == 0) return true;
-  if (common::TryReapChild(task.writer).has_value()) {
-    task.writer = 0;
-    return true;
+std::map<std::string, TaskSupervisor::Task>::iterator TaskSupervisor::Erase(
+    std::map<std::string, Task>::iterator it) {
+  if (it->second.shim_pidfd >= 0) close(it->second.shim_pidfd);
+  return tasks_.erase(it);
+}
+
+std::vector<int> TaskSupervisor::WakeFds() const {
+  std::vector<int> fds;
+  if (detached_) return fds;
+  for (const auto& [id, task] : tasks_) {
+    if (task.shim_pidfd >= 0 && !task.shim_done) fds.push_back(task.shim_pidfd);
   }
-  if (!task.writer_deadline_micros.has_value()) {
-    task.writer_deadline_micros = now_micros + kWriterDrainMicros;
-  } else if (now_micros >= *task.writer_deadline_micros) {
-    // Something the supervisor does not follow still holds the pipe open.
-    kill(task.writer, SIGKILL);
+  return fds;
+}
+
+int64_t TaskSupervisor::NextPollMicros(int64_t now_micros) const {
+  if (detached_) return INT64_MAX;
+  if (!pending_exits_.empty() || !collected_.empty() || (force_scan_ && !tasks_.empty())) {
+    return now_micros;
   }
-  return false;
+  int64_t next = INT64_MAX;
+  for (const auto& [id, task] : tasks_) {
+    if (task.phase == Phase::kRunning && task.deadline_micros > 0) {
+      next = std::min(next, task.deadline_micros);
+    }
+    if (task.kill_at_micros.has_value() && !task.kill_sent) {
+      next = std::min(next, *task.kill_at_micros);
+    }
+    // A stopping or ended task is followed closely (its processes are being signalled).
+    if (task.phase != Phase::kRunning || task.shim_done) {
+      next = std::min(next, now_micros + 50 * kMicrosPerMilli);
+    }
+  }
+  // While tasks run: the periodic scan (new processes, the pid counter), which also finds a
+  // leader that ended while its shim waits for the rest of the task.
+  if (!tasks_.empty()) {
+    next = std::min(next, last_scan_micros_ + options_.scan_interval.count() * kMicrosPerMilli);
+  }
+  for (const auto& h : helpers_) next = std::min(next, h.started_micros + kHelperLimitMicros);
+  if (!helpers_.empty()) next = std::min(next, now_micros + kMicrosPerSecond);
+  return next;
+}
+
+bool TaskSupervisor::ShimDone(Task& task) {
+  if (task.shim_done) return true;
+  if (task.own_shim) {
+    task.shim_done = common::TryReapChild(task.shim).has_value();
+  } else {
+    auto stat = ReadProcStat(task.shim);
+    task.shim_done = !stat || stat->start_time != task.shim_start_time || stat->zombie();
+  }
+  return task.shim_done;
+}
+
+bool TaskSupervisor::LeaderAlive(const Task& task) const {
+  auto stat = ReadProcStat(task.leader);
+  return stat && stat->start_time == task.leader_start_time && !stat->zombie();
+}
+
+std::vector<HeldTask> TaskSupervisor::Reattach(
+    const std::function<LaunchPlan(const TaskLaunch&)>& plan, std::vector<std::string>* lost) {
+  std::vector<HeldTask> held;
+  std::error_code ec;
+  std::vector<std::string> records;
+  for (const auto& entry : std::filesystem::directory_iterator(RunDir(), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".task") == 0) {
+      records.push_back(name.substr(0, name.size() - 5));
+    }
+  }
+  std::sort(records.begin(), records.end());
+  ObservePids();
+  for (const std::string& id : records) {
+    Task task;
+    try {
+      std::FILE* f = std::fopen(RunRecordPath(id).c_str(), "re");
+      if (f == nullptr) continue;
+      nlohmann::json j = nlohmann::json::parse(f);
+      std::fclose(f);
+      if (j.at("version").get<int>() != kRunRecordVersion) {
+        throw std::runtime_error("version " + j.at("version").dump() + " is not known");
+      }
+      TaskLaunch& l = task.launch;
+      l.task_id = j.at("task_id").get<std::string>();
+      if (l.task_id != id) throw std::runtime_error("it names task " + l.task_id);
+      l.run = j.at("run").get<int>();
+      l.command = j.at("command").get<std::string>();
+      l.image = j.at("image").get<std::string>();
+      l.user = j.at("user").get<std::string>();
+      l.gpu_indices = j.at("gpu_indices").get<std::vector<int>>();
+      l.timeout_seconds = j.at("timeout_seconds").get<int64_t>();
+      l.array_index = j.at("array_index").get<int>();
+      l.array_size = j.at("array_size").get<int>();
+      task.started_micros = j.at("started_at").get<int64_t>();
+    } catch (const std::exception& e) {
+      spdlog::error("run record {} cannot be read ({}): removed; the task is not adopted",
+                    RunRecordPath(id), e.what());
+      RemoveRecords(id);
+      if (lost != nullptr) lost->push_back(id);
+      continue;
+    }
+    task.own_shim = false;
+    auto pids = ReadShimPidsRecord(RecordPrefix(id) + ".pids");
+    if (!pids.has_value()) {
+      // The agent died before the shim noted its leader: the task's command never ran (the
+      // leader waits for that note).
+      spdlog::warn("{} had not started when the previous agent process ended: not adopted", id);
+      RemoveRecords(id);
+      if (lost != nullptr) lost->push_back(id);
+      continue;
+    }
+    task.shim = pids->shim;
+    task.shim_start_time = pids->shim_start_time;
+    task.leader = pids->leader;
+    task.leader_start_time = pids->leader_start_time;
+    // pidfd first, then the start time check: the descriptor is then surely the shim's.
+    task.shim_pidfd = static_cast<int>(syscall(SYS_pidfd_open, task.shim, 0));
+    if (task.shim_pidfd >= 0) fcntl(task.shim_pidfd, F_SETFD, FD_CLOEXEC);
+    auto record = ReadShimExitRecord(ExitRecordPath(id));
+    if (ShimDone(task) && !record.has_value()) {
+      if (task.shim_pidfd >= 0) close(task.shim_pidfd);
+      spdlog::warn(
+          "the shim of {} (pid {}) has ended without recording how its task ended "
+          "(the node restarted, or it was killed): the task is not adopted",
+          id, task.shim);
+      RemoveRecords(id);
+      if (lost != nullptr) lost->push_back(id);
+      continue;
+    }
+    if (record.has_value()) {
+      task.leader_status = record->wait_status;
+      if (task.shim_done) task.finished_at_micros = record->unix_micros;
+    }
+    task.plan = plan(task.launch);
+    task.pid_epoch = pid_epoch_ + 1;  // Unknown: only full scans find its processes.
+    if (task.launch.timeout_seconds > 0) {
+      task.deadline_micros = task.started_micros + task.launch.timeout_seconds * kMicrosPerSecond;
+    }
+    held.push_back({id, task.launch.gpu_indices, task.launch.run, task.started_micros});
+    tasks_.emplace(id, std::move(task));
+  }
+  force_scan_ = !tasks_.empty();
+  return held;
 }
 
 TaskExit TaskSupervisor::MakeExit(const Task& task, int64_t now_micros) const {
   TaskExit exit;
   exit.task_id = task.launch.task_id;
   exit.run = task.launch.run;
-  exit.finished_at_unix_micros = now_micros;
+  exit.finished_at_unix_micros = task.finished_at_micros.value_or(now_micros);
+  if (!task.lost.empty()) {
+    exit.error = task.lost;
+    return exit;
+  }
   if (task.leader_status.has_value()) {
     const int status = *task.leader_status;
     if (WIFEXITED(status)) {
@@ -494,13 +722,31 @@ TaskExit TaskSupervisor::MakeExit(const Task& task, int64_t now_micros) const {
 }
 
 std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadlines) {
+  for (const auto& id : collected_) {
+    if (tasks_.count(id) == 0) RemoveRecords(id);
+  }
+  collected_.clear();
   std::vector<TaskExit> exits = std::move(pending_exits_);
   pending_exits_.clear();
   bool changed = force_scan_;
   for (auto& [id, task] : tasks_) {
     if (!task.leader_status.has_value()) {
-      task.leader_status = common::TryReapChild(task.leader);
-      if (task.leader_status.has_value()) changed = true;
+      if (auto record = ReadShimExitRecord(ExitRecordPath(id))) {
+        task.leader_status = record->wait_status;
+        changed = true;
+      } else if (ShimDone(task)) {
+        // Killed before its leader ended (or before it could say so): nobody can learn how the
+        // task ends. Its processes are stopped.
+        task.lost = "supervisor_lost: the task's shim (pid " + std::to_string(task.shim) +
+                    ") ended before the task";
+        task.leader_status = -1;
+        if (LeaderAlive(task)) {
+          killpg(task.leader, SIGKILL);
+          kill(task.leader, SIGKILL);
+        }
+        task.member_signal = SIGKILL;
+        changed = true;
+      }
     }
     if (task.phase != Phase::kRunning) changed = true;
   }
@@ -540,9 +786,10 @@ std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadli
         !task.kill_sent) {
       SendKill(task, now_micros);
     }
-    if (task.leader_status.has_value() && task.members.empty() && WriterDone(task, now_micros)) {
+    if (task.leader_status.has_value() && task.members.empty() && ShimDone(task)) {
       exits.push_back(MakeExit(task, now_micros));
-      it = tasks_.erase(it);
+      collected_.push_back(it->first);
+      it = Erase(it);
     } else {
       ++it;
     }
@@ -575,8 +822,11 @@ std::vector<TaskExit> TaskSupervisor::StopAll(std::chrono::milliseconds grace) {
     }
     if (give_up.has_value() && now >= *give_up) {
       // Processes that survive SIGKILL this long are stuck in the kernel; report them anyway.
-      for (auto& [id, task] : tasks_) exits.push_back(MakeExit(task, options_.clock()));
-      tasks_.clear();
+      for (auto it = tasks_.begin(); it != tasks_.end();) {
+        exits.push_back(MakeExit(it->second, options_.clock()));
+        collected_.push_back(it->first);
+        it = Erase(it);
+      }
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -587,12 +837,16 @@ std::vector<TaskExit> TaskSupervisor::StopAll(std::chrono::milliseconds grace) {
     if (!helpers_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   ReapHelpers(options_.clock(), /*force=*/true);
+  for (const auto& id : collected_) RemoveRecords(id);
+  collected_.clear();
   return exits;
 }
 
 void TaskSupervisor::Detach() {
+  for (const auto& id : collected_) RemoveRecords(id);
+  collected_.clear();
   detached_ = true;
-  tasks_.clear();
+  for (auto it = tasks_.begin(); it != tasks_.end();) it = Erase(it);
   helpers_.clear();
   pending_exits_.clear();
 }

@@ -1,16 +1,25 @@
 // TaskSupervisor: the process machinery shared by ProcessExecutor and DockerExecutor.
 //
-// Each task is one child (the "leader") started in a new session, so it leads its own process
-// group. The supervisor follows everything the task starts: the leader's session and process
-// group, every descendant (by parent pid), and - because the agent is made a child subreaper -
-// processes that escaped with setsid() and were re-parented to the agent, recognised by the
-// DGPU_TASK_ID=<id> entry they inherited. Processes are identified by (pid, start time), so a
-// recycled pid is never signalled.
+// Each task runs under a shim of its own (task_shim.h), the task's parent, started in a new
+// session; the task's first process (the "leader") leads another session and process group.
+// The supervisor follows everything the task starts: the leader's session and process group,
+// every descendant (by parent pid), and the shim's other children (processes that escaped with
+// setsid() and were re-parented to the shim, a child subreaper). Processes are identified by
+// (pid, start time), so a recycled pid is never signalled. The leader's exit status comes from
+// the shim's exit record; a task has ended when its leader's status is known, no tracked process
+// remains and its shim has ended.
+//
+// Each task also has a run record, <work_dir>/.run/<task_id>.task (its launch), written before
+// its shim starts, beside which the shim writes <task_id>.pids (itself and the leader, before
+// the task's command runs) and <task_id>.exit; all are removed once the task's exit has been
+// returned and the next Poll runs.
+// An agent process that starts with the same work_dir calls Reattach(): it adopts every task
+// whose shim still runs (same pids, same run, nothing restarted), and the tasks whose shim has
+// ended with an exit record (they ended while no agent ran) finish with their real exit status.
 //
 // Stopping (a stop order, a timeout, or leftovers after the leader exited): SIGTERM to the
 // process group and every tracked process (or the plan's stop command, e.g. `docker stop -t N`),
-// then SIGKILL to all of them after the grace period: the order's, else the configured one. A
-// task finishes when its leader is reaped and no tracked process remains.
+// then SIGKILL to all of them after the grace period: the order's, else the configured one.
 //
 // Not thread-safe: one owner thread. Children are spawned through SpawnChild (child_process.h).
 #pragma once
@@ -41,10 +50,12 @@ struct SupervisorOptions {
   std::chrono::milliseconds scan_interval{1000};
   // Unix time in microseconds; used for start times (timeouts) and StopAll/start-failure stamps.
   std::function<int64_t()> clock;
-  // > 0: the task's stdout and stderr go through a log writer (log_writer.h) that cuts the log
-  // at this size; 0: the task writes to its log itself.
+  // > 0: the shim copies the task's stdout and stderr to its log and cuts it at this size
+  // (log_writer.h); 0: the task writes to its log itself.
   int64_t max_log_bytes = 0;
-  std::string log_writer = "/proc/self/exe";  // Run as `log_writer --log-writer N`.
+  std::string shim = "/proc/self/exe";  // Run as `shim --task-shim 1 ...` (task_shim.h).
+  // How long Start waits for a shim's handshake before it fails the task.
+  std::chrono::milliseconds shim_answer_timeout{10000};
 };
 
 // What to run for one task, prepared by the executor.
@@ -80,11 +91,26 @@ class TaskSupervisor {
   bool IsGpuBusy(int index) const;
   // Returns a refusal (AlreadyExists / FailedPrecondition) or OK without starting anything.
   Status CheckAccept(const TaskLaunch& launch) const;
+  std::vector<int> WakeFds() const;
+  int64_t NextPollMicros(int64_t now_micros) const;
   std::vector<TaskExit> StopAll(std::chrono::milliseconds grace);
   void Detach();
 
+  // Adopts the tasks of the run records in work_dir/.run (see the file comment); for each, `plan`
+  // gives what stopping it needs (stop_argv, kill_argv, helper_env). Returns the tasks adopted,
+  // running or ended meanwhile (their exits come from the next Poll), by task id. Records of
+  // tasks whose shim is gone without an exit record (a reboot, a killed shim) are removed and
+  // named in `lost` (their processes, if any, are the caller's to stop). Call once, before Start.
+  std::vector<HeldTask> Reattach(const std::function<LaunchPlan(const TaskLaunch&)>& plan,
+                                 std::vector<std::string>* lost);
+
   // The task's log file path.
   std::string LogPath(const std::string& task_id) const;
+  std::string RunDir() const { return options_.work_dir + "/.run"; }
+  std::string RunRecordPath(const std::string& task_id) const;
+  // work_dir/.run/<task_id>: the shim writes <prefix>.pids and <prefix>.exit (task_shim.h).
+  std::string RecordPrefix(const std::string& task_id) const;
+  std::string ExitRecordPath(const std::string& task_id) const;
   bool child_subreaper_active() const { return subreaper_active_; }
 
  private:
@@ -95,20 +121,27 @@ class TaskSupervisor {
     pid_t leader = 0;
     uint64_t pid_epoch = 0;  // pid_epoch_ when the leader was spawned.
     uint64_t leader_start_time = 0;
+    int64_t started_micros = 0;
+    pid_t shim = 0;
+    uint64_t shim_start_time = 0;
+    bool own_shim = true;  // Spawned by this process (reaped here), not adopted.
+    int shim_pidfd = -1;   // An adopted shim's pidfd (readable once it ends); -1: none.
+    bool shim_done = false;
     Phase phase = Phase::kRunning;
     std::optional<core::StopReason> stop_reason;  // Set by the first stop order or timeout.
-    std::optional<int> leader_status;             // Wait status once reaped.
-    int64_t deadline_micros = 0;                  // 0 = no timeout.
-    std::optional<int64_t> kill_at_micros;        // When SIGKILL follows SIGTERM.
+    std::optional<int> leader_status;             // Wait status once the shim recorded it.
+    // The exit record's time, for a task that ended while no agent ran.
+    std::optional<int64_t> finished_at_micros;
+    int64_t deadline_micros = 0;            // 0 = no timeout.
+    std::optional<int64_t> kill_at_micros;  // When SIGKILL follows SIGTERM.
     bool term_sent = false;
     bool kill_sent = false;
     // Signal for processes found after the task was signalled (0 while none was sent: a stop
     // command such as docker stop does not signal the task's processes).
     int member_signal = 0;
     std::map<pid_t, uint64_t> members;  // Tracked processes other than the leader.
-    pid_t writer = 0;                   // The log writer while it runs (or is unreaped); 0: none.
-    // When the writer is killed if it has not ended (set once the task's processes are gone).
-    std::optional<int64_t> writer_deadline_micros;
+    // An error that ends the task whatever its leader did ("supervisor_lost: ...").
+    std::string lost;
   };
   struct Helper {
     pid_t pid;
@@ -140,10 +173,17 @@ class TaskSupervisor {
   bool RunHelper(const Task& task, const std::vector<std::string>& argv, int64_t now_micros);
   void ReapHelpers(int64_t now_micros, bool force);
   TaskExit MakeExit(const Task& task, int64_t now_micros) const;
-  // Spawns a task's log writer, reading the task's output from `pipe_fd` into `log_fd`.
-  StatusOr<pid_t> StartLogWriter(int pipe_fd, int log_fd);
-  // Whether the task's log writer has ended (reaping it); SIGKILLs it past its deadline.
-  bool WriterDone(Task& task, int64_t now_micros);
+  // Starts the task's shim and reads its handshake: the leader's pid and start time, or why the
+  // task could not start (the error's message).
+  Status StartShim(Task& task, const std::string& task_dir, int log_fd);
+  // Whether the task's shim has ended (reaping it when it is this process's child).
+  bool ShimDone(Task& task);
+  // The leader still runs: its pid names the same process as at start.
+  bool LeaderAlive(const Task& task) const;
+  void WriteRunRecord(const Task& task) const;
+  // Forgets a task (closing its pidfd).
+  std::map<std::string, Task>::iterator Erase(std::map<std::string, Task>::iterator it);
+  void RemoveRecords(const std::string& task_id) const;
   std::vector<TaskExit> Step(int64_t now_micros, bool apply_deadlines);
 
   SupervisorOptions options_;
@@ -152,6 +192,9 @@ class TaskSupervisor {
   std::map<std::string, Task> tasks_;
   std::vector<TaskExit> pending_exits_;  // start_failed exits, returned by the next Poll.
   std::vector<Helper> helpers_;
+  // Tasks whose exit was returned: their records go at the next Poll (the exit is in the
+  // caller's hands by then).
+  std::vector<std::string> collected_;
   int64_t last_scan_micros_ = 0;  // Last full scan.
   pid_t last_pid_seen_ = 0;
   uint64_t pid_epoch_ = 0;    // Incremented whenever the pid counter is seen to wrap.
@@ -175,11 +218,24 @@ class SupervisedExecutor : public Executor {
     return supervisor_.StopAll(grace);
   }
   void Detach() override { supervisor_.Detach(); }
+  std::vector<int> WakeFds() const override { return supervisor_.WakeFds(); }
+  int64_t NextPollMicros(int64_t now_micros) const override {
+    return supervisor_.NextPollMicros(now_micros);
+  }
+  std::vector<HeldTask> Reattach(std::vector<std::string>* lost) override {
+    return supervisor_.Reattach([this](const TaskLaunch& l) { return AdoptionPlan(l); }, lost);
+  }
 
   std::string LogPath(const std::string& task_id) const { return supervisor_.LogPath(task_id); }
 
  protected:
   explicit SupervisedExecutor(SupervisorOptions options) : supervisor_(std::move(options)) {}
+  // What stopping an adopted task needs (LaunchPlan's stop_argv, kill_argv, helper_env); the
+  // default: signals.
+  virtual LaunchPlan AdoptionPlan(const TaskLaunch& launch) const {
+    (void)launch;
+    return {};
+  }
   TaskSupervisor supervisor_;
 };
 

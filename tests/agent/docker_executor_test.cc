@@ -147,6 +147,7 @@ class DockerExecutorTest : public ::testing::Test {
     options.work_dir = dir_.path() + "/work";
     options.kill_grace = std::chrono::milliseconds(2000);
     options.default_image = "nvidia/cuda:12.0-runtime-ubuntu22.04";
+    options.shim = DGPU_TASK_SHIM_PATH;
     return options;
   }
 

@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include "agent/log_writer.h"
 #include "agent/proc_table.h"
+#include "agent/task_shim.h"
 #include "common/child_process.h"
 #include "common/task_env.h"
 #include "test_util.h"
@@ -46,6 +48,7 @@ class ProcessExecutorTest : public ::testing::Test {
     ProcessExecutorOptions options;
     options.work_dir = dir_.path() + "/work";
     options.kill_grace = kShortGrace;
+    options.shim = DGPU_TASK_SHIM_PATH;
     return options;
   }
   std::string TaskFile(const std::string& task_id, const std::string& name) {
@@ -159,10 +162,9 @@ TEST_F(ProcessExecutorTest, LogHoldsStdoutAndStderr) {
   EXPECT_EQ(ReadFile(executor.LogPath("task-log")), "to-out\nto-err\nagain\n");
 }
 
-TEST_F(ProcessExecutorTest, ALogWriterCutsTheLogAndTheTaskEndsOnceItHasCopiedEverything) {
+TEST_F(ProcessExecutorTest, TheShimCutsTheLogAndTheTaskEndsOnceItHasCopiedEverything) {
   ProcessExecutorOptions options = Options();
   options.max_log_bytes = 100;
-  options.log_writer = DGPU_LOG_WRITER_PATH;
   ProcessExecutor executor(options);
   ASSERT_TRUE(executor.Start(Launch("task-cut", "seq 1 1000; echo done >&2")).ok());
   auto exit = PollUntilExit(executor, "task-cut");
@@ -179,24 +181,43 @@ TEST_F(ProcessExecutorTest, ALogWriterCutsTheLogAndTheTaskEndsOnceItHasCopiedEve
   EXPECT_EQ(ReadFile(executor.LogPath("task-small")), "to-out\nto-err\n");
 }
 
-TEST_F(ProcessExecutorTest, ATaskWhoseLogWriterCannotStartFailsToStart) {
+TEST_F(ProcessExecutorTest, ATaskWhoseShimCannotStartFailsToStart) {
   ProcessExecutorOptions options = Options();
-  options.max_log_bytes = 100;
-  options.log_writer = dir_.path() + "/no-such-writer";
+  options.shim = dir_.path() + "/no-such-shim";
   ProcessExecutor executor(options);
-  ASSERT_TRUE(executor.Start(Launch("task-nowriter", "touch ran")).ok());
-  auto exit = PollUntilExit(executor, "task-nowriter");
+  ASSERT_TRUE(executor.Start(Launch("task-noshim", "touch ran")).ok());
+  auto exit = PollUntilExit(executor, "task-noshim");
   ASSERT_TRUE(exit.has_value());
   EXPECT_FALSE(exit->success);
-  EXPECT_EQ(exit->error.rfind("start_failed: cannot start the log writer: ", 0), 0u) << exit->error;
-  EXPECT_NE(ReadFile(executor.LogPath("task-nowriter")).find("dgpu: task did not start"),
+  EXPECT_EQ(exit->error, "start_failed: cannot start the task's shim: program '" + dir_.path() +
+                             "/no-such-shim' does not exist or is not executable");
+  EXPECT_NE(ReadFile(executor.LogPath("task-noshim")).find("dgpu: task did not start"),
             std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(TaskFile("task-noshim", "ran")));
+}
+
+TEST_F(ProcessExecutorTest, ALeaderThatCannotRunIsAStartFailureNamedByTheShim) {
+  // An executable file that is no program: the agent's check passes, exec fails in the shim.
+  const std::string bogus = dir_.path() + "/not-a-program";
+  testing::WriteFile(bogus,
+                     "\x7f"
+                     "ELF garbage",
+                     /*executable=*/true);
+  ProcessExecutorOptions options = Options();
+  options.shell = bogus;
+  ProcessExecutor executor(options);
+  ASSERT_TRUE(executor.Start(Launch("task-badexec", "true")).ok());
+  auto exit = PollUntilExit(executor, "task-badexec");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_FALSE(exit->success);
+  EXPECT_EQ(exit->error, "start_failed: cannot run " + bogus + ": Exec format error");
 }
 
 TEST_F(ProcessExecutorTest, CancelKillsTaskAndAllDescendants) {
   ProcessExecutor executor(Options());
   // bg: a plain background child; escaped: a child that left the session with setsid;
-  // orphan: a setsid'ed grandchild whose parent exited at once, so it is re-parented to the agent.
+  // orphan: a setsid'ed grandchild whose parent exited at once, so it is re-parented to the
+  // task's shim (a child subreaper, the leader's parent).
   ASSERT_TRUE(executor
                   .Start(Launch("task-tree",
                                 "(setsid sleep 100 & echo $! > orphan.pid); "
@@ -212,10 +233,17 @@ TEST_F(ProcessExecutorTest, CancelKillsTaskAndAllDescendants) {
     return bg && escaped && orphan;
   }));
   // Once the orphan has called setsid() and its parent subshell has exited:
+  auto bg_stat = ReadProcStat(*bg);
+  ASSERT_TRUE(bg_stat.has_value());
+  auto leader = ReadProcStat(bg_stat->ppid);
+  ASSERT_TRUE(leader.has_value());
+  auto shim = ReadProcStat(leader->ppid);
+  ASSERT_TRUE(shim.has_value());
+  EXPECT_EQ(shim->ppid, getpid());
   EXPECT_TRUE(WaitUntil([&] {
     auto stat = ReadProcStat(*orphan);
-    return stat && stat->ppid == getpid() && stat->sid == *orphan;
-  })) << "the agent should have adopted the orphan, which left the task's session";
+    return stat && stat->ppid == shim->pid && stat->sid == *orphan;
+  })) << "the shim should have adopted the orphan, which left the task's session";
   EXPECT_TRUE(WaitUntil([&] {
     auto stat = ReadProcStat(*escaped);
     return stat && stat->sid == *escaped;
@@ -520,9 +548,7 @@ TEST_F(ProcessExecutorTest, DetachLeavesTasksRunning) {
   }
   EXPECT_EQ(kill(*pid, 0), 0) << "a detached task survives the executor";
   kill(*pid, SIGKILL);
-  int status = 0;
-  EXPECT_EQ(waitpid(*pid, &status, 0), *pid);
-  common::ReleaseChild(*pid);
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(*pid); }));  // Reaped by its shim.
 }
 
 TEST_F(ProcessExecutorTest, DestructorKillsTasks) {
@@ -541,6 +567,196 @@ TEST_F(ProcessExecutorTest, MakesTheAgentAChildSubreaper) {
   int flag = 0;
   ASSERT_EQ(prctl(PR_GET_CHILD_SUBREAPER, &flag, 0, 0, 0), 0);
   EXPECT_EQ(flag, 1);
+}
+
+// --- Tasks outlive the executor: shims, run records and Reattach ---------------------------
+
+// A task that waits for the file `go` in its directory, then prints and exits with `code`.
+std::string WaitForGo(int code) {
+  return "echo $$ > pid; while [ ! -e go ]; do sleep 0.02; done; echo after-go; exit " +
+         std::to_string(code);
+}
+
+TEST_F(ProcessExecutorTest, ANewExecutorAdoptsARunningTaskWithoutRestartingIt) {
+  std::optional<pid_t> pid;
+  {
+    ProcessExecutor first(Options());
+    TaskLaunch launch = Launch("task-live", WaitForGo(3), {1, 2});
+    launch.run = 4;
+    ASSERT_TRUE(first.Start(launch).ok());
+    ASSERT_TRUE(
+        WaitUntil([&] { return (pid = ReadPidFile(TaskFile("task-live", "pid"))).has_value(); }));
+    first.Detach();  // As an agent that dies: nothing is signalled.
+  }
+  ProcessExecutor second(Options());
+  std::vector<std::string> lost;
+  std::vector<HeldTask> held = second.Reattach(&lost);
+  EXPECT_TRUE(lost.empty());
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].task_id, "task-live");
+  EXPECT_EQ(held[0].gpu_indices, (std::vector<int>{1, 2}));
+  EXPECT_EQ(held[0].run, 4);
+  EXPECT_GT(held[0].started_at_micros, 0);
+  EXPECT_EQ(second.Running(), std::vector<std::string>{"task-live"});
+  EXPECT_TRUE(second.IsGpuBusy(1));
+  EXPECT_EQ(second.Start(Launch("task-clash", "true", {2})).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(second.Poll(testing::UnixMicros()).empty());
+  EXPECT_EQ(kill(*pid, 0), 0);
+
+  testing::WriteFile(TaskFile("task-live", "go"), "");
+  auto exit = PollUntilExit(second, "task-live");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_FALSE(exit->success);
+  EXPECT_EQ(exit->exit_code, 3);
+  EXPECT_EQ(exit->error, "");
+  EXPECT_EQ(exit->run, 4);
+  EXPECT_EQ(ReadFile(TaskFile("task-live", "pid")), std::to_string(*pid) + "\n");  // Ran once.
+  EXPECT_EQ(ReadFile(second.LogPath("task-live")), "after-go\n");
+  // The records go once the exit has been handed over (the next Poll).
+  const std::string record = dir_.path() + "/work/.run/task-live.task";
+  EXPECT_TRUE(std::filesystem::exists(record));
+  second.Poll(testing::UnixMicros());
+  EXPECT_FALSE(std::filesystem::exists(record));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/work/.run/task-live.exit"));
+}
+
+TEST_F(ProcessExecutorTest, ATaskThatEndedWhileNoExecutorRanIsReportedWithItsExitCode) {
+  {
+    ProcessExecutorOptions options = Options();
+    options.max_log_bytes = 1 << 20;  // Through the shim's pipe, which outlives the executor.
+    ProcessExecutor first(options);
+    ASSERT_TRUE(first.Start(Launch("task-ended", WaitForGo(7), {0})).ok());
+    ASSERT_TRUE(WaitUntil([&] { return ReadPidFile(TaskFile("task-ended", "pid")).has_value(); }));
+    first.Detach();
+  }
+  testing::WriteFile(TaskFile("task-ended", "go"), "");
+  const std::string exit_record = dir_.path() + "/work/.run/task-ended.exit";
+  ASSERT_TRUE(WaitUntil([&] { return std::filesystem::exists(exit_record); }));
+  const int64_t ended_before = testing::UnixMicros();
+  ProcessExecutor second(Options());
+  std::vector<std::string> lost;
+  ASSERT_EQ(second.Reattach(&lost).size(), 1u);
+  auto exit = PollUntilExit(second, "task-ended");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code, 7);
+  EXPECT_EQ(exit->signal, 0);
+  EXPECT_FALSE(exit->success);
+  EXPECT_LE(exit->finished_at_unix_micros, ended_before);  // When it ended, not when found.
+  EXPECT_EQ(ReadFile(second.LogPath("task-ended")), "after-go\n");
+}
+
+TEST_F(ProcessExecutorTest, AnAdoptedTaskIsStoppedWithEverythingItStarted) {
+  std::optional<pid_t> pid;
+  {
+    ProcessExecutor first(Options());
+    ASSERT_TRUE(
+        first.Start(Launch("task-stop", "sleep 100 & echo $! > bg.pid; " + WaitForGo(0))).ok());
+    ASSERT_TRUE(
+        WaitUntil([&] { return (pid = ReadPidFile(TaskFile("task-stop", "pid"))).has_value(); }));
+    first.Detach();
+  }
+  auto bg = ReadPidFile(TaskFile("task-stop", "bg.pid"));
+  ASSERT_TRUE(bg.has_value());
+  ProcessExecutor second(Options());
+  ASSERT_EQ(second.Reattach(nullptr).size(), 1u);
+  ASSERT_TRUE(second.Stop("task-stop", StopOrder{}).ok());
+  auto exit = PollUntilExit(second, "task-stop");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->error, "cancelled");
+  EXPECT_EQ(exit->signal, SIGTERM);
+  EXPECT_TRUE(ProcessGone(*pid));
+  EXPECT_TRUE(ProcessGone(*bg));
+}
+
+TEST_F(ProcessExecutorTest, ATaskWhoseShimWasKilledIsLost) {
+  std::optional<pid_t> pid;
+  ProcessExecutor executor(Options());
+  ASSERT_TRUE(executor.Start(Launch("task-orphan", WaitForGo(0))).ok());
+  ASSERT_TRUE(
+      WaitUntil([&] { return (pid = ReadPidFile(TaskFile("task-orphan", "pid"))).has_value(); }));
+  auto stat = ReadProcStat(*pid);
+  ASSERT_TRUE(stat.has_value());
+  const pid_t shim = stat->ppid;
+  ASSERT_NE(shim, getpid());
+  ASSERT_EQ(kill(shim, SIGKILL), 0);
+  auto exit = PollUntilExit(executor, "task-orphan");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_FALSE(exit->success);
+  EXPECT_EQ(exit->exit_code, -1);
+  EXPECT_EQ(exit->error, "supervisor_lost: the task's shim (pid " + std::to_string(shim) +
+                             ") ended before the task");
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(*pid); }));
+}
+
+TEST_F(ProcessExecutorTest, RecordsOfADeadShimAreNotAdopted) {
+  std::optional<pid_t> pid;
+  {
+    ProcessExecutor first(Options());
+    ASSERT_TRUE(first.Start(Launch("task-gone", WaitForGo(0))).ok());
+    ASSERT_TRUE(
+        WaitUntil([&] { return (pid = ReadPidFile(TaskFile("task-gone", "pid"))).has_value(); }));
+    first.Detach();
+  }
+  auto stat = ReadProcStat(*pid);
+  ASSERT_TRUE(stat.has_value());
+  ASSERT_EQ(kill(stat->ppid, SIGKILL), 0);  // The shim, before its task ended.
+  ASSERT_TRUE(WaitUntil([&] {
+    auto s = ReadProcStat(stat->ppid);
+    return !s || s->zombie();
+  }));
+  // A record that is not valid is removed too, and named.
+  testing::WriteFile(dir_.path() + "/work/.run/task-bad.task", "{not json");
+  // And a task whose shim had not noted its leader yet (the agent died in between: its command
+  // never ran).
+  std::string early = ReadFile(dir_.path() + "/work/.run/task-gone.task");
+  early.replace(early.find("task-gone"), 9, "task-early");
+  testing::WriteFile(dir_.path() + "/work/.run/task-early.task", early);
+  ProcessExecutor second(Options());
+  std::vector<std::string> lost;
+  EXPECT_TRUE(second.Reattach(&lost).empty());
+  EXPECT_EQ(lost, (std::vector<std::string>{"task-bad", "task-early", "task-gone"}));
+  EXPECT_TRUE(second.Running().empty());
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/work/.run/task-gone.task"));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/work/.run/task-bad.task"));
+  kill(*pid, SIGKILL);  // The agent's leftover sweep does this (main.cc).
+}
+
+TEST(TaskShimProtocolTest, HandshakeAndExitRecord) {
+  auto ok = ParseShimHello("1 ok 123 456");
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_TRUE(ok->ok);
+  EXPECT_EQ(ok->leader, 123);
+  EXPECT_EQ(ok->leader_start_time, 456u);
+  auto error = ParseShimHello("1 error cannot run /x: No such file");
+  ASSERT_TRUE(error.has_value());
+  EXPECT_FALSE(error->ok);
+  EXPECT_EQ(error->error, "cannot run /x: No such file");
+  for (const char* bad : {"", "1", "2 ok 1 2", "1 ok", "1 ok 0 5", "1 ok x 5", "1 ok 5",
+                          "1 maybe 1 2", "1 ok 1 2 3"}) {
+    EXPECT_FALSE(ParseShimHello(bad).has_value()) << bad;
+  }
+  ShimExitRecord r{256 * 3, 1700000000000000};
+  EXPECT_EQ(FormatShimExitRecord(r), "1 768 1700000000000000\n");
+  auto back = ParseShimExitRecord(FormatShimExitRecord(r));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->wait_status, 768);
+  EXPECT_EQ(back->unix_micros, 1700000000000000);
+  for (const char* bad : {"", "1 768 17", "2 768 17\n", "1 768\n", "1 x 17\n", "1 7 8 9\n"}) {
+    EXPECT_FALSE(ParseShimExitRecord(bad).has_value()) << bad;
+  }
+  ShimPidsRecord pids{10, 11, 12, 13};
+  EXPECT_EQ(FormatShimPidsRecord(pids), "1 10 11 12 13\n");
+  auto parsed = ParseShimPidsRecord("1 10 11 12 13\n");
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(
+      (std::vector<uint64_t>{static_cast<uint64_t>(parsed->shim), parsed->shim_start_time,
+                             static_cast<uint64_t>(parsed->leader), parsed->leader_start_time}),
+      (std::vector<uint64_t>{10, 11, 12, 13}));
+  for (const char* bad : {"1 10 11 12 13", "1 0 11 12 13\n", "1 10 11 0 13\n", "2 10 11 12 13\n",
+                          "1 10 11 12\n", "1 10 11 12 13 14\n"}) {
+    EXPECT_FALSE(ParseShimPidsRecord(bad).has_value()) << bad;
+  }
 }
 
 // --- executor.run_as: submitter ----------------------------------------------------------------

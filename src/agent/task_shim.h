@@ -1,0 +1,88 @@
+// The task shim: the small process that is a task's parent, so that the task outlives the agent
+// that started it (as slurmstepd, containerd-shim and Nomad's executor do for theirs).
+//
+// The agent starts one per task, in a session of its own, with the task's environment and
+// working directory:
+//   dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV...
+// (RECORDS: a path prefix, work_dir/.run/<task id>)
+// fd 0 is the write end of the agent's handshake pipe, fds 1 and 2 the task's log (O_APPEND).
+// The shim
+//   - makes itself a child subreaper: every process the task starts stays its descendant, also
+//     one that escaped with setsid() and lost its parent;
+//   - forks the leader, which waits until the shim has written RECORDS.pids ("1 <shim pid>
+//     <shim start time> <leader pid> <leader start time>\n"; not synced: it must outlive the
+//     agent, not the machine), and only then runs ARGV (ARGV[0] a path) in a new session, stdin
+//     /dev/null, stdout and stderr on the log or, with MAX_LOG_BYTES > 0, on a pipe the shim
+//     copies into the log and cuts at that size (LogCopier). So no command ever runs that an
+//     agent started later could not find and adopt;
+//   - answers on fd 0 with one line, "1 ok <leader pid> <leader start time>" or "1 error <why>"
+//     (the leader could not be started; the shim then exits 1), and closes it;
+//   - ignores SIGTERM, SIGINT, SIGHUP and SIGPIPE: only its task's end ends it, never the agent's
+//     (its process group is not the task's, so stopping the task does not reach it);
+//   - reaps the leader and writes RECORDS.exit durably (temporary file, fsync, rename, directory
+//     fsync): "1 <wait status> <unix micros>\n";
+//   - reaps every other descendant, and exits 0 once none is left and its pipe has reached its
+//     end, or 2 s after the last process ended when something outside the task still holds the
+//     pipe.
+// The leading "1" of the arguments, the handshake and the records is the protocol version: an
+// agent reads the records of every version it knows, so a newer agent adopts the shims of an
+// older release.
+//
+// The agent finds the leader's exit in EXIT_RECORD, and the end of the task (all of its
+// processes gone) in the end of the shim. Stopping a task stays the agent's work: it signals the
+// task's processes itself.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace dgpu::agent {
+
+// The flag of dgpu-task-shim, and of dgpu-agent that runs as a shim when no dgpu-task-shim is
+// installed beside it.
+inline constexpr const char* kTaskShimFlag = "--task-shim";
+inline constexpr int kTaskShimProtocol = 1;
+
+// The leader's exit as the shim recorded it.
+struct ShimExitRecord {
+  int wait_status = 0;  // As returned by waitpid.
+  int64_t unix_micros = 0;
+};
+
+// "1 <wait status> <micros>\n".
+std::string FormatShimExitRecord(const ShimExitRecord& record);
+// nullopt for anything but a complete record of a known version.
+std::optional<ShimExitRecord> ParseShimExitRecord(std::string_view text);
+// Reads and parses the record at `path`; nullopt when it does not exist (yet) or is not valid.
+std::optional<ShimExitRecord> ReadShimExitRecord(const std::string& path);
+
+// Who runs a task: RECORDS.pids. Start times are /proc/<pid>/stat field 22.
+struct ShimPidsRecord {
+  pid_t shim = 0;
+  uint64_t shim_start_time = 0;
+  pid_t leader = 0;
+  uint64_t leader_start_time = 0;
+};
+std::string FormatShimPidsRecord(const ShimPidsRecord& record);
+std::optional<ShimPidsRecord> ParseShimPidsRecord(std::string_view text);
+std::optional<ShimPidsRecord> ReadShimPidsRecord(const std::string& path);
+
+// The handshake line's content.
+struct ShimHello {
+  bool ok = false;
+  pid_t leader = 0;
+  uint64_t leader_start_time = 0;  // /proc/<pid>/stat field 22.
+  std::string error;               // When !ok.
+};
+// Parses one handshake line (without its newline). nullopt when malformed.
+std::optional<ShimHello> ParseShimHello(std::string_view line);
+
+// Runs the shim; argv as above with argv[1] == kTaskShimFlag. Returns the process exit code:
+// 0 when the task ran (whatever its own exit), 1 when it could not start, 2 for bad arguments.
+int RunTaskShim(int argc, char** argv);
+
+}  // namespace dgpu::agent
