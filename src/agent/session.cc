@@ -237,6 +237,7 @@ bool AgentSession::Connect() {
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   auto conn = std::make_unique<Connection>();
   conn->address = address;
   conn->channel = grpc::CreateCustomChannel(address, common::ChannelCredentials(tls_), args);
