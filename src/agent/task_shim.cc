@@ -199,8 +199,8 @@ int RunTaskShim(int argc, char** argv) {
   int version = 0;
   int64_t max_log_bytes = -1;
   if (argc < 7 || std::string_view(argv[1]) != kTaskShimFlag || !ParseNumber(argv[2], &version) ||
-      version != kTaskShimProtocol || !ParseNumber(argv[4], &max_log_bytes) ||
-      max_log_bytes < 0 || std::string_view(argv[5]) != "--") {
+      version != kTaskShimProtocol || !ParseNumber(argv[4], &max_log_bytes) || max_log_bytes < 0 ||
+      std::string_view(argv[5]) != "--") {
     static const char kUsage[] =
         "usage: dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV... (started by "
         "dgpu-agent)\n";
