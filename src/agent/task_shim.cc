@@ -43,6 +43,19 @@ std::vector<std::string_view> Fields(std::string_view text, size_t max) {
   return out;
 }
 
+// A record line, "<version> <n fields>\n" of this protocol: its n fields; nullopt otherwise.
+std::optional<std::vector<std::string_view>> RecordFields(std::string_view text, size_t n) {
+  if (text.empty() || text.back() != '\n') return std::nullopt;
+  text.remove_suffix(1);
+  auto f = Fields(text, n + 1);
+  int version = 0;
+  if (f.size() != n + 1 || !ParseNumber(f[0], &version) || version != kTaskShimProtocol) {
+    return std::nullopt;
+  }
+  f.erase(f.begin());
+  return f;
+}
+
 int64_t NowMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -129,13 +142,9 @@ std::string FormatShimExitRecord(const ShimExitRecord& record) {
 }
 
 std::optional<ShimExitRecord> ParseShimExitRecord(std::string_view text) {
-  if (text.empty() || text.back() != '\n') return std::nullopt;
-  text.remove_suffix(1);
-  const auto f = Fields(text, 3);
+  const auto f = RecordFields(text, 2);
   ShimExitRecord r;
-  int version = 0;
-  if (f.size() != 3 || !ParseNumber(f[0], &version) || version != kTaskShimProtocol ||
-      !ParseNumber(f[1], &r.wait_status) || !ParseNumber(f[2], &r.unix_micros)) {
+  if (!f || !ParseNumber((*f)[0], &r.wait_status) || !ParseNumber((*f)[1], &r.unix_micros)) {
     return std::nullopt;
   }
   return r;
@@ -154,14 +163,11 @@ std::string FormatShimPidsRecord(const ShimPidsRecord& r) {
 }
 
 std::optional<ShimPidsRecord> ParseShimPidsRecord(std::string_view text) {
-  if (text.empty() || text.back() != '\n') return std::nullopt;
-  text.remove_suffix(1);
-  const auto f = Fields(text, 5);
+  const auto f = RecordFields(text, 4);
   ShimPidsRecord r;
-  int version = 0;
-  if (f.size() != 5 || !ParseNumber(f[0], &version) || version != kTaskShimProtocol ||
-      !ParseNumber(f[1], &r.shim) || r.shim <= 0 || !ParseNumber(f[2], &r.shim_start_time) ||
-      !ParseNumber(f[3], &r.leader) || r.leader <= 0 || !ParseNumber(f[4], &r.leader_start_time)) {
+  if (!f || !ParseNumber((*f)[0], &r.shim) || r.shim <= 0 ||
+      !ParseNumber((*f)[1], &r.shim_start_time) || !ParseNumber((*f)[2], &r.leader) ||
+      r.leader <= 0 || !ParseNumber((*f)[3], &r.leader_start_time)) {
     return std::nullopt;
   }
   return r;

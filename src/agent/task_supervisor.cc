@@ -95,11 +95,11 @@ std::string TaskSupervisor::LogPath(const std::string& task_id) const {
 }
 
 std::string TaskSupervisor::RunRecordPath(const std::string& task_id) const {
-  return RunDir() + "/" + task_id + ".task";
+  return RecordPrefix(task_id) + ".task";
 }
 
 std::string TaskSupervisor::ExitRecordPath(const std::string& task_id) const {
-  return RunDir() + "/" + task_id + ".exit";
+  return RecordPrefix(task_id) + ".exit";
 }
 
 std::string TaskSupervisor::RecordPrefix(const std::string& task_id) const {

@@ -633,6 +633,13 @@ TEST_F(ProcessExecutorTest, ATaskThatEndedWhileNoExecutorRanIsReportedWithItsExi
   testing::WriteFile(TaskFile("task-ended", "go"), "");
   const std::string exit_record = dir_.path() + "/work/.run/task-ended.exit";
   ASSERT_TRUE(WaitUntil([&] { return std::filesystem::exists(exit_record); }));
+  // And the shim has ended too (it records the exit, then waits for the rest of the task).
+  auto pids = ReadShimPidsRecord(dir_.path() + "/work/.run/task-ended.pids");
+  ASSERT_TRUE(pids.has_value());
+  ASSERT_TRUE(WaitUntil([&] {
+    auto s = ReadProcStat(pids->shim);
+    return !s || s->zombie();
+  }));
   const int64_t ended_before = testing::UnixMicros();
   ProcessExecutor second(Options());
   std::vector<std::string> lost;
