@@ -104,8 +104,15 @@ int Run(int argc, char** argv) {
     cfg = std::move(*loaded);
   }
   if (Status s = common::SetupLogging(cfg.logging, "agent"); !s.ok()) return Fail(s.message());
+  if (!flags.config_path.empty()) {
+    spdlog::info("{}: relative paths are resolved against the working directory {}",
+                 flags.config_path, std::filesystem::current_path().string());
+  }
 
   std::string agent_id = common::IdOrHostname(cfg.agent.id);
+  if (Status id = common::CheckAgentId(agent_id); !id.ok()) {
+    return Fail("this node's host name is no agent id: " + id.message() + "; set agent.id");
+  }
 
   std::optional<common::TlsMaterial> tls;
   if (cfg.scheduler.tls.enabled()) {

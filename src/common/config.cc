@@ -4,12 +4,14 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <span>
@@ -801,8 +803,10 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   DGPU_CONFIG_RETURN_IF_ERROR(preemption.ReadDuration("min_runtime", &c.preemption.min_runtime,
                                                       DurationRule::kNonNegative));
 
-  DGPU_OPEN_SECTION(agent, root, "agent", {"heartbeat_timeout"});
+  DGPU_OPEN_SECTION(agent, root, "agent", {"heartbeat_timeout", "max_gpus_per_node"});
   DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadDuration("heartbeat_timeout", &c.agent.heartbeat_timeout));
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      agent.ReadInt("max_gpus_per_node", 1, 1024, &c.agent.max_gpus_per_node));
 
   DGPU_OPEN_SECTION(storage, root, "storage",
                     {"snapshot_dir", "shared_storage", "retention", "fsync"});
@@ -858,6 +862,9 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
   DGPU_OPEN_SECTION(agent, root, "agent",
                     {"id", "heartbeat_interval", "stop_tasks_after_disconnect", "node_group"});
   DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadString("id", &c.agent.id));
+  if (!c.agent.id.empty()) {
+    if (Status id = CheckAgentId(c.agent.id); !id.ok()) return Invalid("agent.id", id.message());
+  }
   DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadString("node_group", &c.agent.node_group));
   if (!c.agent.node_group.empty()) {
     DGPU_CONFIG_RETURN_IF_ERROR(CheckGroupName("agent.node_group", c.agent.node_group));
@@ -987,8 +994,83 @@ StatusOr<std::string> ReadConfiguredFile(const std::string& key, const std::stri
   return out.str();
 }
 
+namespace {
+
+// Resolves the paths of one configuration against `base`, collecting the keys it changed.
+class PathResolver {
+ public:
+  explicit PathResolver(const std::string& base) : base_(base) {}
+  // A file or a directory.
+  void Path(const std::string& key, std::string* path) {
+    if (path->empty() || path->front() == '/') return;
+    *path = (base_ / *path).lexically_normal().string();
+    changed_.push_back(key);
+  }
+  // A program or a library: a bare name is left to PATH (or to the dynamic loader).
+  void Program(const std::string& key, std::string* path) {
+    if (path->find('/') != std::string::npos) Path(key, path);
+  }
+  void Tls(const std::string& key, ClientTlsConfig* tls) {
+    Path(key + ".ca_file", &tls->ca_file);
+    Path(key + ".cert_file", &tls->cert_file);
+    Path(key + ".key_file", &tls->key_file);
+  }
+  void Logging(LoggingConfig* logging) {
+    if (logging->output != "stdout" && logging->output != "stderr") {
+      Path("logging.output", &logging->output);
+    }
+  }
+  std::vector<std::string> changed() && { return std::move(changed_); }
+
+ private:
+  std::filesystem::path base_;
+  std::vector<std::string> changed_;
+};
+
+std::string WorkingDirectory() {
+  std::error_code ec;
+  std::filesystem::path cwd = std::filesystem::current_path(ec);
+  return ec ? std::string("/") : cwd.string();
+}
+
+}  // namespace
+
+std::vector<std::string> ResolveRelativePaths(SchedulerConfig* c, const std::string& base) {
+  PathResolver r(base);
+  r.Path("server.tls.cert_file", &c->server.tls.cert_file);
+  r.Path("server.tls.key_file", &c->server.tls.key_file);
+  r.Path("server.tls.client_ca_file", &c->server.tls.client_ca_file);
+  r.Tls("replication.tls", &c->replication.tls);
+  r.Tls("ha.etcd_tls", &c->ha.etcd_tls);
+  r.Path("auth.tokens_file", &c->auth.tokens_file);
+  r.Path("auth.jwt.hs256_secret_file", &c->auth.jwt.hs256_secret_file);
+  r.Path("auth.jwt.rs256_public_key_file", &c->auth.jwt.rs256_public_key_file);
+  r.Path("storage.snapshot_dir", &c->storage.snapshot_dir);
+  r.Path("storage.shared_storage", &c->storage.shared_storage);
+  r.Path("logging.audit_file", &c->audit_file);
+  r.Logging(&c->logging);
+  return std::move(r).changed();
+}
+
+std::vector<std::string> ResolveRelativePaths(AgentConfig* c, const std::string& base) {
+  PathResolver r(base);
+  r.Tls("scheduler.tls", &c->scheduler.tls);
+  r.Program("gpu.nvidia_smi_path", &c->gpu.nvidia_smi_path);
+  r.Program("gpu.nvml_library", &c->gpu.nvml_library);
+  r.Program("gpu.health_check_program", &c->gpu.health_check_program);
+  r.Path("gpu.fake.fault_file", &c->gpu.fake.fault_file);
+  r.Path("executor.work_dir", &c->executor.work_dir);
+  r.Path("executor.docker.socket", &c->executor.docker.socket);
+  r.Program("executor.docker.binary", &c->executor.docker.binary);
+  r.Logging(&c->logging);
+  return std::move(r).changed();
+}
+
 StatusOr<SchedulerConfig> LoadSchedulerConfig(const std::string& path) {
-  return LoadFromFile<SchedulerConfig>(path, &LoadSchedulerConfigFromString);
+  StatusOr<SchedulerConfig> config =
+      LoadFromFile<SchedulerConfig>(path, &LoadSchedulerConfigFromString);
+  if (config.ok()) ResolveRelativePaths(&*config, WorkingDirectory());
+  return config;
 }
 
 StatusOr<AgentConfig> LoadAgentConfigFromString(std::string_view yaml) {
@@ -996,7 +1078,9 @@ StatusOr<AgentConfig> LoadAgentConfigFromString(std::string_view yaml) {
 }
 
 StatusOr<AgentConfig> LoadAgentConfig(const std::string& path) {
-  return LoadFromFile<AgentConfig>(path, &LoadAgentConfigFromString);
+  StatusOr<AgentConfig> config = LoadFromFile<AgentConfig>(path, &LoadAgentConfigFromString);
+  if (config.ok()) ResolveRelativePaths(&*config, WorkingDirectory());
+  return config;
 }
 
 std::optional<HostPort> ParseHostPort(std::string_view address) {
@@ -1044,6 +1128,20 @@ std::string IdOrHostname(std::string_view configured_id) {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') return name;
   return "localhost";
+}
+
+Status CheckAgentId(std::string_view id) {
+  const auto allowed = [](char ch, bool first) {
+    return std::isalnum(static_cast<unsigned char>(ch)) != 0 ||
+           (!first && (ch == '.' || ch == '_' || ch == '-'));
+  };
+  bool ok = !id.empty() && id.size() <= 63;
+  for (size_t i = 0; ok && i < id.size(); ++i) ok = allowed(id[i], i == 0);
+  if (ok) return OkStatus();
+  return InvalidArgument(
+      "an agent id is 1 to 63 letters, digits, '.', '_' and '-', starting with a letter or a "
+      "digit ([A-Za-z0-9][A-Za-z0-9._-]{0,62}), got " +
+      Quote(id));
 }
 
 std::string_view ToString(LogLevel value) { return NameOf(kLogLevels, value); }

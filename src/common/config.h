@@ -193,6 +193,8 @@ struct PreemptionConfig {
 // Section `agent` of the scheduler: how the scheduler judges agents.
 struct AgentTrackingConfig {
   milliseconds heartbeat_timeout{15'000};  // silence after which an agent is offline; > 0
+  // The most GPUs one node may register; a registration claiming more is refused. 1..1024
+  int max_gpus_per_node = 64;
   bool operator==(const AgentTrackingConfig&) const = default;
 };
 
@@ -359,6 +361,9 @@ struct AgentConfig {
 // ---------------------------------------------------------------------------------------------
 // Loaders. `path` errors are prefixed with the path: `<path>: <reason>`.
 
+// The file loaders resolve every relative path of the configuration (ResolveRelativePaths)
+// against the working directory the daemon was started in; the *FromString loaders leave paths
+// as written.
 StatusOr<SchedulerConfig> LoadSchedulerConfig(const std::string& path);
 // The whole file that configuration key `key` names (a tokens file, a key, a certificate).
 // InvalidArgument "<key>: cannot read <path>: <reason>" when it cannot be read.
@@ -366,6 +371,17 @@ StatusOr<std::string> ReadConfiguredFile(const std::string& key, const std::stri
 StatusOr<SchedulerConfig> LoadSchedulerConfigFromString(std::string_view yaml);
 StatusOr<AgentConfig> LoadAgentConfig(const std::string& path);
 StatusOr<AgentConfig> LoadAgentConfigFromString(std::string_view yaml);
+
+// Makes every relative path of `config` absolute against `base` (an absolute directory), once,
+// so that nothing later depends on the directory a process runs in: a task's shim, for one,
+// runs in the task's own directory. Files and directories (TLS files, tokens and key files,
+// storage directories, the audit log, logging.output other than stdout and stderr, the fake
+// fault file, executor.work_dir, the Docker socket) always; programs and libraries
+// (gpu.nvidia_smi_path, gpu.nvml_library, gpu.health_check_program, executor.docker.binary) only
+// when they hold a '/', so that a bare name is still looked up on PATH (or by the loader).
+// Returns the keys it changed, for the start-up log.
+std::vector<std::string> ResolveRelativePaths(SchedulerConfig* config, const std::string& base);
+std::vector<std::string> ResolveRelativePaths(AgentConfig* config, const std::string& base);
 
 // ---------------------------------------------------------------------------------------------
 // Addresses.
@@ -392,6 +408,9 @@ std::string ToConnectAddress(std::string_view address);
 
 // `configured_id` when non-empty, else the host name (gethostname), else "localhost".
 std::string IdOrHostname(std::string_view configured_id);
+// An agent id (a node's name): [A-Za-z0-9][A-Za-z0-9._-]{0,62}. OK, or InvalidArgument saying the
+// rule and quoting the id.
+Status CheckAgentId(std::string_view id);
 
 // The YAML spelling of each enum value ("master", "nvidia-smi", ...).
 std::string_view ToString(LogLevel value);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "common/config.h"
 #include "common/task_env.h"
 #include "common/time_util.h"
 #include "scheduler/api_json.h"
@@ -154,6 +155,33 @@ Result<LogSource> SourceFromEvents(store::Database& db, const core::Task& t, int
     }
   }
   return LogUnavailable(id + ": no node of its runs is recorded");
+}
+
+// A node's GPUs as its agent registers them: at most `max` (agent.max_gpus_per_node), each index
+// in [0, max) and given once.
+std::optional<Error> CheckRegisteredGpus(const std::string& node,
+                                         const std::vector<core::GpuInfo>& gpus, int max) {
+  if (gpus.size() > static_cast<size_t>(max)) {
+    return InvalidArgumentError("gpus",
+                                fmt::format("node {} registers {} GPUs; a node has at most {} "
+                                            "(agent.max_gpus_per_node of the scheduler)",
+                                            node, gpus.size(), max));
+  }
+  std::vector<bool> seen(static_cast<size_t>(max), false);
+  for (const core::GpuInfo& g : gpus) {
+    if (g.index < 0 || g.index >= max) {
+      return InvalidArgumentError("gpus",
+                                  fmt::format("node {} registers GPU index {}; indices are 0 to {} "
+                                              "(agent.max_gpus_per_node of the scheduler)",
+                                              node, g.index, max - 1));
+    }
+    if (seen[static_cast<size_t>(g.index)]) {
+      return InvalidArgumentError(
+          "gpus", fmt::format("node {} registers GPU index {} twice", node, g.index));
+    }
+    seen[static_cast<size_t>(g.index)] = true;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -390,6 +418,17 @@ void Application::Cancel(const Caller& caller, const CancelRequest& request, Rep
   });
 }
 
+void Application::ReadCaughtUp(std::function<void()> read) {
+  d_.loop->Post([journal = d_.journal, readers = d_.readers,
+                 read = std::move(read)](CoreLoop::Context& c) mutable {
+    // The changes of every earlier batch are appended by now (each batch appends at its end).
+    journal->WhenAttempted(c.journal().stats().last_appended_seq,
+                           [readers, read = std::move(read)](const Status&) mutable {
+                             readers->Post(std::move(read));
+                           });
+  });
+}
+
 // A task the core does not hold cannot be cancelled: conflict if it finished (read on a reader
 // thread), else not found.
 void Application::AnswerCancelOfUnknown(core::TaskNumber n, Reply<Done> reply) {
@@ -410,7 +449,7 @@ void Application::TaskEvents(const Caller& caller, core::TaskNumber n,
                              Reply<std::vector<core::TaskEventRecord>> reply) {
   if (auto e = Authorize(caller, Action::kReadTasks, TaskTarget(n))) return reply(*e);
   // A task is acknowledged once durable, so a task someone can name is in the database.
-  d_.readers->Post([db = d_.db, n, reply = std::move(reply)] {
+  ReadCaughtUp([db = d_.db, n, reply = std::move(reply)] {
     Result<core::Task> stored = StoredTask(*db, n);
     if (!stored.ok()) return reply(stored.error());
     auto events = db->TaskEvents(n);
@@ -458,7 +497,7 @@ void Application::ReadLog(const Caller& caller, const LogRead& read, Reply<LogPi
 void Application::Usage(const Caller& caller, const UsageRequest& request,
                         Reply<UsageReport> reply) {
   if (auto e = Authorize(caller, Action::kReadCluster, {})) return reply(*e);
-  d_.readers->Post([db = d_.db, request, reply = std::move(reply)] {
+  ReadCaughtUp([db = d_.db, request, reply = std::move(reply)] {
     const core::TimeMicros now = common::NowMicros();
     UsageReport report{request.from, request.to == 0 ? now : request.to, request.by_user, {}};
     if (report.from >= report.to) {
@@ -694,7 +733,13 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
   if (!d_.leader->is_leader()) return reply(AgentNotLeader());
   if (request.agent_id.empty())
     return reply(InvalidArgumentError("agent_id", "agent_id is required"));
+  if (Status id = common::CheckAgentId(request.agent_id); !id.ok()) {
+    return reply(InvalidArgumentError("agent_id", id.message()));
+  }
   if (auto e = Authorize(caller, Action::kRegisterNode, NodeTarget(request.agent_id))) {
+    return reply(*e);
+  }
+  if (auto e = CheckRegisteredGpus(request.agent_id, request.gpus, d_.max_gpus_per_node)) {
     return reply(*e);
   }
   std::vector<core::RunningReport> running;

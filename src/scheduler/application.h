@@ -368,6 +368,7 @@ struct ApplicationDeps {
   AutoscaleRunner* autoscale = nullptr;  // Null: autoscaling is off.
   WatchHub* watch = nullptr;             // Null: GET /watch is unavailable.
   LogRelay* logs = nullptr;              // Null: task logs are unavailable.
+  int max_gpus_per_node = 64;            // agent.max_gpus_per_node: a registration's bound.
 };
 
 class Application {
@@ -379,7 +380,8 @@ class Application {
   void Cancel(const Caller& caller, const CancelRequest& request, Reply<Done> reply);
   void GetTask(const Caller& caller, core::TaskNumber task, Reply<TaskView> reply);
   // The task's history, oldest first: "submitted" (from the task), then what is stored. Read on
-  // the readers pool; NotFound for a task the database does not hold.
+  // the readers pool once the database holds every change the core had made when the request
+  // arrived (ReadCaughtUp); NotFound for a task the database does not hold.
   void TaskEvents(const Caller& caller, core::TaskNumber task,
                   Reply<std::vector<core::TaskEventRecord>> reply);
   // The page is read from the database on the readers pool, then overlaid with the core's view.
@@ -394,7 +396,8 @@ class Application {
   void DeleteTeam(const Caller& caller, const std::string& name, Reply<Done> reply);
   void ListGpus(const Caller& caller, Reply<std::vector<core::GpuView>> reply);
   void ListAgents(const Caller& caller, Reply<std::vector<core::NodeView>> reply);
-  // Read from the task history on the readers pool. InvalidArgument when from is not before to.
+  // Read from the task history on the readers pool, caught up as TaskEvents is. InvalidArgument
+  // when from is not before to.
   void Usage(const Caller& caller, const UsageRequest& request, Reply<UsageReport> reply);
   void GetAutoscale(const Caller& caller, Reply<AutoscaleStatus> reply);
   // Adds a watcher of the live feed (WatchHub::Add), or says why not (forbidden, unavailable).
@@ -437,6 +440,11 @@ class Application {
   template <typename T>
   static void ReplyWhenDurable(CoreLoop::Context& c, T value, Reply<T> reply,
                                std::function<Error(const Status&)> on_failure = nullptr);
+  // Runs `read` on the readers pool once every change the core made before this call is in the
+  // database (or its commit failed): read-your-writes for what is read from the history, whose
+  // records are committed a moment after the core (and so GET /tasks/{id} and the watch feed)
+  // shows the state they describe. Appends nothing, so it serves a standby too.
+  void ReadCaughtUp(std::function<void()> read);
   void AnswerCancelOfUnknown(core::TaskNumber task, Reply<Done> reply);
   void AnswerRefusedFinish(const std::string& agent, core::TaskNumber task, const core::Task* t,
                            const Status& refused, const Reply<FinishRecorded>& reply) const;

@@ -71,6 +71,10 @@ int Run(int argc, char** argv) {
   if (Status s = common::SetupLogging(cfg.logging, "scheduler"); !s.ok()) {
     return Fail(s.message());
   }
+  if (!flags.config_path.empty()) {
+    spdlog::info("{}: relative paths are resolved against the working directory {}",
+                 flags.config_path, std::filesystem::current_path().string());
+  }
   auto http = common::ParseHostPort(common::ToBindAddress(cfg.server.http_address));
   auto grpc_addr = common::ParseHostPort(common::ToBindAddress(cfg.server.grpc_address));
   if (!http) return Fail("server.http_address: cannot parse \"" + cfg.server.http_address + "\"");
@@ -268,7 +272,7 @@ int Run(int argc, char** argv) {
   RoleAuthorizer authorizer;
   Application app({&loop, &leader, db.get(), &readers, &journal, &metrics, &hub, &authorizer,
                    &background, cfg.limits.max_pending_per_user, autoscale.get(), &watch,
-                   &log_relay});
+                   &log_relay, cfg.agent.max_gpus_per_node});
 
   // gRPC.
   AgentService agent_service(

@@ -1,6 +1,7 @@
 #include "store/journal.h"
 
 #include <iterator>
+#include <limits>
 #include <utility>
 
 namespace dgpu::store {
@@ -54,6 +55,17 @@ Status Journal::Flush() {
     return all_attempted && retried;
   });
   return health_;
+}
+
+void Journal::WhenAttempted(uint64_t seq, DurableCallback cb) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (completed_seq_ >= seq || writer_done_) {
+    const Status health = health_;
+    lock.unlock();
+    cb(health);
+    return;
+  }
+  attempt_waiters_.emplace(seq, std::move(cb));
 }
 
 void Journal::Shutdown() {
@@ -146,9 +158,22 @@ void Journal::WriterLoop() {
     lock.lock();
     if (!batch.empty()) completed_seq_ = batch.back().seq;
     done_cv_.notify_all();
+    RunAttemptWaiters(lock, completed_seq_);
   }
   writer_done_ = true;
   done_cv_.notify_all();
+  RunAttemptWaiters(lock, std::numeric_limits<uint64_t>::max());
+}
+
+void Journal::RunAttemptWaiters(std::unique_lock<std::mutex>& lock, uint64_t reached) {
+  while (!attempt_waiters_.empty() && attempt_waiters_.begin()->first <= reached) {
+    DurableCallback cb = std::move(attempt_waiters_.begin()->second);
+    attempt_waiters_.erase(attempt_waiters_.begin());
+    const Status health = health_;
+    lock.unlock();
+    cb(health);
+    lock.lock();
+  }
 }
 
 }  // namespace dgpu::store

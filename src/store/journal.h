@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -84,6 +85,13 @@ class Journal {
   // all of it is durable, else health().
   Status Flush();
 
+  // Calls `cb` once every append up to `seq` has been attempted and its callbacks have run: at
+  // once on the calling thread when that is so already (or the journal is shut down), else on
+  // the writer thread right after the group that reaches `seq`, with health() as it is then.
+  // Appends nothing, so it is safe where nothing may be appended (a standby). Any thread but the
+  // writer's. Callbacks follow the rules of Append's.
+  void WhenAttempted(uint64_t seq, DurableCallback cb);
+
   // Continues numbering after `last_durable_seq` (a standby that was fed the primary's log
   // becomes primary). Owner thread only; call Flush() first so nothing is in flight.
   void RestartSequence(uint64_t last_durable_seq);
@@ -104,6 +112,9 @@ class Journal {
   };
 
   void WriterLoop();
+  // Runs (unlocked, one at a time) the WhenAttempted callbacks whose sequence number is at most
+  // `reached`. Writer thread only, with `lock` held.
+  void RunAttemptWaiters(std::unique_lock<std::mutex>& lock, uint64_t reached);
   // Applies the kept changes plus `batch` in one transaction. Writer thread only.
   Status CommitBatch(std::deque<PendingAppend>& batch, uint64_t* last_seq, size_t* change_count);
 
@@ -119,8 +130,10 @@ class Journal {
   bool has_kept_changes_ = false;    // GUARDED_BY(mu_) Mirrors !kept_changes_.empty().
   uint64_t completed_seq_ = 0;       // GUARDED_BY(mu_) Callbacks up to here have run.
   uint64_t attempts_ = 0;            // GUARDED_BY(mu_) Commit attempts finished.
-  Status health_;                    // GUARDED_BY(mu_)
-  JournalStats stats_;               // GUARDED_BY(mu_)
+  // WhenAttempted callbacks by the sequence number they wait for. GUARDED_BY(mu_)
+  std::multimap<uint64_t, DurableCallback> attempt_waiters_;
+  Status health_;       // GUARDED_BY(mu_)
+  JournalStats stats_;  // GUARDED_BY(mu_)
 
   // Changes of failed commits, in order, committed ahead of anything later. Writer thread only.
   std::vector<core::Change> kept_changes_;

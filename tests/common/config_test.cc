@@ -10,6 +10,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace dgpu::common {
 
@@ -342,6 +343,8 @@ TEST(SchedulerConfigTest, WrongTypesAndRangesAreExplained) {
       {"- a\n- b\n", "top level: must be a mapping, got a list"},
       {"scheduler: [1, 2]", "scheduler: must be a mapping, got a list"},
       {"scheduler: fast", "scheduler: must be a mapping, got \"fast\""},
+      {"agent: {max_gpus_per_node: 0}",
+       "agent.max_gpus_per_node: must be an integer in [1, 1024], got \"0\""},
       {"scheduler: {schedule_interval: abc}",
        "scheduler.schedule_interval: must be a positive duration, got \"abc\""},
       {"scheduler: {schedule_interval: [5]}",
@@ -397,6 +400,9 @@ TEST(AgentConfigTest, WrongTypesAndRangesAreExplained) {
        "scheduler.max_retry_interval: must be at least scheduler.retry_interval (10s), got 5s"},
       {"gpu: {fake: {count: 2000}}",
        "gpu.fake.count: must be an integer in [0, 1024], got \"2000\""},
+      {"agent: {id: \"a/b\"}",
+       "agent.id: an agent id is 1 to 63 letters, digits, '.', '_' and '-', starting with a "
+       "letter or a digit ([A-Za-z0-9][A-Za-z0-9._-]{0,62}), got \"a/b\""},
       {"gpu: {fake: {memory_mb: 0}}",
        "gpu.fake.memory_mb: must be an integer in [1, 1099511627776], got \"0\""},
       {"gpu: {fake: {model: \"\"}}", "gpu.fake.model: must not be empty"},
@@ -1024,6 +1030,51 @@ TEST_F(ConfigFileTest, MissingFileIsNotFound) {
 TEST_F(ConfigFileTest, DirectoryIsNotAConfigFile) {
   ExpectError(LoadSchedulerConfig(dir_.string()), StatusCode::kInvalidArgument,
               dir_.string() + ": cannot read: Is a directory");
+}
+
+// Relative paths are read from the working directory, once, when the file is loaded; programs
+// without a '/' stay names to look up; absolute paths and stdout are kept as written.
+TEST_F(ConfigFileTest, RelativePathsAreResolvedAgainstTheWorkingDirectory) {
+  const std::string cwd = std::filesystem::current_path().string();
+  const std::string agent_path = Write(
+      "agent.yaml",
+      "gpu: {nvidia_smi_path: ./test-local/nvidia-smi, nvml_library: libnvidia-ml.so.1,\n"
+      "      fake: {fault_file: faults.txt}}\n"
+      "executor: {work_dir: ./var/../var/agent, docker: {binary: docker}}\n"
+      "scheduler: {tls: {ca_file: tls/ca.pem, cert_file: /etc/dgpu/a.pem, key_file: tls/a.key}}\n"
+      "logging: {output: stdout}\n");
+  StatusOr<AgentConfig> agent = LoadAgentConfig(agent_path);
+  ASSERT_TRUE(agent.ok()) << agent.status().ToString();
+  EXPECT_EQ(agent->executor.work_dir, cwd + "/var/agent");
+  EXPECT_EQ(agent->gpu.nvidia_smi_path, cwd + "/test-local/nvidia-smi");
+  EXPECT_EQ(agent->gpu.nvml_library, "libnvidia-ml.so.1");
+  EXPECT_EQ(agent->gpu.fake.fault_file, cwd + "/faults.txt");
+  EXPECT_EQ(agent->executor.docker.binary, "docker");
+  EXPECT_EQ(agent->executor.docker.socket, "/var/run/docker.sock");
+  EXPECT_EQ(agent->scheduler.tls.ca_file, cwd + "/tls/ca.pem");
+  EXPECT_EQ(agent->scheduler.tls.cert_file, "/etc/dgpu/a.pem");
+  EXPECT_EQ(agent->scheduler.tls.key_file, cwd + "/tls/a.key");
+  EXPECT_EQ(agent->logging.output, "stdout");
+
+  const std::string scheduler_path =
+      Write("scheduler.yaml",
+            "storage: {snapshot_dir: var/state}\n"
+            "auth: {mode: token, tokens_file: tokens.yaml}\n"
+            "logging: {output: var/scheduler.log, audit_file: var/audit.log}\n");
+  StatusOr<SchedulerConfig> scheduler = LoadSchedulerConfig(scheduler_path);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status().ToString();
+  EXPECT_EQ(scheduler->storage.snapshot_dir, cwd + "/var/state");
+  EXPECT_EQ(scheduler->storage.shared_storage, "");
+  EXPECT_EQ(scheduler->auth.tokens_file, cwd + "/tokens.yaml");
+  EXPECT_EQ(scheduler->logging.output, cwd + "/var/scheduler.log");
+  EXPECT_EQ(scheduler->audit_file, cwd + "/var/audit.log");
+
+  // The string loaders leave paths as written; the resolution names what it changed.
+  StatusOr<AgentConfig> raw = LoadAgentConfigFromString("executor: {work_dir: w}\n");
+  ASSERT_TRUE(raw.ok());
+  EXPECT_EQ(raw->executor.work_dir, "w");
+  EXPECT_EQ(ResolveRelativePaths(&*raw, "/base"), std::vector<std::string>{"executor.work_dir"});
+  EXPECT_EQ(raw->executor.work_dir, "/base/w");
 }
 
 TEST(ShippedConfigTest, SchedulerYamlLoadsAndEqualsTheDefaults) {

@@ -402,6 +402,47 @@ TEST_F(ApplicationTest, WritesOnAStandbyNameTheLeader) {
   EXPECT_EQ(Appended(), 0u);
 }
 
+// A registration is bounded: the id's characters and length, the node's GPU count
+// (agent.max_gpus_per_node, 64 by default) and its indices. Nothing of a refused one is kept.
+TEST_F(ApplicationTest, RegistrationsAreBounded) {
+  for (const std::string bad : {std::string("a/b"), std::string("a\nb"), std::string("-a"),
+                                std::string(64, 'a'), std::string("node 1")}) {
+    Result<Registered> r = Register(bad, 1);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().cause, StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(r.error().field, "agent_id") << bad;
+    EXPECT_NE(r.error().message.find("[A-Za-z0-9][A-Za-z0-9._-]{0,62}"), std::string::npos)
+        << r.error().message;
+  }
+  Result<Registered> many = Register("big", 65);
+  ASSERT_FALSE(many.ok());
+  EXPECT_EQ(many.error().cause, StatusCode::kInvalidArgument);
+  EXPECT_EQ(many.error().field, "gpus");
+  EXPECT_EQ(many.error().message,
+            "node big registers 65 GPUs; a node has at most 64 (agent.max_gpus_per_node of the "
+            "scheduler)");
+
+  RegisterRequest req;
+  req.agent_id = "dup";
+  req.epoch = 7;
+  req.gpus = {{0, "A100", 40960, "", true, ""}, {0, "A100", 40960, "", true, ""}};
+  Result<Registered> dup =
+      Await<Registered>([&](Reply<Registered> r) { app_->RegisterNode(agent_caller_, req, r); });
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.error().message, "node dup registers GPU index 0 twice");
+  req.gpus = {{64, "A100", 40960, "", true, ""}};
+  Result<Registered> far =
+      Await<Registered>([&](Reply<Registered> r) { app_->RegisterNode(agent_caller_, req, r); });
+  ASSERT_FALSE(far.ok());
+  EXPECT_EQ(far.error().message,
+            "node dup registers GPU index 64; indices are 0 to 63 (agent.max_gpus_per_node of the "
+            "scheduler)");
+  loop_->RunAndWait([](CoreLoop::Context& c) { EXPECT_TRUE(c.core.Nodes().empty()); });
+
+  ASSERT_TRUE(Register("node-1.rack_2", 64).ok());  // The largest node, an id of every kind.
+  loop_->RunAndWait([](CoreLoop::Context& c) { EXPECT_EQ(c.core.Nodes().size(), 1u); });
+}
+
 TEST_F(ApplicationTest, AnAgentsFinishIsRecordedOnceAndItsDuplicateRecognised) {
   Result<Registered> reg = Register("a1", 1, {{"bogus", {0}}});
   ASSERT_TRUE(reg.ok()) << reg.error().message;

@@ -5,6 +5,7 @@
 
 #include <future>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "store/database.h"
@@ -92,6 +93,48 @@ TEST(JournalTest, LoneAppendCommitsAtOnce) {
   ASSERT_TRUE(got.ok());
   EXPECT_TRUE(got->has_value());
   EXPECT_EQ(journal.stats().batches_committed, 1u);
+}
+
+// A waiter runs once its sequence number has been committed, after the callbacks of the appends
+// up to it, and sees the database holding them; a sequence number already reached runs at once.
+TEST(JournalTest, WhenAttemptedRunsOnceTheDatabaseHoldsTheSequence) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  Journal journal(db.get(), 0);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::vector<std::string> order;  // Written on the writer thread only, read after Flush.
+  journal.Append({Upsert(SimpleTask(1, TaskStatus::kPending))}, [&order, released](Status) {
+    released.wait();  // Holds the writer: the next appends wait in the queue.
+    order.push_back("append 1");
+  });
+  const uint64_t second = journal.Append({Upsert(SimpleTask(2, TaskStatus::kPending))},
+                                         [&order](Status) { order.push_back("append 2"); });
+  ASSERT_EQ(second, 2u);
+  std::promise<bool> held;
+  journal.WhenAttempted(second, [&order, &db, &held](Status s) {
+    order.push_back("waiter");
+    StatusOr<std::optional<core::Task>> got = db->GetTask(2);
+    held.set_value(s.ok() && got.ok() && got->has_value());
+  });
+  journal.Append({Upsert(SimpleTask(3, TaskStatus::kPending))},
+                 [&order](Status) { order.push_back("append 3"); });
+  release.set_value();
+  EXPECT_TRUE(held.get_future().get());
+  ASSERT_TRUE(journal.Flush().ok());
+  ASSERT_EQ(order.size(), 4u);
+  // The waiter comes after append 2's callback; append 3 may share append 2's group.
+  EXPECT_EQ(order[0], "append 1");
+  EXPECT_EQ(order[1], "append 2");
+  EXPECT_TRUE(order[2] == "waiter" || order[3] == "waiter") << order[2] << ", " << order[3];
+
+  bool at_once = false;
+  journal.WhenAttempted(2, [&at_once](Status s) { at_once = s.ok(); });
+  EXPECT_TRUE(at_once);  // Reached already: on this thread, before the call returns.
+  journal.Shutdown();
+  bool after_shutdown = false;
+  journal.WhenAttempted(1000, [&after_shutdown](Status) { after_shutdown = true; });
+  EXPECT_TRUE(after_shutdown);  // Nothing will reach it: answered at once.
 }
 
 TEST(JournalTest, ShutdownDrainsTheQueue) {
