@@ -43,7 +43,8 @@ progress() {
   curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" |
     awk 'index($1, "dgpu_tasks_submitted_total{") == 1 { sub_n += $2 }
          index($1, "dgpu_tasks_finished_total{") == 1 && index($1, "status=\"success\"") { ok += $2 }
-         END { printf "%d %d\n", sub_n, ok }'
+         index($1, "dgpu_tasks_finished_total{") == 1 { ended += $2 }
+         END { printf "%d %d %d\n", sub_n, ok, ended }'
 }
 success_total() {
   curl -fsS "http://127.0.0.1:$HTTP_PORT/api/v1/tasks?status=success&limit=1" |
@@ -58,9 +59,10 @@ TOTAL=$TOTAL THREADS=2 HIGH_FRACTION=$HIGH_FRACTION wrk -t2 -c"$CONNS" -d3600s -
 SUBMITTER=$!
 submitted_at=""
 while :; do
-  read -r submitted_n done_n < <(progress)
+  read -r submitted_n done_n ended_n < <(progress)
   [[ -z "$submitted_at" && "$submitted_n" -ge "$TOTAL" ]] && submitted_at=$(date +%s.%N)
-  [[ "$done_n" -ge "$TOTAL" ]] && break
+  # Every task ended; one that did not succeed fails the run below.
+  [[ "$ended_n" -ge "$TOTAL" ]] && break
   if (( $(echo "$(date +%s.%N) - $start > ${TIMEOUT:-300}" | bc) )); then
     echo "timeout: $submitted_n submitted, $done_n succeeded" >&2; exit 1
   fi
@@ -86,3 +88,9 @@ line="CPU seconds (own/tasks): scheduler $(cpu_of "$SCHED_PID" | cut -d/ -f1)"
 for i in "${!AGENT_PIDS[@]}"; do line+=", agent $((i + 1)) $(cpu_of "${AGENT_PIDS[$i]}")"; done
 echo "$line"
 python3 "$REPO/bench/check_gpu_overlap.py" "$WORK"/a*.log
+if [[ "$failed" -ne 0 ]]; then
+  echo "FAILED: $failed task(s) of 'true' did not succeed:" >&2
+  curl -fsS "http://127.0.0.1:$HTTP_PORT/api/v1/tasks?status=failed&limit=5" |
+    python3 -c 'import json,sys; [print(" ", t["task_id"], t["error"], file=sys.stderr) for t in json.load(sys.stdin)["tasks"]]'
+  exit 1
+fi

@@ -71,26 +71,21 @@ void WriteAll(int fd, std::string_view data) {
   }
 }
 
-// The record in place (with `sync`, durably); false (with errno) on a failure.
-bool WriteRecord(const std::string& path, const std::string& text, bool sync) {
+// The record in place (a temporary file renamed over it: a reader sees all of it or nothing);
+// false (with errno) on a failure. Not synced: it has to outlive the agent process, which reads
+// it and keeps the finish in its own synced outbox, not the machine (a task does not outlive its
+// machine either, and before the agent has read it the exit is as exposed as it was when the
+// agent reaped its tasks itself).
+bool WriteRecord(const std::string& path, const std::string& text) {
   const std::string temp = path + ".tmp";
   const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return false;
-  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-                       (!sync || fsync(fd) == 0);
+  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   const int saved = errno;
   close(fd);
   if (!written || rename(temp.c_str(), path.c_str()) != 0) {
     errno = written ? errno : saved;
     return false;
-  }
-  if (!sync) return true;
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
   }
   return true;
 }
@@ -254,7 +249,7 @@ int RunTaskShim(int argc, char** argv) {
   const auto stat = ReadProcStat(leader);
   ShimPidsRecord pids{getpid(), self_stat ? self_stat->start_time : 0, leader,
                       stat ? stat->start_time : 0};
-  if (!WriteRecord(pids_path, FormatShimPidsRecord(pids), /*sync=*/false)) {
+  if (!WriteRecord(pids_path, FormatShimPidsRecord(pids))) {
     const std::string why = std::string("cannot write ") + pids_path + ": " + strerror(errno);
     kill(leader, SIGKILL);
     waitpid(leader, nullptr, 0);
@@ -318,8 +313,7 @@ int RunTaskShim(int argc, char** argv) {
         drain_until = NowMicros() + int64_t{kDrainMillis} * 1000;
         break;
       }
-      if (pid == leader &&
-          !WriteRecord(record_path, FormatShimExitRecord({status, NowMicros()}), /*sync=*/true)) {
+      if (pid == leader && !WriteRecord(record_path, FormatShimExitRecord({status, NowMicros()}))) {
         WriteAll(2, "dgpu: cannot record the task's exit in " + record_path + ": " +
                         strerror(errno) + "\n");
       }

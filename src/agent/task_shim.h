@@ -19,8 +19,8 @@
 //     (the leader could not be started; the shim then exits 1), and closes it;
 //   - ignores SIGTERM, SIGINT, SIGHUP and SIGPIPE: only its task's end ends it, never the agent's
 //     (its process group is not the task's, so stopping the task does not reach it);
-//   - reaps the leader and writes RECORDS.exit durably (temporary file, fsync, rename, directory
-//     fsync): "1 <wait status> <unix micros>\n";
+//   - reaps the leader and writes RECORDS.exit (temporary file, rename; not synced: the agent
+//     keeps the finish it reads there in its synced outbox): "1 <wait status> <unix micros>\n";
 //   - reaps every other descendant, and exits 0 once none is left and its pipe has reached its
 //     end, or 2 s after the last process ended when something outside the task still holds the
 //     pipe.

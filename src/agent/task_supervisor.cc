@@ -666,8 +666,11 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
     // pidfd first, then the start time check: the descriptor is then surely the shim's.
     task.shim_pidfd = static_cast<int>(syscall(SYS_pidfd_open, task.shim, 0));
     if (task.shim_pidfd >= 0) fcntl(task.shim_pidfd, F_SETFD, FD_CLOEXEC);
+    // Its end first, then its record: a shim writes the record before it ends, so one that has
+    // ended and left none never will.
+    const bool shim_done = ShimDone(task);
     auto record = ReadShimExitRecord(ExitRecordPath(id));
-    if (ShimDone(task) && !record.has_value()) {
+    if (shim_done && !record.has_value()) {
       if (task.shim_pidfd >= 0) close(task.shim_pidfd);
       spdlog::warn(
           "the shim of {} (pid {}) has ended without recording how its task ended "
@@ -731,10 +734,14 @@ std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadli
   bool changed = force_scan_;
   for (auto& [id, task] : tasks_) {
     if (!task.leader_status.has_value()) {
+      // Its end first, then its record: a shim writes the record before it ends, so one that
+      // has ended and left none never will (read the other way round, a shim that wrote its
+      // record and ended between the two looks would read as lost).
+      const bool shim_done = ShimDone(task);
       if (auto record = ReadShimExitRecord(ExitRecordPath(id))) {
         task.leader_status = record->wait_status;
         changed = true;
-      } else if (ShimDone(task)) {
+      } else if (shim_done) {
         // Killed before its leader ended (or before it could say so): nobody can learn how the
         // task ends. Its processes are stopped.
         task.lost = "supervisor_lost: the task's shim (pid " + std::to_string(task.shim) +
