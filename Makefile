@@ -78,8 +78,11 @@ fmt-check:
 # through the compile database. Needs the build for the generated
 # protobuf headers.
 TIDY_SOURCES := '^$(CURDIR)/(src/(base|common|core|store|scheduler|agent|ctl)|sim)/[^/]+\.cc$$'
+# Each file is checked again only when its source, a header it includes, its flags, .clang-tidy
+# or clang-tidy changed since it last passed (scripts/tidy-cached.py; cache in ~/.cache/dgpu/tidy,
+# DGPU_TIDY_CACHE chooses another).
 tidy: build
-	run-clang-tidy -p $(BUILD_DIR) -j $(JOBS) -quiet $(TIDY_SOURCES)
+	python3 scripts/tidy-cached.py $(BUILD_DIR) $(TIDY_SOURCES) $(JOBS)
 
 # The OpenAPI description (api/openapi.yaml) linted by @redocly/cli, pinned by
 # tools/package-lock.json and installed under tools/node_modules (git-ignored) by `npm ci`; the

@@ -7,7 +7,6 @@ import datetime
 import email.message
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -386,27 +385,32 @@ def test_unreachable_server_retries_reads_but_never_a_submit():
     assert time.monotonic() - start < 0.1
 
 
-def test_package_installs_with_pip(tmp_path):
-    for module, package in (("pip", "python3-pip"), ("setuptools", "python3-setuptools")):
-        probe = subprocess.run([sys.executable, "-c", "import " + module], capture_output=True)
-        if probe.returncode != 0:
-            missing_dependency("%s is not installed (Debian: %s)" % (module, package))
-    # A copy: setuptools builds in the source folder, which must stay clean.
-    src = str(tmp_path / "src")
-    shutil.copytree(os.path.join(harness.HERE, "..", "..", "clients", "python"), src,
-                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    out = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation",
-                          "--no-deps", "--no-index", "--target", str(tmp_path / "site"), src],
-                         capture_output=True, text=True, timeout=300)
+def test_package_installs_offline_in_a_fresh_venv(tmp_path):
+    """What clients/python/README.md says for a machine without a registry: the wheel the build
+    made, installed with --no-index into a fresh virtual environment of Debian's python3."""
+    wheel = os.environ.get("DGPU_PYTHON_WHEEL", "")
+    if not os.path.isfile(wheel):
+        missing_dependency("the client's wheel was not built: %r (cmake target dgpu-python-wheel)"
+                           % wheel)
+    if subprocess.run(["/usr/bin/python3", "-c", "import ensurepip"],
+                      capture_output=True).returncode != 0:
+        missing_dependency("venv cannot install pip (Debian: python3-venv)")
+    venv = tmp_path / "venv"
+    made = subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], capture_output=True,
+                          text=True, timeout=120)
+    assert made.returncode == 0, made.stdout + made.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))}
+    env["PIP_CONFIG_FILE"] = os.devnull  # Nothing but the command line: no index, no links.
+    out = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-index", wheel],
+                         capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
-    site = tmp_path / "site" / "dgpu"
-    assert (site / "py.typed").is_file()
-    assert (site / "client.py").is_file()
-    check = subprocess.run([sys.executable, "-c", "import dgpu; print(dgpu.__version__, "
-                            "dgpu.__file__)"], capture_output=True, text=True,
-                           env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")))
+    check = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import dgpu, os; print(dgpu.__version__, os.path.dirname(dgpu.__file__))"],
+                           capture_output=True, text=True, env=env, cwd=str(tmp_path))
     assert check.returncode == 0, check.stderr
-    assert check.stdout.startswith("0.1.0 " + str(site))
+    version, where = check.stdout.split()
+    assert version == "0.1.0"
+    assert where.startswith(str(venv)) and os.path.isfile(os.path.join(where, "py.typed"))
 
 
 # -- teams and preemption -------------------------------------------------------------------
