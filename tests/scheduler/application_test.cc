@@ -405,8 +405,8 @@ TEST_F(ApplicationTest, WritesOnAStandbyNameTheLeader) {
 // A registration is bounded: the id's characters and length, the node's GPU count
 // (agent.max_gpus_per_node, 64 by default) and its indices. Nothing of a refused one is kept.
 TEST_F(ApplicationTest, RegistrationsAreBounded) {
-  for (const std::string bad : {std::string("a/b"), std::string("a\nb"), std::string("-a"),
-                                std::string(64, 'a'), std::string("node 1")}) {
+  for (const std::string& bad : {std::string("a/b"), std::string("a\nb"), std::string("-a"),
+                                 std::string(64, 'a'), std::string("node 1")}) {
     Result<Registered> r = Register(bad, 1);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.error().cause, StatusCode::kInvalidArgument) << bad;
