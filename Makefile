@@ -5,7 +5,7 @@ PRESET ?= release
 BUILD_DIR := $(if $(filter release,$(PRESET)),build,build-$(PRESET))
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test test-asan test-tsan fuzz run bench fmt fmt-check tidy lint-api lint clean
+.PHONY: all deps configure build test test-asan test-tsan fuzz run bench bench-floors fmt fmt-check tidy lint-api lint clean
 
 all: build
 
@@ -66,6 +66,12 @@ run: deps build
 
 bench: build
 	bash scripts/run-benchmarks.sh
+
+# The floors of docs/benchmarks.md, this build paired against BASE's in one run (default: the
+# commit before HEAD); FLOORS and ROUNDS choose what runs (scripts/bench-floors.sh).
+BASE ?= HEAD~1
+bench-floors: build
+	bash scripts/bench-floors.sh $(BASE)
 
 fmt:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i
