@@ -30,22 +30,23 @@ test-asan:
 	cmake --build --preset asan -j $(JOBS)
 	ctest --preset asan -j $(JOBS)
 
-# libFuzzer targets (fuzz/, preset "fuzz": clang with AddressSanitizer and UBSan), each run for
-# FUZZ_SECONDS on a scratch copy of its seed corpus fuzz/corpus/<target>/ (the seeds are only
-# read). A crash, a sanitizer report or a leak fails the run and leaves the input in
-# build-fuzz/artifacts/.
+# libFuzzer targets (fuzz/), built in the asan build (build-asan: clang, AddressSanitizer and
+# UBSan, with libFuzzer's coverage instrumentation), each run for FUZZ_SECONDS on a scratch copy
+# of its seed corpus fuzz/corpus/<target>/ (the seeds are only read). A crash, a sanitizer report
+# or a leak fails the run and leaves the input in build-asan/fuzz-artifacts/.
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := fuzz_rest fuzz_config fuzz_auth fuzz_stored fuzz_text
+FUZZ_DIR := build-asan
 fuzz:
-	cmake --preset fuzz
+	cmake --preset asan
 	cmake --build --preset fuzz -j $(JOBS)
-	mkdir -p build-fuzz/artifacts
+	mkdir -p $(FUZZ_DIR)/fuzz-artifacts
 	set -e; for t in $(FUZZ_TARGETS); do \
-	  rm -rf build-fuzz/corpus/$$t; mkdir -p build-fuzz/corpus/$$t; \
+	  rm -rf $(FUZZ_DIR)/fuzz-corpus/$$t; mkdir -p $(FUZZ_DIR)/fuzz-corpus/$$t; \
 	  echo "== $$t ($(FUZZ_SECONDS) s)"; \
-	  build-fuzz/bin/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
-	    -max_len=65536 -print_final_stats=1 -artifact_prefix=build-fuzz/artifacts/$$t- \
-	    build-fuzz/corpus/$$t fuzz/corpus/$$t 2>&1 | \
+	  $(FUZZ_DIR)/bin/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	    -max_len=65536 -print_final_stats=1 -artifact_prefix=$(FUZZ_DIR)/fuzz-artifacts/$$t- \
+	    $(FUZZ_DIR)/fuzz-corpus/$$t fuzz/corpus/$$t 2>&1 | \
 	    grep -E "^(INFO: Seed|#[0-9]+ +DONE|stat::number_of_executed_units|==[0-9]+==|SUMMARY)" ; \
 	  test "$${PIPESTATUS[0]}" -eq 0; \
 	done

@@ -133,7 +133,7 @@ void RunSequence(uint32_t seed, int steps) {
 }
 
 TEST(InvariantsTest, RandomSequences) {
-  for (uint32_t seed = 1; seed <= 2000; ++seed) {
+  for (uint32_t seed = 1; seed <= testing::Sequences(2000); ++seed) {
     RunSequence(seed, 150);
     if (::testing::Test::HasFatalFailure()) return;
   }

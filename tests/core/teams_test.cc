@@ -729,9 +729,11 @@ void RunBorrowingSequence(uint32_t seed, int steps) {
             stopping.emplace_back(t.id, t.allocation[0].node_id);
           }
         });
-        for (const auto& [v, n] : stopping) {
-          FinishReport report{v, false, 143, "", now};
-          ASSERT_TRUE(both([&](SchedulerCore& c) { return c.TaskFinished(n, report, now); }).ok());
+        for (const auto& victim : stopping) {
+          const std::string& node = victim.second;
+          FinishReport report{victim.first, false, 143, "", now};
+          ASSERT_TRUE(
+              both([&](SchedulerCore& c) { return c.TaskFinished(node, report, now); }).ok());
         }
         core.Schedule(now);
         shadow.ForgetNoRoom();
@@ -764,7 +766,7 @@ TEST(BorrowingInvariantsTest, RandomSequences) {
     RunBorrowingSequence(static_cast<uint32_t>(std::atoi(one)), 200);
     return;
   }
-  for (uint32_t seed = 1; seed <= 1500; ++seed) {
+  for (uint32_t seed = 1; seed <= testing::Sequences(1500); ++seed) {
     RunBorrowingSequence(seed, 200);
     if (::testing::Test::HasFatalFailure()) return;
   }
