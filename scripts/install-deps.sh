@@ -13,7 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   wrk prometheus etcd-server etcd-client
   python3 python3-yaml python3-jsonschema python3-pytest python3-pip python3-setuptools
-  python3-wheel python3-venv ccache
+  python3-wheel python3-venv ccache musl-tools
   chromium chromium-driver python3-selenium
   procps psmisc util-linux iproute2 systemd
 )

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "agent/shim_runtime.h"
+
 namespace dgpu::agent {
 
 // The line written where a log is cut (with a newline before it if the cut is mid-line).
@@ -21,14 +23,10 @@ class LogCopier {
   // An earlier run's output in `out` counts: the limit is the file's.
   LogCopier(int out, int64_t max_bytes);
   void Write(const char* data, size_t n);
-  bool cut() const { return cut_; }
+  bool cut() const { return c_.cut != 0; }
 
  private:
-  int out_;
-  int64_t max_bytes_;
-  int64_t size_ = 0;
-  bool cut_ = false;
-  char last_ = '\n';
+  dgpu_log_copier c_;  // The shim's own code (shim_runtime.h), which this wraps for C++.
 };
 
 // Copies `in` to `out` with a LogCopier until end of input; returns 0.

@@ -13,7 +13,7 @@
 //     <shim start time> <leader pid> <leader start time>\n"; not synced: it must outlive the
 //     agent, not the machine), and only then runs ARGV (ARGV[0] a path) in a new session, stdin
 //     /dev/null, stdout and stderr on the log or, with MAX_LOG_BYTES > 0, on a pipe the shim
-//     copies into the log and cuts at that size (LogCopier). So no command ever runs that an
+//     copies into the log and cuts at that size (log_writer.h). So no command ever runs that an
 //     agent started later could not find and adopt;
 //   - answers on fd 0 with one line, "1 ok <leader pid> <leader start time>" or "1 error <why>"
 //     (the leader could not be started; the shim then exits 1), and closes it;
@@ -27,6 +27,9 @@
 // The leading "1" of the arguments, the handshake and the records is the protocol version: an
 // agent reads the records of every version it knows, so a newer agent adopts the shims of an
 // older release.
+//
+// The shim's process is C (shim_runtime.h: linked against musl where it is installed, for a
+// cheaper start); this header is the agent's side of the protocol.
 //
 // The agent finds the leader's exit in EXIT_RECORD, and the end of the task (all of its
 // processes gone) in the end of the shim. Stopping a task stays the agent's work: it signals the

@@ -621,6 +621,30 @@ TEST_F(ProcessExecutorTest, ANewExecutorAdoptsARunningTaskWithoutRestartingIt) {
   EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/work/.run/task-live.exit"));
 }
 
+// The shim names itself and its leader by their start times, read from /proc/<pid>/stat after
+// the last ')' of the command name: here a shim whose name holds spaces and parentheses (the
+// leader carries the shim's name until it runs its command).
+TEST_F(ProcessExecutorTest, TheShimsRecordNamesItsProcessesWhateverTheShimIsCalled) {
+  const std::string odd = dir_.path() + "/a) b (c";
+  std::filesystem::copy_file(DGPU_TASK_SHIM_PATH, odd);
+  std::filesystem::permissions(odd, std::filesystem::perms::owner_all);
+  ProcessExecutorOptions options = Options();
+  options.shim = odd;
+  ProcessExecutor executor(options);
+  ASSERT_TRUE(executor.Start(Launch("task-odd", "sleep 30")).ok());
+  const auto pids = ReadShimPidsRecord(dir_.path() + "/work/.run/task-odd.pids");
+  ASSERT_TRUE(pids.has_value());
+  const auto shim = ReadProcStat(pids->shim);
+  const auto leader = ReadProcStat(pids->leader);
+  ASSERT_TRUE(shim.has_value());
+  ASSERT_TRUE(leader.has_value());
+  EXPECT_NE(pids->shim, pids->leader);
+  EXPECT_GT(pids->leader_start_time, 0u);
+  EXPECT_EQ(pids->shim_start_time, shim->start_time);
+  EXPECT_EQ(pids->leader_start_time, leader->start_time);
+  EXPECT_EQ(leader->ppid, pids->shim);
+}
+
 TEST_F(ProcessExecutorTest, ATaskThatEndedWhileNoExecutorRanIsReportedWithItsExitCode) {
   {
     ProcessExecutorOptions options = Options();

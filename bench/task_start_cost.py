@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""CPU per task start, piece by piece: what the processes a task start creates cost on this
+machine, without the scheduler and the agent around them.
+
+  python3 bench/task_start_cost.py [--shim build/bin/dgpu-task-shim] [--runs 500]
+
+Each row starts RUNS processes one after another with posix_spawn, as the agent does, waits for
+each, and reports the CPU (user + system) its children used per start, from getrusage
+(RUSAGE_CHILDREN: the shim's own children are counted once the shim has reaped them):
+  static no-op   a statically linked `int main() { return 0; }` (compiled here with cc)
+  dynamic no-op  the same, dynamically linked
+  sh -c true     the command of the end-to-end benchmark, started directly (what a task cost
+                 before it had a shim)
+  shim           dgpu-task-shim running `sh -c true` as the agent starts it: handshake pipe on
+                 fd 0, the log on fds 1 and 2, its records in a scratch directory (on /dev/shm
+                 when it exists, so that the file system's cost is not measured)
+The first two rows are the floor of any exec on this machine (the C library's start-up);
+`shim` minus `sh -c true` is what the shim adds per task.
+"""
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime, r.ru_stime
+
+
+def measure(runs, start_one):
+    u0, s0 = children_cpu()
+    for i in range(runs):
+        os.waitpid(start_one(i), 0)
+    u1, s1 = children_cpu()
+    return (u1 - u0) / runs * 1000, (s1 - s0) / runs * 1000
+
+
+def main():
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shim", default=os.path.join(repo, "build", "bin", "dgpu-task-shim"))
+    ap.add_argument("--runs", type=int, default=500)
+    args = ap.parse_args()
+    if not os.access(args.shim, os.X_OK):
+        sys.exit(f"no shim at {args.shim}: build first (make build)")
+    sh = shutil.which("sh")
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="dgpu-start-cost-", dir=base) as work:
+        src = os.path.join(work, "nop.c")
+        with open(src, "w") as f:
+            f.write("int main(void) { return 0; }\n")
+        nop_static, nop_dynamic = os.path.join(work, "nop-static"), os.path.join(work, "nop")
+        subprocess.run(["cc", "-O2", "-static", "-o", nop_static, src], check=True)
+        subprocess.run(["cc", "-O2", "-o", nop_dynamic, src], check=True)
+        run_dir = os.path.join(work, ".run")
+        os.mkdir(run_dir)
+        log = os.open(os.path.join(work, "task.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        out = [(os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)]
+
+        def plain(argv):
+            stdin = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)]
+            return lambda i: os.posix_spawn(argv[0], argv, env, file_actions=stdin + out,
+                                            setsid=True)
+
+        def shim(i):
+            hello_read, hello_write = os.pipe()
+            prefix = os.path.join(run_dir, f"task-{i}")
+            argv = [args.shim, "--task-shim", "1", prefix, "10485760", "--", sh, "-c", "true"]
+            pid = os.posix_spawn(args.shim, argv, env,
+                                 file_actions=[(os.POSIX_SPAWN_DUP2, hello_write, 0)] + out,
+                                 setsid=True)
+            os.close(hello_write)
+            line = os.read(hello_read, 512).decode()
+            os.close(hello_read)
+            if not line.startswith("1 ok "):
+                sys.exit(f"the shim answered {line!r}")
+            return pid
+
+        rows = [("static no-op", plain([nop_static])), ("dynamic no-op", plain([nop_dynamic])),
+                ("sh -c true", plain([sh, "-c", "true"])), ("shim + sh -c true", shim)]
+        print(f"{'start':<20} {'CPU ms':>7} {'user':>7} {'system':>7}   ({args.runs} runs each)")
+        for name, start in rows:
+            measure(20, start)  # Warm the page cache.
+            user, system = measure(args.runs, start)
+            print(f"{name:<20} {user + system:7.3f} {user:7.3f} {system:7.3f}")
+        os.close(log)
+
+
+if __name__ == "__main__":
+    main()

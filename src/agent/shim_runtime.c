@@ -1,0 +1,326 @@
+/* The task shim's process: see task_shim.h for what it does and why, shim_runtime.h for why C. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "agent/shim_runtime.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHIM_PROTOCOL 1
+#define DRAIN_MILLIS 2000 /* Pipe drain after the last process ended. */
+
+/* Writes all of it; an error (a full disk, a closed pipe) drops the rest. */
+static void write_all(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    data += w;
+    n -= (size_t)w;
+  }
+}
+
+static void write_text(int fd, const char* text) { write_all(fd, text, strlen(text)); }
+
+/* A whole decimal number (an optional '-', then digits) that fits in int64_t; 0 when not. */
+static int parse_int64(const char* s, int64_t* out) {
+  int negative = 0;
+  uint64_t value = 0;
+  if (*s == '-') {
+    negative = 1;
+    ++s;
+  }
+  if (*s == '\0') return 0;
+  for (; *s != '\0'; ++s) {
+    if (*s < '0' || *s > '9') return 0;
+    const uint64_t digit = (uint64_t)(*s - '0');
+    if (value > (UINT64_MAX - digit) / 10) return 0;
+    value = value * 10 + digit;
+  }
+  if (value > (uint64_t)INT64_MAX + (negative ? 1u : 0u)) return 0;
+  *out = negative ? (int64_t)(0 - value) : (int64_t)value;
+  return 1;
+}
+
+static int64_t now_micros(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Field 22 of /proc/<pid>/stat (clock ticks after boot): with the pid, names the process. 0 when
+ * it cannot be read. */
+static unsigned long long start_time(pid_t pid) {
+  char path[64];
+  char text[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const ssize_t n = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  text[n] = '\0';
+  /* The command name (field 2) may hold spaces and parentheses: fields 3.. follow the last ')'. */
+  const char* p = strrchr(text, ')');
+  if (p == NULL) return 0;
+  ++p;
+  for (int field = 3; field < 22; ++field) { /* Past fields 3 to 21. */
+    while (*p == ' ') ++p;
+    while (*p != ' ' && *p != '\0') ++p;
+    if (*p == '\0') return 0;
+  }
+  unsigned long long value = 0;
+  while (*p == ' ') ++p;
+  for (; *p >= '0' && *p <= '9'; ++p) value = value * 10 + (unsigned long long)(*p - '0');
+  return value;
+}
+
+/* The record in place (a temporary file renamed over it: a reader sees all of it or nothing);
+ * 0 (with errno) on a failure. Not synced: it has to outlive the agent process, which reads it
+ * and keeps the finish in its own synced outbox, not the machine (a task does not outlive its
+ * machine either). */
+static int write_record(const char* path, const char* text) {
+  char temp[4096];
+  if (snprintf(temp, sizeof(temp), "%s.tmp", path) >= (int)sizeof(temp)) {
+    errno = ENAMETOOLONG;
+    return 0;
+  }
+  const int fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return 0;
+  const size_t length = strlen(text);
+  const int written = write(fd, text, length) == (ssize_t)length;
+  const int saved = errno;
+  close(fd);
+  if (!written) {
+    errno = saved;
+    return 0;
+  }
+  return rename(temp, path) == 0;
+}
+
+/* The handshake's error answer; the shim's exit code then. */
+static int refuse(int hello_fd, const char* what, const char* detail) {
+  char line[4096];
+  snprintf(line, sizeof(line), "%d error %s%s%s\n", SHIM_PROTOCOL, what, detail ? ": " : "",
+           detail ? detail : "");
+  write_text(hello_fd, line);
+  return 1;
+}
+
+/* The leader (argv[0] a path): waits until `go` reaches its end (the shim has written the pids
+ * record), then a new session, stdin /dev/null, output on `out`, the dispositions and mask a
+ * program expects. Never returns. */
+static void exec_leader(char** argv, int go, int out, int error_fd) {
+  char byte;
+  ssize_t r;
+  do {
+    r = read(go, &byte, 1);
+  } while (r < 0 && errno == EINTR);
+  if (r != 0) _exit(126); /* The shim gave up on it. */
+  setsid();
+  const int defaults[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD};
+  for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); ++i) signal(defaults[i], SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  const int null_fd = open("/dev/null", O_RDONLY);
+  if (null_fd >= 0 && null_fd != 0) {
+    dup2(null_fd, 0);
+    close(null_fd);
+  }
+  if (out != 1) dup2(out, 1);
+  if (out != 2) dup2(out, 2);
+  execv(argv[0], argv); /* A path: the agent found the program on its own PATH. */
+  const int err = errno;
+  ssize_t ignored = write(error_fd, &err, sizeof(err));
+  (void)ignored;
+  _exit(127);
+}
+
+size_t dgpu_log_cut_line(int64_t max_bytes, char* buffer, size_t size) {
+  const int n = snprintf(buffer, size,
+                         "dgpu: log cut at %lld bytes (executor.max_log_bytes); further output "
+                         "is discarded\n",
+                         (long long)max_bytes);
+  if (n < 0) return 0;
+  return (size_t)n < size ? (size_t)n : size - 1;
+}
+
+void dgpu_log_copier_init(struct dgpu_log_copier* c, int out, int64_t max_bytes) {
+  struct stat st;
+  c->out = out;
+  c->max_bytes = max_bytes;
+  c->size = fstat(out, &st) == 0 ? (int64_t)st.st_size : 0;
+  c->cut = 0;
+  c->last = '\n';
+}
+
+void dgpu_log_copier_write(struct dgpu_log_copier* c, const char* data, size_t n) {
+  if (c->cut || n == 0) return;
+  int64_t room = c->max_bytes - c->size;
+  if (room < 0) room = 0;
+  const size_t take = (uint64_t)room < n ? (size_t)room : n;
+  if (take > 0) {
+    write_all(c->out, data, take);
+    c->size += (int64_t)take;
+    c->last = data[take - 1];
+  }
+  if (take < n) {
+    char marker[160];
+    const size_t newline = c->last != '\n';
+    marker[0] = '\n';
+    c->cut = 1;
+    write_all(c->out, marker,
+              newline + dgpu_log_cut_line(c->max_bytes, marker + newline, sizeof(marker) - 1));
+  }
+}
+
+int dgpu_task_shim_run(int argc, char** argv) {
+  /* dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV... */
+  int64_t version = 0;
+  int64_t max_log_bytes = -1;
+  if (argc < 7 || strcmp(argv[1], "--task-shim") != 0 || !parse_int64(argv[2], &version) ||
+      version != SHIM_PROTOCOL || !parse_int64(argv[4], &max_log_bytes) || max_log_bytes < 0 ||
+      strcmp(argv[5], "--") != 0) {
+    write_text(2,
+               "usage: dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV... (started by "
+               "dgpu-agent)\n");
+    return 2;
+  }
+  char exit_path[4096];
+  char pids_path[4096];
+  if (snprintf(exit_path, sizeof(exit_path), "%s.exit", argv[3]) >= (int)sizeof(exit_path) ||
+      snprintf(pids_path, sizeof(pids_path), "%s.pids", argv[3]) >= (int)sizeof(pids_path)) {
+    return refuse(0, "the records' path is too long", NULL);
+  }
+  char** task_argv = argv + 6;
+  const int hello_fd = 0;
+
+  prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t child;
+  sigemptyset(&child);
+  sigaddset(&child, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &child, NULL); /* Before the fork: no exit goes unseen. */
+  const int sfd = signalfd(-1, &child, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) return refuse(hello_fd, "signalfd", strerror(errno));
+  int log_pipe[2] = {-1, -1};
+  if (max_log_bytes > 0 && pipe2(log_pipe, O_CLOEXEC) != 0) {
+    return refuse(hello_fd, "cannot make the log pipe", strerror(errno));
+  }
+  int error_pipe[2];
+  int go_pipe[2];
+  if (pipe2(error_pipe, O_CLOEXEC) != 0 || pipe2(go_pipe, O_CLOEXEC) != 0) {
+    return refuse(hello_fd, "pipe", strerror(errno));
+  }
+  const pid_t leader = fork();
+  if (leader < 0) return refuse(hello_fd, "fork", strerror(errno));
+  if (leader == 0) {
+    close(go_pipe[1]);
+    exec_leader(task_argv, go_pipe[0], log_pipe[1] >= 0 ? log_pipe[1] : 1, error_pipe[1]);
+  }
+  close(go_pipe[0]);
+  close(error_pipe[1]);
+  if (log_pipe[1] >= 0) close(log_pipe[1]);
+  /* Unreaped, the leader keeps its pid: its start time names it for whoever adopts it later. */
+  const unsigned long long leader_start = start_time(leader);
+  char text[256];
+  snprintf(text, sizeof(text), "%d %d %llu %d %llu\n", SHIM_PROTOCOL, (int)getpid(),
+           start_time(getpid()), (int)leader, leader_start);
+  if (!write_record(pids_path, text)) {
+    char why[4200];
+    snprintf(why, sizeof(why), "cannot write %s", pids_path);
+    const int saved = errno;
+    kill(leader, SIGKILL);
+    waitpid(leader, NULL, 0);
+    return refuse(hello_fd, why, strerror(saved));
+  }
+  close(go_pipe[1]); /* The leader runs its command now. */
+  int exec_errno = 0;
+  ssize_t got;
+  do {
+    got = read(error_pipe[0], &exec_errno, sizeof(exec_errno));
+  } while (got < 0 && errno == EINTR);
+  close(error_pipe[0]);
+  if (got == (ssize_t)sizeof(exec_errno)) {
+    char why[4200];
+    snprintf(why, sizeof(why), "cannot run %s", task_argv[0]);
+    waitpid(leader, NULL, 0);
+    return refuse(hello_fd, why, strerror(exec_errno));
+  }
+  snprintf(text, sizeof(text), "%d ok %d %llu\n", SHIM_PROTOCOL, (int)leader, leader_start);
+  write_text(hello_fd, text);
+  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd >= 0) {
+    dup3(null_fd, hello_fd, O_CLOEXEC);
+    close(null_fd);
+  }
+
+  struct dgpu_log_copier copier;
+  dgpu_log_copier_init(&copier, 1, max_log_bytes);
+  static char buffer[64 << 10];
+  int pipe_fd = log_pipe[0];
+  int children_left = 1;
+  int64_t drain_until = 0;
+  while (children_left || pipe_fd >= 0) {
+    struct pollfd fds[2] = {{sfd, POLLIN, 0}, {pipe_fd, POLLIN, 0}};
+    int timeout = -1;
+    if (!children_left) {
+      const int64_t left = (drain_until - now_micros()) / 1000;
+      if (left <= 0) break; /* Something outside the task holds the pipe. */
+      timeout = (int)left + 1;
+    }
+    const int n = poll(fds, pipe_fd >= 0 ? 2 : 1, timeout);
+    if (n < 0 && errno != EINTR) break;
+    if (pipe_fd >= 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      const ssize_t r = read(pipe_fd, buffer, sizeof(buffer));
+      if (r > 0) {
+        dgpu_log_copier_write(&copier, buffer, (size_t)r);
+      } else if (r == 0 || errno != EINTR) {
+        close(pipe_fd);
+        pipe_fd = -1;
+      }
+    }
+    if ((fds[0].revents & POLLIN) != 0 || n == 0) {
+      struct signalfd_siginfo info;
+      while (read(sfd, &info, sizeof(info)) == (ssize_t)sizeof(info)) {
+      }
+    }
+    while (children_left) {
+      int status = 0;
+      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid == 0) break;
+      if (pid < 0) {
+        if (errno == EINTR) continue;
+        children_left = 0; /* ECHILD: every process of the task has ended. */
+        drain_until = now_micros() + (int64_t)DRAIN_MILLIS * 1000;
+        break;
+      }
+      if (pid == leader) {
+        snprintf(text, sizeof(text), "%d %d %lld\n", SHIM_PROTOCOL, status,
+                 (long long)now_micros());
+        if (!write_record(exit_path, text)) {
+          char line[4300];
+          snprintf(line, sizeof(line), "dgpu: cannot record the task's exit in %s: %s\n", exit_path,
+                   strerror(errno));
+          write_text(2, line);
+        }
+      }
+    }
+  }
+  return 0;
+}
