@@ -753,6 +753,13 @@ std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadli
           killpg(task.leader, SIGKILL);
           kill(task.leader, SIGKILL);
         }
+        // Without its shim nobody reaps the leader but the agent (its subreaper) or init: it is
+        // followed as a member, so that the exit is reported once it is gone and reaped, and no
+        // zombie is left behind when this was the node's last task.
+        if (auto stat = ReadProcStat(task.leader);
+            stat && stat->start_time == task.leader_start_time) {
+          task.members.emplace(task.leader, task.leader_start_time);
+        }
         task.member_signal = SIGKILL;
         changed = true;
       }

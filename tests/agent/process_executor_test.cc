@@ -1,5 +1,6 @@
 #include "agent/process_executor.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -643,6 +644,51 @@ TEST_F(ProcessExecutorTest, TheShimsRecordNamesItsProcessesWhateverTheShimIsCall
   EXPECT_EQ(pids->shim_start_time, shim->start_time);
   EXPECT_EQ(pids->leader_start_time, leader->start_time);
   EXPECT_EQ(leader->ppid, pids->shim);
+}
+
+// Without a dgpu-task-shim beside it the agent runs as a shim itself (dgpu-agent --task-shim ...,
+// RunTaskShim): the same code, linked into the agent. Here in a child of the test: it answers,
+// records the exit and cuts the log as the shim binary does.
+TEST_F(ProcessExecutorTest, TheAgentsOwnCopyOfTheShimRunsATask) {
+  int hello[2];
+  ASSERT_EQ(pipe(hello), 0);
+  const std::string prefix = dir_.path() + "/own";
+  const std::string log = dir_.path() + "/own.log";
+  std::vector<std::string> args = {"dgpu-agent", kTaskShimFlag, "1",
+                                   prefix,       "40",          "--",
+                                   "/bin/sh",    "-c",          "printf '%050d' 7; exit 3"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(hello[1], 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(hello[0]);
+    _exit(RunTaskShim(static_cast<int>(args.size()), argv.data()));
+  }
+  close(hello[1]);
+  char line[256] = {};
+  const ssize_t n = read(hello[0], line, sizeof(line) - 1);
+  close(hello[0]);
+  ASSERT_GT(n, 0);
+  const auto parsed = ParseShimHello(std::string_view(line, static_cast<size_t>(n) - 1));
+  ASSERT_TRUE(parsed.has_value()) << line;
+  EXPECT_TRUE(parsed->ok) << line;
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const auto exit = ReadShimExitRecord(prefix + ".exit");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(WIFEXITED(exit->wait_status) && WEXITSTATUS(exit->wait_status) == 3);
+  const auto pids = ReadShimPidsRecord(prefix + ".pids");
+  ASSERT_TRUE(pids.has_value());
+  EXPECT_EQ(pids->shim, pid);
+  EXPECT_EQ(pids->leader, parsed->leader);
+  EXPECT_EQ(ReadFile(log), std::string(40, '0') + "\n" + LogCutLine(40));
 }
 
 TEST_F(ProcessExecutorTest, ATaskThatEndedWhileNoExecutorRanIsReportedWithItsExitCode) {
