@@ -33,24 +33,37 @@ static void write_all(int fd, const char* data, size_t n) {
 
 static void write_text(int fd, const char* text) { write_all(fd, text, strlen(text)); }
 
-/* A whole decimal number (an optional '-', then digits) that fits in int64_t; 0 when not. */
-static int parse_int64(const char* s, int64_t* out) {
-  int negative = 0;
-  uint64_t value = 0;
-  if (*s == '-') {
-    negative = 1;
-    ++s;
-  }
+/* A whole non-negative decimal number that fits in int64_t; 0 when not. */
+static int parse_count(const char* s, int64_t* out) {
+  int64_t value = 0;
   if (*s == '\0') return 0;
   for (; *s != '\0'; ++s) {
     if (*s < '0' || *s > '9') return 0;
-    const uint64_t digit = (uint64_t)(*s - '0');
-    if (value > (UINT64_MAX - digit) / 10) return 0;
+    const int digit = *s - '0';
+    if (value > (INT64_MAX - digit) / 10) return 0;
     value = value * 10 + digit;
   }
-  if (value > (uint64_t)INT64_MAX + (negative ? 1u : 0u)) return 0;
-  *out = negative ? (int64_t)(0 - value) : (int64_t)value;
+  *out = value;
   return 1;
+}
+
+/* snprintf's length, cut to what fits in the buffer. */
+static size_t fitted(int n, size_t size) {
+  if (n < 0 || size == 0) return 0;
+  return (size_t)n < size ? (size_t)n : size - 1;
+}
+
+size_t dgpu_format_pids_record(char* buffer, size_t size, int shim, unsigned long long shim_start,
+                               int leader, unsigned long long leader_start) {
+  return fitted(snprintf(buffer, size, "%d %d %llu %d %llu\n", SHIM_PROTOCOL, shim, shim_start,
+                         leader, leader_start),
+                size);
+}
+
+size_t dgpu_format_exit_record(char* buffer, size_t size, int wait_status, int64_t unix_micros) {
+  return fitted(
+      snprintf(buffer, size, "%d %d %lld\n", SHIM_PROTOCOL, wait_status, (long long)unix_micros),
+      size);
 }
 
 static int64_t now_micros(void) {
@@ -149,12 +162,11 @@ static void exec_leader(char** argv, int go, int out, int error_fd) {
 }
 
 size_t dgpu_log_cut_line(int64_t max_bytes, char* buffer, size_t size) {
-  const int n = snprintf(buffer, size,
+  return fitted(snprintf(buffer, size,
                          "dgpu: log cut at %lld bytes (executor.max_log_bytes); further output "
                          "is discarded\n",
-                         (long long)max_bytes);
-  if (n < 0) return 0;
-  return (size_t)n < size ? (size_t)n : size - 1;
+                         (long long)max_bytes),
+                size);
 }
 
 void dgpu_log_copier_init(struct dgpu_log_copier* c, int out, int64_t max_bytes) {
@@ -189,9 +201,9 @@ void dgpu_log_copier_write(struct dgpu_log_copier* c, const char* data, size_t n
 int dgpu_task_shim_run(int argc, char** argv) {
   /* dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV... */
   int64_t version = 0;
-  int64_t max_log_bytes = -1;
-  if (argc < 7 || strcmp(argv[1], "--task-shim") != 0 || !parse_int64(argv[2], &version) ||
-      version != SHIM_PROTOCOL || !parse_int64(argv[4], &max_log_bytes) || max_log_bytes < 0 ||
+  int64_t max_log_bytes = 0;
+  if (argc < 7 || strcmp(argv[1], "--task-shim") != 0 || !parse_count(argv[2], &version) ||
+      version != SHIM_PROTOCOL || !parse_count(argv[4], &max_log_bytes) ||
       strcmp(argv[5], "--") != 0) {
     write_text(2,
                "usage: dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV... (started by "
@@ -239,8 +251,8 @@ int dgpu_task_shim_run(int argc, char** argv) {
   /* Unreaped, the leader keeps its pid: its start time names it for whoever adopts it later. */
   const unsigned long long leader_start = start_time(leader);
   char text[256];
-  snprintf(text, sizeof(text), "%d %d %llu %d %llu\n", SHIM_PROTOCOL, (int)getpid(),
-           start_time(getpid()), (int)leader, leader_start);
+  dgpu_format_pids_record(text, sizeof(text), (int)getpid(), start_time(getpid()), (int)leader,
+                          leader_start);
   if (!write_record(pids_path, text)) {
     char why[4200];
     snprintf(why, sizeof(why), "cannot write %s", pids_path);
@@ -311,8 +323,7 @@ int dgpu_task_shim_run(int argc, char** argv) {
         break;
       }
       if (pid == leader) {
-        snprintf(text, sizeof(text), "%d %d %lld\n", SHIM_PROTOCOL, status,
-                 (long long)now_micros());
+        dgpu_format_exit_record(text, sizeof(text), status, now_micros());
         if (!write_record(exit_path, text)) {
           char line[4300];
           snprintf(line, sizeof(line), "dgpu: cannot record the task's exit in %s: %s\n", exit_path,

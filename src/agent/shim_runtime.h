@@ -31,6 +31,12 @@ struct dgpu_log_copier {
 void dgpu_log_copier_init(struct dgpu_log_copier* c, int out, int64_t max_bytes);
 void dgpu_log_copier_write(struct dgpu_log_copier* c, const char* data, size_t n);
 
+/* The records (task_shim.h), with their newline, into buffer (NUL-terminated, cut to size); their
+ * length. The shim writes them, the agent's C++ side formats them with these too. */
+size_t dgpu_format_pids_record(char* buffer, size_t size, int shim, unsigned long long shim_start,
+                               int leader, unsigned long long leader_start);
+size_t dgpu_format_exit_record(char* buffer, size_t size, int wait_status, int64_t unix_micros);
+
 /* The marker line, with its newline, into buffer (NUL-terminated, cut to size); its length. */
 size_t dgpu_log_cut_line(int64_t max_bytes, char* buffer, size_t size);
 

@@ -56,8 +56,9 @@ std::optional<std::string> ReadSmall(const std::string& path) {
 }  // namespace
 
 std::string FormatShimExitRecord(const ShimExitRecord& record) {
-  return std::to_string(kTaskShimProtocol) + " " + std::to_string(record.wait_status) + " " +
-         std::to_string(record.unix_micros) + "\n";
+  char text[128];
+  return std::string(
+      text, dgpu_format_exit_record(text, sizeof(text), record.wait_status, record.unix_micros));
 }
 
 std::optional<ShimExitRecord> ParseShimExitRecord(std::string_view text) {
@@ -76,9 +77,9 @@ std::optional<ShimExitRecord> ReadShimExitRecord(const std::string& path) {
 }
 
 std::string FormatShimPidsRecord(const ShimPidsRecord& r) {
-  return std::to_string(kTaskShimProtocol) + " " + std::to_string(r.shim) + " " +
-         std::to_string(r.shim_start_time) + " " + std::to_string(r.leader) + " " +
-         std::to_string(r.leader_start_time) + "\n";
+  char text[128];
+  return std::string(text, dgpu_format_pids_record(text, sizeof(text), r.shim, r.shim_start_time,
+                                                   r.leader, r.leader_start_time));
 }
 
 std::optional<ShimPidsRecord> ParseShimPidsRecord(std::string_view text) {

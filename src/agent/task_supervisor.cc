@@ -749,15 +749,15 @@ std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadli
         task.lost = "supervisor_lost: the task's shim (pid " + std::to_string(task.shim) +
                     ") ended before the task";
         task.leader_status = -1;
-        if (LeaderAlive(task)) {
-          killpg(task.leader, SIGKILL);
-          kill(task.leader, SIGKILL);
-        }
         // Without its shim nobody reaps the leader but the agent (its subreaper) or init: it is
         // followed as a member, so that the exit is reported once it is gone and reaped, and no
         // zombie is left behind when this was the node's last task.
         if (auto stat = ReadProcStat(task.leader);
             stat && stat->start_time == task.leader_start_time) {
+          if (!stat->zombie()) {
+            killpg(task.leader, SIGKILL);
+            kill(task.leader, SIGKILL);
+          }
           task.members.emplace(task.leader, task.leader_start_time);
         }
         task.member_signal = SIGKILL;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "../sanitizer_scale.h"
 #include "core/scheduler_core.h"
 
 namespace dgpu::core::testing {
@@ -27,16 +28,8 @@ inline TaskSpec Spec(Priority p, int gpus, std::string model = "") {
 
 inline constexpr TimeMicros kSec = kMicrosPerSecond;
 
-// How many random sequences a randomized test runs: all of them in an ordinary build, a fifth
-// under a sanitizer (DGPU_SANITIZED), where each step costs ten to fifty times more and the point
-// is the memory and threading checks on every path, which a fifth still reaches (the tests'
-// coverage thresholds are scaled the same way and fail when it does not).
-inline constexpr uint32_t kSequenceDivisor =
-#ifdef DGPU_SANITIZED
-    5;
-#else
-    1;
-#endif
-inline constexpr uint32_t Sequences(uint32_t full) { return full / kSequenceDivisor; }
+// How many random sequences a randomized test runs (tests/sanitizer_scale.h).
+inline constexpr uint32_t kSequenceDivisor = dgpu::testing::kSanitizerDivisor;
+inline constexpr uint32_t Sequences(uint32_t full) { return dgpu::testing::Scaled(full); }
 
 }  // namespace dgpu::core::testing

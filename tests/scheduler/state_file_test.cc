@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../sanitizer_scale.h"
 #include "../store/store_test_util.h"
 #include "common/time_util.h"
 
@@ -46,13 +47,9 @@ class StateFileTest : public ::testing::Test {
     return nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   }
 
-  // Enough tasks that a write takes well over the 2 ms of the deadline test; a fifth under a
-  // sanitizer, where each costs many times more.
-#ifdef DGPU_SANITIZED
-  static constexpr core::TaskNumber kTasks = 4'000;
-#else
-  static constexpr core::TaskNumber kTasks = 20'000;
-#endif
+  // Enough tasks that a write takes well over the 2 ms of the deadline test (a fifth under a
+  // sanitizer, where each costs many times more).
+  static constexpr core::TaskNumber kTasks = dgpu::testing::Scaled(20'000);
   TempDir dir_;
   std::unique_ptr<store::Database> db_;
   StateHeader header_;

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "../sanitizer_scale.h"
+
 namespace dgpu::sim {
 namespace {
 
@@ -51,12 +53,8 @@ void CheckAgainstReference(uint32_t seed, TimeMicros max_duration) {
 }
 
 TEST(CompletionQueueTest, MatchesAnOrderedSet) {
-  // A fifth of the seeds under a sanitizer, where each step costs many times more.
-#ifdef DGPU_SANITIZED
-  constexpr uint32_t kSeeds = 4;
-#else
-  constexpr uint32_t kSeeds = 20;
-#endif
+  // A fifth of the seeds under a sanitizer (tests/sanitizer_scale.h).
+  constexpr uint32_t kSeeds = dgpu::testing::Scaled(20);
   // Durations shorter than one radix key (2^20 us), spanning a few keys, and long ones.
   for (TimeMicros max_duration : {TimeMicros{0}, TimeMicros{5}, TimeMicros{1} << 20,
                                   TimeMicros{1} << 23, TimeMicros{1} << 40}) {
