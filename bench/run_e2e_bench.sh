@@ -5,6 +5,7 @@
 # the default quota's share, so that both classes together can fill the cluster; 0.5 alternates).
 #   bench/run_e2e_bench.sh                    # 10,000 tasks, 4 agents x 8 GPUs
 #   TOTAL=10000 AGENTS=4 GPUS=8 CONNS=64 HIGH_FRACTION=0.7 bench/run_e2e_bench.sh
+#   RUN_DIR=work bench/run_e2e_bench.sh       # run records on the disk (default: a tmpfs)
 # Reports tasks/s completed (first submission to last finish, as counted by the scheduler's
 # dgpu_tasks_finished_total{status="success"}, then checked with GET /api/v1/tasks?status=success)
 # and checks from the agents' logs that no GPU ran two tasks at once (bench/check_gpu_overlap.py).
@@ -16,6 +17,15 @@ HEARTBEAT=${HEARTBEAT:-0.2}
 
 make_work
 AGENT_PIDS=()
+# The agents' run records (executor.run_dir) on a tmpfs, as docs recommend (they must outlive
+# the agent process, not the machine); RUN_DIR=work keeps them in the work directory, on the
+# disk (the default of the key). Builds that predate the key always keep them there.
+RUN_DIR=${RUN_DIR:-tmpfs}
+RUNS=""
+if [[ "$RUN_DIR" == tmpfs && -d /dev/shm ]] && grep -q "executor.run_dir" "$BIN/dgpu-agent"; then
+  RUNS=$(mktemp -d /dev/shm/dgpu-bench-run.XXXXXX)
+  trap 'cleanup; rm -rf "$RUNS"' EXIT
+fi
 start_scheduler "logging: { level: warn, format: text }" \
                 "agent: { heartbeat_timeout: 5 }"
 for i in $(seq 1 "$AGENTS"); do
@@ -23,7 +33,7 @@ for i in $(seq 1 "$AGENTS"); do
 agent: { id: "node-$i", heartbeat_interval: $HEARTBEAT }
 scheduler: { master_address: "127.0.0.1:$GRPC_PORT", retry_interval: 0.1, max_retry_interval: 1 }
 gpu: { detection_method: fake, fake: { count: $GPUS } }
-executor: { work_dir: "$WORK/a$i", kill_grace_period: 1 }
+executor: { work_dir: "$WORK/a$i", kill_grace_period: 1${RUNS:+, run_dir: "$RUNS/a$i"} }
 logging: { level: info, format: text }
 YAML
   "$BIN/dgpu-agent" --config "$WORK/a$i.yaml" > "$WORK/a$i.log" 2>&1 &
@@ -34,18 +44,10 @@ for _ in $(seq 100); do
   [[ "$n" == $((AGENTS * GPUS)) ]] && break
   sleep 0.1
 done
-echo "$AGENTS agents x $GPUS GPUs up ($n idle GPUs); submitting $TOTAL tasks of 'true'" \
+echo "$AGENTS agents x $GPUS GPUs up ($n idle GPUs; run records in ${RUNS:-the work directory});" \
+  "submitting $TOTAL tasks of 'true'" \
   "(high priority: $HIGH_FRACTION) over $CONNS connections"
 
-# Submitted and succeeded so far, from one /metrics read: cheap enough to poll every 50 ms (curl
-# and awk only: the poller must not steal the CPU the agents need on a small machine).
-progress() {
-  curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" |
-    awk 'index($1, "dgpu_tasks_submitted_total{") == 1 { sub_n += $2 }
-         index($1, "dgpu_tasks_finished_total{") == 1 && index($1, "status=\"success\"") { ok += $2 }
-         index($1, "dgpu_tasks_finished_total{") == 1 { ended += $2 }
-         END { printf "%d %d %d\n", sub_n, ok, ended }'
-}
 success_total() {
   curl -fsS "http://127.0.0.1:$HTTP_PORT/api/v1/tasks?status=success&limit=1" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["total"])'
@@ -57,22 +59,13 @@ start=$(date +%s.%N)
 TOTAL=$TOTAL THREADS=2 HIGH_FRACTION=$HIGH_FRACTION wrk -t2 -c"$CONNS" -d3600s -s "$REPO/bench/rest_submit.lua" \
   "http://127.0.0.1:$HTTP_PORT" > "$WORK/submit.out" 2>&1 &
 SUBMITTER=$!
-submitted_at=""
-while :; do
-  read -r submitted_n done_n ended_n < <(progress)
-  [[ -z "$submitted_at" && "$submitted_n" -ge "$TOTAL" ]] && submitted_at=$(date +%s.%N)
-  # Every task ended; one that did not succeed fails the run below.
-  [[ "$ended_n" -ge "$TOTAL" ]] && break
-  if (( $(echo "$(date +%s.%N) - $start > ${TIMEOUT:-300}" | bc) )); then
-    echo "timeout: $submitted_n submitted, $done_n succeeded" >&2; exit 1
-  fi
-  sleep 0.05
-done
-end=$(date +%s.%N)
+# One poller process for the whole run (bench/e2e_progress.py): it prints when all were
+# submitted and when all had ended.
+read -r submitted_at end < <(python3 "$REPO/bench/e2e_progress.py" "$HTTP_PORT" "$TOTAL" "${TIMEOUT:-300}") ||
+  { kill -INT "$SUBMITTER"; exit 1; }
 kill -INT "$SUBMITTER"
 wait "$SUBMITTER" || true
 done_n=$(success_total)
-[[ -n "$submitted_at" ]] || submitted_at=$end
 submitted=$(metric dgpu_tasks_submitted_total)
 failed=$(curl -fsS "http://127.0.0.1:$HTTP_PORT/api/v1/tasks?status=failed&limit=1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"])')
 grep "^submissions:" "$WORK/submit.out" || cat "$WORK/submit.out"

@@ -160,6 +160,15 @@ int Run(int argc, char** argv) {
   std::filesystem::create_directories(cfg.executor.work_dir, ec);
   if (ec)
     return Fail("executor.work_dir: cannot create " + cfg.executor.work_dir + ": " + ec.message());
+  if (!cfg.executor.run_dir.empty()) {
+    std::filesystem::create_directories(cfg.executor.run_dir, ec);
+    if (ec) {
+      return Fail("executor.run_dir: cannot create " + cfg.executor.run_dir + ": " + ec.message());
+    }
+  }
+  spdlog::info(
+      "task directories and logs in {}, run records in {}", cfg.executor.work_dir,
+      cfg.executor.run_dir.empty() ? cfg.executor.work_dir + "/.run" : cfg.executor.run_dir);
 
   const bool run_as_submitter = cfg.executor.run_as == common::RunAs::kSubmitter;
   if (run_as_submitter && geteuid() != 0) {
@@ -172,6 +181,7 @@ int Run(int argc, char** argv) {
   if (cfg.executor.execution_method == common::ExecutionMethod::kDocker) {
     DockerExecutorOptions o;
     o.work_dir = cfg.executor.work_dir;
+    o.run_dir = cfg.executor.run_dir;
     o.kill_grace = cfg.executor.kill_grace_period;
     o.max_log_bytes = cfg.executor.max_log_bytes;
     o.shim = ShimProgram();
@@ -184,6 +194,7 @@ int Run(int argc, char** argv) {
   } else {
     ProcessExecutorOptions o;
     o.work_dir = cfg.executor.work_dir;
+    o.run_dir = cfg.executor.run_dir;
     o.kill_grace = cfg.executor.kill_grace_period;
     o.max_log_bytes = cfg.executor.max_log_bytes;
     o.shim = ShimProgram();

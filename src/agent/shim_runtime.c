@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -99,17 +100,14 @@ static unsigned long long start_time(pid_t pid) {
   return value;
 }
 
-/* The record in place (a temporary file renamed over it: a reader sees all of it or nothing);
+/* The record, one line in one write to a new file. A reader that finds the file empty or
+ * without its final newline has not found the record yet (the agent reads only complete lines of
+ * a known version): a shim killed between the open and the write leaves what no record leaves.
  * 0 (with errno) on a failure. Not synced: it has to outlive the agent process, which reads it
  * and keeps the finish in its own synced outbox, not the machine (a task does not outlive its
  * machine either). */
 static int write_record(const char* path, const char* text) {
-  char temp[4096];
-  if (snprintf(temp, sizeof(temp), "%s.tmp", path) >= (int)sizeof(temp)) {
-    errno = ENAMETOOLONG;
-    return 0;
-  }
-  const int fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return 0;
   const size_t length = strlen(text);
   const int written = write(fd, text, length) == (ssize_t)length;
@@ -119,7 +117,7 @@ static int write_record(const char* path, const char* text) {
     errno = saved;
     return 0;
   }
-  return rename(temp, path) == 0;
+  return 1;
 }
 
 /* The handshake's error answer; the shim's exit code then. */
@@ -131,34 +129,39 @@ static int refuse(int hello_fd, const char* what, const char* detail) {
   return 1;
 }
 
-/* The leader (argv[0] a path): waits until `go` reaches its end (the shim has written the pids
- * record), then a new session, stdin /dev/null, output on `out`, the dispositions and mask a
- * program expects. Never returns. */
-static void exec_leader(char** argv, int go, int out, int error_fd) {
-  char byte;
-  ssize_t r;
-  do {
-    r = read(go, &byte, 1);
-  } while (r < 0 && errno == EINTR);
-  if (r != 0) _exit(126); /* The shim gave up on it. */
-  setsid();
-  const int defaults[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD};
-  for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); ++i) signal(defaults[i], SIG_DFL);
+/* Starts the leader (argv[0] a path) with posix_spawn: the C library starts it without copying
+ * the shim's memory (clone with CLONE_VM | CLONE_VFORK), in a new session, stdin /dev/null,
+ * output on `out`, the dispositions and mask a program expects. 0 with *leader set, or the
+ * errno of the failure (of the exec too: the C library reports it and reaps the child). */
+static int spawn_leader(char** argv, int out, pid_t* leader) {
+  extern char** environ;
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  int err = posix_spawn_file_actions_init(&actions);
+  if (err != 0) return err;
+  err = posix_spawnattr_init(&attr);
+  if (err != 0) {
+    posix_spawn_file_actions_destroy(&actions);
+    return err;
+  }
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  const int reset[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD};
+  for (size_t i = 0; i < sizeof(reset) / sizeof(reset[0]); ++i) sigaddset(&defaults, reset[i]);
   sigset_t none;
   sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, NULL);
-  const int null_fd = open("/dev/null", O_RDONLY);
-  if (null_fd >= 0 && null_fd != 0) {
-    dup2(null_fd, 0);
-    close(null_fd);
+  if ((err = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)) == 0 &&
+      (err = posix_spawn_file_actions_adddup2(&actions, out, 1)) == 0 &&
+      (err = posix_spawn_file_actions_adddup2(&actions, out, 2)) == 0 &&
+      (err = posix_spawnattr_setsigdefault(&attr, &defaults)) == 0 &&
+      (err = posix_spawnattr_setsigmask(&attr, &none)) == 0 &&
+      (err = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF |
+                                                 POSIX_SPAWN_SETSIGMASK)) == 0) {
+    err = posix_spawn(leader, argv[0], &actions, &attr, argv, environ);
   }
-  if (out != 1) dup2(out, 1);
-  if (out != 2) dup2(out, 2);
-  execv(argv[0], argv); /* A path: the agent found the program on its own PATH. */
-  const int err = errno;
-  ssize_t ignored = write(error_fd, &err, sizeof(err));
-  (void)ignored;
-  _exit(127);
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&actions);
+  return err;
 }
 
 size_t dgpu_log_cut_line(int64_t max_bytes, char* buffer, size_t size) {
@@ -227,60 +230,40 @@ int dgpu_task_shim_run(int argc, char** argv) {
   sigset_t child;
   sigemptyset(&child);
   sigaddset(&child, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &child, NULL); /* Before the fork: no exit goes unseen. */
+  sigprocmask(SIG_BLOCK, &child, NULL); /* Before the spawn: no exit goes unseen. */
   const int sfd = signalfd(-1, &child, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) return refuse(hello_fd, "signalfd", strerror(errno));
   int log_pipe[2] = {-1, -1};
   if (max_log_bytes > 0 && pipe2(log_pipe, O_CLOEXEC) != 0) {
     return refuse(hello_fd, "cannot make the log pipe", strerror(errno));
   }
-  int error_pipe[2];
-  int go_pipe[2];
-  if (pipe2(error_pipe, O_CLOEXEC) != 0 || pipe2(go_pipe, O_CLOEXEC) != 0) {
-    return refuse(hello_fd, "pipe", strerror(errno));
-  }
-  const pid_t leader = fork();
-  if (leader < 0) return refuse(hello_fd, "fork", strerror(errno));
-  if (leader == 0) {
-    close(go_pipe[1]);
-    exec_leader(task_argv, go_pipe[0], log_pipe[1] >= 0 ? log_pipe[1] : 1, error_pipe[1]);
-  }
-  close(go_pipe[0]);
-  close(error_pipe[1]);
+  pid_t leader = 0;
+  const int spawn_error = spawn_leader(task_argv, log_pipe[1] >= 0 ? log_pipe[1] : 1, &leader);
   if (log_pipe[1] >= 0) close(log_pipe[1]);
-  /* Unreaped, the leader keeps its pid: its start time names it for whoever adopts it later. */
+  if (spawn_error != 0) {
+    char why[4200];
+    snprintf(why, sizeof(why), "cannot run %s", task_argv[0]);
+    return refuse(hello_fd, why, strerror(spawn_error));
+  }
+  /* Unreaped, the leader keeps its pid (a zombie's stat can be read): its start time names it
+   * for whoever adopts it later. */
   const unsigned long long leader_start = start_time(leader);
   char text[256];
   dgpu_format_pids_record(text, sizeof(text), (int)getpid(), start_time(getpid()), (int)leader,
                           leader_start);
   if (!write_record(pids_path, text)) {
+    /* Nobody could adopt the task: it does not run. */
     char why[4200];
     snprintf(why, sizeof(why), "cannot write %s", pids_path);
     const int saved = errno;
+    kill(-leader, SIGKILL);
     kill(leader, SIGKILL);
     waitpid(leader, NULL, 0);
     return refuse(hello_fd, why, strerror(saved));
   }
-  close(go_pipe[1]); /* The leader runs its command now. */
-  int exec_errno = 0;
-  ssize_t got;
-  do {
-    got = read(error_pipe[0], &exec_errno, sizeof(exec_errno));
-  } while (got < 0 && errno == EINTR);
-  close(error_pipe[0]);
-  if (got == (ssize_t)sizeof(exec_errno)) {
-    char why[4200];
-    snprintf(why, sizeof(why), "cannot run %s", task_argv[0]);
-    waitpid(leader, NULL, 0);
-    return refuse(hello_fd, why, strerror(exec_errno));
-  }
   snprintf(text, sizeof(text), "%d ok %d %llu\n", SHIM_PROTOCOL, (int)leader, leader_start);
   write_text(hello_fd, text);
-  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null_fd >= 0) {
-    dup3(null_fd, hello_fd, O_CLOEXEC);
-    close(null_fd);
-  }
+  close(hello_fd);
 
   struct dgpu_log_copier copier;
   dgpu_log_copier_init(&copier, 1, max_log_bytes);

@@ -4,23 +4,28 @@
 // The agent starts one per task, in a session of its own, with the task's environment and
 // working directory:
 //   dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV...
-// (RECORDS: a path prefix, work_dir/.run/<task id>)
+// (RECORDS: a path prefix, <run dir>/<task id>; executor.run_dir, default work_dir/.run)
 // fd 0 is the write end of the agent's handshake pipe, fds 1 and 2 the task's log (O_APPEND).
 // The shim
 //   - makes itself a child subreaper: every process the task starts stays its descendant, also
 //     one that escaped with setsid() and lost its parent;
-//   - forks the leader, which waits until the shim has written RECORDS.pids ("1 <shim pid>
-//     <shim start time> <leader pid> <leader start time>\n"; not synced: it must outlive the
-//     agent, not the machine), and only then runs ARGV (ARGV[0] a path) in a new session, stdin
-//     /dev/null, stdout and stderr on the log or, with MAX_LOG_BYTES > 0, on a pipe the shim
-//     copies into the log and cuts at that size (log_writer.h). So no command ever runs that an
-//     agent started later could not find and adopt;
+//   - starts the leader with posix_spawn (no copy of the shim's memory): ARGV (ARGV[0] a path)
+//     in a new session, stdin /dev/null, stdout and stderr on the log or, with MAX_LOG_BYTES > 0,
+//     on a pipe the shim copies into the log and cuts at that size (log_writer.h);
+//   - writes RECORDS.pids ("1 <shim pid> <shim start time> <leader pid> <leader start time>\n",
+//     one write to a new file; not synced: it must outlive the agent, not the machine), so that
+//     an agent started later finds and adopts the task. A shim killed (SIGKILL) between the spawn
+//     and the record leaves a command nobody adopts: the next agent process stops it as a
+//     leftover (found by its working directory and DGPU_TASK_ID). A shim that cannot write the
+//     record kills the leader's process group and answers with the error;
 //   - answers on fd 0 with one line, "1 ok <leader pid> <leader start time>" or "1 error <why>"
 //     (the leader could not be started; the shim then exits 1), and closes it;
 //   - ignores SIGTERM, SIGINT, SIGHUP and SIGPIPE: only its task's end ends it, never the agent's
 //     (its process group is not the task's, so stopping the task does not reach it);
-//   - reaps the leader and writes RECORDS.exit (temporary file, rename; not synced: the agent
-//     keeps the finish it reads there in its synced outbox): "1 <wait status> <unix micros>\n";
+//   - reaps the leader and writes RECORDS.exit (one write to a new file, as RECORDS.pids; not
+//     synced: the agent keeps the finish it reads there in its synced outbox): "1 <wait status>
+//     <unix micros>\n". A reader that finds a record empty or without its newline has not found
+//     it yet;
 //   - reaps every other descendant, and exits 0 once none is left and its pipe has reached its
 //     end, or 2 s after the last process ended when something outside the task still holds the
 //     pipe.

@@ -128,20 +128,21 @@ void TaskSupervisor::WriteRunRecord(const Task& task) const {
                       {"array_size", l.array_size},
                       {"started_at", task.started_micros}};
   // Not synced: the record has to outlive the agent process, not the machine (a task does not
-  // outlive its machine either).
+  // outlive its machine either). Written in place, at once: a record cut short by the agent's
+  // death was written before its shim started, so its task never ran.
   const std::string path = RunRecordPath(l.task_id);
-  const std::string temp = path + ".tmp";
   const std::string text = j.dump() + "\n";
-  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const bool ok = fd >= 0 &&
-                  write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-                  close(fd) == 0 && rename(temp.c_str(), path.c_str()) == 0;
-  if (!ok) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const bool written =
+      fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int saved = errno;
+  if (fd >= 0) close(fd);
+  if (!written) {
     spdlog::error(
         "cannot write the run record {} ({}): {} will not be adopted after an agent "
         "restart",
-        path, strerror(errno), l.task_id);
-    unlink(temp.c_str());
+        path, strerror(saved), l.task_id);
+    unlink(path.c_str());
   }
 }
 

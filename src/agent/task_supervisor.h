@@ -9,9 +9,10 @@
 // the shim's exit record; a task has ended when its leader's status is known, no tracked process
 // remains and its shim has ended.
 //
-// Each task also has a run record, <work_dir>/.run/<task_id>.task (its launch), written before
-// its shim starts, beside which the shim writes <task_id>.pids (itself and the leader, before
-// the task's command runs) and <task_id>.exit; all are removed once the task's exit has been
+// Each task also has a run record, <run_dir>/<task_id>.task (its launch; run_dir defaults to
+// <work_dir>/.run and is best on a tmpfs: see SupervisorOptions::run_dir), written before
+// its shim starts, beside which the shim writes <task_id>.pids (itself and the leader, once the
+// task's command has started) and <task_id>.exit; all are removed once the task's exit has been
 // returned and the next Poll runs.
 // An agent process that starts with the same work_dir calls Reattach(): it adopts every task
 // whose shim still runs (same pids, same run, nothing restarted), and the tasks whose shim has
@@ -56,6 +57,8 @@ struct SupervisorOptions {
   std::string shim = "/proc/self/exe";  // Run as `shim --task-shim 1 ...` (task_shim.h).
   // How long Start waits for a shim's handshake before it fails the task.
   std::chrono::milliseconds shim_answer_timeout{10000};
+  // executor.run_dir: where the run records are kept; empty: <work_dir>/.run.
+  std::string run_dir;
 };
 
 // What to run for one task, prepared by the executor.
@@ -96,19 +99,21 @@ class TaskSupervisor {
   std::vector<TaskExit> StopAll(std::chrono::milliseconds grace);
   void Detach();
 
-  // Adopts the tasks of the run records in work_dir/.run (see the file comment); for each, `plan`
-  // gives what stopping it needs (stop_argv, kill_argv, helper_env). Returns the tasks adopted,
-  // running or ended meanwhile (their exits come from the next Poll), by task id. Records of
-  // tasks whose shim is gone without an exit record (a reboot, a killed shim) are removed and
+  // Adopts the tasks of the run records in the run directory (see the file comment); for each,
+  // `plan` gives what stopping it needs (stop_argv, kill_argv, helper_env). Returns the tasks
+  // adopted, running or ended meanwhile (their exits come from the next Poll), by task id. Records
+  // of tasks whose shim is gone without an exit record (a reboot, a killed shim) are removed and
   // named in `lost` (their processes, if any, are the caller's to stop). Call once, before Start.
   std::vector<HeldTask> Reattach(const std::function<LaunchPlan(const TaskLaunch&)>& plan,
                                  std::vector<std::string>* lost);
 
   // The task's log file path.
   std::string LogPath(const std::string& task_id) const;
-  std::string RunDir() const { return options_.work_dir + "/.run"; }
+  std::string RunDir() const {
+    return options_.run_dir.empty() ? options_.work_dir + "/.run" : options_.run_dir;
+  }
   std::string RunRecordPath(const std::string& task_id) const;
-  // work_dir/.run/<task_id>: the shim writes <prefix>.pids and <prefix>.exit (task_shim.h).
+  // <run dir>/<task_id>: the shim writes <prefix>.pids and <prefix>.exit (task_shim.h).
   std::string RecordPrefix(const std::string& task_id) const;
   std::string ExitRecordPath(const std::string& task_id) const;
   bool child_subreaper_active() const { return subreaper_active_; }

@@ -909,11 +909,12 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
 
   DGPU_OPEN_SECTION(executor, root, "executor",
                     {"execution_method", "work_dir", "kill_grace_period", "keep_tasks_on_exit",
-                     "docker", "run_as", "allow_root", "max_log_bytes", "retention"});
+                     "docker", "run_as", "allow_root", "max_log_bytes", "retention", "run_dir"});
   ExecutorConfig& e = c.executor;
   DGPU_CONFIG_RETURN_IF_ERROR(
       executor.ReadEnum("execution_method", kExecutionMethods, &e.execution_method));
   DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadString("work_dir", &e.work_dir, false));
+  DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadString("run_dir", &e.run_dir));
   DGPU_CONFIG_RETURN_IF_ERROR(
       executor.ReadDuration("kill_grace_period", &e.kill_grace_period, DurationRule::kNonNegative));
   DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadBool("keep_tasks_on_exit", &e.keep_tasks_on_exit));
@@ -1060,6 +1061,7 @@ std::vector<std::string> ResolveRelativePaths(AgentConfig* c, const std::string&
   r.Program("gpu.health_check_program", &c->gpu.health_check_program);
   r.Path("gpu.fake.fault_file", &c->gpu.fake.fault_file);
   r.Path("executor.work_dir", &c->executor.work_dir);
+  r.Path("executor.run_dir", &c->executor.run_dir);
   r.Path("executor.docker.socket", &c->executor.docker.socket);
   r.Program("executor.docker.binary", &c->executor.docker.binary);
   r.Logging(&c->logging);

@@ -338,6 +338,9 @@ struct ExecutorConfig {
   RunAs run_as = RunAs::kAgent;
   bool allow_root = false;  // run_as submitter: a task of a user with uid 0 may run
   std::string work_dir = "/var/lib/dgpu-agent/tasks";
+  // The records of running tasks (task_shim.h), which must outlive the agent process, not the
+  // machine: best on a tmpfs such as /run/dgpu-agent. Empty: <work_dir>/.run.
+  std::string run_dir;
   milliseconds kill_grace_period{10'000};  // SIGTERM to SIGKILL; >= 0
   bool keep_tasks_on_exit = false;         // true: tasks outlive the agent process
   // A task's log (<work_dir>/<id>.log) is cut here with a marker line and further output is

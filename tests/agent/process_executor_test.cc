@@ -214,6 +214,21 @@ TEST_F(ProcessExecutorTest, ALeaderThatCannotRunIsAStartFailureNamedByTheShim) {
   EXPECT_EQ(exit->error, "start_failed: cannot run " + bogus + ": Exec format error");
 }
 
+TEST_F(ProcessExecutorTest, ACommandWhosePidsRecordCannotBeWrittenIsStoppedAndFailsToStart) {
+  // The shim starts the command, then notes who runs it; a command no later agent could find is
+  // not left running. A directory where the record goes makes the write fail.
+  ProcessExecutor executor(Options());
+  const std::string record = dir_.path() + "/work/.run/task-norecord.pids";
+  std::filesystem::create_directories(record);
+  ASSERT_TRUE(executor.Start(Launch("task-norecord", "sleep 0.3; touch ran")).ok());
+  auto exit = PollUntilExit(executor, "task-norecord");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_FALSE(exit->success);
+  EXPECT_EQ(exit->error, "start_failed: cannot write " + record + ": Is a directory");
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_FALSE(std::filesystem::exists(TaskFile("task-norecord", "ran")));
+}
+
 TEST_F(ProcessExecutorTest, CancelKillsTaskAndAllDescendants) {
   ProcessExecutor executor(Options());
   // bg: a plain background child; escaped: a child that left the session with setsid;
@@ -620,6 +635,40 @@ TEST_F(ProcessExecutorTest, ANewExecutorAdoptsARunningTaskWithoutRestartingIt) {
   second.Poll(testing::UnixMicros());
   EXPECT_FALSE(std::filesystem::exists(record));
   EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/work/.run/task-live.exit"));
+}
+
+// executor.run_dir: the records live there (on a tmpfs in production), not in work_dir/.run, and
+// the next executor adopts from there.
+TEST_F(ProcessExecutorTest, RunRecordsLiveInTheRunDirAndAreAdoptedFromThere) {
+  ProcessExecutorOptions options = Options();
+  options.run_dir = dir_.path() + "/records";
+  std::optional<pid_t> pid;
+  {
+    ProcessExecutor first(options);
+    ASSERT_TRUE(first.Start(Launch("task-rd", WaitForGo(0))).ok());
+    ASSERT_TRUE(
+        WaitUntil([&] { return (pid = ReadPidFile(TaskFile("task-rd", "pid"))).has_value(); }));
+    first.Detach();
+  }
+  EXPECT_TRUE(std::filesystem::exists(options.run_dir + "/task-rd.task"));
+  const auto pids = ReadShimPidsRecord(options.run_dir + "/task-rd.pids");
+  ASSERT_TRUE(pids.has_value());
+  EXPECT_EQ(pids->leader, *pid);
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/work/.run/task-rd.task"));
+
+  ProcessExecutor second(options);
+  std::vector<std::string> lost;
+  std::vector<HeldTask> held = second.Reattach(&lost);
+  EXPECT_TRUE(lost.empty());
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].task_id, "task-rd");
+  testing::WriteFile(TaskFile("task-rd", "go"), "");
+  auto exit = PollUntilExit(second, "task-rd");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success);
+  second.Poll(testing::UnixMicros());
+  EXPECT_FALSE(std::filesystem::exists(options.run_dir + "/task-rd.task"));
+  EXPECT_FALSE(std::filesystem::exists(options.run_dir + "/task-rd.exit"));
 }
 
 // The shim names itself and its leader by their start times, read from /proc/<pid>/stat after

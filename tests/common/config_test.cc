@@ -113,6 +113,7 @@ TEST(AgentConfigTest, DefaultsAreTheDocumentedValues) {
   EXPECT_EQ(c.gpu.fake.memory_mb, 32768);
   EXPECT_EQ(c.executor.execution_method, ExecutionMethod::kProcess);
   EXPECT_EQ(c.executor.work_dir, "/var/lib/dgpu-agent/tasks");
+  EXPECT_EQ(c.executor.run_dir, "");
   EXPECT_EQ(c.executor.kill_grace_period, milliseconds{10'000});
   EXPECT_FALSE(c.executor.keep_tasks_on_exit);
   EXPECT_EQ(c.executor.max_log_bytes, int64_t{1} << 30);
@@ -259,6 +260,7 @@ gpu:
 executor:
   execution_method: docker
   work_dir: /tmp/tasks
+  run_dir: /run/dgpu-agent
   kill_grace_period: 0
   keep_tasks_on_exit: true
   max_log_bytes: 512MiB
@@ -289,6 +291,7 @@ logging:
   EXPECT_EQ(c.gpu.fake.memory_mb, 81920);
   EXPECT_EQ(c.executor.execution_method, ExecutionMethod::kDocker);
   EXPECT_EQ(c.executor.work_dir, "/tmp/tasks");
+  EXPECT_EQ(c.executor.run_dir, "/run/dgpu-agent");
   EXPECT_EQ(c.executor.kill_grace_period, milliseconds{0});
   EXPECT_TRUE(c.executor.keep_tasks_on_exit);
   EXPECT_EQ(c.executor.max_log_bytes, int64_t{512} << 20);
@@ -1040,12 +1043,13 @@ TEST_F(ConfigFileTest, RelativePathsAreResolvedAgainstTheWorkingDirectory) {
       "agent.yaml",
       "gpu: {nvidia_smi_path: ./test-local/nvidia-smi, nvml_library: libnvidia-ml.so.1,\n"
       "      fake: {fault_file: faults.txt}}\n"
-      "executor: {work_dir: ./var/../var/agent, docker: {binary: docker}}\n"
+      "executor: {work_dir: ./var/../var/agent, run_dir: run, docker: {binary: docker}}\n"
       "scheduler: {tls: {ca_file: tls/ca.pem, cert_file: /etc/dgpu/a.pem, key_file: tls/a.key}}\n"
       "logging: {output: stdout}\n");
   StatusOr<AgentConfig> agent = LoadAgentConfig(agent_path);
   ASSERT_TRUE(agent.ok()) << agent.status().ToString();
   EXPECT_EQ(agent->executor.work_dir, cwd + "/var/agent");
+  EXPECT_EQ(agent->executor.run_dir, cwd + "/run");
   EXPECT_EQ(agent->gpu.nvidia_smi_path, cwd + "/test-local/nvidia-smi");
   EXPECT_EQ(agent->gpu.nvml_library, "libnvidia-ml.so.1");
   EXPECT_EQ(agent->gpu.fake.fault_file, cwd + "/faults.txt");
