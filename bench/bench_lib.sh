@@ -9,11 +9,24 @@ cleanup() {
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [[ -n "${WORK:-}" && -z "${KEEP:-}" ]]; then rm -rf "$WORK"; fi
+  if [[ -n "${RUNS:-}" ]]; then rm -rf "$RUNS"; fi
+}
+
+# run_dir_yaml NAME: ", run_dir: <tmpfs dir>/NAME" for an agent's `executor:` line: the run
+# records on a tmpfs (made by make_work), as docs recommend (they must outlive the agent process,
+# not the machine). Empty with RUN_DIR=work (the key's default: <work_dir>/.run, on the disk),
+# without /dev/shm, or for a build that predates the key.
+RUNS=""
+run_dir_yaml() {
+  if [[ -n "$RUNS" ]]; then echo ", run_dir: \"$RUNS/$1\""; fi
 }
 
 # make_work: a work directory on the real disk (NOT tmpfs: fsync must cost what it costs).
 make_work() {
   WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/dgpu-bench.XXXXXX")
+  if [[ "${RUN_DIR:-tmpfs}" == tmpfs && -d /dev/shm ]] && grep -q "executor.run_dir" "$BIN/dgpu-agent"; then
+    RUNS=$(mktemp -d /dev/shm/dgpu-bench-run.XXXXXX)
+  fi
   trap cleanup EXIT
 }
 
@@ -65,7 +78,7 @@ start_agent() {
 agent: { id: "node-1", heartbeat_interval: 1 }
 scheduler: { master_address: "127.0.0.1:$GRPC_PORT", retry_interval: 0.1, max_retry_interval: 1 }
 gpu: { detection_method: fake, fake: { count: 8 } }
-executor: { work_dir: "$WORK/a1", kill_grace_period: 1${1:+, $1} }
+executor: { work_dir: "$WORK/a1", kill_grace_period: 1${1:+, $1}$(run_dir_yaml a1) }
 logging: { level: info, format: text }
 YAML
   "$BIN/dgpu-agent" --config "$WORK/a1.yaml" > "$WORK/a1.log" 2>&1 &

@@ -17,15 +17,6 @@ HEARTBEAT=${HEARTBEAT:-0.2}
 
 make_work
 AGENT_PIDS=()
-# The agents' run records (executor.run_dir) on a tmpfs, as docs recommend (they must outlive
-# the agent process, not the machine); RUN_DIR=work keeps them in the work directory, on the
-# disk (the default of the key). Builds that predate the key always keep them there.
-RUN_DIR=${RUN_DIR:-tmpfs}
-RUNS=""
-if [[ "$RUN_DIR" == tmpfs && -d /dev/shm ]] && grep -q "executor.run_dir" "$BIN/dgpu-agent"; then
-  RUNS=$(mktemp -d /dev/shm/dgpu-bench-run.XXXXXX)
-  trap 'cleanup; rm -rf "$RUNS"' EXIT
-fi
 start_scheduler "logging: { level: warn, format: text }" \
                 "agent: { heartbeat_timeout: 5 }"
 for i in $(seq 1 "$AGENTS"); do
@@ -33,7 +24,7 @@ for i in $(seq 1 "$AGENTS"); do
 agent: { id: "node-$i", heartbeat_interval: $HEARTBEAT }
 scheduler: { master_address: "127.0.0.1:$GRPC_PORT", retry_interval: 0.1, max_retry_interval: 1 }
 gpu: { detection_method: fake, fake: { count: $GPUS } }
-executor: { work_dir: "$WORK/a$i", kill_grace_period: 1${RUNS:+, run_dir: "$RUNS/a$i"} }
+executor: { work_dir: "$WORK/a$i", kill_grace_period: 1$(run_dir_yaml "a$i") }
 logging: { level: info, format: text }
 YAML
   "$BIN/dgpu-agent" --config "$WORK/a$i.yaml" > "$WORK/a$i.log" 2>&1 &
@@ -44,7 +35,7 @@ for _ in $(seq 100); do
   [[ "$n" == $((AGENTS * GPUS)) ]] && break
   sleep 0.1
 done
-echo "$AGENTS agents x $GPUS GPUs up ($n idle GPUs; run records in ${RUNS:-the work directory});" \
+echo "$AGENTS agents x $GPUS GPUs up ($n idle GPUs; run records in ${RUNS:-the work directories});" \
   "submitting $TOTAL tasks of 'true'" \
   "(high priority: $HIGH_FRACTION) over $CONNS connections"
 
