@@ -67,7 +67,18 @@ awk -v s="$start" -v e="$end" -v u="$submitted_at" -v n="$done_n" -v t="$TOTAL" 
   printf "all submitted after %.2fs (%.0f submissions/s)\n", u - s, t / (u - s) }'
 echo "scheduler counted $submitted submissions, $failed failed tasks"
 # CPU used (user+system seconds; an agent's includes its reaped tasks), read before shutdown.
-cpu_of() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f/%.2f", ($14 + $15) / hz, ($16 + $17) / hz }' "/proc/$1/stat"; }
+# "Tasks": the CPU of the processes the agent reaped (shims, and what they reaped) plus that of its
+# live children (the shims it keeps for the next task, with what they reaped).
+cpu_of() {
+  local kids
+  kids=$(awk -v p="$1" '{ sub(/^.*\) /, ""); if ($2 == p) print FILENAME }' /proc/[0-9]*/stat 2>/dev/null | tr '\n' ' ')
+  # shellcheck disable=SC2086
+  awk -v hz="$(getconf CLK_TCK)" -v self="/proc/$1/stat" '
+    { sub(/^.*\) /, "") }  # Fields from the state on: $12..$15 are utime, stime, cutime, cstime.
+    FILENAME == self { own = $12 + $13; tasks += $14 + $15; next }
+    { tasks += $12 + $13 + $14 + $15 }
+    END { printf "%.2f/%.2f", own / hz, tasks / hz }' "/proc/$1/stat" $kids
+}
 line="CPU seconds (own/tasks): scheduler $(cpu_of "$SCHED_PID" | cut -d/ -f1)"
 for i in "${!AGENT_PIDS[@]}"; do line+=", agent $((i + 1)) $(cpu_of "${AGENT_PIDS[$i]}")"; done
 echo "$line"

@@ -58,10 +58,10 @@ std::vector<std::string> BuildDockerStopArgv(const std::string& task_id, int64_t
 }
 
 DockerExecutor::DockerExecutor(DockerExecutorOptions options)
-    : SupervisedExecutor(SupervisorOptions{options.work_dir, options.kill_grace,
-                                           options.child_subreaper, std::chrono::milliseconds(1000),
-                                           options.clock, options.max_log_bytes, options.shim,
-                                           std::chrono::milliseconds(10000), options.run_dir}),
+    : SupervisedExecutor(SupervisorOptions{
+          options.work_dir, options.kill_grace, options.child_subreaper,
+          std::chrono::milliseconds(1000), options.clock, options.max_log_bytes, options.shim,
+          std::chrono::milliseconds(10000), options.run_dir, options.max_idle_shims}),
       options_(std::move(options)) {}
 
 Status DockerExecutor::Start(const TaskLaunch& launch) {

@@ -28,6 +28,8 @@ namespace dgpu::agent {
 struct DockerExecutorOptions {
   std::string work_dir;
   std::string run_dir;  // executor.run_dir (task_supervisor.h); empty: <work_dir>/.run.
+  // Shims kept for the next task (SupervisorOptions::max_idle_shims); 0: one per task.
+  size_t max_idle_shims = 16;
   std::chrono::milliseconds kill_grace{10000};
   // executor.max_log_bytes: > 0: the task's shim cuts its log at this size (log_writer.h).
   int64_t max_log_bytes = 0;

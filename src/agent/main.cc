@@ -260,7 +260,8 @@ int Run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   // The shim of one task (task_shim.h), started by the agent itself: no flags, no config.
-  if (argc > 1 && std::string_view(argv[1]) == dgpu::agent::kTaskShimFlag) {
+  if (argc > 1 && (std::string_view(argv[1]) == dgpu::agent::kTaskShimFlag ||
+                   std::string_view(argv[1]) == dgpu::agent::kTaskShimServerFlag)) {
     return dgpu::agent::RunTaskShim(argc, argv);
   }
   return dgpu::agent::Run(argc, argv);

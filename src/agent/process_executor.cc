@@ -41,10 +41,10 @@ std::vector<std::string> MergeEnvironment(
 }
 
 ProcessExecutor::ProcessExecutor(ProcessExecutorOptions options)
-    : SupervisedExecutor(SupervisorOptions{options.work_dir, options.kill_grace,
-                                           options.child_subreaper, std::chrono::milliseconds(1000),
-                                           options.clock, options.max_log_bytes, options.shim,
-                                           std::chrono::milliseconds(10000), options.run_dir}),
+    : SupervisedExecutor(SupervisorOptions{
+          options.work_dir, options.kill_grace, options.child_subreaper,
+          std::chrono::milliseconds(1000), options.clock, options.max_log_bytes, options.shim,
+          std::chrono::milliseconds(10000), options.run_dir, options.max_idle_shims}),
       options_(std::move(options)) {}
 
 std::vector<std::string> ProcessExecutor::BuildEnvironment(const TaskLaunch& launch) const {

@@ -11,7 +11,9 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -130,11 +132,11 @@ static int refuse(int hello_fd, const char* what, const char* detail) {
 }
 
 /* Starts the leader (argv[0] a path) with posix_spawn: the C library starts it without copying
- * the shim's memory (clone with CLONE_VM | CLONE_VFORK), in a new session, stdin /dev/null,
- * output on `out`, the dispositions and mask a program expects. 0 with *leader set, or the
+ * the shim's memory (clone with CLONE_VM | CLONE_VFORK), in a new session, with `envp`, in `cwd`
+ * (NULL: the shim's), stdin /dev/null, output on `out`, the dispositions and mask a program
+ * expects. 0 with *leader set, or the
  * errno of the failure (of the exec too: the C library reports it and reaps the child). */
-static int spawn_leader(char** argv, int out, pid_t* leader) {
-  extern char** environ;
+static int spawn_leader(char** argv, char** envp, const char* cwd, int out, pid_t* leader) {
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
   int err = posix_spawn_file_actions_init(&actions);
@@ -153,11 +155,12 @@ static int spawn_leader(char** argv, int out, pid_t* leader) {
   if ((err = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)) == 0 &&
       (err = posix_spawn_file_actions_adddup2(&actions, out, 1)) == 0 &&
       (err = posix_spawn_file_actions_adddup2(&actions, out, 2)) == 0 &&
+      (cwd == NULL || (err = posix_spawn_file_actions_addchdir_np(&actions, cwd)) == 0) &&
       (err = posix_spawnattr_setsigdefault(&attr, &defaults)) == 0 &&
       (err = posix_spawnattr_setsigmask(&attr, &none)) == 0 &&
       (err = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF |
                                                  POSIX_SPAWN_SETSIGMASK)) == 0) {
-    err = posix_spawn(leader, argv[0], &actions, &attr, argv, environ);
+    err = posix_spawn(leader, argv[0], &actions, &attr, argv, envp);
   }
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
@@ -201,27 +204,20 @@ void dgpu_log_copier_write(struct dgpu_log_copier* c, const char* data, size_t n
   }
 }
 
-int dgpu_task_shim_run(int argc, char** argv) {
-  /* dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV... */
-  int64_t version = 0;
-  int64_t max_log_bytes = 0;
-  if (argc < 7 || strcmp(argv[1], "--task-shim") != 0 || !parse_count(argv[2], &version) ||
-      version != SHIM_PROTOCOL || !parse_count(argv[4], &max_log_bytes) ||
-      strcmp(argv[5], "--") != 0) {
-    write_text(2,
-               "usage: dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV... (started by "
-               "dgpu-agent)\n");
-    return 2;
-  }
-  char exit_path[4096];
-  char pids_path[4096];
-  if (snprintf(exit_path, sizeof(exit_path), "%s.exit", argv[3]) >= (int)sizeof(exit_path) ||
-      snprintf(pids_path, sizeof(pids_path), "%s.pids", argv[3]) >= (int)sizeof(pids_path)) {
-    return refuse(0, "the records' path is too long", NULL);
-  }
-  char** task_argv = argv + 6;
-  const int hello_fd = 0;
+/* One task to run: from the arguments (--task-shim) or a request (--task-shim-server). */
+struct shim_task {
+  const char* records; /* Path prefix of RECORDS.pids and RECORDS.exit. */
+  int64_t max_log_bytes;
+  char** argv;
+  char** envp;
+  const char* cwd; /* NULL: the shim's own. */
+  int log_fd;
+  int answer_fd; /* The handshake line goes there. */
+};
 
+/* The process's part, once: a child subreaper that no signal of the agent's ends, SIGCHLD read
+ * from a signalfd. The signalfd, or -1 (errno set). */
+static int prepare_process(void) {
   prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   signal(SIGTERM, SIG_IGN);
   signal(SIGINT, SIG_IGN);
@@ -230,20 +226,38 @@ int dgpu_task_shim_run(int argc, char** argv) {
   sigset_t child;
   sigemptyset(&child);
   sigaddset(&child, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &child, NULL); /* Before the spawn: no exit goes unseen. */
-  const int sfd = signalfd(-1, &child, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (sfd < 0) return refuse(hello_fd, "signalfd", strerror(errno));
+  sigprocmask(SIG_BLOCK, &child, NULL); /* Before any spawn: no exit goes unseen. */
+  return signalfd(-1, &child, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+/* Runs one task to its end (every process of it reaped, its output copied): answers on
+ * t->answer_fd, writes the records. 0 when the task ran, 1 when it could not start (answered
+ * with the error). */
+static int run_task(const struct shim_task* t, int sfd) {
+  char exit_path[4096];
+  char pids_path[4096];
+  if (snprintf(exit_path, sizeof(exit_path), "%s.exit", t->records) >= (int)sizeof(exit_path) ||
+      snprintf(pids_path, sizeof(pids_path), "%s.pids", t->records) >= (int)sizeof(pids_path)) {
+    return refuse(t->answer_fd, "the records' path is too long", NULL);
+  }
+  { /* Exits of an earlier task's processes that were read before their SIGCHLD. */
+    struct signalfd_siginfo info;
+    while (read(sfd, &info, sizeof(info)) == (ssize_t)sizeof(info)) {
+    }
+  }
   int log_pipe[2] = {-1, -1};
-  if (max_log_bytes > 0 && pipe2(log_pipe, O_CLOEXEC) != 0) {
-    return refuse(hello_fd, "cannot make the log pipe", strerror(errno));
+  if (t->max_log_bytes > 0 && pipe2(log_pipe, O_CLOEXEC) != 0) {
+    return refuse(t->answer_fd, "cannot make the log pipe", strerror(errno));
   }
   pid_t leader = 0;
-  const int spawn_error = spawn_leader(task_argv, log_pipe[1] >= 0 ? log_pipe[1] : 1, &leader);
+  const int spawn_error = spawn_leader(t->argv, t->envp, t->cwd,
+                                       log_pipe[1] >= 0 ? log_pipe[1] : t->log_fd, &leader);
   if (log_pipe[1] >= 0) close(log_pipe[1]);
   if (spawn_error != 0) {
+    if (log_pipe[0] >= 0) close(log_pipe[0]);
     char why[4200];
-    snprintf(why, sizeof(why), "cannot run %s", task_argv[0]);
-    return refuse(hello_fd, why, strerror(spawn_error));
+    snprintf(why, sizeof(why), "cannot run %s", t->argv[0]);
+    return refuse(t->answer_fd, why, strerror(spawn_error));
   }
   /* Unreaped, the leader keeps its pid (a zombie's stat can be read): its start time names it
    * for whoever adopts it later. */
@@ -259,14 +273,14 @@ int dgpu_task_shim_run(int argc, char** argv) {
     kill(-leader, SIGKILL);
     kill(leader, SIGKILL);
     waitpid(leader, NULL, 0);
-    return refuse(hello_fd, why, strerror(saved));
+    if (log_pipe[0] >= 0) close(log_pipe[0]);
+    return refuse(t->answer_fd, why, strerror(saved));
   }
   snprintf(text, sizeof(text), "%d ok %d %llu\n", SHIM_PROTOCOL, (int)leader, leader_start);
-  write_text(hello_fd, text);
-  close(hello_fd);
+  write_text(t->answer_fd, text);
 
   struct dgpu_log_copier copier;
-  dgpu_log_copier_init(&copier, 1, max_log_bytes);
+  dgpu_log_copier_init(&copier, t->log_fd, t->max_log_bytes);
   static char buffer[64 << 10];
   int pipe_fd = log_pipe[0];
   int children_left = 1;
@@ -311,10 +325,126 @@ int dgpu_task_shim_run(int argc, char** argv) {
           char line[4300];
           snprintf(line, sizeof(line), "dgpu: cannot record the task's exit in %s: %s\n", exit_path,
                    strerror(errno));
-          write_text(2, line);
+          write_text(t->log_fd, line);
         }
       }
     }
   }
+  if (pipe_fd >= 0) close(pipe_fd);
   return 0;
+}
+
+/* dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV... */
+static int run_one(int argc, char** argv) {
+  extern char** environ;
+  int64_t version = 0;
+  int64_t max_log_bytes = 0;
+  if (argc < 7 || !parse_count(argv[2], &version) || version != SHIM_PROTOCOL ||
+      !parse_count(argv[4], &max_log_bytes) || strcmp(argv[5], "--") != 0) {
+    write_text(2,
+               "usage: dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV... (started by "
+               "dgpu-agent)\n");
+    return 2;
+  }
+  const int sfd = prepare_process();
+  if (sfd < 0) return refuse(0, "signalfd", strerror(errno));
+  const struct shim_task t = {argv[3], max_log_bytes, argv + 6, environ, NULL, 1, 0};
+  return run_task(&t, sfd);
+}
+
+/* The largest request a server shim takes; the agent starts a one-shot shim for a larger one. */
+#define MAX_REQUEST (256 << 10)
+
+/* A request: NUL-terminated fields "1", RECORDS, MAX_LOG_BYTES, CWD, ARGC, ARGC arguments, then
+ * the environment's entries to the end; the log as the one descriptor passed with it. Fills t
+ * (pointing into `data`; t->argv and t->envp allocated, one block); 0 when malformed. */
+static int parse_request(char* data, size_t size, struct shim_task* t) {
+  if (size == 0 || data[size - 1] != '\0') return 0;
+  size_t count = 0;
+  for (size_t i = 0; i < size; ++i) count += data[i] == '\0';
+  char** fields = malloc((count + 2) * sizeof(char*));
+  if (fields == NULL) return 0;
+  size_t n = 0;
+  for (char* p = data; p < data + size; p += strlen(p) + 1) fields[n++] = p;
+  int64_t version = 0;
+  int64_t argc = 0;
+  if (n < 6 || !parse_count(fields[0], &version) || version != SHIM_PROTOCOL ||
+      !parse_count(fields[2], &t->max_log_bytes) || !parse_count(fields[4], &argc) || argc < 1 ||
+      (size_t)argc > n - 5) {
+    free(fields);
+    return 0;
+  }
+  t->records = fields[1];
+  t->cwd = fields[3][0] != '\0' ? fields[3] : NULL;
+  /* fields[5 .. 5+argc) the arguments, then the environment: each list NULL-terminated in place,
+   * which needs one more slot than the fields (the block has two spare). */
+  memmove(fields, fields + 5, (n - 5) * sizeof(char*));
+  const size_t envc = n - 5 - (size_t)argc;
+  memmove(fields + argc + 1, fields + argc, envc * sizeof(char*));
+  fields[argc] = NULL;
+  fields[argc + 1 + envc] = NULL;
+  t->argv = fields;
+  t->envp = fields + argc + 1;
+  return 1;
+}
+
+/* dgpu-task-shim --task-shim-server 1: fd 0 a SOCK_SEQPACKET socket to the agent. Runs the tasks
+ * it is sent, one after the other (task_shim.h). */
+static int serve(int argc, char** argv) {
+  int64_t version = 0;
+  if (argc != 3 || !parse_count(argv[2], &version) || version != SHIM_PROTOCOL) {
+    write_text(2, "usage: dgpu-task-shim --task-shim-server 1 (started by dgpu-agent)\n");
+    return 2;
+  }
+  const int control = 0;
+  const int sfd = prepare_process();
+  if (sfd < 0) return 1;
+  static char request[MAX_REQUEST];
+  for (;;) {
+    union {
+      struct cmsghdr header;
+      char space[CMSG_SPACE(sizeof(int))];
+    } control_data;
+    struct iovec iov = {request, sizeof(request)};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control_data.space;
+    msg.msg_controllen = sizeof(control_data.space);
+    const ssize_t got = recvmsg(control, &msg, MSG_CMSG_CLOEXEC);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return 0; /* The agent is gone: nothing more to run. */
+    int log_fd = -1;
+    for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+          c->cmsg_len == CMSG_LEN(sizeof(int))) {
+        memcpy(&log_fd, CMSG_DATA(c), sizeof(int));
+      }
+    }
+    struct shim_task t;
+    memset(&t, 0, sizeof(t));
+    t.answer_fd = control;
+    if (log_fd < 0 || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ||
+        !parse_request(request, (size_t)got, &t)) {
+      refuse(control, "malformed request", NULL);
+    } else {
+      t.log_fd = log_fd;
+      if (run_task(&t, sfd) == 0) {
+        char done[32];
+        snprintf(done, sizeof(done), "%d done\n", SHIM_PROTOCOL);
+        write_text(control, done);
+      }
+      free(t.argv);
+    }
+    if (log_fd >= 0) close(log_fd);
+  }
+}
+
+int dgpu_task_shim_run(int argc, char** argv) {
+  if (argc >= 2 && strcmp(argv[1], "--task-shim-server") == 0) return serve(argc, argv);
+  if (argc >= 2 && strcmp(argv[1], "--task-shim") == 0) return run_one(argc, argv);
+  write_text(2, "usage: dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV... | "
+                "--task-shim-server 1 (started by dgpu-agent)\n");
+  return 2;
 }

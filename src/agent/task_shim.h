@@ -33,12 +33,26 @@
 // agent reads the records of every version it knows, so a newer agent adopts the shims of an
 // older release.
 //
+// Shims kept for the next task. A process start is the largest part of a task start (about
+// 0.15 ms of CPU for a static no-op here, more for the agent's posix_spawn), so the agent keeps
+// the shims whose task has ended and hands them the next one, as a pool:
+//   dgpu-task-shim --task-shim-server 1
+// fd 0 is a SOCK_SEQPACKET socket to the agent; fds 1 and 2 are /dev/null. Each request is one
+// message, NUL-terminated fields "1", RECORDS, MAX_LOG_BYTES, CWD, ARGC, the ARGC arguments,
+// then the environment's entries to the end, with the task's log passed as its one descriptor
+// (SCM_RIGHTS); at most 256 KiB (a larger task gets a shim of its own, as above). The shim runs
+// the task exactly as above (in CWD, with that environment) and answers on the socket: the
+// handshake line as one message, then "1 done\n" once every process of the task has ended and
+// its output is copied. Then it waits for the next request; the socket's end (the agent closed
+// it, or died) ends it once it has no task. So a task outlives its agent alike: its shim, busy,
+// finishes it and exits, and a new agent adopts it through its records like any other.
+//
 // The shim's process is C (shim_runtime.h: linked against musl where it is installed, for a
 // cheaper start); this header is the agent's side of the protocol.
 //
 // The agent finds the leader's exit in EXIT_RECORD, and the end of the task (all of its
-// processes gone) in the end of the shim. Stopping a task stays the agent's work: it signals the
-// task's processes itself.
+// processes gone) in the end of the shim, or its "done". Stopping a task stays the agent's
+// work: it signals the task's processes itself.
 #pragma once
 
 #include <sys/types.h>
@@ -53,6 +67,8 @@ namespace dgpu::agent {
 // The flag of dgpu-task-shim, and of dgpu-agent that runs as a shim when no dgpu-task-shim is
 // installed beside it.
 inline constexpr const char* kTaskShimFlag = "--task-shim";
+// A shim that runs the tasks it is sent, one after the other (see "Shims kept for the next task").
+inline constexpr const char* kTaskShimServerFlag = "--task-shim-server";
 inline constexpr int kTaskShimProtocol = 1;
 
 // The leader's exit as the shim recorded it.

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -36,6 +37,29 @@ constexpr int64_t kHelperLimitMicros = 60 * kMicrosPerSecond;
 constexpr auto kStopAllKillWait = std::chrono::seconds(5);
 // Run records this agent reads (task_shim.h: the protocol of the shims it adopts).
 constexpr int kRunRecordVersion = 1;
+// The largest request a kept shim takes in one message (shim_runtime.c's MAX_REQUEST).
+constexpr size_t kMaxShimRequest = 256 << 10;
+
+// One line from a pipe or one message from a socket, until a newline or `deadline`; what was
+// read (empty: nothing, the end, or the deadline).
+std::string ReadAnswer(int fd, std::chrono::steady_clock::time_point deadline) {
+  std::string line;
+  char buffer[4096];
+  while (line.find('\n') == std::string::npos && line.size() < 4096) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    const int n = poll(&p, 1, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    const ssize_t r = read(fd, buffer, sizeof(buffer));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    line.append(buffer, static_cast<size_t>(r));
+  }
+  return line;
+}
 
 int64_t SystemClockMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -87,9 +111,18 @@ TaskSupervisor::TaskSupervisor(SupervisorOptions options) : options_(std::move(o
 }
 
 TaskSupervisor::~TaskSupervisor() {
-  if (!detached_ && (!tasks_.empty() || !helpers_.empty())) {
+  if (!detached_ && (!tasks_.empty() || !helpers_.empty() || !idle_shims_.empty())) {
     StopAll(std::chrono::milliseconds(0));
   }
+}
+
+void TaskSupervisor::EndIdleShims() {
+  // Their sockets' end ends them (they wait for a request); then they are reaped as helpers.
+  for (const KeptShim& shim : idle_shims_) {
+    close(shim.control);
+    helpers_.push_back({shim.pid, "", options_.clock()});
+  }
+  idle_shims_.clear();
 }
 
 std::string TaskSupervisor::LogPath(const std::string& task_id) const {
@@ -491,6 +524,13 @@ Status TaskSupervisor::StartShim(Task& task, const std::string& task_dir, int lo
   if (task.plan.argv.empty()) return InvalidArgument("empty argv");
   StatusOr<std::string> program = common::FindExecutable(task.plan.argv[0]);
   if (!program.ok()) return program.status();
+  std::vector<std::string> argv = task.plan.argv;
+  argv[0] = *program;
+  if (options_.max_idle_shims > 0) {
+    if (std::optional<Status> started = StartOnKeptShim(task, task_dir, log_fd, argv)) {
+      return *started;
+    }
+  }
   int hello[2];
   if (pipe2(hello, O_CLOEXEC) != 0) {
     return Internal(std::string("cannot make the shim's pipe: ") + strerror(errno));
@@ -502,8 +542,7 @@ Status TaskSupervisor::StartShim(Task& task, const std::string& task_dir, int lo
                 RecordPrefix(task.launch.task_id),
                 std::to_string(options_.max_log_bytes),
                 "--"};
-  spawn.argv.push_back(*program);
-  spawn.argv.insert(spawn.argv.end(), task.plan.argv.begin() + 1, task.plan.argv.end());
+  spawn.argv.insert(spawn.argv.end(), argv.begin(), argv.end());
   spawn.env = task.plan.env;
   spawn.working_dir = task_dir;
   spawn.stdin_fd = hello[1];
@@ -515,23 +554,9 @@ Status TaskSupervisor::StartShim(Task& task, const std::string& task_dir, int lo
     close(hello[0]);
     return Status(pid.status().code(), "cannot start the task's shim: " + pid.status().message());
   }
-  // One line, written right after the shim forked the leader.
-  std::string line;
-  const auto deadline = std::chrono::steady_clock::now() + options_.shim_answer_timeout;
-  char buffer[512];
-  while (line.find('\n') == std::string::npos && line.size() < 4096) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd p{hello[0], POLLIN, 0};
-    const int n = poll(&p, 1, static_cast<int>(left.count()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    const ssize_t r = read(hello[0], buffer, sizeof(buffer));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    line.append(buffer, static_cast<size_t>(r));
-  }
+  // One line, written once the shim has started the leader and noted it.
+  const std::string line =
+      ReadAnswer(hello[0], std::chrono::steady_clock::now() + options_.shim_answer_timeout);
   close(hello[0]);
   const size_t newline = line.find('\n');
   std::optional<ShimHello> parsed =
@@ -551,9 +576,125 @@ Status TaskSupervisor::StartShim(Task& task, const std::string& task_dir, int lo
   return OkStatus();
 }
 
+std::optional<TaskSupervisor::KeptShim> TaskSupervisor::SpawnKeptShim() {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return std::nullopt;
+  common::SpawnOptions spawn;
+  spawn.argv = {options_.shim, kTaskShimServerFlag, std::to_string(kTaskShimProtocol)};
+  // An empty environment: each task brings its own, and nothing of the agent's (its
+  // credentials, say) sits in a process that runs other users' tasks.
+  spawn.env = std::vector<std::string>{};
+  spawn.working_dir = options_.work_dir;
+  spawn.stdin_fd = sv[1];
+  StatusOr<pid_t> pid = common::SpawnChild(spawn);
+  close(sv[1]);
+  if (!pid.ok()) {
+    close(sv[0]);
+    spdlog::warn("cannot start a shim server ({}): tasks get a shim of their own",
+                 pid.status().message());
+    return std::nullopt;
+  }
+  KeptShim shim{*pid, sv[0], 0};
+  if (auto stat = ReadProcStat(*pid)) shim.start_time = stat->start_time;
+  return shim;
+}
+
+void TaskSupervisor::ReleaseShim(const KeptShim& shim, bool reusable, int64_t now_micros) {
+  if (reusable && idle_shims_.size() < options_.max_idle_shims && !detached_) {
+    idle_shims_.push_back(shim);
+    return;
+  }
+  close(shim.control);  // Its end: the shim exits, and is reaped as a helper.
+  helpers_.push_back({shim.pid, "", now_micros});
+}
+
+std::optional<Status> TaskSupervisor::StartOnKeptShim(Task& task, const std::string& task_dir,
+                                                      int log_fd,
+                                                      const std::vector<std::string>& argv) {
+  // The request (shim_runtime.c): "1", RECORDS, MAX_LOG_BYTES, CWD, ARGC, the arguments, the
+  // environment, each NUL-terminated; the log passed with it.
+  std::string request;
+  auto field = [&request](const std::string& f) {
+    request += f;
+    request.push_back('\0');
+  };
+  field(std::to_string(kTaskShimProtocol));
+  field(RecordPrefix(task.launch.task_id));
+  field(std::to_string(options_.max_log_bytes));
+  field(task_dir);
+  field(std::to_string(argv.size()));
+  for (const auto& a : argv) field(a);
+  for (const auto& e : task.plan.env) field(e);
+  if (request.size() > kMaxShimRequest) return std::nullopt;
+  const int64_t now = options_.clock();
+  // An idle shim may have died since its last task: then the next one (at most one new one).
+  while (true) {
+    std::optional<KeptShim> shim;
+    bool fresh = false;
+    if (!idle_shims_.empty()) {
+      shim = idle_shims_.back();
+      idle_shims_.pop_back();
+    } else {
+      shim = SpawnKeptShim();
+      fresh = true;
+      if (!shim.has_value()) return std::nullopt;
+    }
+    iovec iov{request.data(), request.size()};
+    union {
+      cmsghdr header;
+      char space[CMSG_SPACE(sizeof(int))];
+    } control{};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.space;
+    msg.msg_controllen = sizeof(control.space);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &log_fd, sizeof(int));
+    ssize_t sent;
+    do {
+      sent = sendmsg(shim->control, &msg, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    if (sent != static_cast<ssize_t>(request.size())) {
+      const int error = errno;
+      ReleaseShim(*shim, /*reusable=*/false, now);
+      if (error == EMSGSIZE || fresh) return std::nullopt;
+      continue;  // It died while idle.
+    }
+    const std::string line =
+        ReadAnswer(shim->control, std::chrono::steady_clock::now() + options_.shim_answer_timeout);
+    const size_t newline = line.find('\n');
+    std::optional<ShimHello> parsed =
+        newline == std::string::npos ? std::nullopt : ParseShimHello(line.substr(0, newline));
+    if (!parsed.has_value()) {
+      // Dead, or stuck: it may have started the command, so the task does not start elsewhere.
+      kill(shim->pid, SIGKILL);
+      ReleaseShim(*shim, /*reusable=*/false, now);
+      return Unavailable("the task's shim (" + options_.shim + ", pid " +
+                         std::to_string(shim->pid) + ") did not answer within " +
+                         std::to_string(options_.shim_answer_timeout.count()) + " ms");
+    }
+    if (!parsed->ok) {
+      ReleaseShim(*shim, /*reusable=*/true, now);
+      return FailedPrecondition(parsed->error);
+    }
+    task.shim = shim->pid;
+    task.shim_start_time = shim->start_time;
+    task.shim_control = shim->control;
+    task.leader = parsed->leader;
+    task.leader_start_time = parsed->leader_start_time;
+    return OkStatus();
+  }
+}
+
 std::map<std::string, TaskSupervisor::Task>::iterator TaskSupervisor::Erase(
     std::map<std::string, Task>::iterator it) {
   if (it->second.shim_pidfd >= 0) close(it->second.shim_pidfd);
+  // A kept shim still busy with the task: its socket closed, it exits once the task has ended.
+  if (it->second.shim_control >= 0) close(it->second.shim_control);
   return tasks_.erase(it);
 }
 
@@ -562,6 +703,7 @@ std::vector<int> TaskSupervisor::WakeFds() const {
   if (detached_) return fds;
   for (const auto& [id, task] : tasks_) {
     if (task.shim_pidfd >= 0 && !task.shim_done) fds.push_back(task.shim_pidfd);
+    if (task.shim_control >= 0 && !task.shim_done) fds.push_back(task.shim_control);
   }
   return fds;
 }
@@ -596,6 +738,23 @@ int64_t TaskSupervisor::NextPollMicros(int64_t now_micros) const {
 
 bool TaskSupervisor::ShimDone(Task& task) {
   if (task.shim_done) return true;
+  if (task.shim_control >= 0) {
+    // A kept shim says "1 done" once every process of the task has ended; its socket's end
+    // (it died) ends the task too.
+    char buffer[64];
+    ssize_t r;
+    do {
+      r = recv(task.shim_control, buffer, sizeof(buffer), MSG_DONTWAIT);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    const std::string done = std::to_string(kTaskShimProtocol) + " done\n";
+    const bool reusable = r > 0 && std::string_view(buffer, static_cast<size_t>(r)) == done;
+    ReleaseShim(KeptShim{task.shim, task.shim_control, task.shim_start_time}, reusable,
+                options_.clock());
+    task.shim_control = -1;
+    task.shim_done = true;
+    return true;
+  }
   if (task.own_shim) {
     task.shim_done = common::TryReapChild(task.shim).has_value();
   } else {
@@ -848,6 +1007,7 @@ std::vector<TaskExit> TaskSupervisor::StopAll(std::chrono::milliseconds grace) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  EndIdleShims();
   const auto helper_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (!helpers_.empty() && std::chrono::steady_clock::now() < helper_deadline) {
     ReapHelpers(options_.clock(), /*force=*/false);
@@ -864,6 +1024,15 @@ void TaskSupervisor::Detach() {
   collected_.clear();
   detached_ = true;
   for (auto it = tasks_.begin(); it != tasks_.end();) it = Erase(it);
+  // The idle shims end with their sockets; they are reaped (briefly waited for) so that none is
+  // left a zombie of a process that goes on. Helpers (stop commands) are left to run.
+  helpers_.clear();
+  EndIdleShims();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (!helpers_.empty() && std::chrono::steady_clock::now() < deadline) {
+    ReapHelpers(options_.clock(), /*force=*/false);
+    if (!helpers_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   helpers_.clear();
   pending_exits_.clear();
 }

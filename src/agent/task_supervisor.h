@@ -59,6 +59,9 @@ struct SupervisorOptions {
   std::chrono::milliseconds shim_answer_timeout{10000};
   // executor.run_dir: where the run records are kept; empty: <work_dir>/.run.
   std::string run_dir;
+  // Shims kept for the next task once theirs has ended (task_shim.h): a task start then spawns
+  // its command only, not a shim too. 0: a shim of its own for every task.
+  size_t max_idle_shims = 16;
 };
 
 // What to run for one task, prepared by the executor.
@@ -131,6 +134,8 @@ class TaskSupervisor {
     uint64_t shim_start_time = 0;
     bool own_shim = true;  // Spawned by this process (reaped here), not adopted.
     int shim_pidfd = -1;   // An adopted shim's pidfd (readable once it ends); -1: none.
+    // A kept shim's socket: its "done" message (or its end) is the task's end; -1: none.
+    int shim_control = -1;
     bool shim_done = false;
     Phase phase = Phase::kRunning;
     std::optional<core::StopReason> stop_reason;  // Set by the first stop order or timeout.
@@ -152,6 +157,12 @@ class TaskSupervisor {
     pid_t pid;
     std::string task_id;
     int64_t started_micros;
+  };
+  // A shim run with kTaskShimServerFlag: this process's child, its socket, its start time.
+  struct KeptShim {
+    pid_t pid = 0;
+    int control = -1;
+    uint64_t start_time = 0;
   };
 
   // Reads /proc and updates every task's members. A partial scan reads only processes created
@@ -181,6 +192,16 @@ class TaskSupervisor {
   // Starts the task's shim and reads its handshake: the leader's pid and start time, or why the
   // task could not start (the error's message).
   Status StartShim(Task& task, const std::string& task_dir, int log_fd);
+  // The start on a kept shim (an idle one, else a new one); nullopt when that cannot be tried
+  // (the request is too large for one message, no shim server starts), for a shim of its own.
+  std::optional<Status> StartOnKeptShim(Task& task, const std::string& task_dir, int log_fd,
+                                        const std::vector<std::string>& argv);
+  std::optional<KeptShim> SpawnKeptShim();
+  // A kept shim done with its task: back to the idle ones, or (the pool full, or not `reusable`)
+  // its socket closed, which ends it; it is reaped as a helper.
+  void ReleaseShim(const KeptShim& shim, bool reusable, int64_t now_micros);
+  // Closes the idle shims' sockets (which ends them) and hands them to the helpers to reap.
+  void EndIdleShims();
   // Whether the task's shim has ended (reaping it when it is this process's child).
   bool ShimDone(Task& task);
   // The leader still runs: its pid names the same process as at start.
@@ -197,6 +218,7 @@ class TaskSupervisor {
   std::map<std::string, Task> tasks_;
   std::vector<TaskExit> pending_exits_;  // start_failed exits, returned by the next Poll.
   std::vector<Helper> helpers_;
+  std::vector<KeptShim> idle_shims_;
   // Tasks whose exit was returned: their records go at the next Poll (the exit is in the
   // caller's hands by then).
   std::vector<std::string> collected_;

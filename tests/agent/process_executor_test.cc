@@ -671,6 +671,115 @@ TEST_F(ProcessExecutorTest, RunRecordsLiveInTheRunDirAndAreAdoptedFromThere) {
   EXPECT_FALSE(std::filesystem::exists(options.run_dir + "/task-rd.exit"));
 }
 
+// --- Kept shims: a shim runs the next task once its own has ended ----------------------------
+
+pid_t ShimOf(const std::string& run_dir, const std::string& task_id) {
+  const auto pids = ReadShimPidsRecord(run_dir + "/" + task_id + ".pids");
+  return pids.has_value() ? pids->shim : 0;
+}
+
+TEST_F(ProcessExecutorTest, ATaskRunsOnTheShimAnEarlierTaskEndedOn) {
+  ProcessExecutor executor(Options());
+  const std::string run_dir = dir_.path() + "/work/.run";
+  ASSERT_TRUE(executor.Start(Launch("task-k1", "echo one")).ok());
+  const pid_t first = ShimOf(run_dir, "task-k1");
+  ASSERT_GT(first, 0);
+  auto exit = PollUntilExit(executor, "task-k1");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success);
+  ASSERT_TRUE(executor.Start(Launch("task-k2", "echo two; exit 4")).ok());
+  EXPECT_EQ(ShimOf(run_dir, "task-k2"), first);
+  exit = PollUntilExit(executor, "task-k2");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code, 4);
+  EXPECT_EQ(ReadFile(executor.LogPath("task-k1")), "one\n");
+  EXPECT_EQ(ReadFile(executor.LogPath("task-k2")), "two\n");
+  EXPECT_EQ(kill(first, 0), 0);  // Idle, waiting for the next task.
+}
+
+TEST_F(ProcessExecutorTest, WithoutKeptShimsEveryTaskHasAShimOfItsOwn) {
+  ProcessExecutorOptions options = Options();
+  options.max_idle_shims = 0;
+  ProcessExecutor executor(options);
+  const std::string run_dir = dir_.path() + "/work/.run";
+  ASSERT_TRUE(executor.Start(Launch("task-o1", "true")).ok());
+  const pid_t first = ShimOf(run_dir, "task-o1");
+  ASSERT_TRUE(PollUntilExit(executor, "task-o1").has_value());
+  ASSERT_TRUE(executor.Start(Launch("task-o2", "true")).ok());
+  const pid_t second = ShimOf(run_dir, "task-o2");
+  EXPECT_GT(first, 0);
+  EXPECT_GT(second, 0);
+  EXPECT_NE(second, first);
+  ASSERT_TRUE(PollUntilExit(executor, "task-o2").has_value());
+  EXPECT_NE(kill(first, 0), 0);  // Ended with its task, and reaped.
+}
+
+TEST_F(ProcessExecutorTest, AnIdleShimThatDiedIsReplacedAndReaped) {
+  ProcessExecutor executor(Options());
+  const std::string run_dir = dir_.path() + "/work/.run";
+  ASSERT_TRUE(executor.Start(Launch("task-d1", "true")).ok());
+  const pid_t first = ShimOf(run_dir, "task-d1");
+  ASSERT_TRUE(PollUntilExit(executor, "task-d1").has_value());
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  ASSERT_TRUE(WaitUntil([&] {
+    auto stat = ReadProcStat(first);
+    return stat.has_value() && stat->zombie();
+  }));
+  ASSERT_TRUE(executor.Start(Launch("task-d2", "echo fine")).ok());
+  const pid_t second = ShimOf(run_dir, "task-d2");
+  EXPECT_GT(second, 0);
+  EXPECT_NE(second, first);
+  auto exit = PollUntilExit(executor, "task-d2");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success);
+  EXPECT_EQ(ReadFile(executor.LogPath("task-d2")), "fine\n");
+  EXPECT_FALSE(ReadProcStat(first).has_value());  // The dead one was reaped.
+}
+
+TEST_F(ProcessExecutorTest, ATaskTooLargeForOneRequestGetsAShimOfItsOwn) {
+  ProcessExecutor executor(Options());
+  // 300 KB of environment (one string may hold 128 KiB at most: execve's limit).
+  TaskLaunch launch =
+      Launch("task-big", "test $((${#BIG1} + ${#BIG2} + ${#BIG3})) -eq 300000 && echo ok");
+  launch.env = {{"BIG1", std::string(100000, 'x')},
+                {"BIG2", std::string(100000, 'y')},
+                {"BIG3", std::string(100000, 'z')}};
+  ASSERT_TRUE(executor.Start(launch).ok());
+  auto exit = PollUntilExit(executor, "task-big");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success) << exit->error;
+  EXPECT_EQ(ReadFile(executor.LogPath("task-big")), "ok\n");
+}
+
+TEST_F(ProcessExecutorTest, IdleShimsEndWhenTheExecutorDetachesAndBusyOnesAfterTheirTask) {
+  const std::string run_dir = dir_.path() + "/work/.run";
+  pid_t idle = 0;
+  pid_t busy = 0;
+  {
+    ProcessExecutor executor(Options());
+    ASSERT_TRUE(executor.Start(Launch("task-i1", "true")).ok());
+    idle = ShimOf(run_dir, "task-i1");
+    ASSERT_TRUE(PollUntilExit(executor, "task-i1").has_value());
+    ASSERT_TRUE(executor.Start(Launch("task-i2", "while [ ! -e go ]; do sleep 0.02; done")).ok());
+    ASSERT_TRUE(executor.Start(Launch("task-i3", "true")).ok());
+    busy = ShimOf(run_dir, "task-i2");
+    ASSERT_TRUE(PollUntilExit(executor, "task-i3").has_value());
+    EXPECT_EQ(busy, idle);  // task-i2 took the idle shim; task-i3 got a new one, now idle.
+    idle = ShimOf(run_dir, "task-i3");
+    executor.Detach();  // As an agent that exits leaving its tasks: the idle shim ends.
+    EXPECT_FALSE(ReadProcStat(idle).has_value());
+  }
+  EXPECT_EQ(kill(busy, 0), 0);  // Still running task-i2.
+  testing::WriteFile(TaskFile("task-i2", "go"), "");
+  // Its task ended and nobody will send it another: it ends (reaped by this process, its parent,
+  // once it is a zombie).
+  ASSERT_TRUE(WaitUntil([&] {
+    auto stat = ReadProcStat(busy);
+    if (stat.has_value() && stat->zombie()) waitpid(busy, nullptr, WNOHANG);
+    return !ReadProcStat(busy).has_value();
+  }));
+}
+
 // The shim names itself and its leader by their start times, read from /proc/<pid>/stat after
 // the last ')' of the command name: here a shim whose name holds spaces and parentheses (the
 // leader carries the shim's name until it runs its command).
