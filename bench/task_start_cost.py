@@ -11,9 +11,12 @@ each, and reports the CPU (user + system) its children used per start, from getr
   dynamic no-op  the same, dynamically linked
   sh -c true     the command of the end-to-end benchmark, started directly (what a task cost
                  before it had a shim)
-  shim           dgpu-task-shim running `sh -c true` as the agent starts it: handshake pipe on
-                 fd 0, the log on fds 1 and 2, its records in a scratch directory (on /dev/shm
-                 when it exists, so that the file system's cost is not measured)
+  shim           dgpu-task-shim running `sh -c true` as the agent starts it for a task too large
+                 for a kept shim: handshake pipe on fd 0, the log on fds 1 and 2, its records in
+                 a scratch directory (on /dev/shm when it exists, so that the file system's cost
+                 is not measured)
+  kept shim      the usual start: one dgpu-task-shim --task-shim-server kept for every task,
+                 each sent as one request (task_shim.h); CPU read from the shim's /proc stat
 The first two rows are the floor of any exec on this machine (the C library's start-up);
 `shim` minus `sh -c true` is what the shim adds per task. "started after" is the median wall time
 from the start call until the program is known to run: posix_spawn's return (after the exec)
@@ -95,13 +98,59 @@ def main():
 
         rows = [("static no-op", plain([nop_static])), ("dynamic no-op", plain([nop_dynamic])),
                 ("sh -c true", plain([sh, "-c", "true"])), ("shim + sh -c true", shim)]
-        print(f"{'start':<20} {'CPU ms':>7} {'user':>7} {'system':>7} {'started after ms (p50)':>23}"
+        print(f"{'start':<22} {'CPU ms':>7} {'user':>7} {'system':>7} {'started after ms (p50)':>23}"
               f"   ({args.runs} runs each)")
         for name, start in rows:
             measure(20, start)  # Warm the page cache.
             user, system, started = measure(args.runs, start)
-            print(f"{name:<20} {user + system:7.3f} {user:7.3f} {system:7.3f} {started:23.3f}")
+            print(f"{name:<22} {user + system:7.3f} {user:7.3f} {system:7.3f} {started:23.3f}")
+        user, system, started = measure_kept(args.shim, args.runs, run_dir, log, work,
+                                             [sh, "-c", "true"], env)
+        print(f"{'kept shim + sh -c true':<22} {user + system:7.3f} {user:7.3f} {system:7.3f} "
+              f"{started:23.3f}")
         os.close(log)
+
+
+def measure_kept(shim, runs, run_dir, log, cwd, argv, env):
+    """The agent's usual start: one shim kept for every task (--task-shim-server), each task sent
+    as one request with its log, answered with the handshake and then "1 done". CPU: the shim's
+    own and its reaped children's, from its /proc/<pid>/stat, over the runs (the shim's own start
+    is before the first)."""
+    import socket
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.posix_spawn(shim, [shim, "--task-shim-server", "1"], {},
+                         file_actions=[(os.POSIX_SPAWN_DUP2, child.fileno(), 0)], setsid=True)
+    child.close()
+    hz = os.sysconf("SC_CLK_TCK")
+
+    def cpu():
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        # Fields 14-17 of stat (utime, stime, cutime, cstime), 12-15 after "pid (comm)".
+        return (int(fields[11]) + int(fields[13])) / hz, (int(fields[12]) + int(fields[14])) / hz
+
+    def run_one(i):
+        fields = ["1", os.path.join(run_dir, f"kept-{i}"), "10485760", cwd, str(len(argv))]
+        request = "\0".join(fields + argv + [f"{k}={v}" for k, v in env.items()]) + "\0"
+        t0 = time.perf_counter()
+        socket.send_fds(parent, [request.encode()], [log])
+        hello = parent.recv(4096).decode()
+        started = time.perf_counter() - t0
+        if not hello.startswith("1 ok "):
+            sys.exit(f"the kept shim answered {hello!r}")
+        done = parent.recv(4096).decode()
+        if done != "1 done\n":
+            sys.exit(f"the kept shim said {done!r}")
+        return started
+
+    for i in range(20):  # Warm the page cache.
+        run_one(-1 - i)
+    u0, s0 = cpu()
+    started = [run_one(i) for i in range(runs)]
+    u1, s1 = cpu()
+    parent.close()  # Its end: the shim exits.
+    os.waitpid(pid, 0)
+    return (u1 - u0) / runs * 1000, (s1 - s0) / runs * 1000, statistics.median(started) * 1000
 
 
 if __name__ == "__main__":

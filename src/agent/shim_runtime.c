@@ -262,8 +262,10 @@ static int run_task(const struct shim_task* t, int sfd) {
   /* Unreaped, the leader keeps its pid (a zombie's stat can be read): its start time names it
    * for whoever adopts it later. */
   const unsigned long long leader_start = start_time(leader);
+  static unsigned long long self_start = 0; /* The shim's own: read once, for all its tasks. */
+  if (self_start == 0) self_start = start_time(getpid());
   char text[256];
-  dgpu_format_pids_record(text, sizeof(text), (int)getpid(), start_time(getpid()), (int)leader,
+  dgpu_format_pids_record(text, sizeof(text), (int)getpid(), self_start, (int)leader,
                           leader_start);
   if (!write_record(pids_path, text)) {
     /* Nobody could adopt the task: it does not run. */
