@@ -36,6 +36,14 @@ TEST(ReplicationCodecTest, KeepsEveryFieldWithATwoNodeAllocation) {
   store::testing::ExpectSameTask(task, OverTheWire(task));
 }
 
+TEST(ReplicationCodecTest, KeepsAPendingTasksRetryTime) {
+  core::Task task = WireTask(13);
+  task.status = core::TaskStatus::kPending;
+  task.allocation = {};
+  task.retry_at = 1'700'000'003'000'000;
+  store::testing::ExpectSameTask(task, OverTheWire(task));
+}
+
 TEST(ReplicationCodecTest, CarriesEveryStopReason) {
   for (StopReason reason :
        {StopReason::kNone, StopReason::kCancel, StopReason::kPreempt, StopReason::kDrain,

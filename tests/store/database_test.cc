@@ -65,6 +65,25 @@ TEST(DatabaseTest, RoundTripsEveryTaskFieldAcrossReopen) {
   EXPECT_EQ(meta->next_task_number, 18u);
 }
 
+// A pending task waiting for its retry keeps its time; a running one has none (see FullTask).
+TEST(DatabaseTest, RoundTripsAPendingTasksRetryTimeAcrossReopen) {
+  TempDir dir;
+  core::Task task = FullTask(21);
+  task.status = TaskStatus::kPending;
+  task.allocation = {};
+  task.stopping = false;
+  task.stop_reason = core::StopReason::kNone;
+  task.retry_at = 1'700'000'003'000'000;
+  {
+    auto db = OpenOrDie(dir.path());
+    ASSERT_TRUE(db->Apply({Upsert(task)}, 1).ok());
+  }
+  auto db = OpenOrDie(dir.path());
+  StatusOr<std::optional<core::Task>> got = db->GetTask(21);
+  ASSERT_TRUE(got.ok() && got->has_value());
+  testing::ExpectSameTask(task, **got);
+}
+
 TEST(DatabaseTest, UpsertReplacesTheRow) {
   TempDir dir;
   auto db = OpenOrDie(dir.path());
