@@ -40,9 +40,9 @@ constexpr int kRunRecordVersion = 1;
 // The largest request a kept shim takes in one message (shim_runtime.c's MAX_REQUEST).
 constexpr size_t kMaxShimRequest = 256 << 10;
 
-// One line from a pipe or one message from a socket, until a newline or `deadline`; what was
-// read (empty: nothing, the end, or the deadline).
-std::string ReadAnswer(int fd, std::chrono::steady_clock::time_point deadline) {
+// The shim's handshake line, from its pipe or its socket (one message), read until a newline or
+// `deadline`; nullopt when none came (nothing, the end, the deadline) or it is malformed.
+std::optional<ShimHello> ReadHello(int fd, std::chrono::steady_clock::time_point deadline) {
   std::string line;
   char buffer[4096];
   while (line.find('\n') == std::string::npos && line.size() < 4096) {
@@ -58,7 +58,9 @@ std::string ReadAnswer(int fd, std::chrono::steady_clock::time_point deadline) {
     if (r <= 0) break;
     line.append(buffer, static_cast<size_t>(r));
   }
-  return line;
+  const size_t newline = line.find('\n');
+  if (newline == std::string::npos) return std::nullopt;
+  return ParseShimHello(line.substr(0, newline));
 }
 
 int64_t SystemClockMicros() {
@@ -113,6 +115,14 @@ TaskSupervisor::TaskSupervisor(SupervisorOptions options) : options_(std::move(o
 TaskSupervisor::~TaskSupervisor() {
   if (!detached_ && (!tasks_.empty() || !helpers_.empty() || !idle_shims_.empty())) {
     StopAll(std::chrono::milliseconds(0));
+  }
+}
+
+void TaskSupervisor::WaitForHelpers(std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!helpers_.empty() && std::chrono::steady_clock::now() < deadline) {
+    ReapHelpers(options_.clock(), /*force=*/false);
+    if (!helpers_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 
@@ -555,12 +565,9 @@ Status TaskSupervisor::StartShim(Task& task, const std::string& task_dir, int lo
     return Status(pid.status().code(), "cannot start the task's shim: " + pid.status().message());
   }
   // One line, written once the shim has started the leader and noted it.
-  const std::string line =
-      ReadAnswer(hello[0], std::chrono::steady_clock::now() + options_.shim_answer_timeout);
-  close(hello[0]);
-  const size_t newline = line.find('\n');
   std::optional<ShimHello> parsed =
-      newline == std::string::npos ? std::nullopt : ParseShimHello(line.substr(0, newline));
+      ReadHello(hello[0], std::chrono::steady_clock::now() + options_.shim_answer_timeout);
+  close(hello[0]);
   if (!parsed.has_value() || !parsed->ok) {
     // It exits by itself after an error; one that did not answer is made to.
     if (!parsed.has_value()) kill(*pid, SIGKILL);
@@ -664,11 +671,8 @@ std::optional<Status> TaskSupervisor::StartOnKeptShim(Task& task, const std::str
       if (error == EMSGSIZE || fresh) return std::nullopt;
       continue;  // It died while idle.
     }
-    const std::string line =
-        ReadAnswer(shim->control, std::chrono::steady_clock::now() + options_.shim_answer_timeout);
-    const size_t newline = line.find('\n');
     std::optional<ShimHello> parsed =
-        newline == std::string::npos ? std::nullopt : ParseShimHello(line.substr(0, newline));
+        ReadHello(shim->control, std::chrono::steady_clock::now() + options_.shim_answer_timeout);
     if (!parsed.has_value()) {
       // Dead, or stuck: it may have started the command, so the task does not start elsewhere.
       kill(shim->pid, SIGKILL);
@@ -1008,11 +1012,7 @@ std::vector<TaskExit> TaskSupervisor::StopAll(std::chrono::milliseconds grace) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EndIdleShims();
-  const auto helper_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (!helpers_.empty() && std::chrono::steady_clock::now() < helper_deadline) {
-    ReapHelpers(options_.clock(), /*force=*/false);
-    if (!helpers_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  WaitForHelpers(std::chrono::seconds(2));
   ReapHelpers(options_.clock(), /*force=*/true);
   for (const auto& id : collected_) RemoveRecords(id);
   collected_.clear();
@@ -1028,11 +1028,7 @@ void TaskSupervisor::Detach() {
   // left a zombie of a process that goes on. Helpers (stop commands) are left to run.
   helpers_.clear();
   EndIdleShims();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (!helpers_.empty() && std::chrono::steady_clock::now() < deadline) {
-    ReapHelpers(options_.clock(), /*force=*/false);
-    if (!helpers_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  WaitForHelpers(std::chrono::seconds(1));
   helpers_.clear();
   pending_exits_.clear();
 }

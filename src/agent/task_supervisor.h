@@ -202,6 +202,8 @@ class TaskSupervisor {
   void ReleaseShim(const KeptShim& shim, bool reusable, int64_t now_micros);
   // Closes the idle shims' sockets (which ends them) and hands them to the helpers to reap.
   void EndIdleShims();
+  // Reaps helpers as they end, for at most `limit`.
+  void WaitForHelpers(std::chrono::milliseconds limit);
   // Whether the task's shim has ended (reaping it when it is this process's child).
   bool ShimDone(Task& task);
   // The leader still runs: its pid names the same process as at start.
