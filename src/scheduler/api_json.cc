@@ -5,9 +5,11 @@
 #include <charconv>
 #include <cmath>
 #include <restinio/uri_helpers.hpp>
+#include <type_traits>
 
 #include "common/number.h"
 #include "common/time_util.h"
+#include "core/task_fields.h"
 
 namespace dgpu::scheduler {
 namespace {
@@ -294,53 +296,68 @@ nlohmann::json TaskEventsToJson(const std::vector<core::TaskEventRecord>& events
   return {{"events", std::move(list)}};
 }
 
-json TaskToJson(const core::Task& t, core::PendingReason reason) {
-  json env = json::object();
-  for (const auto& [k, v] : t.spec.env) env[k] = v;
-  json gpus = json::array();
-  json allocation = json::array();
-  std::string node_id;
-  for (const auto& na : t.allocation) {
-    if (node_id.empty()) node_id = na.node_id;
-    for (int idx : na.gpu_indices) gpus.push_back(GpuId(na.node_id, idx));
-    allocation.push_back({{"node_id", na.node_id}, {"gpu_indices", na.gpu_indices}});
+namespace {
+
+// A field's value as the task object shows it (ApiForm::kValue).
+template <typename T>
+json ApiValue(const T& v) {
+  if constexpr (std::is_enum_v<T>) {
+    return std::string(core::ToString(v));
+  } else if constexpr (std::is_same_v<T, core::Allocation>) {
+    json allocation = json::array();
+    for (const auto& na : v) {
+      allocation.push_back({{"node_id", na.node_id}, {"gpu_indices", na.gpu_indices}});
+    }
+    return allocation;
+  } else if constexpr (std::is_same_v<T, std::vector<std::pair<std::string, std::string>>>) {
+    json env = json::object();
+    for (const auto& [k, val] : v) env[k] = val;
+    return env;
+  } else {
+    return v;
   }
-  bool finished = core::IsFinished(t.status);
-  return json{
-      {"task_id", core::FormatTaskId(t.id)},
-      {"name", t.spec.name},
-      {"priority", core::ToString(t.spec.priority)},
-      {"gpu_count", t.spec.gpu_count},
-      {"gpu_model", t.spec.gpu_model},
-      {"command", t.spec.command},
-      {"env", std::move(env)},
-      {"timeout_seconds", t.spec.timeout_seconds},
-      {"image", t.spec.image},
-      {"status", core::ToString(t.status)},
-      {"node_id", node_id.empty() ? json(nullptr) : json(node_id)},
-      {"allocated_gpus", std::move(gpus)},
-      {"allocation", std::move(allocation)},
-      {"pending_reason",
-       reason == core::PendingReason::kNone ? json(nullptr) : json(core::ToString(reason))},
-      {"attempts", t.attempts},
-      {"exit_code", finished && t.started_at != 0 ? json(t.exit_code) : json(nullptr)},
-      {"error", t.error},
-      {"created_at", TimeOrNull(t.created_at)},
-      {"started_at", TimeOrNull(t.started_at)},
-      {"finished_at", TimeOrNull(t.finished_at)},
-      {"team", t.spec.team},
-      {"user", t.spec.user},
-      {"preemptible", t.spec.preemptible},
-      {"preemption_grace_seconds", t.spec.preemption_grace_seconds},
-      {"borrowed", t.status == core::TaskStatus::kRunning && t.borrowed},
-      {"preemptions", t.preemptions},
-      {"array_index", t.spec.array_size > 0 ? json(t.spec.array_index) : json(nullptr)},
-      {"array_size", t.spec.array_size > 0 ? json(t.spec.array_size) : json(nullptr)},
-      {"max_retries", t.spec.max_retries},
-      {"retry_backoff_seconds", t.spec.retry_backoff_seconds},
-      {"retries", t.retries},
-      {"retry_at", TimeOrNull(t.retry_at)},
-  };
+}
+
+}  // namespace
+
+json TaskToJson(const core::Task& t, core::PendingReason reason) {
+  json out = json::object();
+  core::ForEachTaskField([&](int, const auto& field) {
+    using T = core::TaskFieldType<decltype(field)>;
+    const T& v = field.get(t);
+    switch (field.info.api) {
+      case core::ApiForm::kHidden:
+      case core::ApiForm::kComputed:
+        return;
+      case core::ApiForm::kValue:
+        out[std::string(field.info.name)] = ApiValue(v);
+        return;
+      case core::ApiForm::kTime:
+        if constexpr (std::is_same_v<T, core::TimeMicros>) {
+          out[std::string(field.info.name)] = TimeOrNull(v);
+        }
+        return;
+      case core::ApiForm::kNullWhenUnset:
+        out[std::string(field.info.name)] =
+            v == core::TaskFieldDefault(field) ? json(nullptr) : ApiValue(v);
+        return;
+    }
+  });
+  // The fields worked out from more than themselves (ApiForm::kComputed), and the keys that are
+  // no field (kTaskApiKeys).
+  const bool finished = core::IsFinished(t.status);
+  out["exit_code"] = finished && t.started_at != 0 ? json(t.exit_code) : json(nullptr);
+  out["borrowed"] = t.status == core::TaskStatus::kRunning && t.borrowed;
+  out["task_id"] = core::FormatTaskId(t.id);
+  json gpus = json::array();
+  for (const auto& na : t.allocation) {
+    for (int idx : na.gpu_indices) gpus.push_back(GpuId(na.node_id, idx));
+  }
+  out["allocated_gpus"] = std::move(gpus);
+  out["node_id"] = t.allocation.empty() ? json(nullptr) : json(t.allocation.front().node_id);
+  out["pending_reason"] =
+      reason == core::PendingReason::kNone ? json(nullptr) : json(core::ToString(reason));
+  return out;
 }
 
 namespace {

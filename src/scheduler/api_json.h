@@ -87,8 +87,12 @@ ApiError ToApiError(const Error& e);
 // `<node_id>-gpu-<index>`.
 std::string GpuId(const std::string& node_id, int index);
 
-// The task object of the contract.
+// The task object of the contract: every field of the task table (core/task_fields.h) the API
+// shows, and kTaskApiKeys.
 nlohmann::json TaskToJson(const core::Task& task, core::PendingReason reason);
+// The task object's keys that are no field of the task table.
+inline constexpr std::string_view kTaskApiKeys[] = {"task_id", "node_id", "allocated_gpus",
+                                                    "pending_reason"};
 // GET /tasks/{id}/events: {events: [{time, type, node_id (when there is one), message}]}.
 nlohmann::json TaskEventsToJson(const std::vector<core::TaskEventRecord>& events);
 

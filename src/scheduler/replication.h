@@ -43,18 +43,13 @@
 #include "scheduler/etcd_election.h"
 #include "scheduler/grpc_access.h"
 #include "scheduler/leader_state.h"
+#include "scheduler/replication_codec.h"
 #include "scheduler/worker_pool.h"
 #include "store/database.h"
 #include "store/journal.h"
 
 namespace dgpu::scheduler {
 
-void TaskToRecord(const core::Task& t, dgpu::v1::TaskRecord* r);
-core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r);
-void TeamToRecord(const core::TeamRecord& t, dgpu::v1::TeamRecord* r);
-core::TeamRecord TeamFromRecord(const dgpu::v1::TeamRecord& r);
-void NodeToRecord(const core::NodeRecord& n, dgpu::v1::NodeRecord* r);
-core::NodeRecord NodeFromRecord(const dgpu::v1::NodeRecord& r);
 // The core's configuration: the scheduler's, with what the database stored winning (the online
 // share); NewCore also restores the stored teams.
 core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::StoreMeta& meta);

@@ -19,7 +19,9 @@
 #include <utility>
 
 #include "common/atomic_file.h"
+#include "store/sqlite_util.h"
 #include "store/task_codec.h"
+#include "store/task_rows.h"
 
 namespace dgpu::store {
 namespace {
@@ -28,63 +30,6 @@ constexpr int kBusyTimeoutMs = 5000;
 constexpr int64_t kJournalSizeLimitBytes = 64 << 20;
 constexpr char kCreatingSuffix[] = ".creating";
 constexpr char kLockFileName[] = "LOCK";
-
-// The columns of a task row, in the order BindTask binds and ReadTask reads them.
-constexpr char kTaskColumns[] =
-    "id, name, priority, gpu_count, gpu_model, command, env, timeout_seconds, image, status, "
-    "queue_seq, allocation, attempts, exit_code, error, created_at, started_at, finished_at, "
-    "stopping, stop_reason, team, user, preemptible, preemption_grace_seconds, borrowed, "
-    "preemptions, preempted_by, array_index, array_size, max_retries, retry_backoff_seconds, "
-    "retries, retry_at";
-
-// What an insert of a task row that exists does: replace every field.
-constexpr char kTaskConflictClause[] =
-    "ON CONFLICT (id) DO UPDATE SET name = excluded.name, priority = excluded.priority, "
-    "gpu_count = excluded.gpu_count, gpu_model = excluded.gpu_model, "
-    "command = excluded.command, env = excluded.env, "
-    "timeout_seconds = excluded.timeout_seconds, image = excluded.image, "
-    "status = excluded.status, queue_seq = excluded.queue_seq, "
-    "allocation = excluded.allocation, attempts = excluded.attempts, "
-    "exit_code = excluded.exit_code, error = excluded.error, "
-    "created_at = excluded.created_at, started_at = excluded.started_at, "
-    "finished_at = excluded.finished_at, stopping = excluded.stopping, "
-    "stop_reason = excluded.stop_reason, team = excluded.team, user = excluded.user, "
-    "preemptible = excluded.preemptible, "
-    "preemption_grace_seconds = excluded.preemption_grace_seconds, "
-    "borrowed = excluded.borrowed, preemptions = excluded.preemptions, "
-    "preempted_by = excluded.preempted_by, array_index = excluded.array_index, "
-    "array_size = excluded.array_size, max_retries = excluded.max_retries, "
-    "retry_backoff_seconds = excluded.retry_backoff_seconds, retries = excluded.retries, "
-    "retry_at = excluded.retry_at";
-
-const std::string& UpsertTaskSql() {
-  static const std::string sql =
-      std::string("INSERT INTO tasks (") + kTaskColumns + ") " +
-      std::string(
-          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-          "?18, ?19, "
-          "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33) ") +
-      kTaskConflictClause;
-  return sql;
-}
-
-// The members of a job array (Change::Kind::kTaskArray) in one statement: BindTask binds the
-// first member; member i adds i to its number (?1) and queue position (?11) and has index i
-// (?28). ?34 is the number of members.
-const std::string& InsertArraySql() {
-  static const std::string sql =
-      std::string(
-          "WITH RECURSIVE m(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM m WHERE i + 1 < ?34) "
-          "INSERT INTO tasks (") +
-      kTaskColumns + ") " +
-      std::string(
-          "SELECT ?1 + i, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 + i, ?12, ?13, ?14, ?15, ?16, "
-          "?17, "
-          "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, i, ?29, ?30, ?31, ?32, ?33 FROM m "
-          "WHERE true ") +
-      kTaskConflictClause;
-  return sql;
-}
 
 constexpr char kUpsertTeamSql[] =
     "INSERT INTO teams (name, api_set, online, batch, max_gpus, weight, deleted, usage, usage_at) "
@@ -175,12 +120,6 @@ Status SqliteStatus(int rc, const std::string& context, const char* detail) {
 
 int64_t ToInt64(uint64_t v) { return static_cast<int64_t>(v); }
 uint64_t ToUint64(int64_t v) { return static_cast<uint64_t>(v); }
-
-std::string ColumnText(sqlite3_stmt* stmt, int col) {
-  const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt, col));
-  if (text == nullptr) return {};
-  return std::string(text, static_cast<size_t>(sqlite3_column_bytes(stmt, col)));
-}
 
 // Outcome of checking a file's first bytes without opening it with SQLite.
 Status CheckHeader(const std::string& path, off_t size) {
@@ -403,129 +342,17 @@ class CountDeltas {
   std::vector<Delta> deltas_;  // A few (status, priority) pairs: a list beats a map.
 };
 
-// Binds every field of `t` to the upsert statement. The JSON texts live in the caller's
-// strings, which must outlive the statement's next step.
+// Binds every field of `t` to the upsert statement (see BindTaskRow).
 Status BindTask(SqliteConnection& conn, sqlite3_stmt* stmt, const core::Task& t,
-                std::string* env_json, std::string* allocation_json) {
+                TaskRowTexts* texts) {
   if (t.id == 0) return InvalidArgument("task number 0 cannot be stored");
   if (t.id > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     return InvalidArgument("task number " + std::to_string(t.id) + " is out of range");
   }
-  *env_json = DumpJson(EnvToJson(t.spec.env));
-  *allocation_json = DumpJson(AllocationToJson(t.allocation));
-  auto text = [stmt](int index, std::string_view value) {
-    return sqlite3_bind_text(stmt, index, value.data(), static_cast<int>(value.size()),
-                             SQLITE_STATIC);
-  };
-  const int results[] = {
-      sqlite3_bind_int64(stmt, 1, ToInt64(t.id)),
-      text(2, t.spec.name),
-      text(3, core::ToString(t.spec.priority)),
-      sqlite3_bind_int64(stmt, 4, t.spec.gpu_count),
-      text(5, t.spec.gpu_model),
-      text(6, t.spec.command),
-      text(7, *env_json),
-      sqlite3_bind_int64(stmt, 8, t.spec.timeout_seconds),
-      text(9, t.spec.image),
-      text(10, core::ToString(t.status)),
-      sqlite3_bind_int64(stmt, 11, t.queue_seq),
-      text(12, *allocation_json),
-      sqlite3_bind_int64(stmt, 13, t.attempts),
-      sqlite3_bind_int64(stmt, 14, t.exit_code),
-      text(15, t.error),
-      sqlite3_bind_int64(stmt, 16, t.created_at),
-      sqlite3_bind_int64(stmt, 17, t.started_at),
-      sqlite3_bind_int64(stmt, 18, t.finished_at),
-      sqlite3_bind_int(stmt, 19, t.stopping ? 1 : 0),
-      text(20, core::ToString(t.stop_reason)),
-      text(21, t.spec.team),
-      text(22, t.spec.user),
-      sqlite3_bind_int(stmt, 23, t.spec.preemptible ? 1 : 0),
-      sqlite3_bind_int64(stmt, 24, t.spec.preemption_grace_seconds),
-      sqlite3_bind_int(stmt, 25, t.borrowed ? 1 : 0),
-      sqlite3_bind_int64(stmt, 26, t.preemptions),
-      sqlite3_bind_int64(stmt, 27, ToInt64(t.preempted_by)),
-      sqlite3_bind_int(stmt, 28, t.spec.array_index),
-      sqlite3_bind_int(stmt, 29, t.spec.array_size),
-      sqlite3_bind_int(stmt, 30, t.spec.max_retries),
-      sqlite3_bind_int(stmt, 31, t.spec.retry_backoff_seconds),
-      sqlite3_bind_int(stmt, 32, t.retries),
-      sqlite3_bind_int64(stmt, 33, t.retry_at),
-  };
-  for (int rc : results) {
-    if (rc != SQLITE_OK) return conn.Error(rc, "binding task " + core::FormatTaskId(t.id) + " for");
+  if (int rc = BindTaskRow(stmt, t, texts); rc != SQLITE_OK) {
+    return conn.Error(rc, "binding task " + core::FormatTaskId(t.id) + " for");
   }
   return OkStatus();
-}
-
-// Decodes a row selected with kTaskColumns.
-StatusOr<core::Task> ReadTask(sqlite3_stmt* stmt, const std::string& path) {
-  core::Task t;
-  t.id = ToUint64(sqlite3_column_int64(stmt, 0));
-  auto bad = [&](std::string_view problem) {
-    return DataLoss(core::FormatTaskId(t.id) + " in " + path + ": " + std::string(problem));
-  };
-  t.spec.name = ColumnText(stmt, 1);
-  std::optional<core::Priority> priority = core::ParsePriority(ColumnText(stmt, 2));
-  if (!priority) return bad("unknown priority '" + ColumnText(stmt, 2) + "'");
-  t.spec.priority = *priority;
-  t.spec.gpu_count = sqlite3_column_int(stmt, 3);
-  t.spec.gpu_model = ColumnText(stmt, 4);
-  t.spec.command = ColumnText(stmt, 5);
-  StatusOr<nlohmann::json> env_json = ParseJson(ColumnText(stmt, 6), "env");
-  if (!env_json.ok()) return bad(env_json.status().message());
-  StatusOr<EnvList> env = EnvFromJson(*env_json);
-  if (!env.ok()) return bad(env.status().message());
-  t.spec.env = std::move(*env);
-  t.spec.timeout_seconds = sqlite3_column_int64(stmt, 7);
-  t.spec.image = ColumnText(stmt, 8);
-  std::optional<core::TaskStatus> status = core::ParseTaskStatus(ColumnText(stmt, 9));
-  if (!status) return bad("unknown status '" + ColumnText(stmt, 9) + "'");
-  t.status = *status;
-  t.queue_seq = sqlite3_column_int64(stmt, 10);
-  StatusOr<nlohmann::json> allocation_json = ParseJson(ColumnText(stmt, 11), "allocation");
-  if (!allocation_json.ok()) return bad(allocation_json.status().message());
-  StatusOr<core::Allocation> allocation = AllocationFromJson(*allocation_json);
-  if (!allocation.ok()) return bad(allocation.status().message());
-  t.allocation = std::move(*allocation);
-  t.attempts = sqlite3_column_int(stmt, 12);
-  t.exit_code = sqlite3_column_int(stmt, 13);
-  t.error = ColumnText(stmt, 14);
-  t.created_at = sqlite3_column_int64(stmt, 15);
-  t.started_at = sqlite3_column_int64(stmt, 16);
-  t.finished_at = sqlite3_column_int64(stmt, 17);
-  t.stopping = sqlite3_column_int(stmt, 18) != 0;
-  std::optional<core::StopReason> stop_reason = core::ParseStopReason(ColumnText(stmt, 19));
-  if (!stop_reason) return bad("unknown stop_reason '" + ColumnText(stmt, 19) + "'");
-  t.stop_reason = *stop_reason;
-  t.spec.team = ColumnText(stmt, 20);
-  if (!core::IsValidTeamName(t.spec.team)) return bad("invalid team '" + t.spec.team + "'");
-  t.spec.user = ColumnText(stmt, 21);
-  t.spec.preemptible = sqlite3_column_int(stmt, 22) != 0;
-  const int64_t grace = sqlite3_column_int64(stmt, 23);
-  if (grace < -1 || grace > std::numeric_limits<int32_t>::max()) {
-    return bad("preemption_grace_seconds " + std::to_string(grace) + " is out of range");
-  }
-  t.spec.preemption_grace_seconds = static_cast<int32_t>(grace);
-  t.borrowed = sqlite3_column_int(stmt, 24) != 0;
-  t.preemptions = sqlite3_column_int(stmt, 25);
-  t.preempted_by = ToUint64(sqlite3_column_int64(stmt, 26));
-  t.spec.array_index = sqlite3_column_int(stmt, 27);
-  t.spec.array_size = sqlite3_column_int(stmt, 28);
-  if (!core::ValidArrayFields(t.spec)) {
-    return bad("array_index " + std::to_string(t.spec.array_index) + " of array_size " +
-               std::to_string(t.spec.array_size) + " is out of range");
-  }
-  t.spec.max_retries = sqlite3_column_int(stmt, 29);
-  t.spec.retry_backoff_seconds = sqlite3_column_int(stmt, 30);
-  t.retries = sqlite3_column_int(stmt, 31);
-  t.retry_at = sqlite3_column_int64(stmt, 32);
-  if (t.spec.max_retries < 0 || t.spec.retry_backoff_seconds < 0 || t.retries < 0 ||
-      t.retry_at < 0) {
-    return bad("negative retry fields");
-  }
-  if (t.retry_at != 0 && t.status != core::TaskStatus::kPending) t.retry_at = 0;
-  return t;
 }
 
 // Steps a task query to the end, handing each decoded row to `fn`; the first error, of reading
@@ -536,7 +363,7 @@ Status StepRows(SqliteConnection& conn, sqlite3_stmt* stmt,
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_DONE) return OkStatus();
     if (rc != SQLITE_ROW) return conn.Error(rc, "reading tasks from");
-    StatusOr<core::Task> task = ReadTask(stmt, conn.path());
+    StatusOr<core::Task> task = ReadTaskRow(stmt, conn.path());
     if (!task.ok()) return task.status();
     if (Status s = fn(std::move(*task)); !s.ok()) return s;
   }
@@ -554,7 +381,7 @@ Status ForEachRow(SqliteConnection& conn, sqlite3_stmt* stmt,
 // the first error, of reading or of `fn`, ends the walk.
 Status ForEachUnfinished(SqliteConnection& conn, const std::function<Status(core::Task&&)>& fn) {
   static const std::string kLoadSql =
-      "SELECT " + std::string(kTaskColumns) +
+      "SELECT " + TaskColumns() +
       " FROM tasks WHERE status IN ('pending', 'running') OR stopping = 1 ORDER BY queue_seq, id";
   StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kLoadSql);
   if (!stmt.ok()) return stmt.status();
@@ -698,8 +525,8 @@ Status UpsertTask(SqliteConnection& conn, const core::Task& task, CountDeltas* c
   StatusOr<sqlite3_stmt*> stmt = conn.Prepare(UpsertTaskSql());
   if (!stmt.ok()) return stmt.status();
   StatementScope scope(*stmt);
-  std::string env_json, allocation_json;
-  if (Status s = BindTask(conn, *stmt, task, &env_json, &allocation_json); !s.ok()) return s;
+  TaskRowTexts texts;
+  if (Status s = BindTask(conn, *stmt, task, &texts); !s.ok()) return s;
   if (Status s = counts->RemoveExisting(conn, task.id, task.id); !s.ok()) return s;
   counts->Add(core::ToString(task.status), core::ToString(task.spec.priority), 1);
   return StepDone(conn, *stmt, "storing " + core::FormatTaskId(task.id) + " in");
@@ -710,9 +537,10 @@ Status InsertArray(SqliteConnection& conn, const core::Task& first, CountDeltas*
   StatusOr<sqlite3_stmt*> stmt = conn.Prepare(InsertArraySql());
   if (!stmt.ok()) return stmt.status();
   StatementScope scope(*stmt);
-  std::string env_json, allocation_json;
-  if (Status s = BindTask(conn, *stmt, first, &env_json, &allocation_json); !s.ok()) return s;
-  if (int rc = sqlite3_bind_int(*stmt, 34, first.spec.array_size); rc != SQLITE_OK) {
+  TaskRowTexts texts;
+  if (Status s = BindTask(conn, *stmt, first, &texts); !s.ok()) return s;
+  if (int rc = sqlite3_bind_int(*stmt, ArrayMembersParameter(), first.spec.array_size);
+      rc != SQLITE_OK) {
     return conn.Error(rc, "binding the array of " + core::FormatTaskId(first.id) + " for");
   }
   const auto members = static_cast<core::TaskNumber>(first.spec.array_size);
@@ -923,7 +751,7 @@ class FdCloser {
 };
 
 std::string TaskSelect(std::string_view where_and_order) {
-  return std::string("SELECT ") + kTaskColumns + " FROM tasks " + std::string(where_and_order);
+  return "SELECT " + TaskColumns() + " FROM tasks " + std::string(where_and_order);
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <type_traits>
+
+#include "core/task_fields.h"
 
 namespace dgpu::store {
 namespace {
@@ -13,7 +16,7 @@ Status Malformed(std::string_view field, std::string_view expected) {
   return DataLoss("stored task field '" + std::string(field) + "' is not " + std::string(expected));
 }
 
-// Field readers: each checks the JSON type before converting, so that nothing throws.
+// Readers check the JSON type before converting, so that nothing throws.
 Status ReadString(const json& obj, const char* key, std::string* out) {
   auto it = obj.find(key);
   if (it == obj.end() || !it->is_string()) return Malformed(key, "a string");
@@ -21,47 +24,62 @@ Status ReadString(const json& obj, const char* key, std::string* out) {
   return OkStatus();
 }
 
-Status ReadInt64(const json& obj, const char* key, int64_t* out) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_number_integer()) return Malformed(key, "an integer");
-  if (it->is_number_unsigned() &&
-      it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return Malformed(key, "a 64-bit signed integer");
+// Reads one field's JSON value into `out`, checking its type and range first.
+template <typename T>
+Status ReadValue(const json& v, const core::TaskFieldInfo& info, T* out) {
+  const std::string name(info.name);
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) return Malformed(name, "a boolean");
+    *out = v.get<bool>();
+  } else if constexpr (std::is_same_v<T, uint64_t>) {
+    if (!v.is_number_unsigned()) return Malformed(name, "a task number");
+    *out = v.get<uint64_t>();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!v.is_number_integer()) return Malformed(name, "an integer");
+    if (v.is_number_unsigned() &&
+        v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return Malformed(name, "a 64-bit signed integer");
+    }
+    const auto n = v.get<int64_t>();
+    if (n < std::numeric_limits<T>::min() || n > std::numeric_limits<T>::max()) {
+      return Malformed(name, sizeof(T) == 4 ? "a 32-bit integer" : "an integer");
+    }
+    if (n < info.min) return Malformed(name, std::to_string(info.min) + " or more");
+    *out = static_cast<T>(n);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string()) return Malformed(name, "a string");
+    *out = v.get<std::string>();
+  } else if constexpr (std::is_enum_v<T>) {
+    std::optional<T> value;
+    if (v.is_string()) value = core::ParseName<T>(v.get<std::string>());
+    if (!value) return Malformed(name, core::NamesOf(static_cast<T*>(nullptr)));
+    *out = *value;
+  } else {
+    StatusOr<T> value = [&] {
+      if constexpr (std::is_same_v<T, EnvList>) {
+        return EnvFromJson(v);
+      } else {
+        static_assert(std::is_same_v<T, core::Allocation>, "a task field of a new type");
+        return AllocationFromJson(v);
+      }
+    }();
+    if (!value.ok()) return value.status();
+    *out = std::move(*value);
   }
-  *out = it->get<int64_t>();
   return OkStatus();
 }
 
-Status ReadInt(const json& obj, const char* key, int* out) {
-  int64_t v = 0;
-  if (Status s = ReadInt64(obj, key, &v); !s.ok()) return s;
-  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
-    return Malformed(key, "a 32-bit integer");
+template <typename T>
+json WriteValue(const T& value) {
+  if constexpr (std::is_enum_v<T>) {
+    return std::string(core::ToString(value));
+  } else if constexpr (std::is_same_v<T, EnvList>) {
+    return EnvToJson(value);
+  } else if constexpr (std::is_same_v<T, core::Allocation>) {
+    return AllocationToJson(value);
+  } else {
+    return value;
   }
-  *out = static_cast<int>(v);
-  return OkStatus();
-}
-
-Status ReadBool(const json& obj, const char* key, bool* out) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_boolean()) return Malformed(key, "a boolean");
-  *out = it->get<bool>();
-  return OkStatus();
-}
-
-// "stop_reason" is optional: a task written before it existed was not stopped for a reason.
-Status ReadStopReason(const json& obj, core::StopReason* out) {
-  auto it = obj.find("stop_reason");
-  if (it == obj.end()) return OkStatus();
-  std::optional<core::StopReason> reason;
-  if (it->is_string()) reason = core::ParseStopReason(it->get<std::string>());
-  if (!reason) {
-    return Malformed("stop_reason",
-                     "a stop reason (\"\", cancel, preempt, drain, member_failure, timeout, "
-                     "gpu_failure or reconcile)");
-  }
-  *out = *reason;
-  return OkStatus();
 }
 
 }  // namespace
@@ -123,122 +141,28 @@ StatusOr<core::Allocation> AllocationFromJson(const json& j) {
 }
 
 json TaskToJson(const core::Task& t) {
-  return json{
-      {"id", t.id},
-      {"name", t.spec.name},
-      {"priority", core::ToString(t.spec.priority)},
-      {"gpu_count", t.spec.gpu_count},
-      {"gpu_model", t.spec.gpu_model},
-      {"command", t.spec.command},
-      {"env", EnvToJson(t.spec.env)},
-      {"timeout_seconds", t.spec.timeout_seconds},
-      {"image", t.spec.image},
-      {"status", core::ToString(t.status)},
-      {"queue_seq", t.queue_seq},
-      {"allocation", AllocationToJson(t.allocation)},
-      {"attempts", t.attempts},
-      {"exit_code", t.exit_code},
-      {"error", t.error},
-      {"created_at", t.created_at},
-      {"started_at", t.started_at},
-      {"finished_at", t.finished_at},
-      {"stopping", t.stopping},
-      {"stop_reason", core::ToString(t.stop_reason)},
-      {"team", t.spec.team},
-      {"user", t.spec.user},
-      {"preemptible", t.spec.preemptible},
-      {"preemption_grace_seconds", t.spec.preemption_grace_seconds},
-      {"borrowed", t.borrowed},
-      {"preemptions", t.preemptions},
-      {"preempted_by", t.preempted_by},
-      {"array_index", t.spec.array_index},
-      {"array_size", t.spec.array_size},
-      {"max_retries", t.spec.max_retries},
-      {"retry_backoff_seconds", t.spec.retry_backoff_seconds},
-      {"retries", t.retries},
-      {"retry_at", t.retry_at},
-  };
+  json out = json::object();
+  core::ForEachTaskField([&](int, const auto& field) {
+    out[std::string(field.info.name)] = WriteValue(field.get(t));
+  });
+  return out;
 }
 
 StatusOr<core::Task> TaskFromJson(const json& j) {
   if (!j.is_object()) return Malformed("task", "an object");
   core::Task t;
-  auto id = j.find("id");
-  if (id == j.end() || !id->is_number_unsigned() || id->get<uint64_t>() == 0) {
-    return Malformed("id", "a positive task number");
-  }
-  t.id = id->get<uint64_t>();
-  std::string priority, status;
-  Status s;
-  if (s = ReadString(j, "name", &t.spec.name); !s.ok()) return s;
-  if (s = ReadString(j, "priority", &priority); !s.ok()) return s;
-  if (s = ReadInt(j, "gpu_count", &t.spec.gpu_count); !s.ok()) return s;
-  if (s = ReadString(j, "gpu_model", &t.spec.gpu_model); !s.ok()) return s;
-  if (s = ReadString(j, "command", &t.spec.command); !s.ok()) return s;
-  if (s = ReadInt64(j, "timeout_seconds", &t.spec.timeout_seconds); !s.ok()) return s;
-  if (s = ReadString(j, "image", &t.spec.image); !s.ok()) return s;
-  if (s = ReadString(j, "status", &status); !s.ok()) return s;
-  if (s = ReadInt64(j, "queue_seq", &t.queue_seq); !s.ok()) return s;
-  if (s = ReadInt(j, "attempts", &t.attempts); !s.ok()) return s;
-  if (s = ReadInt(j, "exit_code", &t.exit_code); !s.ok()) return s;
-  if (s = ReadString(j, "error", &t.error); !s.ok()) return s;
-  if (s = ReadInt64(j, "created_at", &t.created_at); !s.ok()) return s;
-  if (s = ReadInt64(j, "started_at", &t.started_at); !s.ok()) return s;
-  if (s = ReadInt64(j, "finished_at", &t.finished_at); !s.ok()) return s;
-  if (s = ReadBool(j, "stopping", &t.stopping); !s.ok()) return s;
-  auto p = core::ParsePriority(priority);
-  if (!p) return Malformed("priority", "high or low");
-  t.spec.priority = *p;
-  auto st = core::ParseTaskStatus(status);
-  if (!st) return Malformed("status", "a task status");
-  t.status = *st;
-  auto env_it = j.find("env");
-  if (env_it == j.end()) return Malformed("env", "present");
-  StatusOr<EnvList> env = EnvFromJson(*env_it);
-  if (!env.ok()) return env.status();
-  t.spec.env = std::move(*env);
-  auto alloc_it = j.find("allocation");
-  if (alloc_it == j.end()) return Malformed("allocation", "present");
-  StatusOr<core::Allocation> allocation = AllocationFromJson(*alloc_it);
-  if (!allocation.ok()) return allocation.status();
-  t.allocation = std::move(*allocation);
-  if (s = ReadStopReason(j, &t.stop_reason); !s.ok()) return s;
-  // Written by versions with teams; a task from before belongs to "default".
-  if (j.contains("team")) {
-    if (s = ReadString(j, "team", &t.spec.team); !s.ok()) return s;
-    if (!core::IsValidTeamName(t.spec.team)) return Malformed("team", "a valid team name");
-    if (s = ReadString(j, "user", &t.spec.user); !s.ok()) return s;
-    if (s = ReadBool(j, "preemptible", &t.spec.preemptible); !s.ok()) return s;
-    int grace = -1;
-    if (s = ReadInt(j, "preemption_grace_seconds", &grace); !s.ok()) return s;
-    if (grace < -1) return Malformed("preemption_grace_seconds", "-1 or more");
-    t.spec.preemption_grace_seconds = grace;
-    if (s = ReadBool(j, "borrowed", &t.borrowed); !s.ok()) return s;
-    if (s = ReadInt(j, "preemptions", &t.preemptions); !s.ok()) return s;
-    auto by = j.find("preempted_by");
-    if (by == j.end() || !by->is_number_unsigned()) {
-      return Malformed("preempted_by", "a task number");
+  Status s = core::ForEachTaskFieldUntilError([&](int, const auto& field) -> Status {
+    auto it = j.find(std::string(field.info.name));
+    if (it == j.end()) {
+      // Absent from what an older release wrote: the field's default.
+      return field.info.first_release ? Malformed(field.info.name, "present") : OkStatus();
     }
-    t.preempted_by = by->get<uint64_t>();
-  }
-  // Written by versions with job arrays; a task from before is no array member.
-  if (j.contains("array_size")) {
-    if (s = ReadInt(j, "array_size", &t.spec.array_size); !s.ok()) return s;
-    if (s = ReadInt(j, "array_index", &t.spec.array_index); !s.ok()) return s;
-    if (!core::ValidArrayFields(t.spec)) {
-      return Malformed("array_index", "within [0, array_size) of an array, -1 otherwise");
-    }
-  }
-  // Written by versions with retries; a task from before is not retried.
-  if (j.contains("max_retries")) {
-    if (s = ReadInt(j, "max_retries", &t.spec.max_retries); !s.ok()) return s;
-    if (s = ReadInt(j, "retry_backoff_seconds", &t.spec.retry_backoff_seconds); !s.ok()) return s;
-    if (s = ReadInt(j, "retries", &t.retries); !s.ok()) return s;
-    if (s = ReadInt64(j, "retry_at", &t.retry_at); !s.ok()) return s;
-    if (t.spec.max_retries < 0 || t.spec.retry_backoff_seconds < 0 || t.retries < 0 ||
-        t.retry_at < 0) {
-      return Malformed("max_retries", "retry fields of 0 or more");
-    }
+    return ReadValue(*it, field.info, &field.get(t));
+  });
+  if (!s.ok()) return s;
+  if (t.id == 0) return Malformed("id", "a positive task number");
+  if (std::string problem = core::FinishDecodedTask(&t); !problem.empty()) {
+    return DataLoss("stored " + core::FormatTaskId(t.id) + ": " + problem);
   }
   return t;
 }

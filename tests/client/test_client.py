@@ -3,6 +3,7 @@ every method, every field of the task object, and the error classes for bad inpu
 tasks, conflicts, unreachable servers and the retry rules. The requests the team methods send
 are also checked exactly against a scripted transport."""
 
+import dataclasses
 import datetime
 import email.message
 import json
@@ -10,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+import typing
 
 import pytest
 
@@ -20,6 +22,43 @@ from conftest import checked_client_class, missing_dependency
 from dgpu_testlib import free_port
 
 UTC = datetime.timezone.utc
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def test_the_task_model_reads_every_property_of_the_described_task_object():
+    """The task object is derived from the scheduler's task table, which a C++ test checks
+    against api/openapi.yaml; here the model is checked against the same description: one
+    attribute per property, each read from its key."""
+    import yaml
+    with open(os.path.join(REPO, "api", "openapi.yaml"), encoding="utf-8") as f:
+        schema = yaml.safe_load(f)["components"]["schemas"]["Task"]
+    properties = set(schema["properties"])
+    assert {f.name for f in dataclasses.fields(dgpu.Task)} == properties
+    # A document whose every value is its own: each attribute must come from its key.
+    hints = typing.get_type_hints(dgpu.Task)
+    doc, want = {}, {}
+    for i, name in enumerate(sorted(properties)):
+        hint = str(hints[name])
+        if "datetime" in hint:
+            doc[name] = "2026-01-01T00:00:%02dZ" % i
+            want[name] = datetime.datetime(2026, 1, 1, 0, 0, i, tzinfo=UTC)
+        elif name == "env":
+            doc[name] = {"K": str(i)}
+        elif name == "allocation":
+            doc[name] = [{"node_id": "n%d" % i, "gpu_indices": [i]}]
+            want[name] = [dgpu.models.NodeAllocation("n%d" % i, [i])]
+        elif name == "allocated_gpus":
+            doc[name] = ["n%d-gpu-%d" % (i, i)]
+        elif hints[name] is bool:
+            doc[name] = not getattr(dgpu.Task, name)  # Away from the model's default.
+        elif "int" in hint:
+            doc[name] = 100 + i
+        else:
+            doc[name] = "v%d" % i
+        want.setdefault(name, doc[name])
+    task = dgpu.Task.from_json(doc)
+    for name in sorted(properties):
+        assert getattr(task, name) == want[name], name
 
 
 def test_server_is_resolved_as_dgpuctl_does(monkeypatch):

@@ -3,11 +3,17 @@
 #include "scheduler/api_json.h"
 
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include "../store/store_test_util.h"
+#include "core/task_fields.h"
+#include "scheduler/openapi_spec.h"
 
 namespace dgpu::scheduler {
 namespace {
@@ -772,6 +778,52 @@ TEST(ApiJsonTest, LogQueryRefusesBadValuesNamingTheParameter) {
     EXPECT_EQ(e->code, c.code) << c.query;
     EXPECT_EQ(e->message, c.message) << c.query;
   }
+}
+
+// The task object is derived from the field table: its keys are the table's shown fields and
+// kTaskApiKeys, and the OpenAPI description (from which the Python client's model is checked,
+// tests/client/test_models.py) lists exactly those, all required.
+TEST(ApiJsonTest, TheTaskObjectTheTableAndTheOpenApiDescriptionAgree) {
+  std::set<std::string> from_table(std::begin(kTaskApiKeys), std::end(kTaskApiKeys));
+  core::ForEachTaskField([&](int, const auto& field) {
+    if (field.info.api != core::ApiForm::kHidden) from_table.insert(std::string(field.info.name));
+  });
+  const json task_object = TaskToJson(store::testing::FullTask(3), core::PendingReason::kNone);
+  std::set<std::string> shown;
+  for (const auto& [key, value] : task_object.items()) shown.insert(key);
+  EXPECT_EQ(shown, from_table);
+
+  const YAML::Node task = YAML::Load(std::string(OpenApiYaml()))["components"]["schemas"]["Task"];
+  ASSERT_TRUE(task.IsMap());
+  std::set<std::string> described, required;
+  for (const auto& property : task["properties"])
+    described.insert(property.first.as<std::string>());
+  for (const auto& name : task["required"]) required.insert(name.as<std::string>());
+  EXPECT_EQ(described, from_table) << "api/openapi.yaml's Task and the task table disagree";
+  EXPECT_EQ(required, from_table);
+}
+
+TEST(ApiJsonTest, TheTaskObjectShowsTimesAsTextAndUnsetArrayFieldsAsNull) {
+  core::Task task = store::testing::FullPendingTask(4);
+  task.started_at = 0;
+  json j = TaskToJson(task, core::PendingReason::kRetryBackoff);
+  EXPECT_EQ(j["task_id"], "task-4");
+  EXPECT_EQ(j["created_at"], "2023-11-14T22:13:20.123456Z");
+  EXPECT_EQ(j["started_at"], nullptr);
+  EXPECT_EQ(j["retry_at"], "2023-11-14T22:13:23Z");
+  EXPECT_EQ(j["array_index"], 1);
+  EXPECT_EQ(j["env"]["B"], "2");
+  EXPECT_EQ(j["pending_reason"], "retry_backoff");
+  EXPECT_EQ(j["node_id"], nullptr);
+  EXPECT_EQ(j["exit_code"], nullptr);
+  EXPECT_EQ(j["borrowed"], false);  // Only a running task shows that it borrows.
+  EXPECT_EQ(j.count("queue_seq") + j.count("stopping") + j.count("preempted_by"), 0u);
+  task.spec.array_index = -1;
+  task.spec.array_size = 0;
+  j = TaskToJson(task, core::PendingReason::kNone);
+  EXPECT_EQ(j["array_index"], nullptr);
+  EXPECT_EQ(j["array_size"], nullptr);
+  EXPECT_EQ(j["pending_reason"], nullptr);
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // The replication codec: a task survives TaskToRecord, the wire and TaskFromRecord whole.
+#include "scheduler/replication_codec.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "../store/store_test_util.h"
 #include "scheduler/replication.h"
@@ -37,11 +40,60 @@ TEST(ReplicationCodecTest, KeepsEveryFieldWithATwoNodeAllocation) {
 }
 
 TEST(ReplicationCodecTest, KeepsAPendingTasksRetryTime) {
-  core::Task task = WireTask(13);
-  task.status = core::TaskStatus::kPending;
-  task.allocation = {};
-  task.retry_at = 1'700'000'003'000'000;
+  core::Task task = store::testing::FullPendingTask(13);
+  task.spec.env = WireTask(13).spec.env;
   store::testing::ExpectSameTask(task, OverTheWire(task));
+}
+
+TEST(ReplicationCodecTest, TheRecordHasAFieldOfTheRightTypeForEveryTaskField) {
+  EXPECT_EQ(TaskRecordMismatches(), std::vector<std::string>{});
+}
+
+// The record's spelling is the one older releases read and write (protocol.md): a flag whose
+// default is true is sent as its opposite, `optional` fields only when they differ from the
+// default, and what an older leader leaves out reads as the default.
+TEST(ReplicationCodecTest, SpellsFieldsAsOlderReleasesReadAndWriteThem) {
+  core::Task task = WireTask(14);
+  dgpu::v1::TaskRecord record;
+  TaskToRecord(task, &record);
+  EXPECT_EQ(record.number(), 14u);
+  EXPECT_TRUE(record.not_preemptible());
+  EXPECT_EQ(record.preemption_grace_seconds(), 45);
+  EXPECT_EQ(record.priority(), "high");
+
+  core::Task plain;
+  plain.id = 15;
+  dgpu::v1::TaskRecord defaults;
+  TaskToRecord(plain, &defaults);
+  EXPECT_FALSE(defaults.not_preemptible());
+  EXPECT_FALSE(defaults.has_preemption_grace_seconds());
+  EXPECT_FALSE(defaults.has_retry_backoff_seconds());
+  EXPECT_EQ(defaults.team(), "default");
+
+  // An older leader's record: no team, no array index for member 0, nothing it did not know.
+  dgpu::v1::TaskRecord old;
+  old.set_number(16);
+  old.set_status("pending");
+  old.set_array_size(3);
+  core::Task member = TaskFromRecord(old);
+  EXPECT_EQ(member.spec.team, "default");
+  EXPECT_EQ(member.spec.array_index, 0);
+  EXPECT_EQ(member.spec.array_size, 3);
+  EXPECT_TRUE(member.spec.preemptible);
+  EXPECT_EQ(member.spec.preemption_grace_seconds, -1);
+  EXPECT_EQ(member.spec.retry_backoff_seconds, 10);
+  old.clear_array_size();
+  core::Task single = TaskFromRecord(old);
+  EXPECT_EQ(single.spec.array_index, -1);
+  EXPECT_EQ(single.spec.array_size, 0);
+  // Values no task holds are repaired, not refused: a leader is trusted.
+  old.set_max_retries(-4);
+  old.set_retry_at(-1);
+  old.set_status("sleeping");
+  core::Task repaired = TaskFromRecord(old);
+  EXPECT_EQ(repaired.spec.max_retries, 0);
+  EXPECT_EQ(repaired.retry_at, 0);
+  EXPECT_EQ(repaired.status, core::TaskStatus::kPending);
 }
 
 TEST(ReplicationCodecTest, CarriesEveryStopReason) {

@@ -41,6 +41,62 @@ TEST(DatabaseTest, NewDatabaseHasDefaultMeta) {
   EXPECT_EQ(loaded->last_applied_seq, 0u);
 }
 
+// The round trips compare FullTask and FullPendingTask: between them they hold every field of
+// the task table away from its default, so a new field is checked once it is given a value there.
+TEST(DatabaseTest, TheSampleTasksSetEveryFieldAwayFromItsDefault) {
+  const core::Task full = FullTask(1);
+  const core::Task pending = testing::FullPendingTask(1);
+  core::ForEachTaskField([&](int, const auto& field) {
+    const auto& unset = core::TaskFieldDefault(field);
+    EXPECT_TRUE(field.get(full) != unset || field.get(pending) != unset)
+        << field.info.name << " keeps its default in FullTask and FullPendingTask";
+  });
+}
+
+// A row written before a field existed holds its column's default (the migration's DEFAULT),
+// which must read as the field's default in a new Task.
+TEST(DatabaseTest, ARowWithOnlyTheFirstReleasesColumnsReadsEveryLaterFieldAsItsDefault) {
+  TempDir dir;
+  OpenOrDie(dir.path());
+  std::string columns;
+  core::ForEachTaskField([&](int, const auto& field) {
+    if (field.info.first_release)
+      columns += (columns.empty() ? "" : ", ") + std::string(field.info.name);
+  });
+  testing::RunSql(dir.Sub(kDatabaseFileName),
+                  "INSERT INTO tasks (" + columns +
+                      ") VALUES (9, 'old', 'low', 1, '', 'true', '[]', 0, '', 'pending', 9, '[]', "
+                      "0, 0, '', 1, 0, 0, 0);");
+  auto db = OpenOrDie(dir.path());
+  StatusOr<std::optional<core::Task>> got = db->GetTask(9);
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  core::ForEachTaskField([&](int, const auto& field) {
+    if (!field.info.first_release) {
+      EXPECT_EQ(field.get(**got), core::TaskFieldDefault(field)) << field.info.name;
+    }
+  });
+}
+
+TEST(DatabaseTest, ARowWithAValueNoTaskHoldsIsDataLossNamingTheField) {
+  TempDir dir;
+  {
+    auto db = OpenOrDie(dir.path());
+    ASSERT_TRUE(db->Apply({Upsert(FullTask(8))}, 1).ok());
+  }
+  const std::string path = dir.Sub(kDatabaseFileName);
+  testing::RunSql(path, "UPDATE tasks SET attempts = 4294967296 WHERE id = 8;");
+  {
+    auto db = OpenOrDie(dir.path());
+    EXPECT_THAT(db->GetTask(8),
+                StatusIs(StatusCode::kDataLoss,
+                         "task-8 in " + path + ": attempts 4294967296 is out of range"));
+  }
+  testing::RunSql(path, "UPDATE tasks SET attempts = 1, max_retries = -1 WHERE id = 8;");
+  auto db = OpenOrDie(dir.path());
+  EXPECT_THAT(db->GetTask(8), StatusIs(StatusCode::kDataLoss,
+                                       "task-8 in " + path + ": max_retries -1 is out of range"));
+}
+
 TEST(DatabaseTest, RoundTripsEveryTaskFieldAcrossReopen) {
   TempDir dir;
   const core::Task task = FullTask(17);
@@ -68,12 +124,7 @@ TEST(DatabaseTest, RoundTripsEveryTaskFieldAcrossReopen) {
 // A pending task waiting for its retry keeps its time; a running one has none (see FullTask).
 TEST(DatabaseTest, RoundTripsAPendingTasksRetryTimeAcrossReopen) {
   TempDir dir;
-  core::Task task = FullTask(21);
-  task.status = TaskStatus::kPending;
-  task.allocation = {};
-  task.stopping = false;
-  task.stop_reason = core::StopReason::kNone;
-  task.retry_at = 1'700'000'003'000'000;
+  const core::Task task = testing::FullPendingTask(21);
   {
     auto db = OpenOrDie(dir.path());
     ASSERT_TRUE(db->Apply({Upsert(task)}, 1).ok());

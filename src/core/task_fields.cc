@@ -1,0 +1,24 @@
+#include "core/task_fields.h"
+
+namespace dgpu::core {
+
+std::string_view NamesOf(Priority*) { return "a priority (high or low)"; }
+std::string_view NamesOf(TaskStatus*) {
+  return "a task status (pending, running, success, failed or cancelled)";
+}
+std::string_view NamesOf(StopReason*) {
+  return "a stop reason (\"\", cancel, preempt, drain, member_failure, timeout, gpu_failure, "
+         "reconcile or member_lost)";
+}
+
+std::string FinishDecodedTask(Task* t) {
+  if (t->status != TaskStatus::kPending) t->retry_at = 0;
+  if (!IsValidTeamName(t->spec.team)) return "invalid team '" + t->spec.team + "'";
+  if (!ValidArrayFields(t->spec)) {
+    return "array_index " + std::to_string(t->spec.array_index) + " of array_size " +
+           std::to_string(t->spec.array_size) + " is out of range";
+  }
+  return "";
+}
+
+}  // namespace dgpu::core
