@@ -25,6 +25,7 @@
 #include "scheduler/audit_log.h"
 #include "scheduler/auth.h"
 #include "scheduler/autoscale_runner.h"
+#include "scheduler/core_bootstrap.h"
 #include "scheduler/core_loop.h"
 #include "scheduler/event_recorder.h"
 #include "scheduler/log_relay.h"

@@ -39,6 +39,7 @@
 #include "common/tls_files.h"
 #include "dgpu/v1/replication.grpc.pb.h"
 #include "scheduler/agent_service.h"
+#include "scheduler/core_bootstrap.h"
 #include "scheduler/core_loop.h"
 #include "scheduler/etcd_election.h"
 #include "scheduler/grpc_access.h"
@@ -49,18 +50,6 @@
 #include "store/journal.h"
 
 namespace dgpu::scheduler {
-
-// The core's configuration: the scheduler's, with what the database stored winning (the online
-// share); NewCore also restores the stored teams.
-core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::StoreMeta& meta);
-std::unique_ptr<core::SchedulerCore> NewCore(const common::SchedulerConfig& cfg,
-                                             const store::StoreMeta& meta);
-
-// Builds a core from what the database holds (start-up and promotion); `meta` (optional)
-// receives the meta values of the same read.
-StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
-    store::Database* db, const common::SchedulerConfig& cfg, core::TimeMicros now,
-    store::StoreMeta* meta);
 
 struct HaOptions {
   std::string id;            // This scheduler's name.

@@ -48,8 +48,8 @@ struct RestRoute {
 
 class RestServer {
  public:
-  // The routes the router registers, in registration order, from the very code that builds the
-  // router (not a copy of it). Other methods on these paths answer 405; other paths 404.
+  // The routes served, from the route table the router is built from (rest_server.cc). Other
+  // methods on these paths answer 405; other paths 404.
   static std::vector<RestRoute> Routes();
 
   explicit RestServer(RestDeps deps);
@@ -60,8 +60,10 @@ class RestServer {
   size_t connections() const;
   void Stop();
 
- private:
+  // The inside, shared by the REST server's own files (rest_server_impl.h).
   struct Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

@@ -263,6 +263,10 @@ class BadInputTest(ClusterTestCase):
             ("POST", API + "/quota"), ("DELETE", API + "/quota"),
             ("POST", API + "/agents"),
             ("POST", API + "/tasks/task-1"), ("PUT", API + "/tasks/task-1"),
+            # Every path answers 405 for the methods it lacks, the probes and aliases too.
+            ("POST", "/healthz"), ("DELETE", API + "/healthz"), ("POST", "/readyz"),
+            ("PUT", API + "/readyz"), ("POST", "/metrics"), ("POST", API + "/metrics"),
+            ("GET", API + "/agents/a1/drain"), ("POST", "/ui/"), ("DELETE", "/ui/index.html"),
         ]
         for method, path in cases:
             with self.subTest(method=method, path=path):

@@ -154,6 +154,33 @@ class MetricsPageTest(unittest.TestCase):
         first = scrapes(live.scrape())
         self.assertEqual(scrapes(live.scrape()), first + 1)
 
+    def test_route_labels_come_from_the_route_table(self):
+        # Every label is a served route's "METHOD path" (aliases count under their route), a
+        # path (its 405 answers) or "unmatched": what --print-routes lists, nothing retyped.
+        c = live.c
+        counted = [("GET /metrics", "200"), ("/healthz", "405"),
+                   ("GET /api/v1/tasks/{id}", "200"), ("unmatched", "404")]
+
+        def counts():
+            m = live.scrape()
+            return m, [sum(v for _, v in m.find("dgpu_http_requests_total", route=r, code=code))
+                       for r, code in counted]
+        _, before = counts()
+        c.get("/api/v1/metrics")
+        c.request("POST", "/healthz", {})
+        c.get("/api/v1/tasks/" + live.task_id)
+        c.get("/api/v1/nowhere")
+        m, after = counts()
+        # The scrape in counts() is counted too: two for GET /metrics.
+        self.assertEqual([a - b for a, b in zip(after, before)], [2, 1, 1, 1])
+        routes = subprocess.run([harness.SCHEDULER_BIN, "--print-routes"], capture_output=True,
+                                text=True, check=True, timeout=30).stdout.split("\n")
+        routes = {r for r in routes if r}
+        paths = {r.split(" ", 1)[1] for r in routes}
+        labels = {l["route"] for l, _ in m.find("dgpu_http_requests_total")}
+        self.assertEqual(labels - routes - paths - {"unmatched"}, set())
+        self.assertNotIn("GET /api/v1/metrics", labels)
+
     def test_counters_never_decrease(self):
         order = ["after_success", "running", "after_cancel"]
         for name, (kind, _) in CONTRACT.items():

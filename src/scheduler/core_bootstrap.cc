@@ -1,0 +1,62 @@
+#include "scheduler/core_bootstrap.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <utility>
+
+namespace dgpu::scheduler {
+
+core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::StoreMeta& meta) {
+  core::CoreConfig core_cfg;
+  core_cfg.online_percent = meta.online_percent.value_or(cfg.quota.online_percent);
+  core_cfg.max_attempts = cfg.scheduler.max_attempts;
+  core_cfg.max_bypass = cfg.scheduler.max_bypass;
+  core_cfg.heartbeat_timeout = cfg.agent.heartbeat_timeout.count() * 1000;
+  core_cfg.borrowing = cfg.quota.borrowing;
+  core_cfg.fairshare_half_life = cfg.quota.fairshare_half_life.count() * 1000;
+  core_cfg.preemption_grace_seconds = static_cast<int32_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(cfg.preemption.grace_period).count());
+  core_cfg.min_runtime = cfg.preemption.min_runtime.count() * 1000;
+  for (const auto& [name, team] : cfg.quota.teams) {
+    core_cfg.teams[name] = {team.online, team.batch, team.max_gpus, team.weight};
+  }
+  return core_cfg;
+}
+
+std::unique_ptr<core::SchedulerCore> NewCore(const common::SchedulerConfig& cfg,
+                                             const store::StoreMeta& meta) {
+  auto core = std::make_unique<core::SchedulerCore>(CoreConfigOf(cfg, meta));
+  for (const core::TeamRecord& team : meta.teams) {
+    // Stored records were checked when they were read.
+    (void)core->RestoreTeam(team);
+  }
+  for (const core::NodeRecord& node : meta.nodes) (void)core->RestoreNodeMode(node);
+  return core;
+}
+
+StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
+    store::Database* db, const common::SchedulerConfig& cfg, core::TimeMicros now,
+    store::StoreMeta* meta) {
+  // The tasks go from the database into the core one by one: no vector of them all.
+  std::unique_ptr<core::SchedulerCore> core;
+  store::StoreMeta state;
+  Status s = db->LoadEach(
+      [&](core::Task&& t) {
+        if (core == nullptr) core = NewCore(cfg, state);
+        const core::TaskNumber id = t.id;
+        if (Status r = core->Restore(std::move(t), now); !r.ok()) {
+          return Internal("cannot restore " + core::FormatTaskId(id) + ": " + r.message());
+        }
+        return OkStatus();
+      },
+      &state);
+  if (!s.ok()) return s;
+  if (core == nullptr) core = NewCore(cfg, state);
+  core->SetNextTaskNumber(state.next_task_number);
+  core->TakeChanges();                 // Restoring changes nothing on disk.
+  if (meta != nullptr) *meta = state;  // The meta values read with the tasks.
+  return core;
+}
+
+}  // namespace dgpu::scheduler
