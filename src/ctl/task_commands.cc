@@ -1,0 +1,453 @@
+// dgpuctl's task commands: submit, get tasks / task, events, cancel, wait and logs.
+#include <algorithm>
+#include <utility>
+
+#include "common/number.h"
+#include "common/time_util.h"
+#include "ctl/api_call.h"
+#include "ctl/commands.h"
+#include "ctl/format.h"
+#include "ctl/render.h"
+#include "ctl/sse.h"
+
+namespace dgpu::ctl {
+
+using nlohmann::json;
+
+std::optional<json> BuildSubmitBody(const SubmitOptions& options, std::string* error) {
+  if (options.command.empty()) {
+    *error =
+        "a command is required after --, e.g. dgpuctl submit --gpus 1 --priority low -- "
+        "python train.py";
+    return std::nullopt;
+  }
+  json body = json::object();
+  body["priority"] = options.priority;
+  body["gpu_count"] = options.gpus;
+  body["command"] = JoinCommand(options.command);
+  if (!options.model.empty()) body["gpu_model"] = options.model;
+  if (!options.name.empty()) body["name"] = options.name;
+  if (!options.image.empty()) body["image"] = options.image;
+  if (!options.env.empty()) {
+    json env = json::object();
+    for (const std::string& pair : options.env) {
+      size_t eq = pair.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        *error = "--env expects KEY=VALUE, got '" + pair + "'";
+        return std::nullopt;
+      }
+      env[pair.substr(0, eq)] = pair.substr(eq + 1);
+    }
+    body["env"] = std::move(env);
+  }
+  if (!options.timeout.empty()) {
+    auto timeout = common::ParseDuration(options.timeout);
+    if (!timeout || timeout->count() <= 0 || timeout->count() % 1000 != 0) {
+      *error =
+          "--timeout expects a positive whole number of seconds or a duration like 30s, 5m, "
+          "2h; got '" +
+          options.timeout + "'";
+      return std::nullopt;
+    }
+    body["timeout_seconds"] = timeout->count() / 1000;
+  }
+  if (!options.team.empty()) body["team"] = options.team;
+  if (options.no_preempt) body["preemptible"] = false;
+  if (options.preemption_grace) body["preemption_grace_seconds"] = *options.preemption_grace;
+  if (options.array) body["array"] = *options.array;
+  if (options.max_retries) body["max_retries"] = *options.max_retries;
+  if (options.retry_backoff) body["retry_backoff_seconds"] = *options.retry_backoff;
+  return body;
+}
+
+int Submit(const CtlContext& ctx, const SubmitOptions& options) {
+  std::string error;
+  auto body = BuildSubmitBody(options, &error);
+  if (!body) {
+    *ctx.err << "error: " << error << "\n";
+    return kExitUsage;
+  }
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kPost, "/tasks", &*body, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  std::string id = Field(*reply, "task_id");
+  if (id.empty()) return BadResponse(ctx, "the submit response has no task_id");
+  if (options.array) {
+    // One id per line, by index.
+    auto ids = reply->find("task_ids");
+    if (ids == reply->end() || !ids->is_array()) {
+      return BadResponse(ctx, "the submit response of an array has no task_ids");
+    }
+    std::string text;
+    for (const json& t : *ids) text += (t.is_string() ? t.get<std::string>() : "-") + "\n";
+    *ctx.out << text;
+    return kExitOk;
+  }
+  *ctx.out << id << "\n";
+  return kExitOk;
+}
+
+std::vector<std::string> TaskTableHeader(bool wide) {
+  std::vector<std::string> header = {"id",     "name", "team", "priority", "gpus",
+                                     "status", "node", "age",  "reason"};
+  if (wide) header.insert(header.end(), {"allocated", "attempts", "exit", "command"});
+  return header;
+}
+
+std::vector<std::string> TaskTableRow(const json& task, Clock::time_point now, bool wide) {
+  std::string status = Field(task, "status");
+  std::string reason;
+  if (status == "pending") {
+    reason = Field(task, "pending_reason");
+  } else if (status == "failed") {
+    reason = Field(task, "error");
+    if (reason.empty() && !ExitCodeText(task).empty()) reason = "exit code " + ExitCodeText(task);
+  }
+  std::vector<std::string> row = {
+      Cell(Field(task, "task_id")),  Cell(Field(task, "name")),      Cell(Field(task, "team")),
+      Cell(Field(task, "priority")), Cell(Field(task, "gpu_count")), Cell(status),
+      Cell(Field(task, "node_id")),  AgeOf(task, "created_at", now), Cell(reason)};
+  if (wide) {
+    row.insert(row.end(), {Cell(Field(task, "allocated_gpus")), Cell(Field(task, "attempts")),
+                           Cell(ExitCodeText(task)), Cell(Field(task, "command"))});
+  }
+  return row;
+}
+
+// Whether a task of the watch stream passes the list's filters.
+bool MatchesListFilters(const json& task, const ListTasksOptions& options) {
+  return (options.status.empty() || Field(task, "status") == options.status) &&
+         (options.priority.empty() || Field(task, "priority") == options.priority) &&
+         (options.team.empty() || Field(task, "team") == options.team);
+}
+
+// `get tasks --watch`: after the list, one line per change of a matching task, in the list's
+// columns (-o json: the task object, one per line), until interrupted. A broken stream is
+// resumed where it stopped; a reset (events lost) lists again.
+int WatchTasks(const CtlContext& ctx, const ListTasksOptions& options, std::vector<size_t> widths) {
+  const bool wide = ctx.output == OutputFormat::kWide;
+  std::optional<uint64_t> since;
+  bool connected = false;
+  int failures = 0;
+  while (true) {
+    SseParser parser;
+    bool relist = false;
+    std::string bad;
+    const std::string url = ctx.server + kApiPrefix + "/watch" +
+                            (since ? "?since=" + std::to_string(*since) : std::string());
+    HttpResult result =
+        ctx.http->Stream(url, {"Accept: text/event-stream"}, [&](std::string_view bytes) {
+          return parser.Feed(bytes, [&](const SseEvent& e) {
+            connected = true;
+            failures = 0;
+            if (e.id) since = e.id;
+            if (e.event == "reset") {
+              relist = true;
+              return false;
+            }
+            if (e.event != "task") return true;
+            json task = json::parse(e.data, nullptr, false);
+            if (task.is_discarded() || !task.is_object()) {
+              bad = "a task event that is not a JSON object";
+              return false;
+            }
+            if (!MatchesListFilters(task, options)) return true;
+            if (ctx.output == OutputFormat::kJson) {
+              *ctx.out << task.dump() << std::endl;
+              return true;
+            }
+            Table row(TaskTableHeader(wide));
+            row.set_min_widths(widths);
+            row.AddRow(TaskTableRow(task, ctx.now(), wide));
+            *ctx.out << row.Render(false) << std::flush;
+            return true;
+          });
+        });
+    if (!bad.empty()) return BadResponse(ctx, bad);
+    if (result.has_response() &&
+        (result.response->status < 200 || result.response->status >= 300)) {
+      ApiFailure failure;
+      FailureFromResponse(*result.response, &failure);
+      return Fail(ctx, failure);
+    }
+    if (relist) {
+      // Events were lost: what the list shows now is the truth again.
+      *ctx.err << "the watch was reset; listing again\n";
+      ListTasksOptions again = options;
+      again.watch = false;
+      if (int rc = GetTasks(ctx, again); rc != kExitOk) return rc;
+      continue;
+    }
+    // The stream ended or broke: resume after the last event, a few times in a row at most.
+    if (!connected || ++failures > 5) {
+      ApiFailure failure;
+      failure.transport = true;
+      failure.detail = result.has_response() ? "the watch stream ended" : result.transport_error;
+      return Fail(ctx, failure);
+    }
+    ctx.sleep(std::chrono::milliseconds(1000));
+  }
+}
+
+int GetTasks(const CtlContext& ctx, const ListTasksOptions& options) {
+  std::vector<std::pair<std::string, std::string>> query;
+  if (!options.status.empty()) query.emplace_back("status", options.status);
+  if (!options.priority.empty()) query.emplace_back("priority", options.priority);
+  if (!options.team.empty()) query.emplace_back("team", options.team);
+  if (options.limit) query.emplace_back("limit", std::to_string(*options.limit));
+  if (options.offset) query.emplace_back("offset", std::to_string(*options.offset));
+  if (!options.after.empty()) query.emplace_back("after", options.after);
+  std::string path = "/tasks";
+  for (size_t i = 0; i < query.size(); ++i) {
+    path += (i == 0 ? '?' : '&') + query[i].first + "=" + UrlEncode(query[i].second);
+  }
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kGet, path, nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    if (options.watch) {
+      *ctx.out << std::flush;
+      return WatchTasks(ctx, options, {});
+    }
+    return kExitOk;
+  }
+  if (!reply->is_object() || !reply->contains("tasks") || !(*reply)["tasks"].is_array()) {
+    return BadResponse(ctx, "GET /api/v1/tasks did not return a tasks array");
+  }
+  const json& tasks = (*reply)["tasks"];
+  const bool wide = ctx.output == OutputFormat::kWide;
+  Table table(TaskTableHeader(wide));
+  const Clock::time_point now = ctx.now();
+  for (const json& task : tasks) table.AddRow(TaskTableRow(task, now, wide));
+  if (table.size() == 0) {
+    if (!options.watch) *ctx.err << "no tasks found\n";
+  } else {
+    *ctx.out << table.Render(!ctx.no_headers);
+  }
+  if (options.watch) {
+    *ctx.out << std::flush;
+    return WatchTasks(ctx, options, table.Widths(!ctx.no_headers));
+  }
+  auto total_it = reply->find("total");
+  auto next_it = reply->find("next");
+  const int64_t shown = static_cast<int64_t>(tasks.size());
+  if (total_it != reply->end() && total_it->is_number_integer() && shown > 0) {
+    const int64_t total = total_it->get<int64_t>();
+    const bool more = next_it != reply->end() && next_it->is_string();
+    if (!options.after.empty()) {
+      // Where a keyset page sits in the list is not known, only what follows it.
+      if (more) {
+        *ctx.err << "showing " << shown << " of " << total << " tasks; the next page: --after "
+                 << next_it->get<std::string>() << "\n";
+      }
+    } else {
+      const int64_t first = options.offset.value_or(0);
+      if (more) {
+        *ctx.err << "showing tasks " << first + 1 << "-" << first + shown << " of " << total
+                 << "; the next page: --after " << next_it->get<std::string>() << "\n";
+      } else if (next_it == reply->end() && first + shown < total) {
+        // A scheduler that does not page by keyset.
+        *ctx.err << "showing tasks " << first + 1 << "-" << first + shown << " of " << total
+                 << "; use --limit and --offset to see more\n";
+      }
+    }
+  }
+  return kExitOk;
+}
+
+std::string DescribeTask(const json& task, Clock::time_point now) {
+  std::vector<std::pair<std::string, std::string>> lines = {
+      {"ID", Field(task, "task_id")},
+      {"Name", Field(task, "name")},
+      {"Team", Field(task, "team")},
+      {"User", Field(task, "user")},
+      {"Priority", Field(task, "priority")},
+      {"Status", Field(task, "status")},
+      {"Pending Reason", Field(task, "pending_reason")},
+      {"GPUs", Field(task, "gpu_count")},
+      {"GPU Model", Field(task, "gpu_model")},
+      {"Node", Field(task, "node_id")},
+      {"Allocated GPUs", Field(task, "allocated_gpus")},
+      {"Attempts", Field(task, "attempts")},
+      {"Preemptible", YesNo(task, "preemptible")},
+      {"Preemption Grace", PreemptionGraceText(task)},
+      {"Borrowed", BorrowedText(task)},
+      {"Preemptions", Field(task, "preemptions")},
+      {"Exit Code", ExitCodeText(task)},
+      {"Error", ErrorText(task)},
+      {"Command", Field(task, "command")},
+      {"Image", Field(task, "image")},
+      {"Timeout", TimeoutText(task)},
+      {"Created", TimeText(task, "created_at", now)},
+      {"Started", TimeText(task, "started_at", now)},
+      {"Finished", TimeText(task, "finished_at", now)},
+  };
+  // Only for the tasks they concern: the description of every other task stays as it was.
+  const std::string max_retries = Field(task, "max_retries");
+  if (!max_retries.empty() && max_retries != "0") {
+    std::string text = Field(task, "retries") + " of " + max_retries + " (backoff " +
+                       Field(task, "retry_backoff_seconds") + " s, doubling)";
+    if (!Field(task, "retry_at").empty()) {
+      text += "; queued again " + TimeText(task, "retry_at", now);
+    }
+    lines.emplace(lines.begin() + 12, "Retries", text);
+  }
+  if (!Field(task, "array_size").empty()) {
+    lines.emplace(lines.begin() + 2, "Array Index",
+                  Field(task, "array_index") + " of " + Field(task, "array_size"));
+  }
+  auto started = common::ParseRfc3339TimePoint(Field(task, "started_at"));
+  if (started) {
+    auto finished = common::ParseRfc3339TimePoint(Field(task, "finished_at"));
+    auto end = finished ? *finished : now;
+    lines.emplace_back("Run Time",
+                       FormatAge(std::chrono::duration_cast<std::chrono::seconds>(end - *started)));
+  }
+  std::string env_text;
+  auto env = task.find("env");
+  if (env != task.end() && env->is_object()) {
+    for (const auto& [key, value] : env->items()) env_text += "  " + key + "=" + Text(value) + "\n";
+  }
+  const size_t width = LabelWidth(lines, std::string("Env").size());
+  std::string text = RenderFields(lines, width);
+  if (env_text.empty()) {
+    text += "Env:" + std::string(width - 3 + 2, ' ') + "-\n";
+  } else {
+    text += "Env:\n" + env_text;
+  }
+  return text;
+}
+
+int GetTask(const CtlContext& ctx, const std::string& id) {
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kGet, TaskPath(id), nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  if (!reply->is_object()) return BadResponse(ctx, "the task is not a JSON object");
+  *ctx.out << DescribeTask(*reply, ctx.now());
+  return kExitOk;
+}
+
+int Events(const CtlContext& ctx, const std::string& id) {
+  ApiFailure failure;
+  auto reply = CallApi(ctx, HttpMethod::kGet, TaskPath(id) + "/events", nullptr, &failure);
+  if (!reply) return Fail(ctx, failure);
+  if (ctx.output == OutputFormat::kJson) {
+    *ctx.out << DumpJson(*reply) << "\n";
+    return kExitOk;
+  }
+  if (!reply->is_object() || !reply->contains("events") || !(*reply)["events"].is_array()) {
+    return BadResponse(ctx, "GET /api/v1/tasks/{id}/events did not return an events array");
+  }
+  Table table({"time", "type", "node", "message"});
+  for (const json& e : (*reply)["events"]) {
+    table.AddRow({Cell(Field(e, "time")), Cell(Field(e, "type")), Cell(Field(e, "node_id")),
+                  Cell(Field(e, "message"))});
+  }
+  *ctx.out << table.Render(!ctx.no_headers);
+  return kExitOk;
+}
+
+int Cancel(const CtlContext& ctx, const std::vector<std::string>& ids,
+           std::optional<int> grace_seconds) {
+  const std::string query =
+      grace_seconds.has_value() ? "?grace_seconds=" + std::to_string(*grace_seconds) : "";
+  int exit_code = kExitOk;
+  for (const std::string& id : ids) {
+    ApiFailure failure;
+    auto reply = CallApi(ctx, HttpMethod::kDelete, TaskPath(id) + query, nullptr, &failure);
+    if (!reply) {
+      *ctx.err << "error: " << id << ": " << DescribeFailure(failure, ctx.server) << "\n";
+      exit_code = kExitApiError;
+      continue;
+    }
+    *ctx.out << id << " cancelled\n";
+  }
+  return exit_code;
+}
+
+int Wait(const CtlContext& ctx, const std::string& id, const WaitOptions& options) {
+  const auto start = ctx.monotonic_now();
+  while (true) {
+    ApiFailure failure;
+    auto task = CallApi(ctx, HttpMethod::kGet, TaskPath(id), nullptr, &failure);
+    if (!task) return Fail(ctx, failure);
+    if (!task->is_object()) return BadResponse(ctx, "the task is not a JSON object");
+    std::string status = Field(*task, "status");
+    if (IsFinished(status)) {
+      if (ctx.output == OutputFormat::kJson) {
+        *ctx.out << DumpJson(*task) << "\n";
+      } else {
+        *ctx.out << id << " " << OutcomeText(*task) << "\n";
+      }
+      return status == "success" ? kExitOk : kExitTaskFailed;
+    }
+    auto pause = options.interval;
+    if (options.timeout) {
+      auto elapsed =
+          std::chrono::duration_cast<std::chrono::milliseconds>(ctx.monotonic_now() - start);
+      if (elapsed >= *options.timeout) {
+        *ctx.err << "error: timed out after " << common::FormatCompoundDuration(*options.timeout)
+                 << " waiting for " << id << " (status: " << OrDash(status) << ")\n";
+        return kExitWaitTimeout;
+      }
+      pause = std::min(pause, *options.timeout - elapsed);
+    }
+    ctx.sleep(pause);
+  }
+}
+
+int Logs(const CtlContext& ctx, const std::string& id, const LogsOptions& options) {
+  const std::string logs_path = TaskPath(id) + "/logs";
+  std::string query;
+  if (options.tail) query += "&tail=" + std::to_string(*options.tail);
+  if (options.follow) query += "&follow=true";
+  if (options.rank > 0) query += "&rank=" + std::to_string(options.rank);
+  if (!query.empty()) query[0] = '?';
+  // The scheduler streams the log from the task's agent; with -f it ends when the task does.
+  HttpResult result = ctx.http->Stream(ctx.server + kApiPrefix + logs_path + query, {},
+                                       [&](std::string_view bytes) {
+                                         *ctx.out << bytes << std::flush;
+                                         return true;
+                                       });
+  if (!result.has_response()) {
+    ApiFailure failure;
+    failure.transport = true;
+    failure.detail = result.transport_error;
+    return Fail(ctx, failure);
+  }
+  const HttpResponse& response = *result.response;
+  if (response.status >= 200 && response.status < 300) return kExitOk;
+  ApiFailure failure;
+  FailureFromResponse(response, &failure);
+  if ((response.status == 404 && failure.code != "log_unavailable") || response.status == 405) {
+    // Either the task is unknown or this scheduler does not serve logs: ask about the task.
+    ApiFailure lookup;
+    auto task = CallApi(ctx, HttpMethod::kGet, TaskPath(id), nullptr, &lookup);
+    if (!task) return Fail(ctx, lookup);
+    std::string node = Field(*task, "node_id");
+    *ctx.err << "error: this scheduler does not serve task logs (HTTP " << response.status << " on "
+             << kApiPrefix << logs_path << ")\n";
+    if (node.empty()) {
+      *ctx.err << id
+               << " has not been placed on a node yet (status: " << OrDash(Field(*task, "status"))
+               << ")\n";
+    } else {
+      *ctx.err << "the log of " << id << " is <work_dir>/" << id << ".log on node " << node
+               << " (work_dir is executor.work_dir in the agent config, default "
+               << kDefaultAgentWorkDir << ")\n";
+    }
+    return kExitApiError;
+  }
+  return Fail(ctx, failure);
+}
+
+}  // namespace dgpu::ctl
