@@ -5,11 +5,9 @@ the directory of dgpu-scheduler), else in build/bin of the repository.
 """
 
 import http.client
-import json
 import os
 import re
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -20,54 +18,22 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from dgpu_testlib import bin_path, free_port, wait_until  # noqa: E402
-import api_contract  # noqa: E402
+import dgpu_harness  # noqa: E402
+from dgpu_harness import to_yaml  # noqa: E402,F401
 
 
-def to_yaml(value):
-    """JSON is a subset of YAML flow style: good enough for our configs."""
-    return json.dumps(value, indent=1) + "\n"
-
-
-class Http:
-    """One keep-alive connection; reconnects after an error."""
-
-    def __init__(self, port, timeout=10.0):
-        self.port = port
-        self.timeout = timeout
-        self.conn = None
-
-    def close(self):
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+class Http(dgpu_harness.Http):
+    """A kept-alive connection whose requests answer (status, parsed JSON or text). A `body` of
+    bytes or str is sent as it is, as JSON."""
 
     def request(self, method, path, body=None, headers=None):
-        """Returns (status, parsed JSON or raw text). Raises OSError/HTTPException on failure
-        (the connection is closed then)."""
-        if self.conn is None:
-            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
         hdrs = dict(headers or {})
-        data = None
-        if body is not None:
-            data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        if isinstance(body, (bytes, str)):
             hdrs.setdefault("Content-Type", "application/json")
-        try:
-            self.conn.request(method, path, body=data, headers=hdrs)
-            resp = self.conn.getresponse()
-            raw = resp.read()
-        except Exception:
-            self.close()
-            raise
-        # Every response is checked against api/openapi.yaml (tests/pylib/api_contract.py).
-        api_contract.check_response(method, path, resp.status, resp.getheader("Content-Type"), raw)
-        text = raw.decode("utf-8", "replace")
-        try:
-            parsed = json.loads(text) if text else None
-        except ValueError:
-            parsed = text
-        if resp.getheader("Connection", "").lower() == "close":
-            self.close()
-        return resp.status, parsed
+            r = super().request(method, path, raw=body, headers=hdrs)
+        else:
+            r = super().request(method, path, body=body, headers=hdrs)
+        return r.status, r.parsed
 
 
 def http_once(port, method, path, body=None, timeout=10.0):
@@ -84,16 +50,19 @@ def submit_body(command="true", gpu_count=1, priority="low", **extra):
     return body
 
 
-class Daemon:
+class Daemon(dgpu_harness.Daemon):
+    """A dgpu daemon (`name`, the binary) with its config in workdir/<tag>.yaml, its stdout in
+    <tag>.log (kept across restarts) and its stderr in <tag>.err (of the last start). It stays
+    in the test's process group."""
+
     def __init__(self, name, workdir, config, tag):
-        self.name = name
+        super().__init__(name, None, os.path.join(workdir, tag + ".log"),
+                         stderr_path=os.path.join(workdir, tag + ".err"), new_session=False)
         self.workdir = workdir
         self.config = config
         self.tag = tag
         self.config_path = os.path.join(workdir, tag + ".yaml")
-        self.log_path = os.path.join(workdir, tag + ".log")
-        self.err_path = os.path.join(workdir, tag + ".err")
-        self.proc = None
+        self.err_path = self.stderr_path
 
     def write_config(self):
         with open(self.config_path, "w") as f:
@@ -101,15 +70,8 @@ class Daemon:
 
     def start(self):
         self.write_config()
-        out = open(self.log_path, "ab")
-        err = open(self.err_path, "wb")
-        try:
-            self.proc = subprocess.Popen([bin_path(self.name), "--config", self.config_path],
-                                         stdout=out, stderr=err, stdin=subprocess.DEVNULL)
-        finally:
-            out.close()
-            err.close()
-        return self
+        return super().start([bin_path(self.name), "--config", self.config_path],
+                             truncate_stderr=True)
 
     def run_to_exit(self, timeout=20):
         """Starts the daemon and waits for it to exit; returns (rc, stderr text)."""
@@ -122,35 +84,21 @@ class Daemon:
         return rc, self.stderr()
 
     def stderr(self):
-        with open(self.err_path, "r", errors="replace") as f:
-            return f.read()
+        return self.stderr_text()
 
     def log(self):
-        with open(self.log_path, "r", errors="replace") as f:
-            return f.read()
+        return self.log_text()
 
     def alive(self):
-        return self.proc is not None and self.proc.poll() is None
+        return self.running()
 
     def kill(self):
         """SIGKILL and reap."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait(10)
+        self.kill9()
 
     def stop(self, timeout=15):
         """SIGTERM, wait; SIGKILL if it does not exit. Returns the exit code."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
+        return super().stop(timeout=timeout, group=False)
 
 
 class Scheduler(Daemon):

@@ -6,15 +6,11 @@ $DGPU_AGENT_BIN_DIR or the same directory; else build/bin of the repository.
 DGPU_HA_KEEP_TMP=1 keeps the temporary directory (configs, logs, databases) of every test.
 """
 
-import calendar
 import http.client
 import json
 import os
-import re
 import shutil
 import signal
-import ssl
-import subprocess
 import sys
 import tempfile
 import threading
@@ -24,153 +20,28 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from dgpu_testlib import bin_path, free_port, pid_alive, wait_until  # noqa: E402
-import api_contract  # noqa: E402
+import dgpu_harness  # noqa: E402
 
 
-_LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z")
-_KV = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
-
-
-def parse_event_lines(text, event):
-    """Text-format log lines 'TIME level [comp] event=NAME k=v ...' -> [dict] with 't' (unix s)."""
-    out = []
-    for line in text.splitlines():
-        if "event=" + event + " " not in line and not line.endswith("event=" + event):
-            continue
-        m = _LOG_TIME.match(line)
-        if not m:
-            continue
-        t = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
-        t += float(m.group(2) or 0)
-        d = {"t": t, "line": line}
-        for k, v in _KV.findall(line[line.index("event="):]):
-            d[k] = v.strip('"')
-        out.append(d)
-    return out
-
-
-class Http:
-    """One keep-alive HTTP connection to 127.0.0.1:port; reconnects after an error."""
+class Http(dgpu_harness.Http):
+    """A kept-alive connection whose requests answer (status, headers by lower-case name,
+    parsed JSON or text)."""
 
     def __init__(self, port, timeout=5.0, ca_file=None):
-        self.port = port
-        self.timeout = timeout
-        self.conn = None
-        self.context = ssl.create_default_context(cafile=ca_file) if ca_file else None
-
-    def close(self):
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        super().__init__(port, timeout=timeout, ca_file=ca_file)
 
     def request(self, method, path, body=None):
-        """Returns (status, headers dict (lower-case names), parsed JSON or text). Raises
-        OSError / HTTPException when no answer came (the connection is closed then)."""
-        if self.conn is None:
-            if self.context is not None:
-                self.conn = http.client.HTTPSConnection("127.0.0.1", self.port,
-                                                        timeout=self.timeout,
-                                                        context=self.context)
-            else:
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port,
-                                                       timeout=self.timeout)
-        hdrs = {}
-        data = None
-        if body is not None:
-            data = json.dumps(body)
-            hdrs["Content-Type"] = "application/json"
-        try:
-            self.conn.request(method, path, body=data, headers=hdrs)
-            resp = self.conn.getresponse()
-            raw = resp.read()
-        except Exception:
-            self.close()
-            raise
-        # Every response is checked against api/openapi.yaml (tests/pylib/api_contract.py).
-        api_contract.check_response(method, path, resp.status, resp.getheader("Content-Type"), raw)
-        text = raw.decode("utf-8", "replace")
-        try:
-            parsed = json.loads(text) if text else None
-        except ValueError:
-            parsed = text
-        headers = {k.lower(): v for k, v in resp.getheaders()}
-        if headers.get("connection", "").lower() == "close":
-            self.close()
-        return resp.status, headers, parsed
+        r = super().request(method, path, body=body)
+        return r.status, {k.lower(): v for k, v in r.headers.items()}, r.parsed
 
 
-class Daemon:
-    """One child process in its own process group, output to a log file."""
-
-    def __init__(self, name, argv, log_path):
-        self.name = name
-        self.argv = argv
-        self.log_path = log_path
-        self.proc = None
-        self.stopped = False
-
-    def start(self):
-        log = open(self.log_path, "ab")
-        try:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        finally:
-            log.close()
-        self.stopped = False
-        return self
-
-    @property
-    def pid(self):
-        return self.proc.pid if self.proc else None
-
-    def running(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def _signal(self, sig):
-        if self.running():
-            try:
-                os.kill(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def kill9(self):
-        if self.proc is None:
-            return
-        self._signal(signal.SIGKILL)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        self.stopped = False
-
-    def sigstop(self):
-        self._signal(signal.SIGSTOP)
-        self.stopped = True
-
-    def sigcont(self):
-        self._signal(signal.SIGCONT)
-        self.stopped = False
+class Daemon(dgpu_harness.Daemon):
+    """One child process in its own process group, stdout and stderr to one log file."""
 
     def terminate(self, timeout=10):
-        if not self.running():
-            return
-        if self.stopped:
-            self.sigcont()
-        self._signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill9()
-
-    def log_text(self):
-        try:
-            with open(self.log_path, "r", errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
-
-    def events(self, event):
-        return parse_event_lines(self.log_text(), event)
+        """SIGTERM (continued first if stopped); SIGKILL to the daemon after `timeout`."""
+        if self.running():
+            self.stop(timeout=timeout, group=False)
 
 
 class HaCluster:

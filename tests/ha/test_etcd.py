@@ -27,6 +27,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from dgpu_testlib import bin_path, free_port, missing_dependency, wait_until  # noqa: E402
+import dgpu_harness  # noqa: E402
 ETCD_BIN = os.environ.get("DGPU_ETCD_BIN") or shutil.which("etcd")
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 LEASE_TTL = 3.0          # ha.lease_ttl (seconds)
@@ -56,52 +57,8 @@ def http_call(port, method, path, body=None, timeout=3.0, context=None):
         return resp.status, text
 
 
-class Proc:
-    """A child process in its own session, output appended to a log file."""
-
-    def __init__(self, name, argv, log_path):
-        self.name, self.argv, self.log_path = name, argv, log_path
-        self.proc = None
-        self.paused = False
-
-    def start(self):
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        self.paused = False
-        return self
-
-    def running(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig):
-        if self.running():
-            try:
-                os.kill(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
-        if sig == signal.SIGSTOP:
-            self.paused = True
-        elif sig == signal.SIGCONT:
-            self.paused = False
-
-    def kill9(self):
-        if self.proc is None:
-            return
-        if self.paused:
-            self.signal(signal.SIGCONT)
-        self.signal(signal.SIGKILL)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-
-    def log_text(self):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
+# A child process in its own session, stdout and stderr appended to one log file.
+Proc = dgpu_harness.Daemon
 
 
 class Etcd:

@@ -22,15 +22,14 @@ import sys
 import tempfile
 import time
 import unittest
-import urllib.error
-import urllib.request
 import uuid
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 from dgpu_testlib import bin_dir, bin_path, free_port, pid_alive, wait_until  # noqa: E402,F401
-import api_contract  # noqa: E402
+import dgpu_harness  # noqa: E402
+from dgpu_harness import http  # noqa: E402
 
 BIN_DIR = bin_dir()
 SCHEDULER_BIN = bin_path("dgpu-scheduler", must_exist=False)
@@ -81,68 +80,11 @@ def read_pid(path, timeout=5):
     return int(text.split()[0])
 
 
-def tail(path, lines=60):
-    try:
-        with open(path, "rb") as f:
-            data = f.read().decode("utf-8", "replace").splitlines()
-    except OSError as e:
-        return "<cannot read %s: %s>" % (path, e)
-    return "\n".join(data[-lines:])
-
-
 def write_config(path, doc):
     """Writes a config. JSON is a subset of YAML, so the daemons read it as YAML."""
     with open(path, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
-
-
-class HttpResult:
-    """status, headers (case-insensitive get), body (bytes), json (parsed or None)."""
-
-    def __init__(self, status, headers, body):
-        self.status = status
-        self.headers = headers
-        self.body = body
-        self.json = None
-        if body:
-            try:
-                self.json = json.loads(body.decode("utf-8"))
-            except (ValueError, UnicodeDecodeError):
-                self.json = None
-
-    def __iter__(self):  # status, headers, json = http(...)
-        return iter((self.status, self.headers, self.json))
-
-    def __repr__(self):
-        return "HttpResult(%d, %s)" % (self.status, self.body[:300])
-
-
-def http(base, method, path, body=None, raw=None, headers=None, timeout=10, ca_file=None):
-    """One HTTP request. `body` is JSON-encoded (Content-Type application/json); `raw` is sent as
-    is (bytes or str) with the given headers; `ca_file` verifies an https:// base. Returns
-    HttpResult; HTTP errors are results too.
-    Every response is checked against api/openapi.yaml (api_contract): one that the description
-    does not allow raises ContractViolation."""
-    hdrs = dict(headers or {})
-    data = None
-    if raw is not None:
-        data = raw.encode("utf-8") if isinstance(raw, str) else raw
-    elif body is not None:
-        data = json.dumps(body).encode("utf-8")
-        hdrs.setdefault("Content-Type", "application/json")
-    req = urllib.request.Request(base + path, data=data, method=method, headers=hdrs)
-    try:
-        context = ssl.create_default_context(cafile=ca_file) if ca_file else None
-        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
-            result = HttpResult(resp.status, resp.headers, resp.read())
-    except urllib.error.HTTPError as e:
-        payload = e.read()
-        e.close()
-        result = HttpResult(e.code, e.headers, payload)
-    api_contract.check_response(method, path, result.status, result.headers.get("Content-Type"),
-                                result.body)
-    return result
 
 
 class EventStream:
@@ -239,75 +181,16 @@ class EventStream:
 # Daemons
 
 
-class Daemon:
-    """One daemon process in its own process group, stdout and stderr to files."""
+class Daemon(dgpu_harness.Daemon):
+    """One daemon process in its own process group, stdout and stderr to files in `log_dir`."""
 
     def __init__(self, name, argv, log_dir, env=None):
-        self.name = name
-        self.argv = argv
-        self.stdout_path = os.path.join(log_dir, name + ".out")
-        self.stderr_path = os.path.join(log_dir, name + ".err")
-        self.env = env
-        self.proc = None
-
-    def start(self):
-        out = open(self.stdout_path, "ab")
-        err = open(self.stderr_path, "ab")
-        try:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=err,
-                                         stdin=subprocess.DEVNULL, env=self.env,
-                                         start_new_session=True, close_fds=True)
-        finally:
-            out.close()
-            err.close()
-        return self
-
-    @property
-    def pid(self):
-        return self.proc.pid if self.proc else None
-
-    def running(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal_group(self, sig):
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def kill9(self):
-        """SIGKILL to the daemon only (not its group: the tests decide what else dies)."""
-        if self.proc is None:
-            return
-        try:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(timeout=10)
-
-    def stop(self, timeout=10):
-        """SIGTERM, wait, then SIGKILL the whole group. Returns the exit code."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        self.signal_group(signal.SIGKILL)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        return self.proc.returncode
+        super().__init__(name, argv, os.path.join(log_dir, name + ".out"),
+                         stderr_path=os.path.join(log_dir, name + ".err"), env=env)
+        self.stdout_path = self.log_path
 
     def kill_all(self):
+        """SIGKILL to the whole group, the daemon included; reaped."""
         self.signal_group(signal.SIGKILL)
         if self.proc is not None:
             try:
@@ -318,11 +201,6 @@ class Daemon:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-
-    def log_tails(self, lines=60):
-        return ("---- %s stdout (%s) ----\n%s\n---- %s stderr ----\n%s\n"
-                % (self.name, self.stdout_path, tail(self.stdout_path, lines), self.name,
-                   tail(self.stderr_path, lines)))
 
 
 class Cluster:
