@@ -354,7 +354,14 @@ json TaskToJson(const core::Task& t, core::PendingReason reason) {
     for (int idx : na.gpu_indices) gpus.push_back(GpuId(na.node_id, idx));
   }
   out["allocated_gpus"] = std::move(gpus);
-  out["node_id"] = t.allocation.empty() ? json(nullptr) : json(t.allocation.front().node_id);
+  json node_id = nullptr;  // Rank 0's node.
+  for (const auto& na : t.allocation) {
+    if (!na.node_id.empty()) {
+      node_id = na.node_id;
+      break;
+    }
+  }
+  out["node_id"] = std::move(node_id);
   out["pending_reason"] =
       reason == core::PendingReason::kNone ? json(nullptr) : json(core::ToString(reason));
   return out;

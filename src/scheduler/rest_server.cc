@@ -90,6 +90,7 @@ const std::vector<Impl::Route>& Impl::RouteTable() {
 std::unique_ptr<rest::Router> Impl::MakeRouter() {
   auto r = std::make_unique<rest::Router>();
   struct PathMethods {
+    std::string label;  // The 405's metric label: the path, an alias's route's path.
     bool strict = false;
     std::vector<restinio::http_method_id_t> methods;
   };
@@ -105,6 +106,7 @@ std::unique_ptr<rest::Router> Impl::MakeRouter() {
     served.insert(served.end(), route.aliases.begin(), route.aliases.end());
     for (const std::string& path : served) {
       PathMethods& m = methods_of(path);
+      m.label = route.path;
       m.strict = route.strict;
       m.methods.push_back(MethodId(route.method));
       r->add_handler(MethodId(route.method), RouterPath(path),
@@ -122,9 +124,9 @@ std::unique_ptr<rest::Router> Impl::MakeRouter() {
   for (auto& [path, m] : paths) {
     r->add_handler(NoneOf(std::move(m.methods)), RouterPath(path),
                    restinio::path2regex::options_t{}.strict(m.strict),
-                   [this, path = path](const req_t& req, params_t) {
+                   [this, label = m.label](const req_t& req, params_t) {
                      SendError(
-                         req, Anonymous(req), path,
+                         req, Anonymous(req), label,
                          ApiError{405, "method_not_allowed",
                                   std::string(req->header().method().c_str()) +
                                       " is not allowed on " + std::string(req->header().path())});

@@ -67,17 +67,19 @@ class HttpResult:
         self.headers = headers
         self.body = body
         self.json = None
+        self._is_json = False
         if body:
             try:
                 self.json = json.loads(body.decode("utf-8"))
+                self._is_json = True
             except (ValueError, UnicodeDecodeError):
                 self.json = None
 
     @property
     def parsed(self):
-        if self.json is not None:
+        if self._is_json or not self.body:
             return self.json
-        return self.body.decode("utf-8", "replace") if self.body else None
+        return self.body.decode("utf-8", "replace")
 
     def __iter__(self):
         return iter((self.status, self.headers, self.json))
