@@ -7,15 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
-#include <charconv>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 
 #include "common/atomic_file.h"

@@ -55,8 +55,10 @@ template <typename T>
 int BindValue(sqlite3_stmt* stmt, int n, const T& value, std::string* text) {
   if constexpr (std::is_same_v<T, bool>) {
     return sqlite3_bind_int(stmt, n, value ? 1 : 0);
+  } else if constexpr (std::is_same_v<T, uint64_t>) {
+    return sqlite3_bind_int64(stmt, n, ToInt64(value));
   } else if constexpr (std::is_integral_v<T>) {
-    return sqlite3_bind_int64(stmt, n, static_cast<int64_t>(value));
+    return sqlite3_bind_int64(stmt, n, value);
   } else if constexpr (std::is_same_v<T, std::string>) {
     return BindText(stmt, n, value);
   } else if constexpr (kIsEnum<T>) {
@@ -77,7 +79,7 @@ std::string ReadValue(sqlite3_stmt* stmt, int col, const core::TaskFieldInfo& in
   if constexpr (std::is_same_v<T, bool>) {
     *out = sqlite3_column_int64(stmt, col) != 0;
   } else if constexpr (std::is_same_v<T, uint64_t>) {
-    *out = static_cast<uint64_t>(sqlite3_column_int64(stmt, col));
+    *out = ToUint64(sqlite3_column_int64(stmt, col));
   } else if constexpr (std::is_integral_v<T>) {
     const int64_t v = sqlite3_column_int64(stmt, col);
     if (v < std::max<int64_t>(info.min, std::numeric_limits<T>::min()) ||
@@ -171,8 +173,8 @@ Status CountDeltas::RemoveExisting(SqliteConnection& conn, core::TaskNumber firs
   StatusOr<sqlite3_stmt*> stmt = conn.Prepare(one ? kOldStatusSql : kOldStatusesInRangeSql);
   if (!stmt.ok()) return stmt.status();
   StatementScope scope(*stmt);
-  sqlite3_bind_int64(*stmt, 1, static_cast<int64_t>(first));
-  if (!one) sqlite3_bind_int64(*stmt, 2, static_cast<int64_t>(last));
+  sqlite3_bind_int64(*stmt, 1, ToInt64(first));
+  if (!one) sqlite3_bind_int64(*stmt, 2, ToInt64(last));
   while (true) {
     const int rc = sqlite3_step(*stmt);
     if (rc == SQLITE_DONE) return OkStatus();

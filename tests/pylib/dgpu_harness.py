@@ -89,15 +89,16 @@ class HttpResult:
 
 
 class Http:
-    """One keep-alive connection to a scheduler's REST API (https when `ca_file` is given, which
-    verifies it); reconnects after an error. Every answer is checked against the description:
+    """One keep-alive connection to a scheduler's REST API (https when `https` or `ca_file` is
+    given; `ca_file` verifies it, else the system's CAs do); reconnects after an error. Every answer is checked against the description:
     one it does not allow raises api_contract.ContractViolation."""
 
-    def __init__(self, port, timeout=10.0, ca_file=None, host="127.0.0.1"):
+    def __init__(self, port, timeout=10.0, ca_file=None, host="127.0.0.1", https=False):
         self.host = host
         self.port = port
         self.timeout = timeout
-        self.context = ssl.create_default_context(cafile=ca_file) if ca_file else None
+        self.context = (ssl.create_default_context(cafile=ca_file) if ca_file or https
+                        else None)
         self.conn = None
 
     def close(self):
@@ -141,10 +142,9 @@ def http(base, method, path, body=None, raw=None, headers=None, timeout=10, ca_f
     """One request on a connection of its own to `base` ("http://127.0.0.1:PORT" or https);
     see Http.request."""
     u = urllib.parse.urlsplit(base)
-    c = Http(u.port, timeout=timeout, ca_file=ca_file if u.scheme == "https" else None,
-             host=u.hostname)
-    if u.scheme == "https" and ca_file is None:
-        c.context = ssl.create_default_context()
+    https = u.scheme == "https"
+    c = Http(u.port, timeout=timeout, ca_file=ca_file if https else None, host=u.hostname,
+             https=https)
     try:
         return c.request(method, path, body=body, raw=raw, headers=headers)
     finally:
