@@ -2,6 +2,7 @@
 //
 // BM_Decision: one scheduling decision (submit, place, and later release) on a cluster of
 // N nodes x 8 GPUs kept about half busy with a mix of 1/2/4/8-GPU tasks.
+// BM_GangDecision: one gang of M members x 8 GPUs placed whole and ended, on that cluster.
 // BM_DecisionTeams: BM_Decision with borrowing on and 15 teams, each with a guarantee in both
 // classes (together the class quotas, online_percent 0.7); each task names a random team.
 // BM_ChooseVictims: one reclaim pass on a cluster of N nodes x 8 GPUs filled with 1-GPU batch
@@ -117,6 +118,69 @@ BENCHMARK(BM_Decision)
     ->Args({10000, 0})
     ->Args({200, 1})
     ->Args({10000, 1})
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true)
+    ->Unit(benchmark::kNanosecond);
+
+// One gang decision: a gang of M members x 8 GPUs is submitted to the cluster of BM_Decision
+// (N nodes x 8 GPUs, about half busy with the same mix), placed whole in one pass, and then
+// ended member by member (each member's finish is part of the iteration, as it is of a task's
+// life; the cluster goes back to the same state).
+void BM_GangDecision(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  const int members = static_cast<int>(state.range(1));
+  const bool record = state.range(2) != 0;
+  CoreConfig cfg;
+  cfg.online_percent = 0.5;
+  cfg.record_changes = record;
+  cfg.record_events = record;
+  SchedulerCore core(cfg);
+  for (int i = 0; i < nodes; ++i) (void)core.RegisterNode(NodeName(i), "", Gpus8(), {}, {}, 0);
+  std::mt19937 rng(42);
+  const int sizes[] = {1, 1, 1, 1, 2, 2, 4, 8};
+  int64_t filled = 0;
+  while (filled < nodes * 8 / 2) {
+    int k = sizes[rng() % 8];
+    auto p = (rng() & 1) ? Priority::kHigh : Priority::kLow;
+    (void)core.Submit(SpecOf(p, k), 0);
+    core.Schedule(0);
+    (void)core.TakeDecisions();
+    filled += k;
+  }
+  core.TakeChanges();
+  core.TakeEvents();
+  TaskSpec gang = SpecOf(Priority::kHigh, members * 8);
+  gang.nodes = members;
+  TimeMicros now = 1;
+  uint64_t placed = 0;
+  for (auto _ : state) {
+    auto id = core.Submit(gang, now);
+    core.Schedule(now);
+    auto d = core.TakeDecisions();
+    if (!d.empty()) {
+      placed++;
+      for (const Decision& member : d) {
+        (void)core.TaskFinished(member.node_id, {*id, true, 0, "", now}, now);
+      }
+    } else {
+      (void)core.Cancel(*id, now);
+    }
+    core.Forget(*id);
+    if (record) {
+      benchmark::DoNotOptimize(core.TakeChanges());
+      benchmark::DoNotOptimize(core.TakeEvents());
+    }
+    ++now;
+  }
+  state.counters["placed_ratio"] =
+      static_cast<double>(placed) / static_cast<double>(state.iterations());
+}
+BENCHMARK(BM_GangDecision)
+    ->ArgNames({"nodes", "members", "record_changes"})
+    ->Args({1000, 16, 0})
+    ->Args({10000, 16, 0})
+    ->Args({10000, 2, 0})
+    ->Args({10000, 16, 1})
     ->Repetitions(5)
     ->ReportAggregatesOnly(true)
     ->Unit(benchmark::kNanosecond);

@@ -87,6 +87,11 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   app.add_option("--policy", policy_name, "dgpu (the core) or original (random idle GPUs)")
       ->check(CLI::IsMember({"dgpu", "original"}));
   app.add_option("--max-time", max_time, "Stop at this simulated time (seconds from start)");
+  std::string gangs = "on";
+  app.add_option("--gangs", gangs,
+                 "on: jobs larger than a node run as gangs of whole members (default); off: they "
+                 "are rejected")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_flag("--borrowing", borrowing,
                "Lend idle GPUs beyond guarantees and quotas; take them back by preemption");
   app.add_option("--preemption-grace", preemption_grace,
@@ -144,6 +149,7 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
     context.sim.max_time = static_cast<core::TimeMicros>(std::llround(*max_time * 1e6));
   }
   context.sim.borrowing = borrowing;
+  context.sim.gangs = gangs == "on";
   if (preemption_grace < 0) {
     return fail(InvalidArgument("--preemption-grace must be a whole number of seconds >= 0"));
   }

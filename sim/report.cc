@@ -68,6 +68,7 @@ Json ResultToJson(const SimResult& r, const RunContext& c) {
               {"online_percent", c.sim.online_percent},
               {"max_bypass", c.sim.max_bypass},
               {"borrowing", c.sim.borrowing},
+              {"gangs", c.sim.gangs},
               {"preemption_grace_seconds", c.sim.preemption_grace_seconds},
               {"min_runtime_seconds", Seconds(c.sim.min_runtime)},
               {"team_guarantees", c.team_guarantees}};
@@ -77,6 +78,7 @@ Json ResultToJson(const SimResult& r, const RunContext& c) {
   for (int p = 0; p <= core::kPriorityCount; ++p) {
     delays[kClassNames[p]] = DistributionJson(r.queueing_delay[p]);
   }
+  delays["gangs"] = DistributionJson(r.gang_queueing_delay);
   Json out;
   out["input"] = input;
   out["config"] = config;
@@ -85,6 +87,7 @@ Json ResultToJson(const SimResult& r, const RunContext& c) {
                  {"rejected", r.rejected_exceeds_node + r.rejected_no_model},
                  {"rejected_exceeds_node", r.rejected_exceeds_node},
                  {"rejected_no_gpu_model", r.rejected_no_model},
+                 {"gangs", r.gangs},
                  {"started", r.started},
                  {"completed", r.completed},
                  {"running_at_end", r.running_at_end},
@@ -152,8 +155,9 @@ std::string ResultToText(const SimResult& r, const RunContext& c) {
                 std::string(ToString(r.policy)).c_str(), c.trace_path.c_str(),
                 std::string(ToString(c.format)).c_str(),
                 static_cast<unsigned long long>(c.trace_jobs));
-  out += Format("cluster   %d nodes, %d GPUs, online_percent %.2f, max_bypass %d\n", r.nodes,
-                r.total_gpus, c.sim.online_percent, c.sim.max_bypass);
+  out +=
+      Format("cluster   %d nodes, %d GPUs, online_percent %.2f, max_bypass %d, gangs %s\n", r.nodes,
+             r.total_gpus, c.sim.online_percent, c.sim.max_bypass, c.sim.gangs ? "on" : "off");
   out += Format("workload  arrival_scale %g, repeat %d, seed %llu, online teams %zu of %llu\n",
                 c.workload.arrival_scale, c.workload.repeat,
                 static_cast<unsigned long long>(c.workload.seed), c.online_teams.size(),
@@ -170,6 +174,7 @@ std::string ResultToText(const SimResult& r, const RunContext& c) {
   row("submitted", r.submitted);
   row("rejected (exceeds node)", r.rejected_exceeds_node);
   row("rejected (no GPU model)", r.rejected_no_model);
+  row("larger than a node (gangs)", r.gangs);
   row("started", r.started);
   row("completed", r.completed);
   row("running at end", r.running_at_end);
@@ -182,6 +187,11 @@ std::string ResultToText(const SimResult& r, const RunContext& c) {
   for (int p = 0; p <= core::kPriorityCount; ++p) {
     const Distribution& d = r.queueing_delay[p];
     out += Format("  %-26s %10llu %12.1f %12.1f %12.1f %12.1f\n", kClassNames[p],
+                  static_cast<unsigned long long>(d.count), d.mean, d.p50, d.p95, d.p99);
+  }
+  {
+    const Distribution& d = r.gang_queueing_delay;
+    out += Format("  %-26s %10llu %12.1f %12.1f %12.1f %12.1f\n", "gangs (in all)",
                   static_cast<unsigned long long>(d.count), d.mean, d.p50, d.p95, d.p99);
   }
   out += Format("%-28s %10llu %12.1f %12.1f\n", "job completion time (s)",

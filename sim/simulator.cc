@@ -97,6 +97,36 @@ std::vector<Demand> MatchDemands(const Workload& w, const Layout& layout) {
   return out;
 }
 
+// How a job runs: on one node when a node of its model is large enough, else as a gang of
+// ceil(gpus / largest node) members, each with ceil(gpus / members) GPUs (members are of equal
+// size, so a job whose GPUs do not split evenly holds a few more).
+struct JobShape {
+  int nodes = 1;
+  int per_node = 0;
+  int Gpus() const { return nodes * per_node; }
+};
+
+JobShape ShapeOfJob(int gpus, const Demand& d) {
+  if (gpus <= d.max_per_node || d.max_per_node <= 0) return {1, gpus};
+  const int nodes = (gpus + d.max_per_node - 1) / d.max_per_node;
+  return {nodes, (gpus + nodes - 1) / nodes};
+}
+
+// Whether the cluster can ever run a job of `shape`: one model of the demand has enough nodes
+// of at least its members' size (a gang's members share one model).
+bool ClusterHolds(const JobShape& shape, const Demand& d, const Layout& layout) {
+  if (d.models.empty()) return false;
+  if (shape.nodes == 1) return shape.per_node <= d.max_per_node;
+  for (int m : d.models) {
+    int nodes = 0;
+    for (size_t i = 0; i < layout.node_model.size(); ++i) {
+      if (layout.node_model[i] == m && layout.node_gpus[i] >= shape.per_node) ++nodes;
+    }
+    if (nodes >= shape.nodes) return true;
+  }
+  return false;
+}
+
 // Free GPUs per cluster model, kept by both engines.
 class FreeGpus {
  public:
@@ -355,7 +385,9 @@ class CoreEngine {
   void Submit(uint32_t job, TimeMicros now) {
     const SimJob& j = workload_.jobs[job];
     spec_.priority = j.priority;
-    spec_.gpu_count = j.gpus;
+    const JobShape shape = ShapeOfJob(j.gpus, demand_[j.model]);
+    spec_.nodes = shape.nodes;
+    spec_.gpu_count = shape.Gpus();
     spec_.gpu_model = workload_.models[j.model];
     if (core_teams_ && j.team != spec_team_) {  // Often one team in a row: no string copy.
       spec_team_ = j.team;
@@ -385,15 +417,19 @@ class CoreEngine {
       c.task = static_cast<uint32_t>(d.task);
       // The task stays at this address in the core until it is forgotten.
       c.record = core_.FindTask(d.task);
+      // A gang has one decision per member; its job starts (or stops) with rank 0's.
+      const bool gang = c.record->spec.nodes > 1;
+      const bool rank0 = !gang || d.node_id == c.record->allocation[0].node_id;
       if (d.kind == core::Decision::Kind::kStop) {
         // Nodes never fail and nothing is cancelled: preemption is the only reason for a stop.
         if (d.reason != core::StopReason::kPreempt) Fatal("unexpected stop decision");
-        stopping(c, d.grace_seconds >= 0 ? d.grace_seconds : grace_seconds_);
+        if (rank0) stopping(c, d.grace_seconds >= 0 ? d.grace_seconds : grace_seconds_);
         continue;
       }
-      free_.Add(layout_.node_model[c.node], -workload_.jobs[c.job].gpus);
+      free_.Add(layout_.node_model[c.node], -core::GpusPerNode(c.record->spec));
       if (fleet_) fleet_->TaskStarted(c.node);
-      started(c);
+      if (gang) ++gang_starts_;
+      if (rank0) started(c);
     }
   }
 
@@ -403,6 +439,11 @@ class CoreEngine {
     report.task = c.task;
     report.success = true;
     report.finished_at = now;
+    if (c.record->spec.nodes > 1) {
+      EndMembers(report, now);
+      core_.Forget(report.task);
+      return;
+    }
     const int gpus = c.record->spec.gpu_count;
     Check(core_.TaskFinished(layout_.node_ids[c.node], report, now), "TaskFinished");
     core_.Forget(report.task);
@@ -418,11 +459,31 @@ class CoreEngine {
     report.success = false;
     report.exit_code = 143;
     report.finished_at = now;
+    if (c.record->spec.nodes > 1) {
+      EndMembers(report, now);
+      if (c.record->status != core::TaskStatus::kPending)
+        Fatal("a preempted gang was not requeued");
+      return;
+    }
     const int gpus = c.record->spec.gpu_count;
     Check(core_.TaskFinished(layout_.node_ids[c.node], report, now), "TaskFinished (stopped)");
     if (c.record->status != core::TaskStatus::kPending) Fatal("a preempted task was not requeued");
     free_.Add(layout_.node_model[c.node], gpus);
     if (fleet_) fleet_->TaskEnded(c.node);
+  }
+
+  // Every member of a gang reports the same end, in rank order.
+  void EndMembers(const core::FinishReport& report, TimeMicros now) {
+    const core::Task& t = *core_.FindTask(report.task);
+    const int per_node = core::GpusPerNode(t.spec);
+    members_.clear();
+    for (const core::NodeAllocation& na : t.allocation)
+      members_.push_back(Layout::NodeIndex(na.node_id));
+    for (int node : members_) {
+      Check(core_.TaskFinished(layout_.node_ids[node], report, now), "TaskFinished (member)");
+      free_.Add(layout_.node_model[node], per_node);
+      if (fleet_) fleet_->TaskEnded(node);
+    }
   }
 
   // The guarantee the core gives `team` in class `prio`.
@@ -458,8 +519,8 @@ class CoreEngine {
   Fleet* fleet() { return fleet_ ? &*fleet_ : nullptr; }
   uint64_t decisions() const { return core_.stats().decisions; }
   uint64_t passes() const { return core_.stats().passes; }
-  uint64_t multi_node_tasks() const { return 0; }
-  uint64_t multi_node_task_nodes() const { return 0; }
+  uint64_t multi_node_tasks() const { return core_.stats().gang_starts; }
+  uint64_t multi_node_task_nodes() const { return gang_starts_; }
 
  private:
   static core::CoreConfig MakeConfig(const SimOptions& options, const TeamLimitsMap& teams) {
@@ -489,6 +550,8 @@ class CoreEngine {
   std::unordered_map<std::string, uint32_t> model_index_;  // Workload model -> its index.
   std::vector<core::Decision> decisions_;                  // Reused by every pass.
   std::vector<core::SchedulerCore::QueueHead> heads_;      // Reused by every pass.
+  std::vector<int> members_;                               // Reused by every gang's end.
+  uint64_t gang_starts_ = 0;                               // Members of gangs started.
   bool heads_unchanged_ = false;                           // The last pass was skipped.
   bool fragmented_known_ = false;
   bool fragmented_ = false;     // Fragmented() after the last pass that ran.
@@ -718,8 +781,8 @@ struct Restarts {
 };
 
 template <typename Engine>
-void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& demand,
-             const SimOptions& options, SimResult& r) {
+void RunLoop(Engine& engine, const Workload& w, const Layout& layout,
+             const std::vector<Demand>& demand, const SimOptions& options, SimResult& r) {
   const auto& jobs = w.jobs;
   const size_t n = jobs.size();
   std::vector<TimeMicros> start(n, -1);  // The latest start.
@@ -848,7 +911,8 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
       const Demand& d = demand[j.model];
       if (d.models.empty()) {
         ++r.rejected_no_model;
-      } else if (j.gpus > d.max_per_node) {
+      } else if (!(options.gangs || j.gpus <= d.max_per_node) ||
+                 !ClusterHolds(ShapeOfJob(j.gpus, d), d, layout)) {
         ++r.rejected_exceeds_node;
       } else {
         engine.Submit(static_cast<uint32_t>(next), now);
@@ -902,12 +966,15 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
   std::vector<std::vector<TimeMicros>> team_delays(team_slots);
   std::vector<uint64_t> team_jobs(team_slots, 0);
   std::vector<TimeMicros> completion;
+  std::vector<TimeMicros> gang_delays;
   long double busy = 0;  // GPU-microseconds of the latest starts.
   long double lost_at_end = 0;
   for (size_t i = 0; i < n; ++i) {
     const int prio = static_cast<int>(jobs[i].priority);
     const size_t team_slot = jobs[i].team * core::kPriorityCount + prio;
+    const JobShape shape = ShapeOfJob(jobs[i].gpus, demand[jobs[i].model]);
     if (submitted[i]) ++team_jobs[team_slot];
+    if (submitted[i] && shape.nodes > 1) ++r.gangs;
     const TimeMicros first = preemptive ? restarts[i].first_start : start[i];
     if (first < 0) {
       if (submitted[i]) ++r.pending_at_end[prio];
@@ -917,7 +984,10 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
     delays[prio].push_back(first - jobs[i].submit);
     delays[core::kPriorityCount].push_back(first - jobs[i].submit);
     team_delays[team_slot].push_back(first - jobs[i].submit);
-    const long double gpus = static_cast<long double>(jobs[i].gpus);
+    if (shape.nodes > 1) gang_delays.push_back(first - jobs[i].submit);
+    // A gang holds its members' GPUs; without node boundaries a job holds what it asked for.
+    const long double gpus =
+        static_cast<long double>(options.policy == Policy::kDgpu ? shape.Gpus() : jobs[i].gpus);
     if (!preemptive) {
       // A completion at or before the cap has been applied (the loop stops at the first event
       // after it); the others are still running at the end.
@@ -949,6 +1019,7 @@ void RunLoop(Engine& engine, const Workload& w, const std::vector<Demand>& deman
   if (!preemptive) r.running_at_end = r.started - r.completed;
   for (int p = 0; p <= core::kPriorityCount; ++p) r.queueing_delay[p] = Summarize(delays[p]);
   r.completion_time = Summarize(completion);
+  r.gang_queueing_delay = Summarize(gang_delays);
   busy += lost;
   r.busy_gpu_seconds = static_cast<double>(busy / 1e6L);
   r.preempted_gpu_seconds = static_cast<double>((lost + lost_at_end) / 1e6L);
@@ -1050,9 +1121,10 @@ StatusOr<SimResult> Simulate(const Workload& workload, const ClusterSpec& cluste
     std::vector<std::array<uint64_t, 2>> gpu_time(workload.teams.size(), {0, 0});
     for (const SimJob& j : workload.jobs) {
       const Demand& d = demand[j.model];
-      if (d.models.empty() || j.gpus > d.max_per_node) continue;
+      const JobShape shape = ShapeOfJob(j.gpus, d);
+      if (!(options.gangs || j.gpus <= d.max_per_node) || !ClusterHolds(shape, d, layout)) continue;
       gpu_time[j.team][static_cast<int>(j.priority)] +=
-          static_cast<uint64_t>(j.gpus) * static_cast<uint64_t>(j.duration);
+          static_cast<uint64_t>(shape.Gpus()) * static_cast<uint64_t>(j.duration);
     }
     teams = ProportionalGuarantees(workload.teams, gpu_time,
                                    ClassQuotas(cluster.TotalGpus(), options.online_percent));
@@ -1065,10 +1137,10 @@ StatusOr<SimResult> Simulate(const Workload& workload, const ClusterSpec& cluste
 
   if (options.policy == Policy::kDgpu) {
     CoreEngine engine(layout, workload, demand, options, teams);
-    RunLoop(engine, workload, demand, options, r);
+    RunLoop(engine, workload, layout, demand, options, r);
   } else {
     OriginalEngine engine(layout, workload, demand, options);
-    RunLoop(engine, workload, demand, options, r);
+    RunLoop(engine, workload, layout, demand, options, r);
   }
   return r;
 }

@@ -6,8 +6,11 @@
 // (time, sequence)). At each distinct timestamp every event of that time is applied (completions,
 // then arrivals in trace order), then ONE scheduling pass runs and each task it starts gets a
 // completion event at now + duration. A job asking for more GPUs than any node of a matching
-// model has is rejected (counted, never submitted). Results depend only on the inputs and the
-// seed; only the wall-clock fields vary between runs. Not thread-safe; no I/O.
+// model has runs as a gang (policy dgpu): ceil(gpus / largest node) members of ceil(gpus /
+// members) GPUs each, one per node, started together and ended together; the original policy
+// spreads it over idle GPUs anywhere. A job the cluster can never hold is rejected (counted,
+// never submitted). Results depend only on the inputs and the seed; only the wall-clock fields
+// vary between runs. Not thread-safe; no I/O.
 //
 // With borrowing (policy dgpu), a stop order for a preemption ends its task `grace` seconds
 // later: a "stopped" event then reports the task ended (exit 143) and the core puts it back in
@@ -52,6 +55,9 @@ struct SimOptions {
   // Simulated time at which the replay stops (from time 0 = the first arrival); nullopt: run
   // until no event is left.
   std::optional<core::TimeMicros> max_time;
+  // Jobs larger than a node run as gangs (see above); false: they are rejected, as before gangs
+  // existed (for figures comparable with those).
+  bool gangs = true;
 
   // Teams, borrowing and preemption (policy dgpu only): the core's settings of the same names.
   bool borrowing = false;
@@ -91,10 +97,12 @@ struct SimResult {
   int nodes = 0;
   int total_gpus = 0;
 
-  uint64_t jobs = 0;                   // In the workload.
-  uint64_t not_arrived = 0;            // Arrive after max_time.
-  uint64_t rejected_exceeds_node = 0;  // More GPUs than any node of a matching model has.
-  uint64_t rejected_no_model = 0;      // No node has a matching GPU model.
+  uint64_t jobs = 0;         // In the workload.
+  uint64_t not_arrived = 0;  // Arrive after max_time.
+  // Too large for the cluster: more GPUs than any node of a matching model has, and (policy
+  // dgpu) too few such nodes to run it as a gang.
+  uint64_t rejected_exceeds_node = 0;
+  uint64_t rejected_no_model = 0;  // No node has a matching GPU model.
   uint64_t submitted = 0;
   uint64_t started = 0;
   uint64_t completed = 0;
@@ -104,6 +112,10 @@ struct SimResult {
   // Queueing delay (submit -> first start) of started jobs: [high, low, all].
   Distribution queueing_delay[core::kPriorityCount + 1];
   Distribution completion_time;  // Submit -> finish of completed jobs.
+  // Jobs larger than a node (policy dgpu runs them as gangs, see above), submitted, and the
+  // queueing delay of those that started.
+  uint64_t gangs = 0;
+  Distribution gang_queueing_delay;
 
   core::TimeMicros makespan = 0;  // First arrival to the last event (or max_time).
   double busy_gpu_seconds = 0;    // Within the makespan.
@@ -115,7 +127,8 @@ struct SimResult {
   core::TimeMicros fragmented_time = 0;
   double fragmented_free_gpu_seconds = 0;
 
-  // Tasks whose GPUs span several nodes (policy original only) and the nodes they span in total.
+  // Starts of tasks whose GPUs span several nodes (policy dgpu: gangs, restarts included) and the
+  // nodes they span in total.
   uint64_t multi_node_tasks = 0;
   uint64_t multi_node_task_nodes = 0;
 

@@ -141,14 +141,16 @@ class TaskQueue {
   size_t live_ = 0;
 };
 
-// Pending tasks of one priority with the same (team, preemptible, model, GPU count), in queue
-// order: every task of a shape is admitted by the same quota nodes and fits the same nodes. A
+// Pending tasks of one priority with the same (team, preemptible, model, GPU count, nodes), in
+// queue order: every task of a shape is admitted by the same quota nodes and fits the same nodes. A
 // shape stays (empty) when its last task leaves, since the same shape usually comes back soon;
 // empty shapes are dropped once they outnumber the others.
 struct SchedulerCore::Shape {
   std::string model;
-  int gpu_count = 0;
-  int team = 0;  // Index in SchedulerCore::teams_.
+  int gpu_count = 0;  // In all (a gang's members together).
+  int nodes = 1;      // A gang's members (TaskSpec::nodes).
+  int per_node = 0;   // GPUs per member: gpu_count / nodes.
+  int team = 0;       // Index in SchedulerCore::teams_.
   bool preemptible = true;
   TaskQueue tasks;
   PendingReason reason = PendingReason::kQueued;  // Why its head did not start last pass.
@@ -175,14 +177,14 @@ struct SchedulerCore::Shape {
   }
 };
 
-// Orders shape keys (team, preemptible, model, GPU count), and finds them from a task's spec
-// without building a key string.
+// Orders shape keys (team, preemptible, model, GPU count, nodes), and finds them from a task's
+// spec without building a key string.
 struct ShapeKeyLess {
   using is_transparent = void;
-  using Key = std::tuple<int, bool, std::string, int>;
-  using View = std::tuple<int, bool, std::string_view, int>;
+  using Key = std::tuple<int, bool, std::string, int, int>;
+  using View = std::tuple<int, bool, std::string_view, int, int>;
   static View AsView(const Key& k) {
-    return {std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k)};
+    return {std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k), std::get<4>(k)};
   }
   bool operator()(const Key& a, const Key& b) const { return a < b; }
   bool operator()(const Key& a, const View& b) const { return AsView(a) < b; }
@@ -209,16 +211,19 @@ struct SchedulerCore::PriorityQueue {
 
   Shape& ShapeFor(int team, const TaskSpec& spec) {
     if (last_used != nullptr && last_used->gpu_count == spec.gpu_count && last_used->team == team &&
-        last_used->preemptible == spec.preemptible && last_used->model == spec.gpu_model) {
+        last_used->preemptible == spec.preemptible && last_used->nodes == spec.nodes &&
+        last_used->model == spec.gpu_model) {
       return *last_used;
     }
     Shape* s = FindShape(team, spec);
     if (s == nullptr) {
       if (shapes.size() >= 2 * active.size() + 64) DropEmptyShapes();
-      auto& slot = shapes[{team, spec.preemptible, spec.gpu_model, spec.gpu_count}];
+      auto& slot = shapes[{team, spec.preemptible, spec.gpu_model, spec.gpu_count, spec.nodes}];
       slot = std::make_unique<Shape>();
       slot->model = spec.gpu_model;
       slot->gpu_count = spec.gpu_count;
+      slot->nodes = spec.nodes;
+      slot->per_node = GpusPerNode(spec);
       slot->team = team;
       slot->preemptible = spec.preemptible;
       s = slot.get();
@@ -227,8 +232,8 @@ struct SchedulerCore::PriorityQueue {
     return *s;
   }
   Shape* FindShape(int team, const TaskSpec& spec) const {
-    auto it =
-        shapes.find(ShapeKeyLess::View{team, spec.preemptible, spec.gpu_model, spec.gpu_count});
+    auto it = shapes.find(
+        ShapeKeyLess::View{team, spec.preemptible, spec.gpu_model, spec.gpu_count, spec.nodes});
     return it == shapes.end() ? nullptr : it->second.get();
   }
   void Insert(Shape& shape, int64_t seq, Task* task) {

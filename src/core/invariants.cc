@@ -25,7 +25,8 @@ Status SchedulerCore::CheckInvariants() const {
       }
     } else if (t.status == TaskStatus::kPending) {
       if (shape == nullptr || shape->model != t.spec.gpu_model ||
-          shape->gpu_count != t.spec.gpu_count || shape->team != tp->team ||
+          shape->gpu_count != t.spec.gpu_count || shape->nodes != t.spec.nodes ||
+          shape->per_node != GpusPerNode(t.spec) || shape->team != tp->team ||
           shape->preemptible != t.spec.preemptible ||
           queues_[p]->FindShape(tp->team, t.spec) != shape) {
         return Internal(FormatTaskId(id) + " does not point at its queue");
@@ -65,6 +66,15 @@ Status SchedulerCore::CheckInvariants() const {
     for (const auto& na : t.allocation) gpus += na.gpu_indices.size();
     if (static_cast<int>(gpus) != t.spec.gpu_count) {
       return Internal(FormatTaskId(id) + " holds the wrong number of GPUs");
+    }
+    if (std::ssize(t.allocation) != t.spec.nodes) {
+      return Internal(FormatTaskId(id) + " has " + std::to_string(t.allocation.size()) +
+                      " members, not its " + std::to_string(t.spec.nodes) + " nodes");
+    }
+    for (const auto& na : t.allocation) {
+      if (std::ssize(na.gpu_indices) != GpusPerNode(t.spec)) {
+        return Internal(FormatTaskId(id) + " holds the wrong number of GPUs on " + na.node_id);
+      }
     }
     const NodeState* first = FindNodeState(t.allocation[0].node_id);
     if (first == nullptr || tp->node_slot != first->slot) {

@@ -11,14 +11,30 @@
 //                 answers both for the default rules without looking at every node
 //   reserve       the starving head's reservation: nodes kept for it, skipped by the others
 //                 (HoldForOldest)
-//   permit        every placement of the task is possible (all-or-nothing), then the start
-//                 (StartTask)
+//   permit        every member of the task has its place (all-or-nothing: a gang whose members
+//                 do not all fit in this pass holds nothing), then the start (StartTask,
+//                 StartGang)
 //   post-filter   a head that cannot start is handed to the config's post-filter (PostFilter);
 //                 with borrowing, a head within its guarantee takes GPUs back from borrowers
 //                 (Reclaim, preemption.cc)
 #include "core/core_internal.h"
 
 namespace dgpu::core {
+
+inline void SchedulerCore::TakeGpus(NodeState& node, TaskNumber id, int model, int count,
+                                    std::vector<int>& indices) {
+  const size_t positions = node.gpu_task.size();
+  for (size_t pos = 0; pos < positions && std::ssize(indices) < count; ++pos) {
+    if (node.gpu_task[pos] == 0 && node.gpu_model[pos] == model && node.Usable(pos)) {
+      node.gpu_task[pos] = id;
+      indices.push_back(node.indices_are_positions ? static_cast<int>(pos) : node.gpus[pos].index);
+    }
+  }
+  auto* slice = node.Slice(model);
+  const int old_free = slice->free;
+  slice->free -= count;
+  if (node.in_index) index_.Move(model, node.Entry(), old_free, slice->free);
+}
 
 void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now) {
   // The node was chosen just now and is likely not in cache: fetch it first and do what does not
@@ -63,18 +79,7 @@ void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now)
 
   // Now the node.
   na.node_id = node.id;
-  const size_t positions = node.gpu_task.size();
-  for (size_t pos = 0; pos < positions && std::ssize(na.gpu_indices) < count; ++pos) {
-    if (node.gpu_task[pos] == 0 && node.gpu_model[pos] == model && node.Usable(pos)) {
-      node.gpu_task[pos] = t.id;
-      na.gpu_indices.push_back(node.indices_are_positions ? static_cast<int>(pos)
-                                                          : node.gpus[pos].index);
-    }
-  }
-  auto* slice = node.Slice(model);
-  const int old_free = slice->free;
-  slice->free -= count;
-  if (node.in_index) index_.Move(model, node.Entry(), old_free, slice->free);
+  TakeGpus(node, t.id, model, count, na.gpu_indices);
   if (config_.borrowing) {
     UpdateEligible(record);
     ReclaimSync(node);
@@ -83,6 +88,47 @@ void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now)
   d.gpu_indices.assign(na.gpu_indices.begin(), na.gpu_indices.end());
   Emit(t);
   if (config_.record_events) EmitEvent(Event::Kind::kTaskScheduled, t, now, node.id);
+}
+
+void SchedulerCore::StartGang(Task& t, const std::vector<uint32_t>& slots, int model,
+                              TimeMicros now) {
+  auto& record = static_cast<TaskRecord&>(t);
+  ChargeTask(record, +1);
+  Dequeue(t);
+  t.status = TaskStatus::kRunning;
+  record.node_slot = slots.front();
+  t.attempts++;
+  t.started_at = now;
+  t.error.clear();
+  running_count_[PrioIndex(t.spec.priority)]++;
+  stats_.decisions++;
+  stats_.gang_starts++;
+  pass_needed_ = true;
+  const int per_node = GpusPerNode(t.spec);
+  // Members in rank order: rank 0 on the first node found (the best fit).
+  t.allocation.clear();
+  t.allocation.resize(slots.size());
+  for (size_t rank = 0; rank < slots.size(); ++rank) {
+    NodeState& node = *nodes_[slots[rank]];
+    NodeAllocation& na = t.allocation[rank];
+    na.node_id = node.id;
+    TakeGpus(node, t.id, model, per_node, na.gpu_indices);
+    Decision& d = decisions_.emplace_back();
+    d.kind = Decision::Kind::kStart;
+    d.task = t.id;
+    d.node_id = node.id;
+    d.gpu_indices = na.gpu_indices;
+  }
+  if (config_.borrowing) {
+    UpdateEligible(record);
+    for (uint32_t slot : slots) ReclaimSync(*nodes_[slot]);
+  }
+  Emit(t);
+  if (config_.record_events) {
+    for (const NodeAllocation& na : t.allocation) {
+      EmitEvent(Event::Kind::kTaskScheduled, t, now, na.node_id);
+    }
+  }
 }
 
 bool SchedulerCore::StillNoRoom(const Shape& shape, const std::vector<int>& models,
@@ -95,7 +141,7 @@ bool SchedulerCore::StillNoRoom(const Shape& shape, const std::vector<int>& mode
       return false;
     }
   }
-  const auto k = static_cast<size_t>(shape.gpu_count);
+  const auto k = static_cast<size_t>(shape.per_node);
   for (int m : models) {
     const auto& seqs = room_seq_[static_cast<size_t>(m)];
     if (k < seqs.size() && seqs[k] > seen) return false;
@@ -107,7 +153,14 @@ PendingReason SchedulerCore::Diagnose(const Task& t, const std::vector<int>& mod
   int max_capacity = 0;
   for (int m : models) max_capacity = std::max(max_capacity, index_.MaxCapacity(m));
   if (max_capacity == 0) return PendingReason::kNoGpuModel;
-  if (t.spec.gpu_count > max_capacity) return PendingReason::kExceedsCluster;
+  const int per_node = GpusPerNode(t.spec);
+  if (per_node > max_capacity) return PendingReason::kExceedsCluster;
+  if (t.spec.nodes > 1) {
+    // A gang's members share one model: too few nodes of that size for it in any model.
+    int most = 0;
+    for (int m : models) most = std::max(most, index_.NodesWithCapacity(m, per_node));
+    if (most < t.spec.nodes) return PendingReason::kExceedsCluster;
+  }
   const QuotaTree::NodeId leaf = QuotaLeaf(t);
   if (!quota_tree_.Admits(leaf, t.spec.gpu_count)) {
     // Strict quotas where the task's team guarantee, or the part of the class that no team
@@ -200,7 +253,47 @@ std::optional<PlacementIndex::Fit> SchedulerCore::FindNode(
   });
 }
 
+int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector<int>& models,
+                            const std::vector<uint32_t>& excluded, std::vector<uint32_t>& slots) {
+  // Model by model (one model for all members), best fit per member: the nodes with the fewest
+  // free GPUs that still fit, then by id.
+  const auto wanted = static_cast<size_t>(shape.nodes);
+  for (int m : models) {
+    slots.clear();
+    index_.ForEachFitOf(m, shape.per_node, excluded, [&](uint32_t slot, int, int) {
+      if (!config_.policies.filters.empty()) {
+        const NodeState& n = *nodes_[slot];
+        const NodeFacts facts{n.id, n.labels};
+        for (const auto& f : config_.policies.filters) {
+          if (!f->Feasible(t, facts)) return true;
+        }
+      }
+      slots.push_back(slot);
+      return slots.size() < wanted;
+    });
+    if (Permit(shape, m, slots)) return m;
+  }
+  slots.clear();
+  return -1;
+}
+
 // --- Permit and start -------------------------------------------------------------------------
+
+bool SchedulerCore::Permit(const Shape& shape, int model, const std::vector<uint32_t>& slots) {
+  // All or nothing: a place for every member, on distinct placeable nodes with room. Nothing is
+  // held before this says yes, so a gang that does not fit keeps nothing from anyone.
+  if (std::ssize(slots) != shape.nodes) return false;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const NodeState& n = *nodes_[slots[i]];
+    const NodeState::ModelSlice* s = const_cast<NodeState&>(n).Slice(model);
+    if (!n.in_index || s == nullptr || s->free < shape.per_node ||
+        std::find(slots.begin(), slots.begin() + static_cast<std::ptrdiff_t>(i), slots[i]) !=
+            slots.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return false;
+    }
+  }
+  return true;
+}
 
 PendingReason SchedulerCore::TryStart(int prio, Shape& shape, const std::vector<uint32_t>& excluded,
                                       TimeMicros now, Phase phase) {
@@ -241,7 +334,7 @@ PendingReason SchedulerCore::TryStartHead(int prio, Shape& shape, Task& t,
   // A task that may not be preempted may not borrow either.
   if (phase == Phase::kBorrowing && !shape.preemptible) return PendingReason::kQuotaExhausted;
   // The node its victims freed, first.
-  if (own != nullptr && own->preemption) {
+  if (own != nullptr && own->preemption && shape.nodes == 1) {
     for (uint32_t slot : own->slots) {
       NodeState& n = *nodes_[slot];
       if (!n.in_index) continue;
@@ -265,6 +358,15 @@ PendingReason SchedulerCore::TryStartHead(int prio, Shape& shape, Task& t,
     // Within quota, so Diagnose would answer from the nodes alone, which have not changed.
     r = shape.no_room_reason;
     if (phase == Phase::kAll) return r;
+  } else if (shape.nodes > 1) {
+    const int model = FindGang(shape, t, models, *skip, gang_slots_);
+    if (model >= 0) {
+      StartGang(t, gang_slots_, model, now);
+      return PendingReason::kNone;
+    }
+    r = Diagnose(t, models);
+    shape.RememberNoRoom(change_seq_, *skip, r);
+    if (phase == Phase::kAll) return PostFilter(t, r, now);
   } else {
     fit = FindNode(shape, t, models, *skip);
     if (!fit) {
@@ -376,12 +478,16 @@ bool SchedulerCore::HoldForOldest(int prio, Shape& head_shape, PendingReason rea
   const Reservation* own = ReservationOf(q.oldest);
   if (reason == PendingReason::kNoNodeFits && own == nullptr) {
     Task& t = *tasks_.Find(q.oldest);
-    // Not a node kept for another task: neither could use it.
-    auto fit = index_.FindMostFree(
-        ModelsFor(head_shape.model), t.spec.gpu_count, [&](uint32_t slot, int model) {
-          return ReservedForOther(slot, t.id) ? 0 : nodes_[slot]->Slice(model)->capacity;
-        });
-    if (fit) own = &Reserve(static_cast<Priority>(prio), t.id, fit->slot);
+    if (t.spec.nodes > 1) {
+      own = ReserveForGang(static_cast<Priority>(prio), t);
+    } else {
+      // Not a node kept for another task: neither could use it.
+      auto fit = index_.FindMostFree(
+          ModelsFor(head_shape.model), t.spec.gpu_count, [&](uint32_t slot, int model) {
+            return ReservedForOther(slot, t.id) ? 0 : nodes_[slot]->Slice(model)->capacity;
+          });
+      if (fit) own = &Reserve(static_cast<Priority>(prio), t.id, fit->slot);
+    }
   }
   if (reason != PendingReason::kNoNodeFits || own == nullptr) {
     for (Shape* s : q.active) {
@@ -391,6 +497,26 @@ bool SchedulerCore::HoldForOldest(int prio, Shape& head_shape, PendingReason rea
   }
   excluded.insert(excluded.end(), own->slots.begin(), own->slots.end());
   return false;
+}
+
+const SchedulerCore::Reservation* SchedulerCore::ReserveForGang(Priority p, const Task& t) {
+  // The gang's nodes drain as their tasks end: the nodes with the most free GPUs (of one model,
+  // large enough for a member) and kept for nobody else, so that it waits the least.
+  const int per_node = GpusPerNode(t.spec);
+  std::vector<uint32_t>& chosen = gang_slots_;
+  for (int m : ModelsFor(t.spec.gpu_model)) {
+    chosen.clear();
+    index_.ForEachMostFree(m, [&](uint32_t slot, int) {
+      const NodeState::ModelSlice* s = nodes_[slot]->Slice(m);
+      if (s->capacity >= per_node && !ReservedForOther(slot, t.id)) chosen.push_back(slot);
+      return std::ssize(chosen) < t.spec.nodes;
+    });
+    if (std::ssize(chosen) < t.spec.nodes) continue;
+    const Reservation* r = nullptr;
+    for (uint32_t slot : chosen) r = &Reserve(p, t.id, slot);
+    return r;
+  }
+  return nullptr;
 }
 
 // --- Queue order inside a class ---------------------------------------------------------------

@@ -100,4 +100,12 @@ int PlacementIndex::MaxCapacity(int model) const {
   return counts.empty() ? 0 : counts.rbegin()->first;
 }
 
+int PlacementIndex::NodesWithCapacity(int model, int k) const {
+  if (model < 0 || model >= static_cast<int>(models_.size())) return 0;
+  const auto& counts = models_[model].capacity_counts;
+  int n = 0;
+  for (auto it = counts.lower_bound(k); it != counts.end(); ++it) n += it->second;
+  return n;
+}
+
 }  // namespace dgpu::core

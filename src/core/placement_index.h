@@ -83,17 +83,36 @@ class PlacementIndex {
   void ForEachFit(const std::vector<int>& models, int k, const std::vector<uint32_t>& excluded,
                   Fn&& fn) const {
     for (int m : models) {
-      if (m >= static_cast<int>(models_.size())) continue;
-      const auto& buckets = models_[m].by_free;
-      for (int f = std::max(k, 1); f < static_cast<int>(buckets.size()); ++f) {
-        for (uint32_t p = buckets[f].FindFrom(0); p != kNone; p = buckets[f].FindFrom(p + 1)) {
-          const uint32_t slot = slot_of_pos_[p];
-          if (!excluded.empty() &&
-              std::find(excluded.begin(), excluded.end(), slot) != excluded.end()) {
-            continue;
-          }
-          if (!fn(slot, m, f)) return;
+      if (!ForEachFitOf(m, k, excluded, fn)) return;
+    }
+  }
+  // The same for one model; returns false when fn did.
+  template <typename Fn>
+  bool ForEachFitOf(int m, int k, const std::vector<uint32_t>& excluded, Fn&& fn) const {
+    if (m >= static_cast<int>(models_.size())) return true;
+    const auto& buckets = models_[m].by_free;
+    for (int f = std::max(k, 1); f < static_cast<int>(buckets.size()); ++f) {
+      for (uint32_t p = buckets[f].FindFrom(0); p != kNone; p = buckets[f].FindFrom(p + 1)) {
+        const uint32_t slot = slot_of_pos_[p];
+        if (!excluded.empty() &&
+            std::find(excluded.begin(), excluded.end(), slot) != excluded.end()) {
+          continue;
         }
+        if (!fn(slot, m, f)) return false;
+      }
+    }
+    return true;
+  }
+
+  // Calls fn(slot, free) for the nodes of model m, most free GPUs first, then in position order,
+  // until fn returns false. O(nodes) in the worst case: for reservations, made rarely.
+  template <typename Fn>
+  void ForEachMostFree(int m, Fn&& fn) const {
+    if (m < 0 || m >= static_cast<int>(models_.size())) return;
+    const auto& buckets = models_[m].by_free;
+    for (int f = static_cast<int>(buckets.size()) - 1; f >= 0; --f) {
+      for (uint32_t p = buckets[f].FindFrom(0); p != kNone; p = buckets[f].FindFrom(p + 1)) {
+        if (!fn(slot_of_pos_[p], f)) return;
       }
     }
   }
@@ -125,6 +144,8 @@ class PlacementIndex {
 
   // Largest GPU count of one model on one online node (0 if none).
   int MaxCapacity(int model) const;
+  // Online nodes with at least k GPUs of one model.
+  int NodesWithCapacity(int model, int k) const;
   bool HasModel(int model) const { return MaxCapacity(model) > 0; }
 
  private:

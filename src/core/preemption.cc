@@ -185,6 +185,8 @@ int SchedulerCore::Available(const NodeState& node, int model, TaskNumber task) 
 
 PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
                                      const std::vector<uint32_t>& /*excluded*/, TimeMicros now) {
+  // A gang takes GPUs back only as they free up (its members' nodes would each need victims).
+  if (t.spec.nodes > 1) return why;
   const int prio = PrioIndex(t.spec.priority);
   const std::vector<int>& models = ModelsFor(t.spec.gpu_model);
   auto fits_model = [&](const NodeState& node, int* model) {

@@ -151,8 +151,9 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
       }
       continue;
     }
-    if (t != nullptr && t->status == TaskStatus::kPending && TakesBackRun(*t, r.run) &&
-        static_cast<int>(r.gpu_indices.size()) == t->spec.gpu_count &&
+    // A gang's member alone is never taken back: the gang starts whole or not at all.
+    if (t != nullptr && t->status == TaskStatus::kPending && t->spec.nodes == 1 &&
+        TakesBackRun(*t, r.run) && static_cast<int>(r.gpu_indices.size()) == t->spec.gpu_count &&
         claim(r.gpu_indices, t->id)) {
       Dequeue(*t);
       if (r.run > 0) AdoptRun(*t, r.run);
@@ -239,12 +240,30 @@ Status SchedulerCore::Restore(Task task, TimeMicros now) {
                     [](const NodeAllocation& a) { return a.ended; })) {
       return InvalidArgument(FormatTaskId(task.id) + " is running but every member has ended");
     }
+    if (std::ssize(task.allocation) != task.spec.nodes) {
+      return InvalidArgument(FormatTaskId(task.id) + " runs on " +
+                             std::to_string(task.allocation.size()) + " nodes, not its " +
+                             std::to_string(task.spec.nodes));
+    }
+    for (const NodeAllocation& member : task.allocation) {
+      if (std::ssize(member.gpu_indices) != GpusPerNode(task.spec)) {
+        return InvalidArgument(FormatTaskId(task.id) + " holds " +
+                               std::to_string(member.gpu_indices.size()) + " GPUs on " +
+                               member.node_id + ", not " + std::to_string(GpusPerNode(task.spec)));
+      }
+    }
     for (const NodeAllocation& member : task.allocation) {
       const NodeState* node = FindNodeState(member.node_id);
       if (node != nullptr && node->online) {
         return FailedPrecondition("restore running tasks before their nodes register");
       }
     }
+  }
+  if (task.spec.nodes < 1 || task.spec.nodes > kMaxGangNodes ||
+      task.spec.gpu_count % task.spec.nodes != 0) {
+    return InvalidArgument(FormatTaskId(task.id) + " has gpu_count " +
+                           std::to_string(task.spec.gpu_count) + " over " +
+                           std::to_string(task.spec.nodes) + " nodes");
   }
   if (!IsValidTeamName(task.spec.team)) {
     return InvalidArgument(FormatTaskId(task.id) + " has a team name that is not valid: '" +

@@ -163,6 +163,13 @@ Status SchedulerCore::CheckSpec(const TaskSpec& spec) const {
   if (spec.gpu_count < 1 || spec.gpu_count > kMaxGpuCount) {
     return InvalidArgument("gpu_count must be between 1 and " + std::to_string(kMaxGpuCount));
   }
+  if (spec.nodes < 1 || spec.nodes > kMaxGangNodes) {
+    return InvalidArgument("nodes must be between 1 and " + std::to_string(kMaxGangNodes));
+  }
+  if (spec.gpu_count % spec.nodes != 0) {
+    return InvalidArgument("gpu_count " + std::to_string(spec.gpu_count) +
+                           " is not split evenly over " + std::to_string(spec.nodes) + " nodes");
+  }
   if (spec.command.empty()) return InvalidArgument("command must not be empty");
   if (spec.priority != Priority::kHigh && spec.priority != Priority::kLow) {
     return InvalidArgument("priority must be high or low");

@@ -324,6 +324,7 @@ class SchedulerCore {
     uint64_t passes_skipped = 0;    // Passes with nothing to do since the last one (see Schedule).
     uint64_t preemptions = 0;       // Tasks stopped to make room for a task within its guarantee.
     uint64_t reclaim_searches = 0;  // Victim searches (each a head within its guarantee).
+    uint64_t gang_starts = 0;       // Start decisions of gangs (one per gang, in `decisions`).
   };
   const Stats& stats() const { return stats_; }
 
@@ -450,6 +451,11 @@ class SchedulerCore {
   void PrefetchQueued(const Shape& shape) const;
   // Starts t on the lowest free GPU positions of `model` on the node in `slot` (it has enough).
   void StartTask(Task& t, uint32_t slot, int model, TimeMicros now);
+  // Starts gang t: member i (rank i) on the node in slots[i], GPUs of `model` (Permit said yes).
+  void StartGang(Task& t, const std::vector<uint32_t>& slots, int model, TimeMicros now);
+  // Gives task `id` the lowest `count` free usable positions of `model` on `node` (their indices
+  // appended to `indices`), with the slice and the index.
+  void TakeGpus(NodeState& node, TaskNumber id, int model, int count, std::vector<int>& indices);
   // The part of a node a start or a release reads (see NodeState).
   static constexpr size_t kNodeHotBytes = 192;
   void ReleaseGpus(Task& t);
@@ -504,6 +510,14 @@ class SchedulerCore {
   PendingReason TryStartHead(int prio, Shape& shape, Task& t, const std::vector<uint32_t>& excluded,
                              TimeMicros now, Phase phase);
   std::vector<uint32_t> own_excluded_;  // Scratch: excluded nodes minus a task's own.
+  // A place for each member of the gang at the head of `shape`, in rank order, into `slots`:
+  // the model they share, or -1 (slots then empty) when they do not all fit.
+  int FindGang(const Shape& shape, const Task& t, const std::vector<int>& models,
+               const std::vector<uint32_t>& excluded, std::vector<uint32_t>& slots);
+  // The permit stage: whether `slots` place every member of a task of `shape` (one per node,
+  // distinct placeable nodes, each with room of `model`).
+  bool Permit(const Shape& shape, int model, const std::vector<uint32_t>& slots);
+  std::vector<uint32_t> gang_slots_;  // Scratch: a gang's nodes.
   void ReclaimBehind(int prio, Shape& shape, TimeMicros now);
   // Starts the class's tasks waiting for victims whose node now has room for them.
   void StartPreemptors(int prio, TimeMicros now);
@@ -535,6 +549,8 @@ class SchedulerCore {
   void CountReservation(const Reservation& r, int sign);
   const Reservation& Reserve(Priority p, TaskNumber task, uint32_t slot, bool preemption = false);
   const Reservation* ReservationOf(TaskNumber task) const;
+  // The starvation guard's reservation for gang t: as many nodes as it has members.
+  const Reservation* ReserveForGang(Priority p, const Task& t);
   void DropReservation(TaskNumber task);
   void DropReservationsOn(uint32_t slot);
   bool ReservedForOther(uint32_t slot, TaskNumber task) const;

@@ -104,7 +104,8 @@ inline constexpr auto kTaskFields = std::make_tuple(
     MakeTaskField({"retry_backoff_seconds", kLater, ApiForm::kValue, 0},
                   DGPU_TASK_MEMBER(spec.retry_backoff_seconds)),
     MakeTaskField({"retries", kLater, ApiForm::kValue, 0}, DGPU_TASK_MEMBER(retries)),
-    MakeTaskField({"retry_at", kLater, ApiForm::kTime, 0}, DGPU_TASK_MEMBER(retry_at)));
+    MakeTaskField({"retry_at", kLater, ApiForm::kTime, 0}, DGPU_TASK_MEMBER(retry_at)),
+    MakeTaskField({"nodes", kLater, ApiForm::kHidden, 1}, DGPU_TASK_MEMBER(spec.nodes)));
 
 #undef DGPU_TASK_MEMBER
 

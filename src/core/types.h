@@ -143,12 +143,23 @@ struct TaskSpec {
   int64_t timeout_seconds = 0;  // 0: no limit.
   // Seconds between SIGTERM and SIGKILL when it is preempted; -1: preemption.grace_period.
   int32_t preemption_grace_seconds = -1;
+  // A gang: one member on each of `nodes` distinct nodes, each with gpu_count / nodes GPUs of
+  // one model, all started in the same pass or none (1: an ordinary single-node task).
+  int32_t nodes = 1;
   Priority priority = Priority::kLow;
   // False: it never borrows GPUs beyond its team's guarantee, so it is never preempted.
   bool preemptible = true;
-  int gpu_count = 1;
+  int gpu_count = 1;  // In all: a gang's members together.
   bool operator==(const TaskSpec&) const = default;
 };
+
+// The most members a gang may have.
+inline constexpr int kMaxGangNodes = 1024;
+
+// GPUs of each member of a gang (of the one member of any other task).
+inline int GpusPerNode(const TaskSpec& s) {
+  return s.nodes > 1 ? s.gpu_count / s.nodes : s.gpu_count;
+}
 
 // The most members a job array may have.
 inline constexpr int kMaxArraySize = 100000;

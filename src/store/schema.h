@@ -159,6 +159,10 @@ CREATE TABLE task_events (
   PRIMARY KEY (task_id, seq)
 ) WITHOUT ROWID;
 )sql"},
+    // Gangs (core::TaskSpec::nodes): tasks stored before run on one node.
+    {8, "add gang tasks", R"sql(
+ALTER TABLE tasks ADD COLUMN nodes INTEGER NOT NULL DEFAULT 1;
+)sql"},
 };
 
 // The version this build writes, and the newest it reads.

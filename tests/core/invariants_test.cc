@@ -1,5 +1,6 @@
-// Randomized invariant test: thousands of seeded random command sequences, with every invariant
-// checked after every step. A failure prints the seed and step to replay it.
+// Randomized invariant test: thousands of seeded random command sequences (gangs among the
+// tasks), with every invariant checked after every step. A failure prints the seed and step to
+// replay it.
 //
 // Each sequence also drives a shadow core that forgets, before every pass, what the core keeps
 // between passes to skip work (a shape found to have no room stays so until GPUs are released; a
@@ -8,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 
 #include "core/scheduler_core.h"
@@ -41,6 +43,11 @@ void RunSequence(uint32_t seed, int steps) {
     if (op < 35) {
       TaskSpec spec = testing::Spec(pick(2) ? Priority::kHigh : Priority::kLow, 1 << pick(4),
                                     pick(3) == 0 ? models[pick(2)] : "");
+      if (pick(4) == 0) {
+        // A gang of 2 or 3 members of 1, 2 or 4 GPUs.
+        spec.nodes = 2 + pick(2);
+        spec.gpu_count = spec.nodes * (1 << pick(3));
+      }
       auto r = core.Submit(spec, now);
       ASSERT_TRUE(r.ok());
       ASSERT_EQ(shadow.Submit(spec, now).value(), *r);
@@ -55,6 +62,14 @@ void RunSequence(uint32_t seed, int steps) {
       std::vector<RunningReport> running;
       // Sometimes report a task the core may or may not know on this node.
       if (!ids.empty() && pick(3) == 0) running.push_back({ids[pick(ids.size())], {0}});
+      // Or what a gang's member there holds (it may have been requeued since).
+      if (!ids.empty() && pick(3) == 0) {
+        const Task* t = core.FindTask(ids[pick(ids.size())]);
+        if (t != nullptr && t->spec.nodes > 1 && !t->allocation.empty()) {
+          const NodeAllocation& m = t->allocation[pick(t->allocation.size())];
+          if (m.node_id == node) running.push_back({t->id, m.gpu_indices});
+        }
+      }
       auto gpus = testing::MakeGpus(1 + pick(8), models[pick(2)]);
       (void)both(
           [&](SchedulerCore& c) { return c.RegisterNode(node, "", gpus, running, {}, now); });
@@ -64,7 +79,10 @@ void RunSequence(uint32_t seed, int steps) {
       TaskNumber id = ids[pick(ids.size())];
       const Task* t = core.FindTask(id);
       if (t == nullptr) continue;
-      std::string where = t->allocation.empty() || pick(10) == 0 ? node : t->allocation[0].node_id;
+      // On one of its members' nodes, mostly.
+      std::string where = t->allocation.empty() || pick(10) == 0
+                              ? node
+                              : t->allocation[pick(t->allocation.size())].node_id;
       FinishReport report{id, pick(2) == 0, pick(3), "", now};
       (void)both([&](SchedulerCore& c) { return c.TaskFinished(where, report, now); });
     } else if (op < 70 && !ids.empty()) {
@@ -120,10 +138,19 @@ void RunSequence(uint32_t seed, int steps) {
         ASSERT_EQ(heads[i].reason, shadow_heads[i].reason)
             << "seed " << seed << " step " << step << " task " << heads[i].task;
       }
+      // Never a partial gang: a started task has one start per member, in rank order, each
+      // with its share of the GPUs.
+      std::map<TaskNumber, int> starts;
       for (const auto& d : decisions) {
         if (d.kind != Decision::Kind::kStart) continue;
         const Task* t = core.FindTask(d.task);
-        ASSERT_EQ(static_cast<int>(d.gpu_indices.size()), t->spec.gpu_count);
+        const int rank = starts[d.task]++;
+        ASSERT_LT(rank, t->spec.nodes) << "seed " << seed << " step " << step;
+        ASSERT_EQ(d.node_id, t->allocation[static_cast<size_t>(rank)].node_id);
+        ASSERT_EQ(static_cast<int>(d.gpu_indices.size()), GpusPerNode(t->spec));
+      }
+      for (const auto& [id, count] : starts) {
+        ASSERT_EQ(count, core.FindTask(id)->spec.nodes) << "seed " << seed << " step " << step;
       }
     }
     Status s = core.CheckInvariants();

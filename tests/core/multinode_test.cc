@@ -1,5 +1,5 @@
 // Tasks that hold GPUs on several nodes (one member per node): how they end, stop and are lost.
-// Such a task comes from a saved state here (Restore); the pass places single-node tasks.
+// Such a task comes from a saved state here (Restore); gang_test.cc has the pass placing them.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -26,6 +26,7 @@ class MultiNodeTest : public ::testing::Test {
     t.spec.command = "train";
     t.spec.priority = Priority::kHigh;
     t.spec.gpu_count = 4;
+    t.spec.nodes = 2;
     t.status = TaskStatus::kRunning;
     t.attempts = 1;
     t.queue_seq = 5;
@@ -170,6 +171,7 @@ TEST(MultiNodeRestoreTest, ABadAllocationIsRefusedAndChangesNothing) {
   t.id = 3;
   t.spec.command = "x";
   t.spec.gpu_count = 2;
+  t.spec.nodes = 2;
   t.status = TaskStatus::kRunning;
   t.allocation = {{"n1", {0}, true}, {"n2", {0}, true}};
   EXPECT_EQ(core.Restore(t, 0).code(), StatusCode::kInvalidArgument);
@@ -177,6 +179,12 @@ TEST(MultiNodeRestoreTest, ABadAllocationIsRefusedAndChangesNothing) {
   EXPECT_EQ(core.Restore(t, 0).code(), StatusCode::kInvalidArgument);
   t.allocation.clear();
   EXPECT_EQ(core.Restore(t, 0).code(), StatusCode::kInvalidArgument);
+  t.allocation = {{"n1", {0, 1}}, {"n2", {}}};
+  EXPECT_EQ(core.Restore(t, 0).code(), StatusCode::kInvalidArgument) << "one GPU per member";
+  t.allocation = {{"n1", {0}}, {"n2", {0}}};
+  t.spec.nodes = 3;
+  EXPECT_EQ(core.Restore(t, 0).code(), StatusCode::kInvalidArgument) << "3 does not divide 2";
+  t.spec.nodes = 2;
   EXPECT_EQ(core.FindTask(3), nullptr);
   EXPECT_TRUE(core.Nodes().empty());
   ASSERT_TRUE(core.RegisterNode("n2", "", MakeGpus(1), {}, {}, 0).ok());

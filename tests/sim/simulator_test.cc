@@ -100,19 +100,37 @@ TEST(SimulatorTest, OriginalPolicySpreadsOverNodes) {
   }
 }
 
-TEST(SimulatorTest, OversizedAndUnknownModelJobsAreRejectedNotSubmitted) {
+TEST(SimulatorTest, JobsLargerThanANodeRunAsGangsAndOnlyWhatNoClusterHoldsIsRejected) {
+  // 8 GPUs on 4-GPU nodes: a gang of 2 x 4; 16: four members, but there are two nodes.
   std::string trace =
       WriteTempFile("t.csv", std::string(kGenericHeader) +
                                  "0,1,8,low,,t\n0,1,4,low,,t\n1,1,1,low,H100,t\n2,1,16,high,,t\n");
   SimRun r = RunSim({"--trace", trace, "--nodes", "2", "--gpus-per-node", "4", "--model", "V100",
-                     "--online-percent", "0.5", "--json"});
+                     "--online-percent", "0", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.json["jobs"]["total"], 4);
-  EXPECT_EQ(r.json["jobs"]["rejected"], 3);
-  EXPECT_EQ(r.json["jobs"]["rejected_exceeds_node"], 2);
+  EXPECT_EQ(r.json["jobs"]["rejected"], 2);
+  EXPECT_EQ(r.json["jobs"]["rejected_exceeds_node"], 1);
   EXPECT_EQ(r.json["jobs"]["rejected_no_gpu_model"], 1);
+  EXPECT_EQ(r.json["jobs"]["submitted"], 2);
+  EXPECT_EQ(r.json["jobs"]["gangs"], 1);
+  EXPECT_EQ(r.json["jobs"]["completed"], 2);
+  EXPECT_EQ(r.json["multi_node_tasks"], 1);
+  EXPECT_EQ(r.json["multi_node_task_nodes"], 2);
+  // The gang (first in the trace) started at once on both nodes, the 4-GPU job once it ended.
+  EXPECT_EQ(r.json["queueing_delay_seconds"]["gangs"]["count"], 1);
+  EXPECT_DOUBLE_EQ(r.json["queueing_delay_seconds"]["gangs"]["mean"], 0.0);
+  EXPECT_DOUBLE_EQ(r.json["queueing_delay_seconds"]["low"]["mean"], 0.5);
+  EXPECT_EQ(r.json["config"]["gangs"], true);
+
+  // Without gangs, every job larger than a node is rejected, as before gangs existed.
+  r = RunSim({"--trace", trace, "--nodes", "2", "--gpus-per-node", "4", "--model", "V100",
+              "--online-percent", "0", "--gangs", "off", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.json["jobs"]["rejected_exceeds_node"], 2);
   EXPECT_EQ(r.json["jobs"]["submitted"], 1);
-  EXPECT_EQ(r.json["jobs"]["completed"], 1);
+  EXPECT_EQ(r.json["jobs"]["gangs"], 0);
+  EXPECT_EQ(r.json["config"]["gangs"], false);
 }
 
 // The core's model rule (core::MatchGpuModels) decides what a job's model selects: an exact name
@@ -168,7 +186,7 @@ TEST(SimulatorTest, SameInputAndSeedGiveIdenticalOutput) {
     EXPECT_EQ(
         first.json["jobs"]["completed"].get<int>() + first.json["jobs"]["rejected"].get<int>(),
         3000);
-    EXPECT_GT(first.json["jobs"]["rejected_exceeds_node"].get<int>(), 0);  // 8 GPUs of model B.
+    EXPECT_GT(first.json["jobs"]["gangs"].get<int>(), 0);  // 8 GPUs of model B: 2 x 4.
     EXPECT_GT(first.json["queueing_delay_seconds"]["all"]["p99"].get<double>(), 0);
     first.json.erase("speed");
     second.json.erase("speed");

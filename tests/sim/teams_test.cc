@@ -319,14 +319,15 @@ TEST(GuaranteesTest, BadValuesAreErrorsNamingTheOptionOrFile) {
   expect_error({"--team-guarantees", "proportional", "--policy", "original"}, "--policy dgpu");
 }
 
-// Without --borrowing and --team-guarantees the replay is the one before teams existed: figures
-// recorded with the simulator before this change (same trace, cluster, seed).
+// Without --borrowing and --team-guarantees (and with --gangs off) the replay is the one before
+// teams existed: figures recorded with the simulator before teams (same trace, cluster, seed).
 TEST(GuaranteesTest, WithoutBorrowingResultsAreAsBefore) {
   std::string trace = WriteTempFile("t.csv", SyntheticTrace(3000));
   std::string cluster = WriteTempFile("c.yaml",
                                       "nodes:\n  - {count: 6, gpus_per_node: 8, model: A}\n"
                                       "  - {count: 4, gpus_per_node: 4, model: B}\n");
-  SimRun r = RunSim({"--trace", trace, "--cluster", cluster, "--seed", "9", "--json"});
+  SimRun r =
+      RunSim({"--trace", trace, "--cluster", cluster, "--seed", "9", "--gangs", "off", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   const Json& q = r.json["queueing_delay_seconds"];
   EXPECT_EQ(q["high"]["mean"], 45557.02512027491);
@@ -342,7 +343,7 @@ TEST(GuaranteesTest, WithoutBorrowingResultsAreAsBefore) {
   EXPECT_EQ(r.json["preemptions"], 0);
 
   r = RunSim({"--trace", trace, "--cluster", cluster, "--seed", "9", "--online-percent", "0.5",
-              "--max-bypass", "3", "--max-time", "200000", "--json"});
+              "--max-bypass", "3", "--max-time", "200000", "--gangs", "off", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   const Json& capped = r.json["queueing_delay_seconds"];
   EXPECT_EQ(capped["high"]["mean"], 87725.73690455718);
@@ -359,8 +360,8 @@ TEST(GuaranteesTest, WithoutBorrowingResultsAreAsBefore) {
 
   // A grace and a minimum run time change nothing without borrowing.
   SimRun again = RunSim({"--trace", trace, "--cluster", cluster, "--seed", "9", "--online-percent",
-                         "0.5", "--max-bypass", "3", "--max-time", "200000", "--json",
-                         "--preemption-grace", "7", "--min-runtime", "100"});
+                         "0.5", "--max-bypass", "3", "--max-time", "200000", "--gangs", "off",
+                         "--json", "--preemption-grace", "7", "--min-runtime", "100"});
   ASSERT_EQ(again.code, 0) << again.err;
   for (Json* j : {&r.json, &again.json}) {
     j->erase("speed");

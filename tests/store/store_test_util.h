@@ -137,7 +137,8 @@ inline core::Task FullTask(core::TaskNumber id) {
   t.id = id;
   t.spec.name = "train-" + std::to_string(id) + " \xc3\xa9t\xc3\xa9";  // UTF-8 "été".
   t.spec.priority = core::Priority::kHigh;
-  t.spec.gpu_count = 3;
+  t.spec.gpu_count = 4;
+  t.spec.nodes = 2;
   t.spec.gpu_model = "H100";
   t.spec.command = "python train.py --lr=0.1 'quoted \"x\"'\n echo done";
   t.spec.env = {{"B", "2"}, {"A", "x=y"}, {"A", "duplicate kept"}, {"EMPTY", ""}};
@@ -145,7 +146,7 @@ inline core::Task FullTask(core::TaskNumber id) {
   t.spec.image = "nvidia/cuda:12.0";
   t.status = core::TaskStatus::kRunning;
   t.queue_seq = -42;
-  t.allocation = {{"node-a", {0, 2}}, {"node-b", {7}}};
+  t.allocation = {{"node-a", {0, 2}}, {"node-b", {5, 7}}};
   t.attempts = 2;
   t.exit_code = -9;
   t.error = "agent_lost";

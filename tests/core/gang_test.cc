@@ -1,0 +1,299 @@
+// Gangs in the pass: one member per node, all placed in the same pass or none, in rank order;
+// why a gang waits; the starvation guard's reservation of several nodes; quotas and teams
+// counting every member; a gang's life once started (multinode_test.cc has more of it).
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/scheduler_core.h"
+#include "test_util.h"
+
+namespace dgpu::core {
+
+// How failures print a decision, a reason and a member.
+std::string Describe(const Decision& d);  // teams_test.cc
+void PrintTo(const Decision& d, std::ostream* os) { *os << Describe(d); }
+void PrintTo(PendingReason r, std::ostream* os) { *os << ToString(r); }
+void PrintTo(const NodeAllocation& a, std::ostream* os) {
+  *os << a.node_id << "[";
+  for (int i : a.gpu_indices) *os << i << ",";
+  *os << "]" << (a.ended ? " ended" : "");
+}
+
+namespace {
+
+using testing::kSec;
+using testing::MakeGpus;
+using Kind = Decision::Kind;
+
+TaskSpec GangSpec(Priority p, int nodes, int per_node, std::string model = "") {
+  TaskSpec s = testing::Spec(p, nodes * per_node, std::move(model));
+  s.nodes = nodes;
+  return s;
+}
+
+class GangTest : public ::testing::Test {
+ protected:
+  explicit GangTest(CoreConfig config = AllBatch()) : core_(config) {}
+  static CoreConfig AllBatch() {
+    CoreConfig c;
+    c.online_percent = 0.0;
+    return c;
+  }
+  void Nodes(int count, int gpus) {
+    for (int i = 1; i <= count; ++i) {
+      ASSERT_TRUE(
+          core_.RegisterNode("n" + std::to_string(i), "", MakeGpus(gpus), {}, {}, now_).ok());
+    }
+  }
+  TaskNumber Submit(const TaskSpec& s) {
+    auto id = core_.Submit(s, now_);
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    return id.ok() ? *id : 0;
+  }
+  std::vector<Decision> Pass() {
+    core_.Schedule(now_);
+    EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+    return core_.TakeDecisions();
+  }
+  PendingReason Reason(TaskNumber id) { return core_.ReasonOf(*core_.FindTask(id)); }
+  int Free(const std::string& node) { return core_.FindNode(node)->free_gpus; }
+  const Task& T(TaskNumber id) { return *core_.FindTask(id); }
+  Status Finish(TaskNumber id, const std::string& node, bool ok = true, int code = 0) {
+    Status s = core_.TaskFinished(node, {id, ok, code, "", now_}, now_);
+    EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+    return s;
+  }
+  static Decision Start(TaskNumber id, const std::string& node, std::vector<int> gpus) {
+    return {Kind::kStart, id, node, std::move(gpus)};
+  }
+
+  SchedulerCore core_;
+  TimeMicros now_ = 100 * kSec;
+};
+
+TEST_F(GangTest, AllMembersStartTogetherInRankOrderOnTheBestFittingNodes) {
+  // n1 has 1 GPU, n2 2, n3 3, n4 4: a 2 x 2 gang best fits n2, then n3.
+  for (int i = 1; i <= 4; ++i) {
+    ASSERT_TRUE(core_.RegisterNode("n" + std::to_string(i), "", MakeGpus(i), {}, {}, now_).ok());
+  }
+  const TaskNumber gang = Submit(GangSpec(Priority::kLow, 2, 2));
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(gang, "n2", {0, 1}), Start(gang, "n3", {0, 1})}));
+  EXPECT_EQ(T(gang).status, TaskStatus::kRunning);
+  EXPECT_EQ(T(gang).allocation, (Allocation{{"n2", {0, 1}}, {"n3", {0, 1}}}));
+  EXPECT_EQ(T(gang).attempts, 1);
+  EXPECT_EQ(core_.Quota().used[1], 4);
+  EXPECT_EQ(core_.stats().gang_starts, 1u);
+  EXPECT_EQ(core_.stats().decisions, 1u) << "one decision per gang";
+  EXPECT_EQ(Free("n2"), 0);
+  EXPECT_EQ(Free("n3"), 1);
+  // Each member confirms its start; it started when the last did.
+  ASSERT_TRUE(core_.TaskStarted(gang, "n3", now_ + 1).ok());
+  ASSERT_TRUE(core_.TaskStarted(gang, "n2", now_ + 2).ok());
+  EXPECT_EQ(T(gang).started_at, now_ + 2);
+  // Success once every member has succeeded.
+  ASSERT_TRUE(Finish(gang, "n2").ok());
+  EXPECT_EQ(T(gang).status, TaskStatus::kRunning);
+  EXPECT_EQ(Free("n2"), 2) << "an ended member's GPUs are free at once";
+  ASSERT_TRUE(Finish(gang, "n3").ok());
+  EXPECT_EQ(T(gang).status, TaskStatus::kSuccess);
+  EXPECT_EQ(core_.Quota().used[1], 0);
+}
+
+TEST_F(GangTest, AGangThatDoesNotFitWholeHoldsNothingAndStartsOnceItDoes) {
+  Nodes(3, 4);
+  const TaskNumber a = Submit(testing::Spec(Priority::kLow, 2));
+  const TaskNumber b = Submit(testing::Spec(Priority::kLow, 2));
+  const TaskNumber c = Submit(testing::Spec(Priority::kLow, 2));
+  // Best fit: a and b fill n1, c takes half of n2.
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(a, "n1", {0, 1}), Start(b, "n1", {2, 3}),
+                                           Start(c, "n2", {0, 1})}));
+  const TaskNumber gang = Submit(GangSpec(Priority::kLow, 2, 3));
+  EXPECT_TRUE(Pass().empty()) << "one of two members has room: none starts";
+  EXPECT_EQ(Reason(gang), PendingReason::kNoNodeFits);
+  EXPECT_EQ(Free("n3"), 4) << "nothing held for it";
+  EXPECT_EQ(core_.Quota().used[1], 6);
+  // Smaller tasks use the rest meanwhile.
+  const TaskNumber small = Submit(testing::Spec(Priority::kLow, 3));
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(small, "n3", {0, 1, 2})}));
+  ASSERT_TRUE(Finish(small, "n3").ok());
+  EXPECT_TRUE(Pass().empty()) << "n2 still has c";
+  ASSERT_TRUE(Finish(c, "n2").ok());
+  EXPECT_EQ(Pass(),
+            (std::vector<Decision>{Start(gang, "n2", {0, 1, 2}), Start(gang, "n3", {0, 1, 2})}));
+}
+
+TEST_F(GangTest, ExceedsClusterOnlyWhenTooFewNodesOfThatSizeExist) {
+  Nodes(2, 4);
+  ASSERT_TRUE(core_.RegisterNode("big", "", MakeGpus(8), {}, {}, now_).ok());
+  const TaskNumber three = Submit(GangSpec(Priority::kLow, 3, 4));
+  const TaskNumber two_by_eight = Submit(GangSpec(Priority::kLow, 2, 8));
+  const TaskNumber nine = Submit(GangSpec(Priority::kLow, 2, 9));
+  const TaskNumber four = Submit(GangSpec(Priority::kLow, 4, 1));
+  const TaskNumber model = Submit(GangSpec(Priority::kLow, 2, 1, "H100"));
+  auto d = Pass();
+  EXPECT_EQ(Reason(two_by_eight), PendingReason::kExceedsCluster) << "one node has 8";
+  EXPECT_EQ(Reason(nine), PendingReason::kExceedsCluster);
+  EXPECT_EQ(Reason(four), PendingReason::kExceedsCluster) << "three nodes";
+  EXPECT_EQ(Reason(model), PendingReason::kNoGpuModel);
+  // The 3 x 4 gang fits (n1, n2 and big): it started.
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(T(three).status, TaskStatus::kRunning);
+  EXPECT_EQ(T(three).allocation[0].node_id, "n1");
+  EXPECT_EQ(T(three).allocation[2].node_id, "big") << "the node with the most room comes last";
+  // Another one waits for room (one node has 4 free, it needs two): no_node_fits.
+  const TaskNumber again = Submit(GangSpec(Priority::kLow, 2, 2));
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(Reason(again), PendingReason::kNoNodeFits);
+}
+
+TEST_F(GangTest, TwoGangsThatWouldDeadlockNeverHoldPartOfTheCluster) {
+  // Each gang wants 3 of 4 nodes. Placed one member at a time, each could take two nodes and
+  // wait forever for a third; all or nothing, the first runs and the second holds nothing.
+  Nodes(4, 2);
+  const TaskNumber g1 = Submit(GangSpec(Priority::kLow, 3, 2));
+  const TaskNumber g2 = Submit(GangSpec(Priority::kLow, 3, 2));
+  EXPECT_EQ(Pass().size(), 3u);
+  EXPECT_EQ(T(g1).status, TaskStatus::kRunning);
+  EXPECT_EQ(T(g2).status, TaskStatus::kPending);
+  EXPECT_EQ(Free("n4"), 2);
+  const TaskNumber single = Submit(testing::Spec(Priority::kLow, 2));
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(single, "n4", {0, 1})}));
+  for (const char* n : {"n1", "n2", "n3"}) ASSERT_TRUE(Finish(g1, n).ok());
+  EXPECT_EQ(T(g1).status, TaskStatus::kSuccess);
+  auto d = Pass();
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(T(g2).status, TaskStatus::kRunning);
+}
+
+TEST_F(GangTest, QuotaAndTeamCapCountEveryMember) {
+  CoreConfig cfg;
+  cfg.online_percent = 0.5;  // 16 GPUs: 8 online, 8 batch.
+  cfg.teams["capped"] = TeamLimits{0, 0, 6, 1};
+  SchedulerCore core(cfg);
+  for (const char* n : {"n1", "n2", "n3", "n4"}) {
+    ASSERT_TRUE(core.RegisterNode(n, "", MakeGpus(4), {}, {}, 0).ok());
+  }
+  TaskSpec over = GangSpec(Priority::kHigh, 3, 4);  // 12 > 8 online.
+  TaskSpec capped = GangSpec(Priority::kLow, 2, 4);
+  capped.team = "capped";  // 8 > its cap of 6.
+  TaskSpec fits = GangSpec(Priority::kLow, 2, 4);
+  const TaskNumber a = *core.Submit(over, 0);
+  const TaskNumber b = *core.Submit(capped, 0);
+  const TaskNumber c = *core.Submit(fits, 0);
+  core.Schedule(0);
+  EXPECT_EQ(core.TakeDecisions().size(), 2u);
+  EXPECT_EQ(core.ReasonOf(*core.FindTask(a)), PendingReason::kQuotaExhausted);
+  EXPECT_EQ(core.ReasonOf(*core.FindTask(b)), PendingReason::kTeamLimit);
+  EXPECT_EQ(core.FindTask(c)->status, TaskStatus::kRunning);
+  EXPECT_EQ(core.Quota().used[1], 8);
+  EXPECT_TRUE(core.CheckInvariants().ok()) << core.CheckInvariants().ToString();
+}
+
+class GangGuardTest : public GangTest {
+ protected:
+  GangGuardTest() : GangTest(BypassedOnce()) {}
+  static CoreConfig BypassedOnce() {
+    CoreConfig c = AllBatch();
+    c.max_bypass = 1;
+    return c;
+  }
+};
+
+TEST_F(GangGuardTest, AStarvingGangGetsNodesReservedAsTheyDrainAndSmallerTasksUseTheRest) {
+  Nodes(4, 8);
+  // Five GPUs busy on each node: a 2 x 4 gang has no room (3 free on each).
+  std::vector<TaskNumber> fillers;
+  for (int i = 0; i < 4; ++i) fillers.push_back(Submit(testing::Spec(Priority::kLow, 5)));
+  ASSERT_EQ(Pass().size(), 4u);
+  const TaskNumber gang = Submit(GangSpec(Priority::kLow, 2, 4));
+  std::vector<TaskNumber> small;
+  for (int i = 0; i < 4; ++i) small.push_back(Submit(testing::Spec(Priority::kLow, 1)));
+  // The first small task overtakes it once; then two nodes are kept for it (the most free: n2
+  // and n3, since the small task went to n1), and the others go around them: n1, then n4.
+  EXPECT_EQ(Pass(),
+            (std::vector<Decision>{Start(small[0], "n1", {5}), Start(small[1], "n1", {6}),
+                                   Start(small[2], "n1", {7}), Start(small[3], "n4", {5})}));
+  auto reservations = core_.Reservations();
+  ASSERT_EQ(reservations.size(), 1u);
+  EXPECT_EQ(reservations[0].task, gang);
+  EXPECT_EQ(reservations[0].nodes, (std::vector<std::string>{"n2", "n3"}));
+  EXPECT_EQ(Reason(gang), PendingReason::kNoNodeFits);
+  ASSERT_TRUE(Finish(fillers[1], "n2").ok());
+  const TaskNumber late = Submit(testing::Spec(Priority::kLow, 4));
+  EXPECT_TRUE(Pass().empty()) << "n2 has room but is kept; the queue holds for the gang";
+  ASSERT_TRUE(Finish(fillers[2], "n3").ok());
+  EXPECT_EQ(Pass(),
+            (std::vector<Decision>{Start(gang, "n2", {0, 1, 2, 3}), Start(gang, "n3", {0, 1, 2, 3}),
+                                   Start(late, "n2", {4, 5, 6, 7})}));
+  EXPECT_TRUE(core_.Reservations().empty());
+}
+
+TEST_F(GangTest, TheFirstFailingMemberStopsTheOthersAndANodeLostRequeuesTheWhole) {
+  Nodes(3, 2);
+  TaskSpec s = GangSpec(Priority::kLow, 2, 2);
+  s.max_retries = 0;
+  const TaskNumber lost = Submit(s);
+  ASSERT_EQ(Pass().size(), 2u);
+  ASSERT_TRUE(core_.NodeLost("n1", now_).ok());
+  EXPECT_EQ(core_.TakeDecisions(),
+            (std::vector<Decision>{{Kind::kStop, lost, "n2", {}, StopReason::kMemberLost}}));
+  ASSERT_TRUE(Finish(lost, "n2", false, 143).ok());
+  EXPECT_EQ(T(lost).status, TaskStatus::kPending);
+  EXPECT_EQ(T(lost).error, "agent_lost");
+  // Started again, whole, on the nodes that are left (attempt 2).
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(lost, "n2", {0, 1}), Start(lost, "n3", {0, 1})}));
+  EXPECT_EQ(T(lost).attempts, 2);
+  ASSERT_TRUE(Finish(lost, "n3", false, 7).ok());
+  EXPECT_EQ(core_.TakeDecisions(),
+            (std::vector<Decision>{{Kind::kStop, lost, "n2", {}, StopReason::kMemberFailure}}));
+  ASSERT_TRUE(Finish(lost, "n2", false, 143).ok());
+  EXPECT_EQ(T(lost).status, TaskStatus::kFailed);
+  EXPECT_EQ(T(lost).error, "member_failed:n3");
+  EXPECT_EQ(T(lost).exit_code, 7);
+  EXPECT_EQ(core_.Quota().used[1], 0);
+}
+
+TEST_F(GangTest, AReturningAgentsMemberOfARequeuedGangIsStopped) {
+  Nodes(3, 2);
+  const TaskNumber g = Submit(GangSpec(Priority::kLow, 2, 2));
+  ASSERT_EQ(Pass().size(), 2u);
+  const int run = RunNumber(T(g));
+  ASSERT_TRUE(core_.NodeLost("n1", now_).ok());
+  (void)core_.TakeDecisions();
+  ASSERT_TRUE(Finish(g, "n2", false, 143).ok());
+  ASSERT_EQ(T(g).status, TaskStatus::kPending);
+  // Its member on n1 kept running while the node was cut off; the gang was put back whole.
+  ASSERT_TRUE(core_.RegisterNode("n1", "", MakeGpus(2), {{g, {0, 1}, run}}, {}, now_).ok());
+  EXPECT_EQ(core_.TakeDecisions(),
+            (std::vector<Decision>{{Kind::kStop, g, "n1", {}, StopReason::kReconcile}}));
+  EXPECT_EQ(T(g).status, TaskStatus::kPending);
+  EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+}
+
+TEST_F(GangTest, CancelStopsEveryMember) {
+  Nodes(2, 2);
+  const TaskNumber g = Submit(GangSpec(Priority::kLow, 2, 2));
+  ASSERT_EQ(Pass().size(), 2u);
+  ASSERT_TRUE(core_.Cancel(g, now_, 5).ok());
+  EXPECT_EQ(core_.TakeDecisions(),
+            (std::vector<Decision>{{Kind::kStop, g, "n1", {}, StopReason::kCancel, 5},
+                                   {Kind::kStop, g, "n2", {}, StopReason::kCancel, 5}}));
+}
+
+TEST_F(GangTest, SubmissionsNameWhatIsWrong) {
+  TaskSpec s = GangSpec(Priority::kLow, 2, 2);
+  s.nodes = 0;
+  EXPECT_EQ(core_.Submit(s, now_).status().message(), "nodes must be between 1 and 1024");
+  s.nodes = 3;
+  EXPECT_EQ(core_.Submit(s, now_).status().message(),
+            "gpu_count 4 is not split evenly over 3 nodes");
+  s.nodes = 1025;
+  EXPECT_EQ(core_.Submit(s, now_).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.next_task_number(), 1u);
+}
+
+}  // namespace
+}  // namespace dgpu::core
