@@ -52,10 +52,29 @@ double ThreadCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// The task sizes the decision benchmarks draw from.
+constexpr int kSizes[] = {1, 1, 1, 1, 2, 2, 4, 8};
+
 std::string NodeName(int i) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "node-%05d", i);
   return buf;
+}
+
+// Registers `nodes` nodes x 8 GPUs and fills about half of the GPUs with long-running tasks of
+// 1, 2, 4 and 8 GPUs (`running`: each task and its node, in start order).
+void FillHalf(SchedulerCore& core, int nodes, std::mt19937& rng,
+              std::deque<std::pair<TaskNumber, std::string>>& running) {
+  for (int i = 0; i < nodes; ++i) (void)core.RegisterNode(NodeName(i), "", Gpus8(), {}, {}, 0);
+  int64_t filled = 0;
+  while (filled < nodes * 8 / 2) {
+    int k = kSizes[rng() % 8];
+    auto p = (rng() & 1) ? Priority::kHigh : Priority::kLow;
+    (void)core.Submit(SpecOf(p, k), 0);
+    core.Schedule(0);
+    for (auto& d : core.TakeDecisions()) running.emplace_back(d.task, d.node_id);
+    filled += k;
+  }
 }
 
 void BM_Decision(benchmark::State& state) {
@@ -66,26 +85,15 @@ void BM_Decision(benchmark::State& state) {
   cfg.record_changes = record;
   cfg.record_events = record;
   SchedulerCore core(cfg);
-  for (int i = 0; i < nodes; ++i) (void)core.RegisterNode(NodeName(i), "", Gpus8(), {}, {}, 0);
   std::mt19937 rng(42);
-  const int sizes[] = {1, 1, 1, 1, 2, 2, 4, 8};
-  // Fill to about half of the GPUs with long-running tasks.
   std::deque<std::pair<TaskNumber, std::string>> running;
-  int64_t filled = 0;
-  while (filled < nodes * 8 / 2) {
-    int k = sizes[rng() % 8];
-    auto p = (rng() & 1) ? Priority::kHigh : Priority::kLow;
-    (void)core.Submit(SpecOf(p, k), 0);
-    core.Schedule(0);
-    for (auto& d : core.TakeDecisions()) running.emplace_back(d.task, d.node_id);
-    filled += k;
-  }
+  FillHalf(core, nodes, rng, running);
   core.TakeChanges();
   core.TakeEvents();
   TimeMicros now = 1;
   uint64_t placed = 0;
   for (auto _ : state) {
-    int k = sizes[rng() % 8];
+    int k = kSizes[rng() % 8];
     auto p = (rng() & 1) ? Priority::kHigh : Priority::kLow;
     auto id = core.Submit(SpecOf(p, k), now);
     core.Schedule(now);
@@ -135,18 +143,9 @@ void BM_GangDecision(benchmark::State& state) {
   cfg.record_changes = record;
   cfg.record_events = record;
   SchedulerCore core(cfg);
-  for (int i = 0; i < nodes; ++i) (void)core.RegisterNode(NodeName(i), "", Gpus8(), {}, {}, 0);
   std::mt19937 rng(42);
-  const int sizes[] = {1, 1, 1, 1, 2, 2, 4, 8};
-  int64_t filled = 0;
-  while (filled < nodes * 8 / 2) {
-    int k = sizes[rng() % 8];
-    auto p = (rng() & 1) ? Priority::kHigh : Priority::kLow;
-    (void)core.Submit(SpecOf(p, k), 0);
-    core.Schedule(0);
-    (void)core.TakeDecisions();
-    filled += k;
-  }
+  std::deque<std::pair<TaskNumber, std::string>> running;
+  FillHalf(core, nodes, rng, running);
   core.TakeChanges();
   core.TakeEvents();
   TaskSpec gang = SpecOf(Priority::kHigh, members * 8);
