@@ -18,7 +18,8 @@ std::string FinishDecodedTask(Task* t) {
     return "array_index " + std::to_string(t->spec.array_index) + " of array_size " +
            std::to_string(t->spec.array_size) + " is out of range";
   }
-  if (t->spec.nodes > kMaxGangNodes || t->spec.gpu_count % t->spec.nodes != 0) {
+  if (t->spec.nodes < 1 || t->spec.nodes > kMaxGangNodes ||
+      t->spec.gpu_count % t->spec.nodes != 0) {
     return "gpu_count " + std::to_string(t->spec.gpu_count) + " is not split evenly over " +
            std::to_string(t->spec.nodes) + " nodes";
   }

@@ -192,6 +192,7 @@ core::Task TaskFromRecord(const dgpu::v1::TaskRecord& r) {
     t.spec.array_size = 0;
     t.spec.array_index = -1;
   }
+  if (t.spec.nodes > core::kMaxGangNodes || t.spec.gpu_count % t.spec.nodes != 0) t.spec.nodes = 1;
   (void)core::FinishDecodedTask(&t);
   return t;
 }

@@ -113,6 +113,14 @@ TEST(TaskFieldsTest, FinishDecodedTaskClearsARetryTimeOutsidePendingAndNamesWhat
   t.spec.array_size = 2;
   t.spec.array_index = 2;
   EXPECT_EQ(FinishDecodedTask(&t), "array_index 2 of array_size 2 is out of range");
+  t.spec.array_index = 1;
+  t.spec.gpu_count = 3;
+  t.spec.nodes = 2;
+  EXPECT_EQ(FinishDecodedTask(&t), "gpu_count 3 is not split evenly over 2 nodes");
+  t.spec.nodes = 0;
+  EXPECT_EQ(FinishDecodedTask(&t), "gpu_count 3 is not split evenly over 0 nodes");
+  t.spec.nodes = 3;
+  EXPECT_EQ(FinishDecodedTask(&t), "");
 }
 
 }  // namespace
