@@ -90,10 +90,7 @@ void SchedulerCore::ReleaseGpus(Task& t) {
   pass_needed_ = true;
   auto& record = static_cast<TaskRecord&>(t);
   CountEligible(record, false);
-  if (record.incoming_counted) {
-    nodes_[record.node_slot]->incoming -= t.spec.gpu_count;
-    record.incoming_counted = false;
-  }
+  CountIncoming(record, false);
   const uint32_t slot = record.node_slot;
   if (t.allocation.size() == 1 && slot < nodes_.size()) {
     // node_slot is set with the allocation and names its node (CheckInvariants): no need to read

@@ -240,10 +240,11 @@ Status SchedulerCore::CheckTeamInvariants() const {
       return;
     }
     if (t->eligible_counted) {
-      const NodeState& n = *nodes_[t->node_slot];
-      const int model =
-          n.gpu_model[static_cast<size_t>(n.Position(t->allocation[0].gpu_indices[0]))];
-      eligible[{t->node_slot, model}][p] += t->spec.gpu_count;
+      for (const NodeAllocation& m : t->allocation) {
+        const NodeState& n = *FindNodeState(m.node_id);
+        const int model = n.gpu_model[static_cast<size_t>(n.Position(m.gpu_indices[0]))];
+        eligible[{n.slot, model}][p] += static_cast<int>(m.gpu_indices.size());
+      }
     }
     if (!config_.borrowing) {
       if (t->borrowed) problem = FormatTaskId(id) + " borrows without borrowing";

@@ -333,7 +333,11 @@ PendingReason SchedulerCore::TryStartHead(int prio, Shape& shape, Task& t,
   if (!Admit(prio, shape)) return PostFilter(t, Diagnose(t, models), now);
   // A task that may not be preempted may not borrow either.
   if (phase == Phase::kBorrowing && !shape.preemptible) return PendingReason::kQuotaExhausted;
-  // The node its victims freed, first.
+  // The nodes its victims freed, first.
+  if (own != nullptr && own->preemption && shape.nodes > 1 &&
+      StartReservedGang(t, *own, models, now)) {
+    return PendingReason::kNone;
+  }
   if (own != nullptr && own->preemption && shape.nodes == 1) {
     for (uint32_t slot : own->slots) {
       NodeState& n = *nodes_[slot];
@@ -389,31 +393,50 @@ PendingReason SchedulerCore::TryStartHead(int prio, Shape& shape, Task& t,
 }
 
 void SchedulerCore::StartPreemptors(int prio, TimeMicros now) {
-  std::vector<std::pair<TaskNumber, uint32_t>> waiting;
+  std::vector<TaskNumber> waiting;
   for (const Reservation& r : reservations_) {
-    if (r.preemption && PrioIndex(r.priority) == prio)
-      waiting.emplace_back(r.task, r.slots.front());
+    if (r.preemption && PrioIndex(r.priority) == prio) waiting.push_back(r.task);
   }
-  for (const auto& [id, slot] : waiting) {
+  for (TaskNumber id : waiting) {
     TaskRecord* t = tasks_.Find(id);
-    NodeState& n = *nodes_[slot];
-    if (t == nullptr || t->status != TaskStatus::kPending || t->shape == nullptr || !n.in_index) {
+    const Reservation* r = ReservationOf(id);
+    if (t == nullptr || r == nullptr || t->status != TaskStatus::kPending || t->shape == nullptr) {
       continue;
     }
     if (TeamAdmits(t->team, t->spec.gpu_count, OwnReserved(id)) != PendingReason::kNone) continue;
+    if (t->spec.nodes > 1) {
+      (void)StartReservedGang(*t, *r, ShapeModels(*t->shape), now);
+      continue;
+    }
+    const uint32_t slot = r->slots.front();
+    NodeState& n = *nodes_[slot];
+    if (!n.in_index) continue;
     for (int m : ShapeModels(*t->shape)) {
       const NodeState::ModelSlice* s = n.Slice(m);
-      if (s == nullptr || s->free < t->spec.gpu_count) continue;
-      bool ok = true;
-      if (!config_.policies.filters.empty()) {
-        const NodeFacts facts{n.id, n.labels};
-        for (const auto& f : config_.policies.filters) ok = ok && f->Feasible(*t, facts);
-      }
-      if (!ok) continue;
+      if (s == nullptr || s->free < t->spec.gpu_count || !PassesFilters(*t, n)) continue;
       StartTask(*t, slot, m, now);
       break;
     }
   }
+}
+
+bool SchedulerCore::StartReservedGang(Task& t, const Reservation& r, const std::vector<int>& models,
+                                      TimeMicros now) {
+  const int per_node = GpusPerNode(t.spec);
+  for (int m : models) {
+    bool room = true;
+    for (uint32_t slot : r.slots) {
+      NodeState& n = *nodes_[slot];
+      const NodeState::ModelSlice* s = n.Slice(m);
+      room = room && n.in_index && s != nullptr && s->free >= per_node && PassesFilters(t, n);
+    }
+    if (!room) continue;
+    // Starting drops the reservation: its nodes are copied first.
+    std::vector<uint32_t> slots = r.slots;
+    StartGang(t, slots, m, now);
+    return true;
+  }
+  return false;
 }
 
 // A head waiting for its victims would keep every task of its shape waiting behind it for a

@@ -1,5 +1,5 @@
 // Preemption (quota.borrowing): a task within its guarantee that finds no room takes GPUs back
-// from borrowed tasks, on one node, no more than it needs.
+// from borrowed tasks, on one node (a gang: on one node per member), no more than it needs.
 //
 // Which tasks may be taken is counted per node and model (ModelSlice::eligible, per class), and
 // three more placement indexes order the placeable nodes by free + eligible GPUs (of class 0, of
@@ -18,25 +18,50 @@ constexpr int kMaxPlansCompared = 32;
 
 bool SchedulerCore::Eligible(const TaskRecord& t) const {
   if (!config_.borrowing || !t.borrowed || !t.spec.preemptible ||
-      t.status != TaskStatus::kRunning || t.stopping || t.allocation.size() != 1 ||
-      t.node_slot >= nodes_.size() || t.allocation[0].gpu_indices.empty()) {
+      t.status != TaskStatus::kRunning || t.stopping || std::ssize(t.allocation) != t.spec.nodes ||
+      t.node_slot >= nodes_.size()) {
     return false;
   }
-  const NodeState& node = *nodes_[t.node_slot];
-  const int pos = node.Position(t.allocation[0].gpu_indices[0]);
-  return pos >= 0 && node.gpu_task[static_cast<size_t>(pos)] == t.id;
+  // Every member holds its GPUs (a gang is taken back whole: none of its members has ended, and
+  // none waits for its node to register again).
+  for (size_t i = 0; i < t.allocation.size(); ++i) {
+    const NodeAllocation& m = t.allocation[i];
+    const NodeState* node = i == 0 ? nodes_[t.node_slot].get() : FindNodeState(m.node_id);
+    if (m.ended || m.gpu_indices.empty() || node == nullptr) return false;
+    const int pos = node->Position(m.gpu_indices[0]);
+    if (pos < 0 || node->gpu_task[static_cast<size_t>(pos)] != t.id) return false;
+  }
+  return true;
 }
 
 void SchedulerCore::UpdateEligible(TaskRecord& t) { CountEligible(t, Eligible(t)); }
 
 void SchedulerCore::CountEligible(TaskRecord& t, bool want) {
   if (want == t.eligible_counted) return;
-  NodeState& node = *nodes_[t.node_slot];
-  const int pos = node.Position(t.allocation[0].gpu_indices[0]);
-  NodeState::ModelSlice* slice = node.Slice(node.gpu_model[static_cast<size_t>(pos)]);
-  slice->eligible[PrioIndex(t.spec.priority)] += want ? t.spec.gpu_count : -t.spec.gpu_count;
+  // Counted while every member holds its GPUs (Eligible), taken out before any member ends.
+  for (size_t i = 0; i < t.allocation.size(); ++i) {
+    const NodeAllocation& m = t.allocation[i];
+    NodeState& node = i == 0 ? *nodes_[t.node_slot] : *FindNodeState(m.node_id);
+    const int pos = node.Position(m.gpu_indices[0]);
+    NodeState::ModelSlice* slice = node.Slice(node.gpu_model[static_cast<size_t>(pos)]);
+    const int gpus = static_cast<int>(m.gpu_indices.size());
+    slice->eligible[PrioIndex(t.spec.priority)] += want ? gpus : -gpus;
+    ReclaimSync(node);
+  }
   t.eligible_counted = want;
-  ReclaimSync(node);
+}
+
+void SchedulerCore::CountIncoming(TaskRecord& t, bool counted) {
+  if (counted == t.incoming_counted) return;
+  for (size_t i = 0; i < t.allocation.size(); ++i) {
+    const NodeAllocation& m = t.allocation[i];
+    if (m.ended) continue;  // Its GPUs are free already, and left `incoming` then (EndMember).
+    NodeState* node = i == 0 ? nodes_[t.node_slot].get() : FindNodeState(m.node_id);
+    if (node == nullptr) continue;
+    const int gpus = static_cast<int>(m.gpu_indices.size());
+    node->incoming += counted ? gpus : -gpus;
+  }
+  t.incoming_counted = counted;
 }
 
 void SchedulerCore::ReclaimSync(NodeState& node) {
@@ -84,7 +109,7 @@ std::optional<SchedulerCore::VictimPlan> SchedulerCore::PlanVictims(const TaskRe
   if (slice == nullptr) return std::nullopt;
   // What will be free here for t: free GPUs, and those of victims stopping here, less what is
   // kept for other tasks waiting for them.
-  const int need = t.spec.gpu_count - Available(node, model, t.id);
+  const int need = GpusPerNode(t.spec) - Available(node, model, t.id);
   if (need <= 0) {
     VictimPlan share;  // Room without stopping anything more.
     share.slot = node.slot;
@@ -176,17 +201,15 @@ std::optional<SchedulerCore::VictimPlan> SchedulerCore::PlanVictims(const TaskRe
 int SchedulerCore::Available(const NodeState& node, int model, TaskNumber task) const {
   const auto* slice = const_cast<NodeState&>(node).Slice(model);
   if (slice == nullptr) return 0;
-  const int own = OwnReserved(task);
-  const Reservation* r = own > 0 ? ReservationOf(task) : nullptr;
-  const bool own_here =
-      r != nullptr && std::find(r->slots.begin(), r->slots.end(), node.slot) != r->slots.end();
-  return slice->free + node.incoming - (node.promised - (own_here ? own : 0));
+  const Reservation* r = reservations_.empty() ? nullptr : ReservationOf(task);
+  const bool own_here = r != nullptr && r->preemption &&
+                        std::find(r->slots.begin(), r->slots.end(), node.slot) != r->slots.end();
+  return slice->free + node.incoming - (node.promised - (own_here ? r->per_slot : 0));
 }
 
 PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
                                      const std::vector<uint32_t>& /*excluded*/, TimeMicros now) {
-  // A gang takes GPUs back only as they free up (its members' nodes would each need victims).
-  if (t.spec.nodes > 1) return why;
+  if (t.spec.nodes > 1) return ReclaimGang(t, why, now);
   const int prio = PrioIndex(t.spec.priority);
   const std::vector<int>& models = ModelsFor(t.spec.gpu_model);
   auto fits_model = [&](const NodeState& node, int* model) {
@@ -198,14 +221,7 @@ PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
     }
     return false;
   };
-  auto passes_filters = [&](const NodeState& node) {
-    if (config_.policies.filters.empty()) return true;
-    const NodeFacts facts{node.id, node.labels};
-    for (const auto& f : config_.policies.filters) {
-      if (!f->Feasible(t, facts)) return false;
-    }
-    return true;
-  };
+  auto passes_filters = [&](const NodeState& node) { return PassesFilters(t, node); };
   // Already waiting: while the node kept for it will have room once its victims (or those it
   // shares them with) are gone, it waits for them.
   if (const Reservation* own = reservations_.empty() ? nullptr : ReservationOf(t.id);
@@ -282,23 +298,104 @@ PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
   }
   if (!best) return why;
   NodeState& node = *nodes_[best->slot];
-  for (TaskRecord* v : best->victims) {
-    const int32_t grace = v->spec.preemption_grace_seconds >= 0 ? v->spec.preemption_grace_seconds
-                                                                : config_.preemption_grace_seconds;
-    v->preempted_by = t.id;
-    EmitEvent(Event::Kind::kTaskPreempted, *v, now, node.id, FormatTaskId(t.id));
-    (void)StopTask(v->id, StopReason::kPreempt, grace, now);
-    v->incoming_counted = true;
-    node.incoming += v->spec.gpu_count;
-    preemptions_.push_back(
-        {v->id, t.id, best->slot,
-         now + std::max<int32_t>(grace, 0) * kMicrosPerSecond + config_.heartbeat_timeout});
-    stats_.preemptions++;
-  }
+  for (TaskRecord* v : best->victims) Preempt(*v, t, node, now);
   Reserve(t.spec.priority, t.id, best->slot, true);
   // The rest of this pass skips the node too.
   queues_[prio]->excluded.push_back(best->slot);
   return PendingReason::kWaitingForPreemption;
+}
+
+bool SchedulerCore::PassesFilters(const Task& t, const NodeState& node) const {
+  if (config_.policies.filters.empty()) return true;
+  const NodeFacts facts{node.id, node.labels};
+  for (const auto& f : config_.policies.filters) {
+    if (!f->Feasible(t, facts)) return false;
+  }
+  return true;
+}
+
+PendingReason SchedulerCore::ReclaimGang(TaskRecord& t, PendingReason why, TimeMicros now) {
+  const int prio = PrioIndex(t.spec.priority);
+  const int per_node = GpusPerNode(t.spec);
+  const std::vector<int>& models = ModelsFor(t.spec.gpu_model);
+  // Already waiting: while every node kept for it will have room for a member once the victims
+  // stopping there are gone, it waits for them.
+  if (const Reservation* own = reservations_.empty() ? nullptr : ReservationOf(t.id);
+      own != nullptr && own->preemption) {
+    for (int m : models) {
+      bool room = true;
+      bool stopping = false;
+      for (uint32_t slot : own->slots) {
+        const NodeState& node = *nodes_[slot];
+        room = room && node.Placeable() && Available(node, m, t.id) >= per_node;
+        stopping = stopping || node.incoming > 0;
+      }
+      if (room && stopping) return PendingReason::kWaitingForPreemption;
+    }
+    DropReservation(t.id);
+  }
+  if (unclaimed_tasks_ > 0) return why;
+  stats_.reclaim_searches++;
+  std::vector<uint32_t>& skip = reclaim_excluded_;
+  skip.clear();
+  for (const Reservation& r : reservations_) {
+    if (!r.preemption && r.task != t.id) skip.insert(skip.end(), r.slots.begin(), r.slots.end());
+  }
+  // One member per node, all of one model: on each node that can make room for a member, the
+  // fewest victims (PlanVictims, as for a single node), then the best `nodes` of those plans.
+  // Other class's borrowers first; only if they cannot make room for every member, any class's.
+  const auto members = static_cast<size_t>(t.spec.nodes);
+  const int limit = std::max(kMaxNodesExamined, 4 * t.spec.nodes);
+  std::vector<VictimPlan> plans;
+  for (const int victim_class : {1 - prio, -1}) {
+    const int index = victim_class < 0 ? 2 : victim_class;
+    for (int m : models) {
+      plans.clear();
+      int examined = 0;
+      reclaim_[index].ForEachFitOf(m, per_node, skip, [&](uint32_t slot, int, int) {
+        if (++examined > limit) return false;
+        const NodeState& node = *nodes_[slot];
+        if (!PassesFilters(t, node)) return true;
+        if (auto plan = PlanVictims(t, node, m, victim_class, now)) plans.push_back(*plan);
+        return true;
+      });
+      if (plans.size() < members) continue;
+      std::sort(plans.begin(), plans.end(), [](const VictimPlan& a, const VictimPlan& b) {
+        return std::make_tuple(a.victims.size(), a.own_class, a.lost, a.freed, a.slot) <
+               std::make_tuple(b.victims.size(), b.own_class, b.lost, b.freed, b.slot);
+      });
+      plans.resize(members);
+      std::vector<uint32_t> slots;
+      for (const VictimPlan& plan : plans) {
+        // A gang victim may be in two plans: it is stopped once, every member.
+        for (TaskRecord* v : plan.victims) {
+          if (!v->stopping) Preempt(*v, t, *nodes_[plan.slot], now);
+        }
+        slots.push_back(plan.slot);
+      }
+      ReservePreempted(t.spec.priority, t.id, slots);
+      // The rest of this pass skips its nodes too.
+      auto& excluded = queues_[prio]->excluded;
+      excluded.insert(excluded.end(), slots.begin(), slots.end());
+      return PendingReason::kWaitingForPreemption;
+    }
+  }
+  return why;
+}
+
+void SchedulerCore::Preempt(TaskRecord& v, const TaskRecord& t, const NodeState& node,
+                            TimeMicros now) {
+  const int32_t grace = v.spec.preemption_grace_seconds >= 0 ? v.spec.preemption_grace_seconds
+                                                             : config_.preemption_grace_seconds;
+  v.preempted_by = t.id;
+  EmitEvent(Event::Kind::kTaskPreempted, v, now, node.id, FormatTaskId(t.id));
+  // Every member of a gang is stopped; the GPUs of each will be free on its node.
+  (void)StopTask(v.id, StopReason::kPreempt, grace, now);
+  CountIncoming(v, true);
+  preemptions_.push_back(
+      {v.id, t.id, node.slot,
+       now + std::max<int32_t>(grace, 0) * kMicrosPerSecond + config_.heartbeat_timeout});
+  stats_.preemptions++;
 }
 
 void SchedulerCore::ExpirePreemptions(TimeMicros now) {

@@ -56,31 +56,39 @@ void SchedulerCore::ResetGuard(PriorityQueue& q, TaskNumber oldest) {
 
 const SchedulerCore::Reservation& SchedulerCore::Reserve(Priority p, TaskNumber task, uint32_t slot,
                                                          bool preemption) {
+  if (preemption) return ReservePreempted(p, task, {slot});
   // Other tasks see a different set of nodes: another pass may find more.
   pass_needed_ = true;
-  const TaskRecord* t = tasks_.Find(task);
   if (auto at = reservation_at_.find(task); at != reservation_at_.end()) {
     Reservation& r = reservations_[at->second];
-    if (preemption && !r.preemption) {
-      // Its victims' node replaces what the guard kept.
-      r.slots = {slot};
-      r.preemption = true;
-      r.gpus = t->spec.gpu_count;
-      r.team = t->team;
-      CountReservation(r, +1);
-    } else if (std::find(r.slots.begin(), r.slots.end(), slot) == r.slots.end()) {
-      r.slots.push_back(slot);
-    }
+    if (std::find(r.slots.begin(), r.slots.end(), slot) == r.slots.end()) r.slots.push_back(slot);
     return r;
   }
-  Reservation& r = reservations_.emplace_back(Reservation{p, task, {slot}, preemption});
+  Reservation& r = reservations_.emplace_back(Reservation{p, task, {slot}, false});
   reservation_at_[task] = static_cast<uint32_t>(reservations_.size() - 1);
-  if (preemption) {
-    r.gpus = t->spec.gpu_count;
-    r.team = t->team;
-    CountReservation(r, +1);
-  }
   return r;
+}
+
+const SchedulerCore::Reservation& SchedulerCore::ReservePreempted(
+    Priority p, TaskNumber task, const std::vector<uint32_t>& slots) {
+  pass_needed_ = true;
+  const TaskRecord* t = tasks_.Find(task);
+  Reservation* r = nullptr;
+  if (auto at = reservation_at_.find(task); at != reservation_at_.end()) {
+    // Its victims' nodes replace what the guard kept (or what an earlier preemption did).
+    r = &reservations_[at->second];
+    CountReservation(*r, -1, /*rebalance=*/false);
+  } else {
+    r = &reservations_.emplace_back(Reservation{p, task, {}, true});
+    reservation_at_[task] = static_cast<uint32_t>(reservations_.size() - 1);
+  }
+  r->slots = slots;
+  r->preemption = true;
+  r->gpus = t->spec.gpu_count;
+  r->per_slot = GpusPerNode(t->spec);
+  r->team = t->team;
+  CountReservation(*r, +1);
+  return *r;
 }
 
 const SchedulerCore::Reservation* SchedulerCore::ReservationOf(TaskNumber task) const {

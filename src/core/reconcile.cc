@@ -86,8 +86,9 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     node->online = false;
   }
   std::vector<TaskNumber> held = node->HeldTasks();
-  // Its GPU table is rebuilt: what counted as eligible there is counted again below.
-  for (TaskNumber id : held) tasks_.Find(id)->eligible_counted = false;
+  // Its GPU table is rebuilt: what counted as eligible is counted again below (a gang's on its
+  // other members' nodes too).
+  for (TaskNumber id : held) CountEligible(*tasks_.Find(id), false);
   unclaimed_tasks_ -= node->unclaimed.size();
   node->address = address;
   node->gpus = gpus;
@@ -313,8 +314,7 @@ Status SchedulerCore::Restore(Task task, TimeMicros now) {
     // node-loss rule applies if their agents do not confirm in time.
     const int32_t grace = t.spec.preemption_grace_seconds >= 0 ? t.spec.preemption_grace_seconds
                                                                : config_.preemption_grace_seconds;
-    t.incoming_counted = true;
-    nodes_[t.node_slot]->incoming += t.spec.gpu_count;
+    CountIncoming(t, true);
     preemptions_.push_back(
         {t.id, t.preempted_by, t.node_slot,
          now + std::max<int32_t>(grace, 0) * kMicrosPerSecond + config_.heartbeat_timeout});

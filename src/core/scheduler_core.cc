@@ -57,8 +57,18 @@ Event& SchedulerCore::EmitNodeEvent(Event::Kind kind, const std::string& node_id
 }
 
 bool SchedulerCore::EndMember(Task& t, int member) {
+  auto& record = static_cast<TaskRecord&>(t);
+  // A gang is preemptible only while every member runs; counted out before one ends.
+  CountEligible(record, false);
   NodeAllocation& m = t.allocation[static_cast<size_t>(member)];
-  if (NodeState* n = FindNodeState(m.node_id)) ReleaseOnNode(*n, t.id);
+  NodeState* n = FindNodeState(m.node_id);
+  if (n != nullptr) {
+    // Its GPUs are free for others at once: worth a pass.
+    pass_needed_ = true;
+    ReleaseOnNode(*n, t.id);
+    // A stopping victim's GPUs on this node are free now, no longer incoming.
+    if (record.incoming_counted) n->incoming -= static_cast<int>(m.gpu_indices.size());
+  }
   m.ended = true;
   return std::all_of(t.allocation.begin(), t.allocation.end(),
                      [](const NodeAllocation& a) { return a.ended; });

@@ -393,12 +393,23 @@ class SchedulerCore {
 
   // --- Preemption (preemption.cc) ---
   // Whether t's GPUs may be taken back now: borrowed, preemptible, running and not stopping,
-  // on one node whose GPUs it holds. Counted per node slice (eligible), which the reclaim
-  // indexes follow.
+  // every member holding its GPUs (a gang is preempted whole). Counted per node slice
+  // (eligible; a gang's on each member's node), which the reclaim indexes follow.
   bool Eligible(const TaskRecord& t) const;
   void UpdateEligible(TaskRecord& t);
-  // Counts t's GPUs as eligible or not (false before its GPUs are released).
+  // Counts t's GPUs as eligible or not (false before its GPUs are released, or any member's),
+  // on each member's node slice.
   void CountEligible(TaskRecord& t, bool eligible);
+  // Counts a victim's GPUs as incoming on each of its members' nodes (those that still hold
+  // them), or takes them out.
+  void CountIncoming(TaskRecord& t, bool counted);
+  // Reclaim for a gang: victims on as many nodes as it has members, each node then kept for
+  // it (ReservePreempted); kWaitingForPreemption while they stop, else `why`.
+  PendingReason ReclaimGang(TaskRecord& t, PendingReason why, TimeMicros now);
+  // Whether every configured filter lets t run on `node`.
+  bool PassesFilters(const Task& t, const NodeState& node) const;
+  // Stops victim v (every member) for t, whose room is on `node`.
+  void Preempt(TaskRecord& v, const TaskRecord& t, const NodeState& node, TimeMicros now);
   void ReclaimSync(NodeState& node);
   void ReclaimInsert(NodeState& node);
   void ReclaimErase(NodeState& node);
@@ -542,13 +553,25 @@ class SchedulerCore {
     std::vector<uint32_t> slots;
     bool preemption = false;
     // A preemption's: the GPUs its task will take, counted against its team's cap and its
-    // group's guarantee while its victims stop (CountReservation).
+    // group's guarantee while its victims stop (CountReservation), and those it will take on
+    // each of its nodes (a gang's member's; the task's own on one node), promised there.
     int gpus = 0;
+    int per_slot = 0;
     int team = 0;
   };
-  void CountReservation(const Reservation& r, int sign);
+  // Counts r's promised GPUs in its nodes, team and group (sign +1) or takes them out (-1; the
+  // group then rebalances unless `rebalance` is false: the caller counts it again at once).
+  void CountReservation(const Reservation& r, int sign, bool rebalance = true);
   const Reservation& Reserve(Priority p, TaskNumber task, uint32_t slot, bool preemption = false);
+  // A preemption's reservation of `slots` for task (one per member), replacing what the guard
+  // kept for it.
+  const Reservation& ReservePreempted(Priority p, TaskNumber task,
+                                      const std::vector<uint32_t>& slots);
   const Reservation* ReservationOf(TaskNumber task) const;
+  // Starts gang t on the nodes a preemption kept for it once each has room for a member (of
+  // one model); false when one has not yet.
+  bool StartReservedGang(Task& t, const Reservation& r, const std::vector<int>& models,
+                         TimeMicros now);
   // The starvation guard's reservation for gang t: as many nodes as it has members.
   const Reservation* ReserveForGang(Priority p, const Task& t);
   void DropReservation(TaskNumber task);

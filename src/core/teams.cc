@@ -239,15 +239,15 @@ int SchedulerCore::OwnReserved(TaskNumber id) const {
   return r != nullptr && r->preemption ? r->gpus : 0;
 }
 
-void SchedulerCore::CountReservation(const Reservation& r, int sign) {
+void SchedulerCore::CountReservation(const Reservation& r, int sign, bool rebalance) {
   if (!r.preemption) return;
-  for (uint32_t slot : r.slots) nodes_[slot]->promised += sign * r.gpus;
+  for (uint32_t slot : r.slots) nodes_[slot]->promised += sign * r.per_slot;
   TeamState& team = teams_[static_cast<size_t>(r.team)];
   team.reserved_gpus += sign * r.gpus;
   Group& g = groups_[static_cast<size_t>(team.group[PrioIndex(r.priority)])];
   g.reserved += sign * r.gpus;
   // Room no longer kept may take a borrower back within.
-  if (sign < 0 && config_.borrowing) RebalanceGroup(g);
+  if (sign < 0 && rebalance && config_.borrowing) RebalanceGroup(g);
 }
 
 // Usage decays continuously: after d seconds, u * 2^(-d/h). Held GPUs accrue r per second, so

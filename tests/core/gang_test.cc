@@ -283,6 +283,73 @@ TEST_F(GangTest, CancelStopsEveryMember) {
                                    {Kind::kStop, g, "n2", {}, StopReason::kCancel, 5}}));
 }
 
+// With borrowing: a gang preempted whole, and a gang taking GPUs back on each member's node.
+class GangBorrowingTest : public GangTest {
+ protected:
+  GangBorrowingTest() : GangTest(Borrowing()) {}
+  static CoreConfig Borrowing() {
+    CoreConfig c;
+    c.borrowing = true;
+    c.online_percent = 0.5;
+    c.preemption_grace_seconds = 30;
+    c.teams["web"] = {.online = 6, .batch = 0, .max_gpus = -1, .weight = 1};
+    return c;
+  }
+  static TaskSpec Web(TaskSpec s) {
+    s.team = "web";
+    return s;
+  }
+  static Decision Preempted(TaskNumber id, const std::string& node, TaskNumber by) {
+    return {Kind::kStop, id, node, {}, StopReason::kPreempt, 30, by};
+  }
+};
+
+TEST_F(GangBorrowingTest, ABorrowingGangIsPreemptedWholeAndGoesBackToItsPlace) {
+  Nodes(2, 4);  // 8 GPUs: 4 online (web's guarantee), 4 batch.
+  const TaskNumber gang = Submit(GangSpec(Priority::kLow, 2, 4));
+  ASSERT_EQ(Pass().size(), 2u);
+  EXPECT_TRUE(T(gang).borrowed) << "8 GPUs, 4 of them beyond the batch class's";
+  const TaskNumber web = Submit(Web(testing::Spec(Priority::kHigh, 4)));
+  EXPECT_EQ(Pass(),
+            (std::vector<Decision>{Preempted(gang, "n1", web), Preempted(gang, "n2", web)}));
+  EXPECT_EQ(Reason(web), PendingReason::kWaitingForPreemption);
+  // The first member to end frees its node: the web task takes it at once.
+  ASSERT_TRUE(Finish(gang, "n2", false, 143).ok());
+  EXPECT_EQ(T(gang).status, TaskStatus::kRunning) << "until its last member has stopped";
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(web, "n2", {0, 1, 2, 3})}));
+  ASSERT_TRUE(Finish(gang, "n1", false, 143).ok());
+  EXPECT_EQ(T(gang).status, TaskStatus::kPending);
+  EXPECT_EQ(T(gang).preemptions, 1);
+  EXPECT_EQ(T(gang).error, "preempted");
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(Reason(gang), PendingReason::kQuotaExhausted) << "4 idle GPUs, it needs 8";
+  EXPECT_EQ(core_.Quota().used[1], 0);
+}
+
+TEST_F(GangBorrowingTest, AGangWithinItsGuaranteeTakesGpusBackOnAsManyNodesAsItHasMembers) {
+  Nodes(3, 4);  // 12 GPUs: 6 online (web's guarantee), 6 batch.
+  std::vector<TaskNumber> fillers;
+  for (int i = 0; i < 6; ++i) fillers.push_back(Submit(testing::Spec(Priority::kLow, 2)));
+  ASSERT_EQ(Pass().size(), 6u);
+  // The three youngest borrow: one on n2, two on n3.
+  for (int i = 0; i < 6; ++i) ASSERT_EQ(T(fillers[i]).borrowed, i >= 3) << i;
+  ASSERT_EQ(T(fillers[3]).allocation[0].node_id, "n2");
+  const TaskNumber gang = Submit(Web(GangSpec(Priority::kHigh, 2, 2)));
+  // One victim on each of two nodes (on n3 the youngest), none on n1.
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Preempted(fillers[3], "n2", gang),
+                                           Preempted(fillers[5], "n3", gang)}));
+  EXPECT_EQ(Reason(gang), PendingReason::kWaitingForPreemption);
+  auto reservations = core_.Reservations();
+  ASSERT_EQ(reservations.size(), 1u);
+  EXPECT_EQ(reservations[0].nodes, (std::vector<std::string>{"n2", "n3"}));
+  ASSERT_TRUE(Finish(fillers[3], "n2", false, 143).ok());
+  EXPECT_TRUE(Pass().empty()) << "n3's victim still stops";
+  ASSERT_TRUE(Finish(fillers[5], "n3", false, 143).ok());
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(gang, "n2", {2, 3}), Start(gang, "n3", {2, 3})}));
+  EXPECT_FALSE(T(gang).borrowed);
+  EXPECT_TRUE(core_.Reservations().empty());
+}
+
 TEST_F(GangTest, SubmissionsNameWhatIsWrong) {
   TaskSpec s = GangSpec(Priority::kLow, 2, 2);
   s.nodes = 0;

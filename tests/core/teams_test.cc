@@ -624,6 +624,27 @@ TEST_F(TeamsTest, PendingReasonsSayWhatWouldHelp) {
 
 // --- Randomized: the promises hold whatever happens -------------------------------------------
 
+// What a failure shows: the tasks that wait or stop, the reservations and the nodes.
+std::string Waiting(const SchedulerCore& core) {
+  std::string out;
+  core.ForEachTask([&](const Task& t) {
+    if (t.status != TaskStatus::kPending && !t.stopping) return;
+    out += "\n" + FormatTaskId(t.id) + " " + std::string(ToString(t.spec.priority)) + " " +
+           t.spec.team + " " + std::to_string(t.spec.gpu_count) + " GPUs on " +
+           std::to_string(t.spec.nodes) + " node(s) " + std::string(ToString(t.status)) + " " +
+           Describe(core.ReasonOf(t));
+  });
+  for (const auto& r : core.Reservations()) {
+    out += "\nreserved for " + FormatTaskId(r.task) + ":";
+    for (const auto& n : r.nodes) out += " " + n;
+  }
+  for (const auto& n : core.Nodes()) {
+    out += "\n" + n.id + " " + std::to_string(n.free_gpus) + "/" + std::to_string(n.gpu_count) +
+           " free" + (n.online ? "" : " (offline)");
+  }
+  return out;
+}
+
 void RunBorrowingSequence(uint32_t seed, int steps) {
   std::mt19937 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
@@ -660,6 +681,11 @@ void RunBorrowingSequence(uint32_t seed, int steps) {
       TaskSpec spec = TeamSpec(pick(2) ? Priority::kHigh : Priority::kLow, 1 << pick(3),
                                teams[pick(4)], pick(6) != 0);
       if (pick(4) == 0) spec.gpu_model = models[pick(2)];
+      if (pick(5) == 0) {
+        // A gang of 2 or 3 members of 1 or 2 GPUs.
+        spec.nodes = 2 + pick(2);
+        spec.gpu_count = spec.nodes * (1 + pick(2));
+      }
       auto r = both([&](SchedulerCore& c) { return c.Submit(spec, now).status(); });
       ASSERT_TRUE(r.ok());
       ids.push_back(core.next_task_number() - 1);
@@ -675,7 +701,7 @@ void RunBorrowingSequence(uint32_t seed, int steps) {
       if (t == nullptr || t->allocation.empty()) continue;
       if (!t->stopping && pick(3) != 0) continue;
       FinishReport report{id, pick(2) == 0, 0, "", now};
-      const std::string n = t->allocation[0].node_id;
+      const std::string n = t->allocation[pick(static_cast<int>(t->allocation.size()))].node_id;
       (void)both([&](SchedulerCore& c) { return c.TaskFinished(n, report, now); });
     } else if (op < 66 && !ids.empty()) {
       TaskNumber id = ids[pick(static_cast<int>(ids.size()))];
@@ -708,7 +734,7 @@ void RunBorrowingSequence(uint32_t seed, int steps) {
       shadow.ForgetNoRoom();
       shadow.Schedule(now);
       std::vector<Decision> d = core.TakeDecisions();
-      ASSERT_EQ(Describe(d), Describe(shadow.TakeDecisions())) << where(at);
+      ASSERT_EQ(Describe(d), Describe(shadow.TakeDecisions())) << where(at) << Waiting(core);
       // Victims by preemptor.
       std::map<TaskNumber, std::vector<TaskNumber>> victims;
       for (const Decision& x : d) {
@@ -725,8 +751,9 @@ void RunBorrowingSequence(uint32_t seed, int steps) {
       if (!victims.empty()) {
         std::vector<std::pair<TaskNumber, std::string>> stopping;
         core.ForEachTask([&](const Task& t) {
-          if (t.stopping) {  // Victims, and victims cancelled since.
-            stopping.emplace_back(t.id, t.allocation[0].node_id);
+          if (!t.stopping) return;  // Victims, and victims cancelled since: every member.
+          for (const NodeAllocation& m : t.allocation) {
+            if (!m.ended) stopping.emplace_back(t.id, m.node_id);
           }
         });
         for (const auto& victim : stopping) {
