@@ -24,6 +24,8 @@ std::vector<std::pair<std::string, std::string>> ContainerTaskEnv(const TaskLaun
   env.emplace_back(common::kEnvTaskId, launch.task_id);
   env.emplace_back(common::kEnvGpuIds, JoinGpuIndices(launch.gpu_indices));
   AddArrayEnv(launch, &env);
+  // The hostfile is written on the host, outside the container: not named there.
+  AddGangEnv(launch, "", &env);
   return env;
 }
 

@@ -87,6 +87,37 @@ void AddArrayEnv(const TaskLaunch& launch, std::vector<std::pair<std::string, st
   env->emplace_back(common::kEnvArraySize, std::to_string(launch.array_size));
 }
 
+void AddGangEnv(const TaskLaunch& launch, const std::string& hostfile,
+                std::vector<std::pair<std::string, std::string>>* env) {
+  if (!launch.gang.has_value()) return;
+  const TaskLaunch::Gang& g = *launch.gang;
+  const std::string rank = std::to_string(g.node_rank);
+  const std::string nnodes = std::to_string(g.nnodes);
+  const std::string port = std::to_string(g.master_port);
+  env->emplace_back(common::kEnvNodeRank, rank);
+  env->emplace_back(common::kEnvNnodes, nnodes);
+  env->emplace_back(common::kEnvMasterAddr, g.master_addr);
+  env->emplace_back(common::kEnvMasterPort, port);
+  if (!hostfile.empty()) env->emplace_back(common::kEnvHostfile, hostfile);
+  env->emplace_back("MASTER_ADDR", g.master_addr);
+  env->emplace_back("MASTER_PORT", port);
+  env->emplace_back("NNODES", nnodes);
+  env->emplace_back("NODE_RANK", rank);
+  env->emplace_back("WORLD_SIZE", std::to_string(g.nnodes * g.gpus_per_node));
+}
+
+std::string GangHostfile(const TaskLaunch::Gang& gang) {
+  std::string text;
+  for (const std::string& host : gang.hosts) {
+    text += host + " slots=" + std::to_string(gang.gpus_per_node) + "\n";
+  }
+  return text;
+}
+
+std::string GangHostfilePath(const std::string& work_dir, const std::string& task_id) {
+  return work_dir + "/" + task_id + "/hostfile";
+}
+
 std::string StopErrorOf(core::StopReason reason) {
   return std::string(
       core::StopError(reason == core::StopReason::kNone ? core::StopReason::kCancel : reason));

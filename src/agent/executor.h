@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,6 +35,16 @@ struct TaskLaunch {
   std::string user;              // The submitter (executor.run_as: submitter); may be empty.
   int array_index = -1;          // A job array's member: its index; -1 otherwise.
   int array_size = 0;            // A job array's member: the array's size; 0 otherwise.
+  // A gang's member: its rank, the members' nodes (rank order) and where they meet.
+  struct Gang {
+    int node_rank = 0;
+    int nnodes = 0;
+    std::string master_addr;
+    int master_port = 0;
+    std::vector<std::string> hosts;
+    int gpus_per_node = 0;
+  };
+  std::optional<Gang> gang;
   // Which run of the task this is (the scheduler's count of its starts); 0: not told (an older
   // scheduler). Reported back with the exit.
   int run = 0;
@@ -152,5 +163,14 @@ std::vector<std::pair<std::string, std::string>> ReservedTaskEnv(const TaskLaunc
 // DGPU_ARRAY_INDEX and DGPU_ARRAY_SIZE for a job array's member (nothing otherwise), added to
 // `env`.
 void AddArrayEnv(const TaskLaunch& launch, std::vector<std::pair<std::string, std::string>>* env);
+// A gang's member (nothing otherwise), added to `env` over the task's own: DGPU_NODE_RANK,
+// DGPU_NNODES, DGPU_MASTER_ADDR, DGPU_MASTER_PORT, DGPU_HOSTFILE (`hostfile`, unless empty),
+// and torchrun's MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK and WORLD_SIZE (the gang's GPUs).
+void AddGangEnv(const TaskLaunch& launch, const std::string& hostfile,
+                std::vector<std::pair<std::string, std::string>>* env);
+// A gang's hostfile: one `<host> slots=<gpus>` line per member, in rank order.
+std::string GangHostfile(const TaskLaunch::Gang& gang);
+// Where a gang member's hostfile is written: the task's directory under the work directory.
+std::string GangHostfilePath(const std::string& work_dir, const std::string& task_id);
 
 }  // namespace dgpu::agent

@@ -53,6 +53,7 @@ std::vector<std::string> ProcessExecutor::BuildEnvironment(const TaskLaunch& lau
     if (!common::IsReservedTaskEnvName(key)) overrides.emplace_back(key, value);
   }
   for (auto& entry : ReservedTaskEnv(launch)) overrides.push_back(std::move(entry));
+  AddGangEnv(launch, GangHostfilePath(options_.work_dir, launch.task_id), &overrides);
   return MergeEnvironment(options_.base_env.has_value() ? *options_.base_env : CurrentEnvironment(),
                           overrides);
 }

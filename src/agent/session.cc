@@ -249,7 +249,8 @@ bool AgentSession::Connect() {
   req.set_agent_id(agent_id_);
   req.set_instance_id(instance_id_);
   req.set_node_group(config_.agent.node_group);
-  req.set_address(Hostname());
+  req.set_address(config_.agent.advertise_address.empty() ? Hostname()
+                                                          : config_.agent.advertise_address);
   req.set_epoch(highest_epoch_);
   req.set_version(DGPU_VERSION);
   for (const auto& d : devices_) FillGpu(d, req.add_gpus());
@@ -413,6 +414,15 @@ void AgentSession::HandleInbound() {
       if (a.array_size() > 0) {
         launch.array_index = a.array_index();
         launch.array_size = a.array_size();
+      }
+      if (a.has_gang()) {
+        const auto& g = a.gang();
+        launch.gang = TaskLaunch::Gang{g.node_rank(),
+                                       g.nnodes(),
+                                       g.master_addr(),
+                                       g.master_port(),
+                                       {g.hosts().begin(), g.hosts().end()},
+                                       g.gpus_per_node()};
       }
       StartTask(a.task_id(), launch, m.epoch());
     }

@@ -250,6 +250,22 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
       return start_failed(why);
     }
   }
+  if (launch.gang.has_value()) {
+    const std::string hostfile = GangHostfilePath(options_.work_dir, launch.task_id);
+    const std::string text = GangHostfile(*launch.gang);
+    const int fd = open(hostfile.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const bool written =
+        fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    const int saved = errno;
+    if (fd >= 0) close(fd);
+    if (!written) {
+      const std::string why =
+          "cannot write the gang's hostfile '" + hostfile + "': " + strerror(saved);
+      AppendLine(log_fd, "dgpu: task did not start: " + why);
+      close(log_fd);
+      return start_failed(why);
+    }
+  }
   Task task;
   task.launch = launch;
   task.plan = plan;

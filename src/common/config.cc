@@ -717,7 +717,7 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
 
   DGPU_OPEN_SECTION(scheduler, root, "scheduler",
                     {"role", "schedule_interval", "snapshot_interval", "max_attempts", "max_bypass",
-                     "id", "task_log_lines_per_second", "shutdown_timeout"});
+                     "id", "task_log_lines_per_second", "shutdown_timeout", "gang_port_range"});
   SchedulingConfig& s = c.scheduler;
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadEnum("role", kRoles, &s.role));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("schedule_interval", &s.schedule_interval));
@@ -728,6 +728,23 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   DGPU_CONFIG_RETURN_IF_ERROR(
       scheduler.ReadInt("task_log_lines_per_second", 0, 1'000'000, &s.task_log_lines_per_second));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("shutdown_timeout", &s.shutdown_timeout));
+  if (scheduler.Has("gang_port_range")) {
+    std::string range;
+    DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadString("gang_port_range", &range));
+    int low = 0;
+    int high = 0;
+    char dash = 0;
+    char extra = 0;
+    if (std::sscanf(range.c_str(), "%d %c %d %c", &low, &dash, &high, &extra) != 3 || dash != '-' ||
+        low < 1 || high > 65535 || low > high) {
+      return Invalid(
+          "scheduler.gang_port_range",
+          "must be LOW-HIGH with 1 <= LOW <= HIGH <= 65535 (such as 29500-29999), got \"" + range +
+              "\"");
+    }
+    s.gang_port_low = low;
+    s.gang_port_high = high;
+  }
 
   DGPU_OPEN_SECTION(replication, root, "replication",
                     {"enabled", "peer_address", "heartbeat_interval", "heartbeat_timeout", "mode",
@@ -860,12 +877,14 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
   const Section& root = *root_or;
 
   DGPU_OPEN_SECTION(agent, root, "agent",
-                    {"id", "heartbeat_interval", "stop_tasks_after_disconnect", "node_group"});
+                    {"id", "heartbeat_interval", "stop_tasks_after_disconnect", "node_group",
+                     "advertise_address"});
   DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadString("id", &c.agent.id));
   if (!c.agent.id.empty()) {
     if (Status id = CheckAgentId(c.agent.id); !id.ok()) return Invalid("agent.id", id.message());
   }
   DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadString("node_group", &c.agent.node_group));
+  DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadString("advertise_address", &c.agent.advertise_address));
   if (!c.agent.node_group.empty()) {
     DGPU_CONFIG_RETURN_IF_ERROR(CheckGroupName("agent.node_group", c.agent.node_group));
   }

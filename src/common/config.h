@@ -143,6 +143,10 @@ struct SchedulingConfig {
   // SIGTERM to exit at most, whatever the queue: durable writes in flight finish; the final
   // state.json is skipped when it does not fit (the database holds everything). > 0.
   milliseconds shutdown_timeout{5'000};
+  // `gang_port_range: 29500-29999`: a gang's rendezvous port (DGPU_MASTER_PORT) is the lowest
+  // of these that no other running gang uses on its rank 0's node. 1 <= low <= high <= 65535.
+  int gang_port_low = 29500;
+  int gang_port_high = 29999;
   bool operator==(const SchedulingConfig&) const = default;
 };
 
@@ -281,6 +285,9 @@ struct AgentIdentityConfig {
   // The autoscale node group this node belongs to (autoscale.node_groups[].name on the
   // scheduler); empty: none.
   std::string node_group;
+  // The address other nodes reach this one at: a gang whose rank 0 runs here gives it to its
+  // members as DGPU_MASTER_ADDR / MASTER_ADDR. Empty: the host name.
+  std::string advertise_address;
   bool operator==(const AgentIdentityConfig&) const = default;
 };
 

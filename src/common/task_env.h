@@ -16,6 +16,16 @@ inline constexpr std::string_view kEnvGpuIds = "DGPU_GPU_IDS";
 // Members of a job array only: the task's index in the array and the array's size.
 inline constexpr std::string_view kEnvArrayIndex = "DGPU_ARRAY_INDEX";
 inline constexpr std::string_view kEnvArraySize = "DGPU_ARRAY_SIZE";
+// Members of a gang only: the member's rank, the member count, rank 0's address and the
+// rendezvous port, and a file of one `host slots=<gpus>` line per member in rank order; then the
+// same under the names torchrun reads (set over what the task's env says, for gangs only).
+inline constexpr std::string_view kEnvNodeRank = "DGPU_NODE_RANK";
+inline constexpr std::string_view kEnvNnodes = "DGPU_NNODES";
+inline constexpr std::string_view kEnvMasterAddr = "DGPU_MASTER_ADDR";
+inline constexpr std::string_view kEnvMasterPort = "DGPU_MASTER_PORT";
+inline constexpr std::string_view kEnvHostfile = "DGPU_HOSTFILE";
+inline constexpr std::array<std::string_view, 5> kTorchrunEnv = {
+    "MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "WORLD_SIZE"};
 
 // Every variable the agent sets for a task.
 inline constexpr std::array<std::string_view, 5> kTaskEnvSetByDgpu = {

@@ -105,6 +105,7 @@ void SchedulerCore::StartGang(Task& t, const std::vector<uint32_t>& slots, int m
   stats_.gang_starts++;
   pass_needed_ = true;
   const int per_node = GpusPerNode(t.spec);
+  t.master_port = FreeGangPort(*nodes_[slots.front()]);
   // Members in rank order: rank 0 on the first node found (the best fit).
   t.allocation.clear();
   t.allocation.resize(slots.size());
@@ -271,7 +272,15 @@ int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector
       slots.push_back(slot);
       return slots.size() < wanted;
     });
-    if (Permit(shape, m, slots)) return m;
+    if (!Permit(shape, m, slots)) continue;
+    // Ranks in best-fit order: fewest free first, then node id (the index lists nodes that
+    // registered out of id order after the others until it renumbers them).
+    std::sort(slots.begin(), slots.end(), [&](uint32_t a, uint32_t b) {
+      const int fa = nodes_[a]->Slice(m)->free;
+      const int fb = nodes_[b]->Slice(m)->free;
+      return fa != fb ? fa < fb : nodes_[a]->rank < nodes_[b]->rank;
+    });
+    return m;
   }
   slots.clear();
   return -1;
@@ -279,10 +288,27 @@ int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector
 
 // --- Permit and start -------------------------------------------------------------------------
 
+int32_t SchedulerCore::FreeGangPort(const NodeState& node) const {
+  std::vector<int32_t> used;
+  for (TaskNumber id : node.HeldTasks()) {
+    const TaskRecord* t = tasks_.Find(id);
+    if (t != nullptr && t->spec.nodes > 1 && !t->allocation.empty() &&
+        t->allocation[0].node_id == node.id) {
+      used.push_back(t->master_port);
+    }
+  }
+  for (int32_t port = config_.gang_port_low; port <= config_.gang_port_high; ++port) {
+    if (std::find(used.begin(), used.end(), port) == used.end()) return port;
+  }
+  return 0;
+}
+
 bool SchedulerCore::Permit(const Shape& shape, int model, const std::vector<uint32_t>& slots) {
   // All or nothing: a place for every member, on distinct placeable nodes with room. Nothing is
   // held before this says yes, so a gang that does not fit keeps nothing from anyone.
   if (std::ssize(slots) != shape.nodes) return false;
+  // Rank 0's node gives the gang its rendezvous port.
+  if (FreeGangPort(*nodes_[slots.front()]) == 0) return false;
   for (size_t i = 0; i < slots.size(); ++i) {
     const NodeState& n = *nodes_[slots[i]];
     const NodeState::ModelSlice* s = const_cast<NodeState&>(n).Slice(model);

@@ -46,6 +46,10 @@ struct CoreConfig {
   double online_percent = 0.7;
   int max_attempts = 3;  // Starts before a task that keeps losing its node fails.
   int max_bypass = 16;   // Times the oldest task may be overtaken before its queue holds.
+  // A gang's rendezvous port: the lowest of these that no other gang holding GPUs uses on its
+  // rank 0's node (Task::master_port).
+  int32_t gang_port_low = 29500;
+  int32_t gang_port_high = 29999;
   TimeMicros heartbeat_timeout = 15 * kMicrosPerSecond;  // Node silent this long is lost.
   bool record_changes = true;  // Off in the simulator, which persists nothing.
   bool record_events = true;   // Off in the simulator, which keeps its own statistics.
@@ -529,6 +533,8 @@ class SchedulerCore {
   // distinct placeable nodes, each with room of `model`).
   bool Permit(const Shape& shape, int model, const std::vector<uint32_t>& slots);
   std::vector<uint32_t> gang_slots_;  // Scratch: a gang's nodes.
+  // The lowest gang port no gang holding GPUs uses with its rank 0 on `node`; 0 if none is left.
+  int32_t FreeGangPort(const NodeState& node) const;
   void ReclaimBehind(int prio, Shape& shape, TimeMicros now);
   // Starts the class's tasks waiting for victims whose node now has room for them.
   void StartPreemptors(int prio, TimeMicros now);

@@ -105,7 +105,9 @@ inline constexpr auto kTaskFields = std::make_tuple(
                   DGPU_TASK_MEMBER(spec.retry_backoff_seconds)),
     MakeTaskField({"retries", kLater, ApiForm::kValue, 0}, DGPU_TASK_MEMBER(retries)),
     MakeTaskField({"retry_at", kLater, ApiForm::kTime, 0}, DGPU_TASK_MEMBER(retry_at)),
-    MakeTaskField({"nodes", kLater, ApiForm::kHidden, 1}, DGPU_TASK_MEMBER(spec.nodes)));
+    MakeTaskField({"nodes", kLater, ApiForm::kValue, 1}, DGPU_TASK_MEMBER(spec.nodes)),
+    MakeTaskField({"master_port", kLater, ApiForm::kNullWhenUnset, 0},
+                  DGPU_TASK_MEMBER(master_port)));
 
 #undef DGPU_TASK_MEMBER
 

@@ -203,6 +203,9 @@ struct Task {
   TaskNumber preempted_by = 0;  // While stopping for a preemption: the task it makes room for.
   int retries = 0;              // Times it failed and was queued again (spec.max_retries).
   TimeMicros retry_at = 0;      // Pending after a failure: not queued before this time; else 0.
+  // A gang's rendezvous port on its rank 0's node (CoreConfig::gang_port_low..high), chosen at
+  // its latest start; 0: never started as a gang.
+  int32_t master_port = 0;
 
   int TotalGpus() const { return spec.gpu_count; }
   bool operator==(const Task&) const = default;

@@ -144,7 +144,15 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   SubmitOptions submit;
   CLI::App* submit_cmd = app.add_subcommand(
       "submit", "Submit a task; prints its id (dgpuctl submit --gpus 1 --priority low -- CMD...)");
-  submit_cmd->add_option("--gpus", submit.gpus, "Number of GPUs")->required();
+  submit_cmd->add_option("--gpus", submit.gpus,
+                         "Number of GPUs (in all; required unless --gpus-per-node is given)");
+  submit_cmd
+      ->add_option("--nodes", submit.nodes,
+                   "Run as a gang of N members, one per node, started together (each sees "
+                   "DGPU_NODE_RANK, MASTER_ADDR, MASTER_PORT, ...)")
+      ->check(CLI::Range(1, 1024));
+  submit_cmd->add_option("--gpus-per-node", submit.gpus_per_node, "GPUs of each member")
+      ->check(CLI::Range(1, 1024));
   submit_cmd->add_option("--priority", submit.priority, "high (online) or low (batch)")
       ->required()
       ->check(CLI::IsMember({"high", "low"}));

@@ -62,7 +62,9 @@ std::optional<nlohmann::json> CallApi(const CtlContext& ctx, HttpMethod method,
                                       ApiFailure* failure);
 
 struct SubmitOptions {
-  int gpus = 1;
+  std::optional<int> gpus;           // GPUs in all; required unless gpus_per_node is given
+  std::optional<int> nodes;          // a gang of this many members, one per node
+  std::optional<int> gpus_per_node;  // GPUs of each member
   std::string priority;
   std::string model;
   std::string name;

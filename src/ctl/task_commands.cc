@@ -21,9 +21,15 @@ std::optional<json> BuildSubmitBody(const SubmitOptions& options, std::string* e
         "python train.py";
     return std::nullopt;
   }
+  if (!options.gpus && !options.gpus_per_node) {
+    *error = "--gpus is required (or --nodes with --gpus-per-node)";
+    return std::nullopt;
+  }
   json body = json::object();
   body["priority"] = options.priority;
-  body["gpu_count"] = options.gpus;
+  if (options.gpus) body["gpu_count"] = *options.gpus;
+  if (options.nodes) body["nodes"] = *options.nodes;
+  if (options.gpus_per_node) body["gpus_per_node"] = *options.gpus_per_node;
   body["command"] = JoinCommand(options.command);
   if (!options.model.empty()) body["gpu_model"] = options.model;
   if (!options.name.empty()) body["name"] = options.name;
@@ -296,6 +302,26 @@ std::string DescribeTask(const json& task, Clock::time_point now) {
       text += "; queued again " + TimeText(task, "retry_at", now);
     }
     lines.emplace(lines.begin() + 12, "Retries", text);
+  }
+  if (const std::string nodes = Field(task, "nodes"); !nodes.empty() && nodes != "1") {
+    // A gang: every member, in rank order, and where they meet.
+    std::string members;
+    const json& allocation = task.contains("allocation") ? task["allocation"] : json::array();
+    for (size_t rank = 0; rank < allocation.size(); ++rank) {
+      const json& m = allocation[rank];
+      std::string gpus;
+      for (const json& i : m.value("gpu_indices", json::array())) {
+        gpus += (gpus.empty() ? "" : ",") + i.dump();
+      }
+      members += (members.empty() ? "" : "; ") + std::to_string(rank) + ": " +
+                 m.value("node_id", std::string()) + " [" + gpus + "]";
+    }
+    lines.emplace(lines.begin() + 8, "Gang",
+                  nodes + " nodes x " + Field(task, "gpus_per_node") + " GPUs" +
+                      (Field(task, "master_port").empty()
+                           ? std::string()
+                           : ", rendezvous port " + Field(task, "master_port")));
+    if (!members.empty()) lines.emplace(lines.begin() + 9, "Members", members);
   }
   if (!Field(task, "array_size").empty()) {
     lines.emplace(lines.begin() + 2, "Array Index",

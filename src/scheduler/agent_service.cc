@@ -270,6 +270,22 @@ void AgentHub::Dispatch(const core::SchedulerCore& core,
       a->set_array_index(t->spec.array_index);
       a->set_array_size(t->spec.array_size);
     }
+    if (t->spec.nodes > 1) {
+      // A gang's member: its rank is its place in the allocation; rank 0's node hosts the
+      // rendezvous.
+      auto* g = a->mutable_gang();
+      g->set_nnodes(t->spec.nodes);
+      g->set_master_port(t->master_port);
+      g->set_gpus_per_node(core::GpusPerNode(t->spec));
+      for (size_t rank = 0; rank < t->allocation.size(); ++rank) {
+        const std::string& node = t->allocation[rank].node_id;
+        if (node == d.node_id) g->set_node_rank(static_cast<int32_t>(rank));
+        const std::optional<core::NodeView> view = core.FindNode(node);
+        const std::string address = view && !view->address.empty() ? view->address : node;
+        if (rank == 0) g->set_master_addr(address);
+        g->add_hosts(address);
+      }
+    }
   }
   for (auto& [node, msg] : by_node) {
     std::function<void()> written;

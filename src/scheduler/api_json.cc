@@ -129,7 +129,9 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
                                  "preemption_grace_seconds",
                                  "array",
                                  "max_retries",
-                                 "retry_backoff_seconds"};
+                                 "retry_backoff_seconds",
+                                 "nodes",
+                                 "gpus_per_node"};
   for (const auto& [key, value] : doc.items()) {
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return ApiError{400, "unknown_field", "unknown field \"" + key + "\""};
@@ -147,12 +149,36 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
                         it->get_ref<const std::string&>() + "\"");
   }
   s.priority = *prio;
-  // gpu_count
+  // gpu_count, or a gang's nodes x gpus_per_node (gpu_count, if given too, must be their product)
+  int64_t nodes = 1;
+  if (it = doc.find("nodes"); it != doc.end() && !it->is_null()) {
+    if (auto e = GetInteger(*it, "nodes", 1, core::kMaxGangNodes, &nodes)) return e;
+  }
+  int64_t per_node = 0;
+  if (it = doc.find("gpus_per_node"); it != doc.end() && !it->is_null()) {
+    if (auto e = GetInteger(*it, "gpus_per_node", 1, kMaxGpuCount, &per_node)) return e;
+    if (nodes * per_node > kMaxGpuCount) {
+      return InvalidField("nodes x gpus_per_node must be at most " + std::to_string(kMaxGpuCount) +
+                          " GPUs, got " + std::to_string(nodes) + " x " + std::to_string(per_node));
+    }
+  }
   it = doc.find("gpu_count");
-  if (it == doc.end() || it->is_null()) return InvalidField("gpu_count is required");
-  int64_t n = 0;
-  if (auto e = GetInteger(*it, "gpu_count", 1, kMaxGpuCount, &n)) return e;
+  int64_t n = nodes * per_node;
+  if (it == doc.end() || it->is_null()) {
+    if (per_node == 0) return InvalidField("gpu_count is required");
+  } else {
+    if (auto e = GetInteger(*it, "gpu_count", 1, kMaxGpuCount, &n)) return e;
+    if (per_node != 0 && n != nodes * per_node) {
+      return InvalidField("gpu_count " + std::to_string(n) + " is not nodes x gpus_per_node (" +
+                          std::to_string(nodes) + " x " + std::to_string(per_node) + ")");
+    }
+    if (n % nodes != 0) {
+      return InvalidField("gpu_count " + std::to_string(n) + " is not split evenly over " +
+                          std::to_string(nodes) + " nodes: give gpus_per_node");
+    }
+  }
   s.gpu_count = static_cast<int>(n);
+  s.nodes = static_cast<int32_t>(nodes);
   // command
   it = doc.find("command");
   if (it == doc.end() || it->is_null()) return InvalidField("command is required");
@@ -362,6 +388,7 @@ json TaskToJson(const core::Task& t, core::PendingReason reason) {
     }
   }
   out["node_id"] = std::move(node_id);
+  out["gpus_per_node"] = core::GpusPerNode(t.spec);
   out["pending_reason"] =
       reason == core::PendingReason::kNone ? json(nullptr) : json(core::ToString(reason));
   return out;

@@ -12,6 +12,8 @@ core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::S
   core_cfg.online_percent = meta.online_percent.value_or(cfg.quota.online_percent);
   core_cfg.max_attempts = cfg.scheduler.max_attempts;
   core_cfg.max_bypass = cfg.scheduler.max_bypass;
+  core_cfg.gang_port_low = cfg.scheduler.gang_port_low;
+  core_cfg.gang_port_high = cfg.scheduler.gang_port_high;
   core_cfg.heartbeat_timeout = cfg.agent.heartbeat_timeout.count() * 1000;
   core_cfg.borrowing = cfg.quota.borrowing;
   core_cfg.fairshare_half_life = cfg.quota.fairshare_half_life.count() * 1000;

@@ -163,6 +163,10 @@ CREATE TABLE task_events (
     {8, "add gang tasks", R"sql(
 ALTER TABLE tasks ADD COLUMN nodes INTEGER NOT NULL DEFAULT 1;
 )sql"},
+    // A gang's rendezvous port (core::Task::master_port): tasks stored before have none.
+    {9, "add gang ports", R"sql(
+ALTER TABLE tasks ADD COLUMN master_port INTEGER NOT NULL DEFAULT 0;
+)sql"},
 };
 
 // The version this build writes, and the newest it reads.

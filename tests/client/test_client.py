@@ -592,6 +592,27 @@ def test_submit_and_page_send_the_team_fields():
     ]
 
 
+def test_submit_sends_a_gang_and_the_model_reads_it():
+    c = ScriptedClient([(201, {"task_id": "task-1", "status": "pending",
+                               "created_at": "2026-01-05T10:00:00Z"})])
+    c.submit("torchrun train.py", priority="high", nodes=2, gpus_per_node=4)
+    assert c.requests == [
+        ("POST", URL + "/tasks",
+         '{"priority": "high", "command": "torchrun train.py", "nodes": 2, "gpus_per_node": 4}',
+         "application/json")]
+    task = dgpu.Task.from_json({
+        "task_id": "task-1", "name": "", "priority": "high", "gpu_count": 8, "gpu_model": "",
+        "command": "x", "env": {}, "timeout_seconds": 0, "image": "", "status": "running",
+        "node_id": "a", "allocated_gpus": [], "pending_reason": None, "attempts": 1,
+        "allocation": [{"node_id": "a", "gpu_indices": [0, 1, 2, 3]},
+                       {"node_id": "b", "gpu_indices": [4, 5, 6, 7]}],
+        "exit_code": None, "error": "", "created_at": "2026-01-05T10:00:00Z",
+        "started_at": None, "finished_at": None, "nodes": 2, "gpus_per_node": 4,
+        "master_port": 29500})
+    assert (task.nodes, task.gpus_per_node, task.master_port) == (2, 4, 29500)
+    assert [m.node_id for m in task.allocation] == ["a", "b"]
+
+
 def test_models_read_the_team_fields_and_their_absence():
     base = {"task_id": "task-3", "name": "", "priority": "low", "gpu_count": 1, "gpu_model": "",
             "command": "true", "env": {}, "timeout_seconds": 0, "image": "", "status": "pending",

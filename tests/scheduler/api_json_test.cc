@@ -189,6 +189,37 @@ TEST(ApiJsonTest, SubmitReadsEveryFieldSortsEnvAndTakesNullAsAbsent) {
   EXPECT_TRUE(defaults.env.empty());
 }
 
+TEST(ApiJsonTest, SubmitReadsAGangAsNodesTimesGpusPerNode) {
+  auto parse = [](json body, core::TaskSpec* spec) {
+    body["priority"] = "high";
+    body["command"] = "true";
+    return ParseSubmitRequest(body.dump(), spec);
+  };
+  core::TaskSpec spec;
+  ASSERT_EQ(parse({{"nodes", 2}, {"gpus_per_node", 4}}, &spec), std::nullopt);
+  EXPECT_EQ(std::make_pair(spec.nodes, spec.gpu_count), std::make_pair(2, 8));
+  ASSERT_EQ(parse({{"nodes", 2}, {"gpus_per_node", 4}, {"gpu_count", 8}}, &spec), std::nullopt);
+  EXPECT_EQ(std::make_pair(spec.nodes, spec.gpu_count), std::make_pair(2, 8));
+  ASSERT_EQ(parse({{"nodes", 3}, {"gpu_count", 6}}, &spec), std::nullopt);
+  EXPECT_EQ(std::make_pair(spec.nodes, spec.gpu_count), std::make_pair(3, 2 * 3));
+  ASSERT_EQ(parse({{"gpus_per_node", 5}}, &spec), std::nullopt);
+  EXPECT_EQ(std::make_pair(spec.nodes, spec.gpu_count), std::make_pair(1, 5));
+  ASSERT_EQ(parse({{"gpu_count", 2}, {"nodes", nullptr}}, &spec), std::nullopt);
+  EXPECT_EQ(std::make_pair(spec.nodes, spec.gpu_count), std::make_pair(1, 2)) << "v1's body";
+  auto e = parse({{"nodes", 2}, {"gpus_per_node", 4}, {"gpu_count", 6}}, &spec);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->message, "gpu_count 6 is not nodes x gpus_per_node (2 x 4)");
+  e = parse({{"nodes", 4}, {"gpu_count", 6}}, &spec);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->message, "gpu_count 6 is not split evenly over 4 nodes: give gpus_per_node");
+  e = parse({{"nodes", 2}}, &spec);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->message, "gpu_count is required");
+  e = parse({{"nodes", 2}, {"gpus_per_node", 1000}}, &spec);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->message, "nodes x gpus_per_node must be at most 1024 GPUs, got 2 x 1000");
+}
+
 TEST(ApiJsonTest, SubmitReadsAnArraySizeWithinItsBounds) {
   json body = ValidSubmit();
   core::TaskSpec spec;
@@ -499,6 +530,9 @@ TEST(ApiJsonTest, TaskObjectCarriesTeamUserPreemptibleBorrowedAndPreemptions) {
       {"retry_backoff_seconds", 10},
       {"retries", 0},
       {"retry_at", nullptr},
+      {"nodes", 1},
+      {"gpus_per_node", 2},
+      {"master_port", nullptr},
   };
   // The whole object: preempted_by is the core's (and the agent's) business, not the API's.
   EXPECT_EQ(TaskToJson(RunningTask(), core::PendingReason::kNone), expected);

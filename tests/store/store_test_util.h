@@ -167,6 +167,7 @@ inline core::Task FullTask(core::TaskNumber id) {
   t.spec.max_retries = 4;
   t.spec.retry_backoff_seconds = 7;
   t.retries = 2;
+  t.master_port = 29501;
   // retry_at stays 0: only a pending task has one (FullPendingTask).
   return t;
 }

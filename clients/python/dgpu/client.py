@@ -35,7 +35,8 @@ API = "/api/v1"
 SQLITE_HEADER = b"SQLite format 3\x00"
 SUBMIT_FIELDS = ("priority", "gpu_count", "command", "gpu_model", "env", "name",
                  "timeout_seconds", "image", "team", "user", "preemptible",
-                 "preemption_grace_seconds", "array", "max_retries", "retry_backoff_seconds")
+                 "preemption_grace_seconds", "array", "max_retries", "retry_backoff_seconds",
+                 "nodes", "gpus_per_node")
 TEAM_FIELDS = ("online", "batch", "max_gpus", "weight")
 
 
@@ -122,7 +123,7 @@ class Client:
 
     # -- tasks ---------------------------------------------------------------------------------
 
-    def submit(self, command: str, *, gpu_count: int, priority: str,
+    def submit(self, command: str, *, priority: str, gpu_count: Optional[int] = None,
                gpu_model: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
                name: Optional[str] = None, timeout_seconds: Optional[int] = None,
                image: Optional[str] = None, team: Optional[str] = None,
@@ -130,7 +131,8 @@ class Client:
                preemption_grace_seconds: Optional[int] = None,
                user: Optional[str] = None, array: Optional[int] = None,
                max_retries: Optional[int] = None,
-               retry_backoff_seconds: Optional[int] = None) -> Submitted:
+               retry_backoff_seconds: Optional[int] = None, nodes: Optional[int] = None,
+               gpus_per_node: Optional[int] = None) -> Submitted:
         """Submits a task (``POST /api/v1/tasks``); returns its id, status and creation time.
 
         `priority` is ``"high"`` (online quota) or ``"low"`` (batch quota). `team` is the team
@@ -140,11 +142,17 @@ class Client:
         `user` is recorded as who submitted it. `array` submits a job array of that many tasks
         (1 to 100,000; each sees its index as DGPU_ARRAY_INDEX), listed in ``task_ids``.
         `max_retries` retries a failed run that many times, after `retry_backoff_seconds`
-        (doubling for each next retry).
+        (doubling for each next retry). `nodes` with `gpus_per_node` submits a gang: that many
+        members, one per node, started together (`gpu_count`, if given too, must be their
+        product); each member sees DGPU_NODE_RANK, MASTER_ADDR, MASTER_PORT and the rest.
         Optional fields left None are not sent. Never retried: a ConnectionFailed leaves it
         unknown whether the task was accepted."""
-        body: Dict[str, Any] = {"priority": priority, "gpu_count": gpu_count, "command": command}
-        for key, value in (("gpu_model", gpu_model), ("env", env), ("name", name),
+        body: Dict[str, Any] = {"priority": priority}
+        if gpu_count is not None:
+            body["gpu_count"] = gpu_count
+        body["command"] = command
+        for key, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node),
+                           ("gpu_model", gpu_model), ("env", env), ("name", name),
                            ("timeout_seconds", timeout_seconds), ("image", image),
                            ("team", team), ("user", user), ("preemptible", preemptible),
                            ("preemption_grace_seconds", preemption_grace_seconds),

@@ -90,6 +90,9 @@ class Task:
     retry_backoff_seconds: int = 10    # Before the first retry, doubling for each next one.
     retries: int = 0                   # Times it failed and was queued again.
     retry_at: Optional[datetime] = None  # While it waits out a backoff: when it is queued again.
+    nodes: int = 1                     # Members, one per node (a gang when more than 1).
+    gpus_per_node: int = 0             # GPUs of each member.
+    master_port: Optional[int] = None  # A gang's rendezvous port (DGPU_MASTER_PORT).
 
     @property
     def finished(self) -> bool:
@@ -114,7 +117,9 @@ class Task:
             array_index=d.get("array_index"), array_size=d.get("array_size"),
             max_retries=d.get("max_retries", 0),
             retry_backoff_seconds=d.get("retry_backoff_seconds", 10),
-            retries=d.get("retries", 0), retry_at=parse_time(d.get("retry_at")))
+            retries=d.get("retries", 0), retry_at=parse_time(d.get("retry_at")),
+            nodes=d.get("nodes", 1), gpus_per_node=d.get("gpus_per_node", d["gpu_count"]),
+            master_port=d.get("master_port"))
 
 
 @dataclass(frozen=True)
