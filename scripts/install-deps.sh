@@ -15,6 +15,7 @@ PACKAGES=(
   python3 python3-yaml python3-jsonschema python3-pytest python3-pip python3-setuptools
   python3-wheel python3-venv ccache musl-tools
   chromium chromium-driver python3-selenium
+  python3-torch
   procps psmisc util-linux iproute2 systemd
 )
 # make lint-api runs @redocly/cli on Node.js: Debian's nodejs and npm unless a Node.js with npm
