@@ -8,9 +8,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 import unittest
 
-from harness import API, CTL_BIN, ClusterTestCase, free_port, read_text, wait_until
+from harness import (API, CTL_BIN, ClusterTestCase, free_port, pid_alive, read_pid, read_text,
+                     wait_until)
 
 # The rendezvous ports: a free one on this machine (the default range, 29500-29999, may be in
 # use by something else here).
@@ -203,6 +205,55 @@ class GangTest(ClusterTestCase):
         wait_until(lambda: self.c.task(r.json["task_id"])["pending_reason"] == "exceeds_cluster",
                    10, what="exceeds_cluster")
 
+    def start_sleepers(self, nodes, seconds):
+        """A gang whose members write their pid to $OUT/<rank>.pid and sleep."""
+        out = self.out_dir()
+        r = self.c.request("POST", API + "/tasks", {
+            "priority": "high", "nodes": nodes, "gpus_per_node": 1,
+            "command": "echo $$ > %s/$NODE_RANK.pid; exec sleep %d" % (out, seconds)})
+        self.assertEqual(r.status, 201, r)
+        tid = r.json["task_id"]
+        self.c.wait_status(tid, "running")
+        pids = [read_pid(os.path.join(out, "%d.pid" % rank)) for rank in range(nodes)]
+        return tid, pids
+
+    def test_a_scheduler_killed_under_a_gang_adopts_every_member_on_restart(self):
+        tid, pids = self.start_sleepers(3, 4)
+        before = self.c.task(tid)
+        self.c.scheduler.kill9()
+        time.sleep(0.5)
+        self.assertTrue(all(pid_alive(p) for p in pids), "a member died with the scheduler")
+        self.c.start_scheduler()
+        self.c.wait_agents_online(["a1", "a2", "a3"])
+        t = self.c.task(tid)
+        self.assertIn(t["status"], ("running", "success"), t)
+        self.assertEqual((t["allocation"], t["master_port"], t["attempts"]),
+                         (before["allocation"], before["master_port"], 1))
+        t = self.c.wait_finished(tid, timeout=15)
+        self.assertEqual((t["status"], t["attempts"]), ("success", 1), t)
+
+    def test_a_lost_member_puts_the_whole_gang_back_and_it_runs_again_whole(self):
+        tid, pids = self.start_sleepers(2, 60)
+        t = self.c.task(tid)
+        lost_node = t["allocation"][1]["node_id"]
+        self.c.agents[lost_node].kill9()
+        # Rank 0 is stopped (member_lost) and the gang goes back to its queue; then it starts
+        # again, whole, on the two nodes that are left.
+        def again():
+            t = self.c.task(tid)
+            return t if t["attempts"] == 2 and t["status"] == "running" else None
+        t = wait_until(again, 20, what="the gang to run again")
+        self.assertNotIn(lost_node, [m["node_id"] for m in t["allocation"]])
+        self.assertEqual(len(t["allocation"]), 2)
+        wait_until(lambda: not pid_alive(pids[0]), 10, what="rank 0's first run to be stopped")
+        events = [e["type"] for e in self.c.get(API + "/tasks/%s/events" % tid).json["events"]]
+        self.assertEqual(events.count("scheduled"), 4, events)
+        self.assertLess(events.index("node_lost"), len(events) - 2, events)
+        self.assertEqual(self.c.cancel(tid).status, 200)
+        self.c.wait_finished(tid)
+        # The lost agent's member ran on without its agent (its shim keeps it): the cluster's
+        # teardown ends it with every process the agents started.
+
     @unittest.skipUnless(os.access(CTL_BIN, os.X_OK), "dgpuctl not built")
     def test_dgpuctl_submits_a_gang_and_shows_its_members(self):
         env = dict(os.environ)
@@ -258,6 +309,8 @@ class GangWaitTest(GangTest):
     # The other tests run once, in GangTest.
     test_members_meet_at_the_master_and_see_every_rank = None
     test_torchrun_members_all_reduce_across_nodes = None
+    test_a_scheduler_killed_under_a_gang_adopts_every_member_on_restart = None
+    test_a_lost_member_puts_the_whole_gang_back_and_it_runs_again_whole = None
     test_the_first_failing_member_stops_the_others = None
     test_cancel_stops_every_member = None
     test_bad_gang_fields_name_the_field_and_create_nothing = None
