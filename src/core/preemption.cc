@@ -252,11 +252,7 @@ PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
   stats_.reclaim_searches++;
   // Nodes the starvation guard keeps for other tasks are left alone; a node kept for other
   // preemptors may be shared (Available counts what they were promised).
-  std::vector<uint32_t>& skip = reclaim_excluded_;
-  skip.clear();
-  for (const Reservation& r : reservations_) {
-    if (!r.preemption && r.task != t.id) skip.insert(skip.end(), r.slots.begin(), r.slots.end());
-  }
+  const std::vector<uint32_t>& skip = GuardedForOthers(t.id);
   std::optional<VictimPlan> best;
   auto better = [](const VictimPlan& a, const VictimPlan& b) {
     return std::make_tuple(a.victims.size(), a.own_class, a.lost, a.freed) <
@@ -305,6 +301,16 @@ PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
   return PendingReason::kWaitingForPreemption;
 }
 
+const std::vector<uint32_t>& SchedulerCore::GuardedForOthers(TaskNumber task) {
+  reclaim_excluded_.clear();
+  for (const Reservation& r : reservations_) {
+    if (!r.preemption && r.task != task) {
+      reclaim_excluded_.insert(reclaim_excluded_.end(), r.slots.begin(), r.slots.end());
+    }
+  }
+  return reclaim_excluded_;
+}
+
 bool SchedulerCore::PassesFilters(const Task& t, const NodeState& node) const {
   if (config_.policies.filters.empty()) return true;
   const NodeFacts facts{node.id, node.labels};
@@ -336,11 +342,7 @@ PendingReason SchedulerCore::ReclaimGang(TaskRecord& t, PendingReason why, TimeM
   }
   if (unclaimed_tasks_ > 0) return why;
   stats_.reclaim_searches++;
-  std::vector<uint32_t>& skip = reclaim_excluded_;
-  skip.clear();
-  for (const Reservation& r : reservations_) {
-    if (!r.preemption && r.task != t.id) skip.insert(skip.end(), r.slots.begin(), r.slots.end());
-  }
+  const std::vector<uint32_t>& skip = GuardedForOthers(t.id);
   // One member per node, all of one model: on each node that can make room for a member, the
   // fewest victims (PlanVictims, as for a single node), then the best `nodes` of those plans.
   // Other class's borrowers first; only if they cannot make room for every member, any class's.

@@ -410,6 +410,8 @@ class SchedulerCore {
   // Reclaim for a gang: victims on as many nodes as it has members, each node then kept for
   // it (ReservePreempted); kWaitingForPreemption while they stop, else `why`.
   PendingReason ReclaimGang(TaskRecord& t, PendingReason why, TimeMicros now);
+  // The nodes the starvation guard keeps for tasks other than `task` (in reclaim_excluded_).
+  const std::vector<uint32_t>& GuardedForOthers(TaskNumber task);
   // Whether every configured filter lets t run on `node`.
   bool PassesFilters(const Task& t, const NodeState& node) const;
   // Stops victim v (every member) for t, whose room is on `node`.
