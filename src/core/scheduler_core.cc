@@ -88,11 +88,14 @@ Status SchedulerCore::FinishMember(Task& t, int member, const FinishReport& repo
   const std::string node = t.allocation[static_cast<size_t>(member)].node_id;
   const bool last = EndMember(t, member);
   if (!report.success && t.status == TaskStatus::kRunning && !t.stopping) {
-    // The first member to fail fails the task: the others are stopped.
+    // The first member to fail fails the task: the others are stopped. One stopped by its
+    // agent for the task's time limit means the gang ran past it: the task fails as timeout.
+    const bool timed_out = report.error == StopError(StopReason::kTimeout);
     t.exit_code = report.exit_code;
-    t.error = std::string(StopError(StopReason::kMemberFailure)) + ":" + node;
+    t.error = timed_out ? std::string(StopError(StopReason::kTimeout))
+                        : std::string(StopError(StopReason::kMemberFailure)) + ":" + node;
     t.stopping = true;
-    t.stop_reason = StopReason::kMemberFailure;
+    t.stop_reason = timed_out ? StopReason::kTimeout : StopReason::kMemberFailure;
     if (!last) {
       OrderStops(t, -1, now);
       Emit(t);
@@ -105,7 +108,9 @@ Status SchedulerCore::FinishMember(Task& t, int member, const FinishReport& repo
   }
   // The last member has ended: the task ends as its members' ends say.
   FinishReport end = report;
-  if (t.stop_reason == StopReason::kMemberFailure) end.exit_code = t.exit_code;
+  if (t.stop_reason == StopReason::kMemberFailure || t.stop_reason == StopReason::kTimeout) {
+    end.exit_code = t.exit_code;
+  }
   return ApplyFinish(t, end, now);
 }
 

@@ -256,6 +256,23 @@ TEST_F(GangTest, TheFirstFailingMemberStopsTheOthersAndANodeLostRequeuesTheWhole
   EXPECT_EQ(core_.Quota().used[1], 0);
 }
 
+TEST_F(GangTest, AMemberStoppedForTheTimeLimitEndsTheGangAsTimeout) {
+  Nodes(2, 2);
+  TaskSpec s = GangSpec(Priority::kLow, 2, 2);
+  s.timeout_seconds = 60;
+  const TaskNumber g = Submit(s);
+  ASSERT_EQ(Pass().size(), 2u);
+  // Each member's agent enforces the limit; the first to report stops the other.
+  ASSERT_TRUE(core_.TaskFinished("n2", {g, false, 143, "timeout", now_}, now_).ok());
+  EXPECT_EQ(core_.TakeDecisions(),
+            (std::vector<Decision>{{Kind::kStop, g, "n1", {}, StopReason::kTimeout}}));
+  ASSERT_TRUE(core_.TaskFinished("n1", {g, false, 143, "timeout", now_}, now_).ok());
+  EXPECT_EQ(T(g).status, TaskStatus::kFailed);
+  EXPECT_EQ(T(g).error, "timeout");
+  EXPECT_EQ(T(g).exit_code, 143);
+  EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+}
+
 TEST_F(GangTest, AReturningAgentsMemberOfARequeuedGangIsStopped) {
   Nodes(3, 2);
   const TaskNumber g = Submit(GangSpec(Priority::kLow, 2, 2));

@@ -165,6 +165,15 @@ class GangTest(ClusterTestCase):
             self.assertEqual(t["error"], "member_failed:" + failed_on)
         wait_until(lambda: not self.c.task_processes(), 10, what="every member's process to end")
 
+    def test_a_gang_past_its_time_limit_fails_as_timeout(self):
+        r = self.c.request("POST", API + "/tasks", {
+            "priority": "high", "nodes": 2, "gpus_per_node": 1, "timeout_seconds": 1,
+            "command": "sleep 30"})
+        self.assertEqual(r.status, 201, r)
+        t = self.c.wait_finished(r.json["task_id"], timeout=20)
+        self.assertEqual((t["status"], t["error"]), ("failed", "timeout"), t)
+        wait_until(lambda: not self.c.task_processes(), 10, what="every member's process to end")
+
     def test_cancel_stops_every_member(self):
         r = self.c.request("POST", API + "/tasks", {
             "priority": "high", "nodes": 3, "gpus_per_node": 1, "command": "sleep 60"})
@@ -310,6 +319,7 @@ class GangWaitTest(GangTest):
     test_members_meet_at_the_master_and_see_every_rank = None
     test_torchrun_members_all_reduce_across_nodes = None
     test_a_scheduler_killed_under_a_gang_adopts_every_member_on_restart = None
+    test_a_gang_past_its_time_limit_fails_as_timeout = None
     test_a_lost_member_puts_the_whole_gang_back_and_it_runs_again_whole = None
     test_the_first_failing_member_stops_the_others = None
     test_cancel_stops_every_member = None
