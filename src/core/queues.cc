@@ -189,7 +189,8 @@ void SchedulerCore::RetryLater(Task& t, const FinishReport& report, TimeMicros n
   if (config_.record_events) {
     EmitEvent(Event::Kind::kTaskRequeued, t, now, node,
               "retry " + std::to_string(t.retries) + " of " + std::to_string(t.spec.max_retries) +
-                  " after exit code " + std::to_string(report.exit_code));
+                  " after " + (t.error.empty() ? std::string() : t.error + ", ") + "exit code " +
+                  std::to_string(report.exit_code));
   }
 }
 

@@ -406,6 +406,13 @@ Status SchedulerCore::ApplyFinish(Task& t, const FinishReport& report, TimeMicro
   ReleaseGpus(t);
   if (was_running && was_stopping) {
     t.exit_code = report.exit_code;
+    if (stop_reason == StopReason::kMemberFailure && t.retries < t.spec.max_retries) {
+      // A gang whose member failed runs again whole, as a failed single-node run would.
+      FinishReport failed = report;
+      failed.error = t.error;
+      RetryLater(t, failed, now, node);
+      return OkStatus();
+    }
     EndStop(t, stop_reason, report.finished_at != 0 ? report.finished_at : now, node);
     return OkStatus();
   }

@@ -256,6 +256,61 @@ TEST_F(GangTest, TheFirstFailingMemberStopsTheOthersAndANodeLostRequeuesTheWhole
   EXPECT_EQ(core_.Quota().used[1], 0);
 }
 
+TEST_F(GangTest, AGangWhoseMemberFailedIsRetriedWholeAfterItsBackoff) {
+  Nodes(3, 2);
+  TaskSpec s = GangSpec(Priority::kLow, 2, 2);
+  s.max_retries = 1;
+  s.retry_backoff_seconds = 5;
+  const TaskNumber g = Submit(s);
+  ASSERT_EQ(Pass(), (std::vector<Decision>{Start(g, "n1", {0, 1}), Start(g, "n2", {0, 1})}));
+  ASSERT_TRUE(Finish(g, "n2", false, 7).ok());
+  EXPECT_EQ(core_.TakeDecisions(),
+            (std::vector<Decision>{{Kind::kStop, g, "n1", {}, StopReason::kMemberFailure}}));
+  EXPECT_EQ(T(g).status, TaskStatus::kRunning) << "until every member has ended";
+  ASSERT_TRUE(Finish(g, "n1", false, 143).ok());
+  // Back in its queue, whole, once the backoff is over; nothing of it holds GPUs meanwhile.
+  EXPECT_EQ(T(g).status, TaskStatus::kPending);
+  EXPECT_EQ(std::make_tuple(T(g).retries, T(g).exit_code, T(g).error),
+            std::make_tuple(1, 7, std::string("member_failed:n2")));
+  EXPECT_EQ(T(g).retry_at, now_ + 5 * kSec);
+  EXPECT_TRUE(T(g).allocation.empty());
+  EXPECT_EQ(core_.Quota().used[1], 0);
+  EXPECT_EQ(Reason(g), PendingReason::kRetryBackoff);
+  EXPECT_TRUE(Pass().empty());
+  now_ += 5 * kSec;
+  core_.Tick(now_);
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(g, "n1", {0, 1}), Start(g, "n2", {0, 1})}));
+  EXPECT_EQ(T(g).attempts, 2);
+  // Its retries used up, the next failure is final.
+  ASSERT_TRUE(Finish(g, "n1", false, 9).ok());
+  (void)core_.TakeDecisions();
+  ASSERT_TRUE(Finish(g, "n2", false, 143).ok());
+  EXPECT_EQ(T(g).status, TaskStatus::kFailed);
+  EXPECT_EQ(std::make_tuple(T(g).retries, T(g).exit_code, T(g).error),
+            std::make_tuple(1, 9, std::string("member_failed:n1")));
+}
+
+TEST_F(GangTest, DrainingAMembersNodeStopsTheWholeGangAndItRunsAgainElsewhere) {
+  Nodes(3, 2);
+  const TaskNumber g = Submit(GangSpec(Priority::kLow, 2, 2));
+  ASSERT_EQ(Pass(), (std::vector<Decision>{Start(g, "n1", {0, 1}), Start(g, "n2", {0, 1})}));
+  auto stopped = core_.DrainNode("n2", /*evict=*/true, 30, now_);
+  ASSERT_TRUE(stopped.ok()) << stopped.status().ToString();
+  EXPECT_EQ(*stopped, 1);
+  EXPECT_EQ(core_.TakeDecisions(),
+            (std::vector<Decision>{{Kind::kStop, g, "n1", {}, StopReason::kDrain, 30},
+                                   {Kind::kStop, g, "n2", {}, StopReason::kDrain, 30}}));
+  ASSERT_TRUE(Finish(g, "n2", false, 143).ok());
+  EXPECT_TRUE(Pass().empty()) << "a member still runs on n1";
+  EXPECT_EQ(T(g).status, TaskStatus::kRunning);
+  ASSERT_TRUE(Finish(g, "n1", false, 143).ok());
+  EXPECT_EQ(T(g).status, TaskStatus::kPending);
+  EXPECT_EQ(std::make_tuple(T(g).preemptions, T(g).attempts, T(g).error),
+            std::make_tuple(1, 0, std::string("drained")));
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(g, "n1", {0, 1}), Start(g, "n3", {0, 1})}))
+      << "never on the draining node";
+}
+
 TEST_F(GangTest, AMemberStoppedForTheTimeLimitEndsTheGangAsTimeout) {
   Nodes(2, 2);
   TaskSpec s = GangSpec(Priority::kLow, 2, 2);

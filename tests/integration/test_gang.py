@@ -79,7 +79,8 @@ TORCHRUN = (sys.executable + " -m torch.distributed.run --redirects 1 --tee 1 --
             "--master_port $MASTER_PORT %s")
 
 
-class GangTest(ClusterTestCase):
+class GangCluster(ClusterTestCase):
+    """Three agents whose gangs rendezvous on loopback; the tests are in the classes below."""
     AGENTS = 3
     GPUS = 2
     SCHEDULER = {"online_percent": 1.0,
@@ -96,6 +97,9 @@ class GangTest(ClusterTestCase):
         with open(script, "w") as f:
             f.write(RENDEZVOUS)
         return "OUT=%s %s %s" % (out, sys.executable, script)
+
+
+class GangTest(GangCluster):
 
     def test_members_meet_at_the_master_and_see_every_rank(self):
         out = self.out_dir()
@@ -263,6 +267,47 @@ class GangTest(ClusterTestCase):
         # The lost agent's member ran on without its agent (its shim keeps it): the cluster's
         # teardown ends it with every process the agents started.
 
+    def test_a_failed_gang_is_retried_whole(self):
+        out = self.out_dir()
+        # Rank 1 fails its first run only; the retry runs both members again.
+        r = self.c.request("POST", API + "/tasks", {
+            "priority": "high", "nodes": 2, "gpus_per_node": 1, "max_retries": 1,
+            "retry_backoff_seconds": 1,
+            "command": "echo run >> %s/$NODE_RANK.runs; if [ $NODE_RANK = 1 ] && "
+                       "[ ! -e %s/failed ]; then touch %s/failed; exit 4; fi; sleep 0.5"
+                       % (out, out, out)})
+        self.assertEqual(r.status, 201, r)
+        tid = r.json["task_id"]
+        t = self.c.wait_finished(tid, timeout=30)
+        self.assertEqual((t["status"], t["retries"], t["attempts"], t["exit_code"]),
+                         ("success", 1, 2, 0), t)
+        for rank in range(2):
+            self.assertEqual(read_text(os.path.join(out, "%d.runs" % rank)), "run\nrun\n")
+        requeued = [e for e in self.c.get(API + "/tasks/%s/events" % tid).json["events"]
+                    if e["type"] == "requeued"]
+        self.assertEqual(len(requeued), 1, requeued)
+        self.assertRegex(requeued[0]["message"],
+                         r"^queued again: retry 1 of 1 after member_failed:a\d, exit code 4$")
+
+    def test_draining_a_members_node_runs_the_gang_again_on_other_nodes(self):
+        tid, pids = self.start_sleepers(2, 60)
+        drained = self.c.task(tid)["allocation"][1]["node_id"]
+        r = self.c.request("POST", API + "/agents/%s/drain" % drained,
+                           {"evict": True, "grace_seconds": 1})
+        self.assertEqual((r.status, r.json["evicted"]), (200, 1), r)
+        def again():
+            t = self.c.task(tid)
+            return t if t["status"] == "running" and t["preemptions"] == 1 else None
+        t = wait_until(again, 20, what="the gang to run again")
+        self.assertNotIn(drained, [m["node_id"] for m in t["allocation"]])
+        self.assertEqual((len(t["allocation"]), t["attempts"]), (2, 1), t)
+        wait_until(lambda: not any(pid_alive(p) for p in pids), 10,
+                   what="both members of the first run to end")
+        self.assertEqual(self.c.cancel(tid).status, 200)
+        self.c.wait_finished(tid)
+        self.assertEqual(self.c.request("POST", API + "/agents/%s/uncordon" % drained).status,
+                         200)
+
     @unittest.skipUnless(os.access(CTL_BIN, os.X_OK), "dgpuctl not built")
     def test_dgpuctl_submits_a_gang_and_shows_its_members(self):
         env = dict(os.environ)
@@ -287,7 +332,7 @@ class GangTest(ClusterTestCase):
         self.assertIn("--gpus is required (or --nodes with --gpus-per-node)", p.stderr)
 
 
-class GangWaitTest(GangTest):
+class GangWaitTest(GangCluster):
     GPUS = 4
 
     def test_a_gang_waits_holding_nothing_until_every_member_has_room(self):
@@ -314,17 +359,6 @@ class GangWaitTest(GangTest):
         t = self.c.wait_finished(gang, timeout=30)
         self.assertEqual(t["status"], "success", t)
         self.assertEqual([m["node_id"] for m in t["allocation"]], ["a2", "a3"])
-
-    # The other tests run once, in GangTest.
-    test_members_meet_at_the_master_and_see_every_rank = None
-    test_torchrun_members_all_reduce_across_nodes = None
-    test_a_scheduler_killed_under_a_gang_adopts_every_member_on_restart = None
-    test_a_gang_past_its_time_limit_fails_as_timeout = None
-    test_a_lost_member_puts_the_whole_gang_back_and_it_runs_again_whole = None
-    test_the_first_failing_member_stops_the_others = None
-    test_cancel_stops_every_member = None
-    test_bad_gang_fields_name_the_field_and_create_nothing = None
-    test_dgpuctl_submits_a_gang_and_shows_its_members = None
 
 
 if __name__ == "__main__":
