@@ -1,7 +1,10 @@
 // Scheduling core benchmarks.
 //
 // BM_Decision: one scheduling decision (submit, place, and later release) on a cluster of
-// N nodes x 8 GPUs kept about half busy with a mix of 1/2/4/8-GPU tasks.
+// N nodes x 8 GPUs kept about half busy with a mix of 1/2/4/8-GPU tasks. With `resources`, the
+// nodes report 64 CPUs and 512,000 MiB each and half the tasks ask for CPUs (the rest take their
+// GPUs' share): 1, three quarters of the share; 2, one CPU more than the share (8-GPU tasks:
+// the whole node's 64).
 // BM_GangDecision: one gang of M members x 8 GPUs placed whole and ended, on that cluster.
 // BM_DecisionTeams: BM_Decision with borrowing on and 15 teams, each with a guarantee in both
 // classes (together the class quotas, online_percent 0.7); each task names a random team.
@@ -64,8 +67,11 @@ std::string NodeName(int i) {
 // Registers `nodes` nodes x 8 GPUs and fills about half of the GPUs with long-running tasks of
 // 1, 2, 4 and 8 GPUs (`running`: each task and its node, in start order).
 void FillHalf(SchedulerCore& core, int nodes, std::mt19937& rng,
-              std::deque<std::pair<TaskNumber, std::string>>& running) {
-  for (int i = 0; i < nodes; ++i) (void)core.RegisterNode(NodeName(i), "", Gpus8(), {}, {}, 0);
+              std::deque<std::pair<TaskNumber, std::string>>& running,
+              const NodeResources& resources = {}) {
+  for (int i = 0; i < nodes; ++i) {
+    (void)core.RegisterNode(NodeName(i), "", Gpus8(), resources, {}, {}, 0);
+  }
   int64_t filled = 0;
   while (filled < nodes * 8 / 2) {
     int k = kSizes[rng() % 8];
@@ -80,6 +86,7 @@ void FillHalf(SchedulerCore& core, int nodes, std::mt19937& rng,
 void BM_Decision(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0));
   const bool record = state.range(1) != 0;
+  const int64_t resources = state.range(2);
   CoreConfig cfg;
   cfg.online_percent = 0.5;
   cfg.record_changes = record;
@@ -87,7 +94,8 @@ void BM_Decision(benchmark::State& state) {
   SchedulerCore core(cfg);
   std::mt19937 rng(42);
   std::deque<std::pair<TaskNumber, std::string>> running;
-  FillHalf(core, nodes, rng, running);
+  FillHalf(core, nodes, rng, running,
+           resources > 0 ? NodeResources{64000, 512000, "none"} : NodeResources{});
   core.TakeChanges();
   core.TakeEvents();
   TimeMicros now = 1;
@@ -95,7 +103,14 @@ void BM_Decision(benchmark::State& state) {
   for (auto _ : state) {
     int k = kSizes[rng() % 8];
     auto p = (rng() & 1) ? Priority::kHigh : Priority::kLow;
-    auto id = core.Submit(SpecOf(p, k), now);
+    TaskSpec spec = SpecOf(p, k);
+    if (resources > 0 && (rng() & 1)) {
+      // 1: within the share (a node with the GPUs has the CPUs); 2: one CPU more than the
+      // share (a whole node's for 8 GPUs), so that only nodes with more free GPUs than it asks
+      // for have the CPUs.
+      spec.cpus_milli = resources == 1 ? k * 6000 : k * 8000 + (k < 8 ? 1000 : 0);
+    }
+    auto id = core.Submit(spec, now);
     core.Schedule(now);
     auto d = core.TakeDecisions();
     if (!d.empty()) {
@@ -121,11 +136,13 @@ void BM_Decision(benchmark::State& state) {
       static_cast<double>(placed) / static_cast<double>(state.iterations());
 }
 BENCHMARK(BM_Decision)
-    ->ArgNames({"nodes", "record_changes"})
-    ->Args({200, 0})
-    ->Args({10000, 0})
-    ->Args({200, 1})
-    ->Args({10000, 1})
+    ->ArgNames({"nodes", "record_changes", "resources"})
+    ->Args({200, 0, 0})
+    ->Args({10000, 0, 0})
+    ->Args({200, 1, 0})
+    ->Args({10000, 1, 0})
+    ->Args({10000, 0, 1})
+    ->Args({10000, 0, 2})
     ->Repetitions(5)
     ->ReportAggregatesOnly(true)
     ->Unit(benchmark::kNanosecond);

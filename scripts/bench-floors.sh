@@ -50,7 +50,7 @@ measure() {
   local floor=$1 bin=$2
   case $floor in
     decision)
-      "$bin/core_bench" --benchmark_filter='^BM_Decision/nodes:10000/record_changes:0' \
+      "$bin/core_bench" --benchmark_filter='^BM_Decision/nodes:10000/record_changes:0(/resources:0)?/repeats' \
         --benchmark_report_aggregates_only=true --benchmark_format=json 2>/dev/null |
         python3 -c 'import json,sys; b=[b for b in json.load(sys.stdin)["benchmarks"] if b.get("aggregate_name") == "median"][0]; print("%.0f" % b["cpu_time"])' ;;
     sim)

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "agent/epoch_file.h"
+#include "agent/node_resources.h"
 #include "agent/retention.h"
 #include "agent/task_log.h"
 #include "common/grpc_tls.h"
@@ -253,6 +254,10 @@ bool AgentSession::Connect() {
                                                           : config_.agent.advertise_address);
   req.set_epoch(highest_epoch_);
   req.set_version(DGPU_VERSION);
+  const NodeResourceFigures resources = ResolveNodeResources(config_.resources);
+  req.set_cpus_milli(resources.cpus_milli);
+  req.set_memory_mb(resources.memory_mb);
+  req.set_isolation("none");  // Tasks share the node's CPUs and memory: nothing enforces them.
   for (const auto& d : devices_) FillGpu(d, req.add_gpus());
   for (const auto& [id, running] : task_gpus_) {
     auto* r = req.add_running();
@@ -726,6 +731,12 @@ int AgentSession::Run() {
   devices_ = gpus_->Latest().devices;
   spdlog::info("dgpu-agent {} starting: {} GPUs via {}, executor {}, schedulers {}", agent_id_,
                devices_.size(), gpus_->method(), executor_->name(), addresses_.size());
+  const NodeResourceFigures resources = ResolveNodeResources(config_.resources);
+  spdlog::info(
+      "resources for tasks: {:.3g} CPUs, {} MiB of memory (reserved {:.3g} CPUs, {} MiB); "
+      "isolation none: tasks share them unenforced",
+      resources.cpus_milli / 1000.0, resources.memory_mb,
+      config_.resources.reserved_cpus_milli / 1000.0, config_.resources.reserved_memory_mb);
   Contact(Mono());
   while (!stop_.load()) {
     int64_t now = Mono();

@@ -335,6 +335,35 @@ class Section {
     return OkStatus();
   }
 
+  // A number of CPUs with at most 3 decimals, as thousandths (or "auto" where `allow_auto`:
+  // NodeResourcesConfig::kAuto). A CPU count is more than 0; a reserve may be 0.
+  Status ReadCpus(std::string_view key, bool allow_auto, int64_t* out) const {
+    if (!Has(key)) return OkStatus();
+    const YAML::Node node = Get(key);
+    if (allow_auto && node.IsScalar() && node.Scalar() == "auto") {
+      *out = NodeResourcesConfig::kAuto;
+      return OkStatus();
+    }
+    double value = 0;
+    bool ok = node.IsScalar();
+    if (ok) {
+      const std::string& text = node.Scalar();
+      const char* end = text.data() + text.size();
+      const auto result = std::from_chars(text.data(), end, value);
+      const double milli = std::round(value * 1000);
+      ok = result.ec == std::errc() && result.ptr == end && std::isfinite(value) &&
+           (allow_auto ? value > 0 : value >= 0) && value <= 65536 &&
+           std::abs(milli - value * 1000) < 1e-6 * std::max(1.0, value);
+      if (ok) *out = static_cast<int64_t>(milli);
+    }
+    if (!ok) {
+      return Invalid(KeyPath(key), std::string("must be ") + (allow_auto ? "auto or " : "") +
+                                       "a number of CPUs (at most 3 decimals), got " +
+                                       Describe(node));
+    }
+    return OkStatus();
+  }
+
   // A size in bytes (common::ParseByteSize): 1073741824, 512MiB, 1G.
   Status ReadByteSize(std::string_view key, int64_t* out) const {
     if (!Has(key)) return OkStatus();
@@ -872,7 +901,8 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
 
 StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
   AgentConfig c;
-  auto root_or = Section::Open(document, "", {"agent", "scheduler", "gpu", "executor", "logging"});
+  auto root_or = Section::Open(document, "",
+                               {"agent", "scheduler", "resources", "gpu", "executor", "logging"});
   if (!root_or.ok()) return root_or.status();
   const Section& root = *root_or;
 
@@ -910,6 +940,20 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
                                                        "), got " +
                                                        FormatDuration(s.max_retry_interval));
   }
+
+  DGPU_OPEN_SECTION(resources, root, "resources",
+                    {"cpus", "memory_mb", "reserved_cpus", "reserved_memory_mb"});
+  NodeResourcesConfig& r = c.resources;
+  DGPU_CONFIG_RETURN_IF_ERROR(resources.ReadCpus("cpus", true, &r.cpus_milli));
+  DGPU_CONFIG_RETURN_IF_ERROR(resources.ReadCpus("reserved_cpus", false, &r.reserved_cpus_milli));
+  if (resources.Has("memory_mb") && resources.Get("memory_mb").IsScalar() &&
+      resources.Get("memory_mb").Scalar() == "auto") {
+    r.memory_mb = NodeResourcesConfig::kAuto;
+  } else {
+    DGPU_CONFIG_RETURN_IF_ERROR(resources.ReadInt("memory_mb", 1, int64_t{1} << 36, &r.memory_mb));
+  }
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      resources.ReadInt("reserved_memory_mb", 0, int64_t{1} << 36, &r.reserved_memory_mb));
 
   DGPU_OPEN_SECTION(gpu, root, "gpu",
                     {"detection_method", "health_check_interval", "health_check_program",

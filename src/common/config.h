@@ -291,6 +291,17 @@ struct AgentIdentityConfig {
   bool operator==(const AgentIdentityConfig&) const = default;
 };
 
+// Section `resources` of the agent: the CPUs and memory the node offers its tasks beside its
+// GPUs, after the reserves it keeps for the system.
+struct NodeResourcesConfig {
+  int64_t cpus_milli = kAuto;  // Thousandths of a CPU; kAuto: the CPUs the agent may run on.
+  int64_t memory_mb = kAuto;   // kAuto: the node's memory (MemTotal).
+  int64_t reserved_cpus_milli = 0;
+  int64_t reserved_memory_mb = 0;
+  static constexpr int64_t kAuto = -1;
+  bool operator==(const NodeResourcesConfig&) const = default;
+};
+
 // Section `scheduler` of the agent: where the schedulers are.
 struct SchedulerEndpointsConfig {
   std::string master_address = "127.0.0.1:9090";  // required
@@ -362,6 +373,7 @@ struct ExecutorConfig {
 struct AgentConfig {
   AgentIdentityConfig agent;
   SchedulerEndpointsConfig scheduler;
+  NodeResourcesConfig resources;
   GpuConfig gpu;
   ExecutorConfig executor;
   LoggingConfig logging;

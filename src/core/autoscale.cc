@@ -18,6 +18,7 @@ constexpr TimeMicros kMaxBackoff = 600 * kMicrosPerSecond;
 // GPUs to be taken back.
 bool WaitsForRoom(PendingReason r) {
   return r == PendingReason::kNoNodeFits || r == PendingReason::kExceedsCluster ||
+         r == PendingReason::kInsufficientCpu || r == PendingReason::kInsufficientMemory ||
          r == PendingReason::kNoGpuModel || r == PendingReason::kQuotaExhausted ||
          r == PendingReason::kWaitingForPreemption;
 }

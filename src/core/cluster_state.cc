@@ -95,10 +95,10 @@ void SchedulerCore::ReleaseGpus(Task& t) {
   if (t.allocation.size() == 1 && slot < nodes_.size()) {
     // node_slot is set with the allocation and names its node (CheckInvariants): no need to read
     // the allocation, the node knows which GPUs the task holds.
-    ReleaseOnNode(*nodes_[slot], t.id);
+    ReleaseOnNode(*nodes_[slot], t.id, t.allocation[0]);
   } else {
     for (const auto& na : t.allocation) {
-      if (NodeState* node = FindNodeState(na.node_id)) ReleaseOnNode(*node, t.id);
+      if (NodeState* node = FindNodeState(na.node_id)) ReleaseOnNode(*node, t.id, na);
     }
   }
   ChargeTask(record, -1);
@@ -106,7 +106,7 @@ void SchedulerCore::ReleaseGpus(Task& t) {
   t.stop_reason = StopReason::kNone;
 }
 
-void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id) {
+void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id, const NodeAllocation& member) {
   if (node.any_unclaimed) {
     const size_t before = node.unclaimed.size();
     node.DropUnclaimed(id);
@@ -115,9 +115,11 @@ void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id) {
   // A task's GPUs on one node share one model: one index update per node.
   NodeState::ModelSlice* slice = nullptr;
   int freed = 0;
+  bool held = false;
   for (size_t pos = 0; pos < node.gpu_task.size(); ++pos) {
     if (node.gpu_task[pos] != id) continue;
     node.gpu_task[pos] = 0;
+    held = true;
     if (!node.Usable(pos)) continue;  // An unhealthy GPU is not free when its task ends.
     slice = node.Slice(node.gpu_model[pos]);
     slice->free++;
@@ -132,6 +134,13 @@ void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id) {
     const uint64_t seq = ++change_seq_;
     for (int k = slice->free - freed + 1; k <= slice->free; ++k) seqs[k] = seq;
     ReclaimSync(node);
+  }
+  // Its CPUs and memory, where it held GPU positions (a restored task still unclaimed holds
+  // none of them yet).
+  if (held && !member.ended && (member.cpus_milli != 0 || member.memory_mb != 0)) {
+    node.free_cpus_milli += member.cpus_milli;
+    node.free_memory_mb += member.memory_mb;
+    resource_seq_ = ++change_seq_;
   }
 }
 
@@ -331,6 +340,9 @@ std::optional<NodeView> SchedulerCore::FindNode(const std::string& node_id) cons
   v.mode = n->mode;
   v.labels = n->labels;
   v.tasks = static_cast<int>(n->HeldTasks().size());
+  v.resources = {n->cpus_milli, n->memory_mb, n->isolation};
+  v.allocated_cpus_milli = n->cpus_milli - n->free_cpus_milli;
+  v.allocated_memory_mb = n->memory_mb - n->free_memory_mb;
   return v;
 }
 

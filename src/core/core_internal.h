@@ -49,7 +49,14 @@ inline int PrioIndex(Priority p) { return static_cast<int>(p); }
 
 // A reason that a bypass may be counted against: the task could start once GPUs free up.
 inline bool IsTransient(PendingReason r) {
-  return r == PendingReason::kNoNodeFits || r == PendingReason::kQuotaExhausted;
+  return r == PendingReason::kNoNodeFits || r == PendingReason::kQuotaExhausted ||
+         r == PendingReason::kInsufficientCpu || r == PendingReason::kInsufficientMemory;
+}
+// A wait for room on some node (GPUs, CPUs or memory), which the starvation guard's reservation
+// can end as the node drains.
+inline bool WaitsForNodeRoom(PendingReason r) {
+  return r == PendingReason::kNoNodeFits || r == PendingReason::kInsufficientCpu ||
+         r == PendingReason::kInsufficientMemory;
 }
 
 // Pending tasks ordered by (queue_seq, task). Submissions arrive at the back and tasks put back
@@ -141,10 +148,10 @@ class TaskQueue {
   size_t live_ = 0;
 };
 
-// Pending tasks of one priority with the same (team, preemptible, model, GPU count, nodes), in
-// queue order: every task of a shape is admitted by the same quota nodes and fits the same nodes. A
-// shape stays (empty) when its last task leaves, since the same shape usually comes back soon;
-// empty shapes are dropped once they outnumber the others.
+// Pending tasks of one priority with the same (team, preemptible, model, GPU count, nodes, CPUs,
+// memory), in queue order: every task of a shape is admitted by the same quota nodes and fits the
+// same nodes. A shape stays (empty) when its last task leaves, since the same shape usually comes
+// back soon; empty shapes are dropped once they outnumber the others.
 struct SchedulerCore::Shape {
   std::string model;
   int gpu_count = 0;  // In all (a gang's members together).
@@ -152,6 +159,8 @@ struct SchedulerCore::Shape {
   int per_node = 0;   // GPUs per member: gpu_count / nodes.
   int team = 0;       // Index in SchedulerCore::teams_.
   bool preemptible = true;
+  int64_t cpus_milli = 0;  // TaskSpec::cpus_milli and memory_mb: as asked (0: the GPUs' share).
+  int64_t memory_mb = 0;
   TaskQueue tasks;
   PendingReason reason = PendingReason::kQueued;  // Why its head did not start last pass.
   // ModelsFor(model), kept while no new model appears (model_generation_ unchanged).
@@ -177,14 +186,19 @@ struct SchedulerCore::Shape {
   }
 };
 
-// Orders shape keys (team, preemptible, model, GPU count, nodes), and finds them from a task's
-// spec without building a key string.
+// Orders shape keys (team, preemptible, model, GPU count, nodes, CPUs, memory), and finds them
+// from a task's spec without building a key string.
 struct ShapeKeyLess {
   using is_transparent = void;
-  using Key = std::tuple<int, bool, std::string, int, int>;
-  using View = std::tuple<int, bool, std::string_view, int, int>;
+  using Key = std::tuple<int, bool, std::string, int, int, int64_t, int64_t>;
+  using View = std::tuple<int, bool, std::string_view, int, int, int64_t, int64_t>;
   static View AsView(const Key& k) {
-    return {std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k), std::get<4>(k)};
+    return {std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k),
+            std::get<4>(k), std::get<5>(k), std::get<6>(k)};
+  }
+  static View ViewOf(int team, const TaskSpec& spec) {
+    return {team,       spec.preemptible, spec.gpu_model, spec.gpu_count,
+            spec.nodes, spec.cpus_milli,  spec.memory_mb};
   }
   bool operator()(const Key& a, const Key& b) const { return a < b; }
   bool operator()(const Key& a, const View& b) const { return AsView(a) < b; }
@@ -212,13 +226,16 @@ struct SchedulerCore::PriorityQueue {
   Shape& ShapeFor(int team, const TaskSpec& spec) {
     if (last_used != nullptr && last_used->gpu_count == spec.gpu_count && last_used->team == team &&
         last_used->preemptible == spec.preemptible && last_used->nodes == spec.nodes &&
+        last_used->cpus_milli == spec.cpus_milli && last_used->memory_mb == spec.memory_mb &&
         last_used->model == spec.gpu_model) {
       return *last_used;
     }
     Shape* s = FindShape(team, spec);
     if (s == nullptr) {
       if (shapes.size() >= 2 * active.size() + 64) DropEmptyShapes();
-      auto& slot = shapes[{team, spec.preemptible, spec.gpu_model, spec.gpu_count, spec.nodes}];
+      const ShapeKeyLess::View v = ShapeKeyLess::ViewOf(team, spec);
+      auto& slot = shapes[{std::get<0>(v), std::get<1>(v), std::string(std::get<2>(v)),
+                           std::get<3>(v), std::get<4>(v), std::get<5>(v), std::get<6>(v)}];
       slot = std::make_unique<Shape>();
       slot->model = spec.gpu_model;
       slot->gpu_count = spec.gpu_count;
@@ -226,14 +243,15 @@ struct SchedulerCore::PriorityQueue {
       slot->per_node = GpusPerNode(spec);
       slot->team = team;
       slot->preemptible = spec.preemptible;
+      slot->cpus_milli = spec.cpus_milli;
+      slot->memory_mb = spec.memory_mb;
       s = slot.get();
     }
     last_used = s;
     return *s;
   }
   Shape* FindShape(int team, const TaskSpec& spec) const {
-    auto it = shapes.find(
-        ShapeKeyLess::View{team, spec.preemptible, spec.gpu_model, spec.gpu_count, spec.nodes});
+    auto it = shapes.find(ShapeKeyLess::ViewOf(team, spec));
     return it == shapes.end() ? nullptr : it->second.get();
   }
   void Insert(Shape& shape, int64_t seq, Task* task) {
@@ -285,6 +303,7 @@ struct alignas(64) SchedulerCore::NodeState {
   bool indices_are_positions = true;  // gpus[i].index == i for every i.
   bool any_unclaimed = false;         // !unclaimed.empty(), without reading it.
   bool any_unhealthy = false;         // Some gpus[i].healthy is false, without reading them.
+  bool reports_resources = false;     // ReportsResources(), without reading the counts.
   // In the placement index: online and schedulable (see Placeable). Only such nodes get tasks.
   bool in_index = false;
   NodeMode mode = NodeMode::kSchedulable;
@@ -293,12 +312,20 @@ struct alignas(64) SchedulerCore::NodeState {
   absl::InlinedVector<ModelSlice, 1> slices;    // Per model present on the node.
   absl::InlinedVector<TaskNumber, 8> gpu_task;  // Task holding each GPU position; 0 = free.
   absl::InlinedVector<int, 8> gpu_model;        // Model id per GPU position.
+  // CPUs (thousandths) and memory (MiB) it offers (NodeResources; 0: not reported, nothing
+  // counted) and what its tasks have not been given (negative when it registered again with
+  // less than its tasks hold).
+  int64_t cpus_milli = 0;
+  int64_t memory_mb = 0;
+  int64_t free_cpus_milli = 0;
+  int64_t free_memory_mb = 0;
   std::string address;
   TimeMicros last_heartbeat = 0;
   // Sorted by index. Slices count only healthy GPUs: an unhealthy one is neither capacity nor
   // free, and does not count in the quota totals (HealthyGpus).
   std::vector<GpuInfo> gpus;
   Labels labels;
+  std::string isolation;  // NodeResources::isolation.
   // Preemptions under way here: GPUs kept for tasks waiting for victims, and GPUs of victims
   // that are stopping (they will be free once their agents confirm).
   int promised = 0;
@@ -350,6 +377,27 @@ struct alignas(64) SchedulerCore::NodeState {
     return -1;
   }
   bool Placeable() const { return online && mode == NodeMode::kSchedulable; }
+  bool ReportsResources() const { return cpus_milli > 0 || memory_mb > 0; }
+  // What a member of `spec` is given here of a resource the node offers `offered` of: its request,
+  // or its GPUs' share of the node; 0 where the node does not report it.
+  int64_t Given(int64_t asked, int64_t offered, const TaskSpec& spec) const {
+    if (offered <= 0) return 0;
+    if (asked > 0) return asked;
+    return gpus.empty() ? 0 : offered * GpusPerNode(spec) / static_cast<int64_t>(gpus.size());
+  }
+  int64_t GivenCpus(const TaskSpec& s) const { return Given(s.cpus_milli, cpus_milli, s); }
+  int64_t GivenMemory(const TaskSpec& s) const { return Given(s.memory_mb, memory_mb, s); }
+  // Why a member of `spec` whose GPUs fit here does not fit for its CPUs or memory (kNone: it
+  // fits). `empty`: as if nothing ran here.
+  PendingReason ResourceShortage(const TaskSpec& s, bool empty = false) const {
+    if (cpus_milli > 0 && GivenCpus(s) > (empty ? cpus_milli : free_cpus_milli)) {
+      return PendingReason::kInsufficientCpu;
+    }
+    if (memory_mb > 0 && GivenMemory(s) > (empty ? memory_mb : free_memory_mb)) {
+      return PendingReason::kInsufficientMemory;
+    }
+    return PendingReason::kNone;
+  }
   // Whether the GPU at position pos may be given to a task (whatever it holds now).
   bool Usable(size_t pos) const { return !any_unhealthy || gpus[pos].healthy; }
   int HealthyGpus() const {

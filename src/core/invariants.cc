@@ -135,6 +135,23 @@ Status SchedulerCore::CheckInvariants() const {
       busy_tasks++;
     }
     if (free != n->FreeGpus()) return Internal("free count out of step on node " + n->id);
+    // CPUs and memory: what it offers, less what the members holding its GPUs were given.
+    int64_t free_cpus = n->cpus_milli;
+    int64_t free_memory = n->memory_mb;
+    std::vector<TaskNumber> counted;
+    for (TaskNumber tid : n->gpu_task) {
+      if (tid == 0 || std::find(counted.begin(), counted.end(), tid) != counted.end()) continue;
+      counted.push_back(tid);
+      const Task& t = *tasks_.Find(tid);
+      const int member = RunningMemberOn(t.allocation, n->id);
+      if (member < 0)
+        return Internal(FormatTaskId(tid) + " holds GPUs of " + n->id + " as no member");
+      free_cpus -= t.allocation[static_cast<size_t>(member)].cpus_milli;
+      free_memory -= t.allocation[static_cast<size_t>(member)].memory_mb;
+    }
+    if (free_cpus != n->free_cpus_milli || free_memory != n->free_memory_mb) {
+      return Internal("free CPUs or memory out of step on node " + n->id);
+    }
     const bool any_unhealthy =
         std::any_of(n->gpus.begin(), n->gpus.end(), [](const GpuInfo& g) { return !g.healthy; });
     if (any_unhealthy != n->any_unhealthy) {

@@ -21,8 +21,10 @@
 
 namespace dgpu::core {
 
-inline void SchedulerCore::TakeGpus(NodeState& node, TaskNumber id, int model, int count,
-                                    std::vector<int>& indices) {
+inline void SchedulerCore::TakeGpus(NodeState& node, const Task& t, int model, int count,
+                                    NodeAllocation& na) {
+  const TaskNumber id = t.id;
+  std::vector<int>& indices = na.gpu_indices;
   const size_t positions = node.gpu_task.size();
   for (size_t pos = 0; pos < positions && std::ssize(indices) < count; ++pos) {
     if (node.gpu_task[pos] == 0 && node.gpu_model[pos] == model && node.Usable(pos)) {
@@ -34,6 +36,14 @@ inline void SchedulerCore::TakeGpus(NodeState& node, TaskNumber id, int model, i
   const int old_free = slice->free;
   slice->free -= count;
   if (node.in_index) index_.Move(model, node.Entry(), old_free, slice->free);
+  if (!node.reports_resources) {
+    na.cpus_milli = na.memory_mb = 0;
+    return;
+  }
+  na.cpus_milli = node.GivenCpus(t.spec);
+  na.memory_mb = node.GivenMemory(t.spec);
+  node.free_cpus_milli -= na.cpus_milli;
+  node.free_memory_mb -= na.memory_mb;
 }
 
 void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now) {
@@ -79,7 +89,7 @@ void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now)
 
   // Now the node.
   na.node_id = node.id;
-  TakeGpus(node, t.id, model, count, na.gpu_indices);
+  TakeGpus(node, t, model, count, na);
   if (config_.borrowing) {
     UpdateEligible(record);
     ReclaimSync(node);
@@ -113,7 +123,7 @@ void SchedulerCore::StartGang(Task& t, const std::vector<uint32_t>& slots, int m
     NodeState& node = *nodes_[slots[rank]];
     NodeAllocation& na = t.allocation[rank];
     na.node_id = node.id;
-    TakeGpus(node, t.id, model, per_node, na.gpu_indices);
+    TakeGpus(node, t, model, per_node, na);
     Decision& d = decisions_.emplace_back();
     d.kind = Decision::Kind::kStart;
     d.task = t.id;
@@ -135,7 +145,16 @@ void SchedulerCore::StartGang(Task& t, const std::vector<uint32_t>& slots, int m
 bool SchedulerCore::StillNoRoom(const Shape& shape, const std::vector<int>& models,
                                 const std::vector<uint32_t>& excluded) const {
   const uint64_t seen = shape.no_room_seq;
-  if (seen == 0 || structure_seq_ > seen) return false;
+  if (seen == 0 || structure_seq_ > seen || resource_seq_ > seen) return false;
+  // Short of CPUs or memory where its GPUs fit: a start can take those GPUs (no_node_fits then).
+  // And where the nodes with room were all kept for others, a start there by their owner can
+  // leave them short (insufficient_*): only a wait for GPUs nobody keeps is kept.
+  if (any_node_resources_ &&
+      (shape.no_room_reason == PendingReason::kInsufficientCpu ||
+       shape.no_room_reason == PendingReason::kInsufficientMemory ||
+       (shape.no_room_reason == PendingReason::kNoNodeFits && !excluded.empty()))) {
+    return false;
+  }
   // Nodes excluded then may not be now: only a superset of them is as restrictive.
   for (uint8_t i = 0; i < shape.no_room_excluded_count; ++i) {
     if (std::find(excluded.begin(), excluded.end(), shape.no_room_excluded[i]) == excluded.end()) {
@@ -162,6 +181,7 @@ PendingReason SchedulerCore::Diagnose(const Task& t, const std::vector<int>& mod
     for (int m : models) most = std::max(most, index_.NodesWithCapacity(m, per_node));
     if (most < t.spec.nodes) return PendingReason::kExceedsCluster;
   }
+  if (any_node_resources_ && !CouldEverHold(t, models)) return PendingReason::kExceedsCluster;
   const QuotaTree::NodeId leaf = QuotaLeaf(t);
   if (!quota_tree_.Admits(leaf, t.spec.gpu_count)) {
     // Strict quotas where the task's team guarantee, or the part of the class that no team
@@ -178,7 +198,56 @@ PendingReason SchedulerCore::Diagnose(const Task& t, const std::vector<int>& mod
     }
     return PendingReason::kQuotaExhausted;
   }
+  if (any_node_resources_) {
+    if (PendingReason r = ShortageWhereGpusFit(t, models); r != PendingReason::kNone) {
+      return r;
+    }
+  }
   return PendingReason::kNoNodeFits;
+}
+
+bool SchedulerCore::CouldEverHold(const Task& t, const std::vector<int>& models) const {
+  // Only a request of its own can be larger than every node: a share of a node that has the
+  // GPUs always fits there.
+  if (t.spec.cpus_milli <= 0 && t.spec.memory_mb <= 0) return true;
+  const int per_node = GpusPerNode(t.spec);
+  int could_hold = 0;
+  for (const auto& ptr : nodes_) {
+    const NodeState& n = *ptr;
+    if (!n.in_index || n.ResourceShortage(t.spec, /*empty=*/true) != PendingReason::kNone) {
+      continue;
+    }
+    for (int m : models) {
+      const auto* s = const_cast<NodeState&>(n).Slice(m);
+      if (s != nullptr && s->capacity >= per_node) {
+        if (++could_hold >= t.spec.nodes) return true;
+        break;
+      }
+    }
+  }
+  return false;
+}
+
+PendingReason SchedulerCore::ShortageWhereGpusFit(const Task& t,
+                                                  const std::vector<int>& models) const {
+  // The nodes with the GPUs free (and through the filters), in best-fit order: enough of them
+  // for every member, one of them short of CPUs or memory. Else its GPUs are what it lacks.
+  // Model by model: a gang's members share one.
+  const int per_node = GpusPerNode(t.spec);
+  static const std::vector<uint32_t> kNoneExcluded;
+  for (int m : models) {
+    int gpu_fits = 0;
+    PendingReason shortage = PendingReason::kNone;
+    index_.ForEachFitOf(m, per_node, kNoneExcluded, [&](uint32_t slot, int, int) {
+      const NodeState& n = *nodes_[slot];
+      if (!PassesFilters(t, n)) return true;
+      ++gpu_fits;
+      if (shortage == PendingReason::kNone) shortage = n.ResourceShortage(t.spec);
+      return gpu_fits < t.spec.nodes || shortage == PendingReason::kNone;
+    });
+    if (gpu_fits >= t.spec.nodes && shortage != PendingReason::kNone) return shortage;
+  }
+  return PendingReason::kNone;
 }
 
 void SchedulerCore::Schedule(TimeMicros now) {
@@ -241,17 +310,11 @@ std::optional<PlacementIndex::Fit> SchedulerCore::FindNode(
     const std::vector<uint32_t>& excluded) const {
   // Model, node state and GPU health are filters the index applies by holding only placeable
   // nodes, and only their usable GPUs; best fit is its order.
-  if (config_.policies.filters.empty()) {
+  if (config_.policies.filters.empty() && !any_node_resources_) {
     return index_.FindBestFit(models, shape.gpu_count, excluded);
   }
-  return index_.FindBestFitWhere(models, shape.gpu_count, excluded, [&](uint32_t slot) {
-    const NodeState& n = *nodes_[slot];
-    const NodeFacts facts{n.id, n.labels};
-    for (const auto& f : config_.policies.filters) {
-      if (!f->Feasible(t, facts)) return false;
-    }
-    return true;
-  });
+  return index_.FindBestFitWhere(models, shape.gpu_count, excluded,
+                                 [&](uint32_t slot) { return Fits(t, *nodes_[slot]); });
 }
 
 int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector<int>& models,
@@ -262,13 +325,7 @@ int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector
   for (int m : models) {
     slots.clear();
     index_.ForEachFitOf(m, shape.per_node, excluded, [&](uint32_t slot, int, int) {
-      if (!config_.policies.filters.empty()) {
-        const NodeState& n = *nodes_[slot];
-        const NodeFacts facts{n.id, n.labels};
-        for (const auto& f : config_.policies.filters) {
-          if (!f->Feasible(t, facts)) return true;
-        }
-      }
+      if (!Fits(t, *nodes_[slot])) return true;
       slots.push_back(slot);
       return slots.size() < wanted;
     });
@@ -370,13 +427,7 @@ PendingReason SchedulerCore::TryStartHead(int prio, Shape& shape, Task& t,
       if (!n.in_index) continue;
       for (int m : models) {
         const NodeState::ModelSlice* s = n.Slice(m);
-        if (s == nullptr || s->free < shape.gpu_count) continue;
-        bool ok = true;
-        if (!config_.policies.filters.empty()) {
-          const NodeFacts facts{n.id, n.labels};
-          for (const auto& f : config_.policies.filters) ok = ok && f->Feasible(t, facts);
-        }
-        if (!ok) continue;
+        if (s == nullptr || s->free < shape.gpu_count || !Fits(t, n)) continue;
         StartTask(t, slot, m, now);
         return PendingReason::kNone;
       }
@@ -406,7 +457,11 @@ PendingReason SchedulerCore::TryStartHead(int prio, Shape& shape, Task& t,
     }
   }
   if (!fit) {
-    if (!IsTransient(r)) return r;
+    // Short of CPUs or memory where its GPUs fit: taking GPUs back would not help.
+    if (!IsTransient(r) || r == PendingReason::kInsufficientCpu ||
+        r == PendingReason::kInsufficientMemory) {
+      return r;
+    }
     // Within its guarantee: take GPUs back from borrowers. A borrower waits for idle GPUs: on
     // some node (no_node_fits), or anywhere (quota_exhausted: nothing to borrow).
     if (phase == Phase::kGuaranteed) return Reclaim(record, PendingReason::kNoNodeFits, *skip, now);
@@ -439,7 +494,7 @@ void SchedulerCore::StartPreemptors(int prio, TimeMicros now) {
     if (!n.in_index) continue;
     for (int m : ShapeModels(*t->shape)) {
       const NodeState::ModelSlice* s = n.Slice(m);
-      if (s == nullptr || s->free < t->spec.gpu_count || !PassesFilters(*t, n)) continue;
+      if (s == nullptr || s->free < t->spec.gpu_count || !Fits(*t, n)) continue;
       StartTask(*t, slot, m, now);
       break;
     }
@@ -454,7 +509,7 @@ bool SchedulerCore::StartReservedGang(Task& t, const Reservation& r, const std::
     for (uint32_t slot : r.slots) {
       NodeState& n = *nodes_[slot];
       const NodeState::ModelSlice* s = n.Slice(m);
-      room = room && n.in_index && s != nullptr && s->free >= per_node && PassesFilters(t, n);
+      room = room && n.in_index && s != nullptr && s->free >= per_node && Fits(t, n);
     }
     if (!room) continue;
     // Starting drops the reservation: its nodes are copied first.
@@ -525,7 +580,7 @@ bool SchedulerCore::HoldForOldest(int prio, Shape& head_shape, PendingReason rea
   q.holding = true;
   head_shape.reason = reason;
   const Reservation* own = ReservationOf(q.oldest);
-  if (reason == PendingReason::kNoNodeFits && own == nullptr) {
+  if (WaitsForNodeRoom(reason) && own == nullptr) {
     Task& t = *tasks_.Find(q.oldest);
     if (t.spec.nodes > 1) {
       own = ReserveForGang(static_cast<Priority>(prio), t);
@@ -538,7 +593,7 @@ bool SchedulerCore::HoldForOldest(int prio, Shape& head_shape, PendingReason rea
       if (fit) own = &Reserve(static_cast<Priority>(prio), t.id, fit->slot);
     }
   }
-  if (reason != PendingReason::kNoNodeFits || own == nullptr) {
+  if (!WaitsForNodeRoom(reason) || own == nullptr) {
     for (Shape* s : q.active) {
       if (s != &head_shape) s->reason = PendingReason::kQueued;
     }

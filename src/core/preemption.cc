@@ -311,6 +311,11 @@ const std::vector<uint32_t>& SchedulerCore::GuardedForOthers(TaskNumber task) {
   return reclaim_excluded_;
 }
 
+bool SchedulerCore::Fits(const Task& t, const NodeState& node) const {
+  return (!any_node_resources_ || node.ResourceShortage(t.spec) == PendingReason::kNone) &&
+         PassesFilters(t, node);
+}
+
 bool SchedulerCore::PassesFilters(const Task& t, const NodeState& node) const {
   if (config_.policies.filters.empty()) return true;
   const NodeFacts facts{node.id, node.labels};

@@ -22,10 +22,13 @@ void AdoptRun(Task& t, int run) {
 }  // namespace
 
 Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string& address,
-                                   const std::vector<GpuInfo>& gpus,
+                                   const std::vector<GpuInfo>& gpus, const NodeResources& resources,
                                    const std::vector<RunningReport>& running,
                                    const std::vector<FinishReport>& finished, TimeMicros now) {
   if (node_id.empty()) return InvalidArgument("node id must not be empty");
+  if (resources.cpus_milli < 0 || resources.memory_mb < 0) {
+    return InvalidArgument("node cpus and memory must not be negative");
+  }
   for (size_t i = 0; i < gpus.size(); ++i) {
     if (gpus[i].index < 0) return InvalidArgument("gpu index must not be negative");
     if (gpus[i].model.empty()) return InvalidArgument("gpu model must not be empty");
@@ -98,6 +101,12 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   node->gpu_task.assign(node->gpus.size(), 0);
   node->slices.clear();
   node->ClearUnclaimed();
+  // What its tasks were given is taken again as they are adopted below.
+  node->cpus_milli = node->free_cpus_milli = resources.cpus_milli;
+  node->memory_mb = node->free_memory_mb = resources.memory_mb;
+  node->isolation = resources.isolation;
+  node->reports_resources = node->ReportsResources();
+  if (node->reports_resources) any_node_resources_ = true;
   node->indices_are_positions = true;
   node->any_unhealthy = false;
   for (size_t i = 0; i < node->gpus.size(); ++i) {
@@ -146,6 +155,9 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     bool held_here =
         t != nullptr && (t->status == TaskStatus::kRunning || t->stopping) && member >= 0;
     if (held_here && claim(t->allocation[static_cast<size_t>(member)].gpu_indices, t->id)) {
+      const NodeAllocation& mine = t->allocation[static_cast<size_t>(member)];
+      node->free_cpus_milli -= mine.cpus_milli;
+      node->free_memory_mb -= mine.memory_mb;
       if (t->stopping) {
         decisions_.push_back(
             {Decision::Kind::kStop, t->id, node_id, {}, t->stop_reason, -1, t->preempted_by});
@@ -161,7 +173,10 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
       t->status = TaskStatus::kRunning;
       std::vector<int> idx = r.gpu_indices;
       std::sort(idx.begin(), idx.end());
-      t->allocation = {NodeAllocation{node_id, idx}};
+      t->allocation = {NodeAllocation{node_id, idx, false, node->GivenCpus(t->spec),
+                                      node->GivenMemory(t->spec)}};
+      node->free_cpus_milli -= t->allocation[0].cpus_milli;
+      node->free_memory_mb -= t->allocation[0].memory_mb;
       static_cast<TaskRecord*>(t)->node_slot = node->slot;
       t->error.clear();
       ChargeTask(*static_cast<TaskRecord*>(t), +1);

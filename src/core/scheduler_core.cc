@@ -65,7 +65,7 @@ bool SchedulerCore::EndMember(Task& t, int member) {
   if (n != nullptr) {
     // Its GPUs are free for others at once: worth a pass.
     pass_needed_ = true;
-    ReleaseOnNode(*n, t.id);
+    ReleaseOnNode(*n, t.id, m);
     // A stopping victim's GPUs on this node are free now, no longer incoming.
     if (record.incoming_counted) n->incoming -= static_cast<int>(m.gpu_indices.size());
   }
@@ -197,6 +197,9 @@ Status SchedulerCore::CheckSpec(const TaskSpec& spec) const {
     return InvalidArgument("team name '" + spec.team + "' is not valid");
   if (spec.max_retries < 0 || spec.retry_backoff_seconds < 0) {
     return InvalidArgument("max_retries and retry_backoff_seconds must not be negative");
+  }
+  if (spec.cpus_milli < 0 || spec.memory_mb < 0) {
+    return InvalidArgument("cpus and memory_mb must not be negative");
   }
   if (!ValidArrayFields(spec)) {
     return InvalidArgument(

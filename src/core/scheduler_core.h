@@ -113,6 +113,10 @@ struct NodeView {
   NodeMode mode = NodeMode::kSchedulable;
   Labels labels;
   int tasks = 0;  // Tasks holding GPUs there (running or stopping).
+  // What it offers besides GPUs (0: not reported) and what its tasks were given of it.
+  NodeResources resources;
+  int64_t allocated_cpus_milli = 0;
+  int64_t allocated_memory_mb = 0;
 };
 
 class SchedulerCore {
@@ -155,9 +159,17 @@ class SchedulerCore {
   // not reported are lost (node-loss rule). A report of an earlier run than the task's latest
   // changes nothing (a finish) or is stopped (a run); a queued task takes a finish of its
   // latest run only if that run was lost (its end was never recorded).
+  // `resources`: the CPUs and memory it offers (none reported: nothing counted there); the
+  // tasks it runs hold what they were given at their start. InvalidArgument (negative values).
+  Status RegisterNode(const std::string& node_id, const std::string& address,
+                      const std::vector<GpuInfo>& gpus, const NodeResources& resources,
+                      const std::vector<RunningReport>& running,
+                      const std::vector<FinishReport>& finished, TimeMicros now);
   Status RegisterNode(const std::string& node_id, const std::string& address,
                       const std::vector<GpuInfo>& gpus, const std::vector<RunningReport>& running,
-                      const std::vector<FinishReport>& finished, TimeMicros now);
+                      const std::vector<FinishReport>& finished, TimeMicros now) {
+    return RegisterNode(node_id, address, gpus, NodeResources{}, running, finished, now);
+  }
 
   // Cordons (no new tasks), marks draining (no new tasks either), or makes a node schedulable
   // again. Its running tasks go on (DrainNode evicts them). A node keeps its mode while offline
@@ -414,6 +426,16 @@ class SchedulerCore {
   const std::vector<uint32_t>& GuardedForOthers(TaskNumber task);
   // Whether every configured filter lets t run on `node`.
   bool PassesFilters(const Task& t, const NodeState& node) const;
+  // Whether a member of t fits on `node` for its CPUs and memory (NodeState::ResourceShortage)
+  // and the configured filters; its GPUs are the caller's to check.
+  bool Fits(const Task& t, const NodeState& node) const;
+  // Where nodes report CPUs and memory: whether enough placeable nodes (one per member) could
+  // hold t's own request with nothing else running (a look at every node, only for a task that
+  // asks for CPUs or memory and found no node)...
+  bool CouldEverHold(const Task& t, const std::vector<int>& models) const;
+  // ...and why it found none: kInsufficientCpu or kInsufficientMemory when enough nodes have its
+  // GPUs free and one of them lacks the rest; kNone when GPUs are what it lacks.
+  PendingReason ShortageWhereGpusFit(const Task& t, const std::vector<int>& models) const;
   // Stops victim v (every member) for t, whose room is on `node`.
   void Preempt(TaskRecord& v, const TaskRecord& t, const NodeState& node, TimeMicros now);
   void ReclaimSync(NodeState& node);
@@ -472,11 +494,14 @@ class SchedulerCore {
   void StartGang(Task& t, const std::vector<uint32_t>& slots, int model, TimeMicros now);
   // Gives task `id` the lowest `count` free usable positions of `model` on `node` (their indices
   // appended to `indices`), with the slice and the index.
-  void TakeGpus(NodeState& node, TaskNumber id, int model, int count, std::vector<int>& indices);
+  // Gives member `na` of t `count` GPUs of `model` on `node`, and its CPUs and memory there.
+  void TakeGpus(NodeState& node, const Task& t, int model, int count, NodeAllocation& na);
   // The part of a node a start or a release reads (see NodeState).
   static constexpr size_t kNodeHotBytes = 192;
   void ReleaseGpus(Task& t);
-  void ReleaseOnNode(NodeState& node, TaskNumber id);
+  // Frees what task `id` holds on `node`: its GPUs, and the CPUs and memory of its member
+  // there (`member`, unless it has ended already).
+  void ReleaseOnNode(NodeState& node, TaskNumber id, const NodeAllocation& member);
   void Enqueue(Task& t);
   void Dequeue(Task& t);
   // The starvation guard of queue q starts over with `oldest` as its oldest task (0: none); the
@@ -671,6 +696,10 @@ class SchedulerCore {
   // tasks wait). Starts only take room. All are values of one increasing counter.
   uint64_t change_seq_ = 1;
   uint64_t structure_seq_ = 1;
+  // Some node reports CPUs or memory (NodeResources): placement checks them, and a release of
+  // them (resource_seq_, from the same counter) may give any waiting shape room.
+  bool any_node_resources_ = false;
+  uint64_t resource_seq_ = 0;
   std::vector<std::vector<uint64_t>> room_seq_;
   bool StillNoRoom(const Shape& shape, const std::vector<int>& models,
                    const std::vector<uint32_t>& excluded) const;

@@ -107,7 +107,10 @@ inline constexpr auto kTaskFields = std::make_tuple(
     MakeTaskField({"retry_at", kLater, ApiForm::kTime, 0}, DGPU_TASK_MEMBER(retry_at)),
     MakeTaskField({"nodes", kLater, ApiForm::kValue, 1}, DGPU_TASK_MEMBER(spec.nodes)),
     MakeTaskField({"master_port", kLater, ApiForm::kNullWhenUnset, 0},
-                  DGPU_TASK_MEMBER(master_port)));
+                  DGPU_TASK_MEMBER(master_port)),
+    MakeTaskField({"cpus_milli", kLater, ApiForm::kHidden, 0},  // REST cpus
+                  DGPU_TASK_MEMBER(spec.cpus_milli)),
+    MakeTaskField({"memory_mb", kLater, ApiForm::kComputed, 0}, DGPU_TASK_MEMBER(spec.memory_mb)));
 
 #undef DGPU_TASK_MEMBER
 

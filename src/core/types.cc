@@ -42,6 +42,10 @@ std::string_view ToString(PendingReason r) {
       return "waiting_for_preemption";
     case PendingReason::kRetryBackoff:
       return "retry_backoff";
+    case PendingReason::kInsufficientCpu:
+      return "insufficient_cpu";
+    case PendingReason::kInsufficientMemory:
+      return "insufficient_memory";
   }
   return "";
 }
@@ -186,7 +190,8 @@ std::optional<PendingReason> ParsePendingReason(std::string_view s) {
   for (auto r : {PendingReason::kNone, PendingReason::kQueued, PendingReason::kQuotaExhausted,
                  PendingReason::kNoNodeFits, PendingReason::kNoGpuModel,
                  PendingReason::kExceedsCluster, PendingReason::kTeamLimit,
-                 PendingReason::kWaitingForPreemption, PendingReason::kRetryBackoff}) {
+                 PendingReason::kWaitingForPreemption, PendingReason::kRetryBackoff,
+                 PendingReason::kInsufficientCpu, PendingReason::kInsufficientMemory}) {
     if (ToString(r) == s) return r;
   }
   return std::nullopt;

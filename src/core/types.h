@@ -39,6 +39,10 @@ enum class PendingReason : uint8_t {
   kWaitingForPreemption,
   // It failed and waits out its retry backoff (Task::retry_at) before it is queued again.
   kRetryBackoff,
+  // Some node that passes its filters has the GPUs free, but none of them has the CPUs (or,
+  // with the CPUs, the memory) it asks for free.
+  kInsufficientCpu,
+  kInsufficientMemory,
 };
 
 enum class GpuStatus : uint8_t { kIdle, kBusy, kOffline, kUnhealthy };
@@ -113,6 +117,10 @@ struct NodeAllocation {
   // This member has ended (finished, or lost with its node) and its GPUs are free, while other
   // members of the task still run. Always false for a single-node task.
   bool ended = false;
+  // CPUs (thousandths) and memory (MiB) this member was given on its node: the task's request,
+  // or its GPUs' share there; 0 where the node reports none (nothing is counted there).
+  int64_t cpus_milli = 0;
+  int64_t memory_mb = 0;
   bool operator==(const NodeAllocation&) const = default;
 };
 using Allocation = std::vector<NodeAllocation>;
@@ -146,6 +154,11 @@ struct TaskSpec {
   // A gang: one member on each of `nodes` distinct nodes, each with gpu_count / nodes GPUs of
   // one model, all started in the same pass or none (1: an ordinary single-node task).
   int32_t nodes = 1;
+  // CPUs in thousandths and memory in MiB that each member asks for on its node; 0: its GPUs'
+  // share of the node it is placed on (the node's CPUs x its GPUs / the node's GPUs, the same for
+  // memory), so a task that names neither fits wherever its GPUs fit.
+  int64_t cpus_milli = 0;
+  int64_t memory_mb = 0;
   Priority priority = Priority::kLow;
   // False: it never borrows GPUs beyond its team's guarantee, so it is never preempted.
   bool preemptible = true;
@@ -219,6 +232,16 @@ struct GpuInfo {
   // An unhealthy GPU takes no task and does not count in quota totals until it is healthy again.
   bool healthy = true;
   std::string health_reason;  // Why it is unhealthy ("xid 79", ...); empty when healthy.
+};
+
+// What a node offers besides its GPUs, as its agent reports it at registration (after the
+// reserves it keeps for the system). 0: not reported (an older agent, the simulator): nothing is
+// counted against it and tasks are given none there.
+struct NodeResources {
+  int64_t cpus_milli = 0;
+  int64_t memory_mb = 0;
+  std::string isolation;  // "cgroup_v2", "cgroup_v1" or "none"; empty: not reported.
+  bool operator==(const NodeResources&) const = default;
 };
 
 // Which run of a task its latest start was: every start counts (retries too), a preempted or

@@ -153,6 +153,12 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
       ->check(CLI::Range(1, 1024));
   submit_cmd->add_option("--gpus-per-node", submit.gpus_per_node, "GPUs of each member")
       ->check(CLI::Range(1, 1024));
+  submit_cmd->add_option(
+      "--cpus", submit.cpus,
+      "CPUs of each member, e.g. 4 or 1.5 (default: its GPUs' share of the node)");
+  submit_cmd->add_option("--memory", submit.memory,
+                         "Memory of each member: MiB, or with a unit, e.g. 16G, 512M (powers of "
+                         "1024; default: its GPUs' share of the node)");
   submit_cmd->add_option("--priority", submit.priority, "high (online) or low (batch)")
       ->required()
       ->check(CLI::IsMember({"high", "low"}));

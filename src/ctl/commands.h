@@ -65,6 +65,8 @@ struct SubmitOptions {
   std::optional<int> gpus;           // GPUs in all; required unless gpus_per_node is given
   std::optional<int> nodes;          // a gang of this many members, one per node
   std::optional<int> gpus_per_node;  // GPUs of each member
+  std::string cpus;                  // CPUs of each member ("" : its GPUs' share)
+  std::string memory;                // memory of each member: MiB, or 16G, 512M ("" : the share)
   std::string priority;
   std::string model;
   std::string name;
@@ -83,6 +85,9 @@ struct SubmitOptions {
 // Builds the POST /tasks body; on invalid options writes the reason to `error` and returns
 // nullopt.
 std::optional<nlohmann::json> BuildSubmitBody(const SubmitOptions& options, std::string* error);
+// --memory: MiB, or a size with a unit K, M, G, T (powers of 1024): "16G" is 16384. Nullopt
+// for anything else, or less than 1 MiB, or not a whole number of MiB.
+std::optional<int64_t> ParseMemoryMb(std::string_view text);
 
 struct ListTasksOptions {
   std::string status;

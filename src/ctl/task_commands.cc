@@ -1,5 +1,8 @@
 // dgpuctl's task commands: submit, get tasks / task, events, cancel, wait and logs.
 #include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <string_view>
 #include <utility>
 
 #include "common/number.h"
@@ -13,6 +16,37 @@
 namespace dgpu::ctl {
 
 using nlohmann::json;
+
+std::optional<int64_t> ParseMemoryMb(std::string_view text) {
+  // A whole number of MiB, or a number with a unit K, M, G or T (powers of 1024, as Slurm's
+  // --mem), optionally followed by "i", "B" or "iB": 16G, 512MiB, 1.5T.
+  size_t end = 0;
+  while (end < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) {
+    ++end;
+  }
+  auto number = common::ParseDouble(text.substr(0, end), "--memory");
+  if (end == 0 || !number.ok()) return std::nullopt;
+  std::string unit(text.substr(end));
+  for (const char* suffix : {"iB", "i", "B"}) {
+    if (unit.size() > 1 && unit.ends_with(suffix)) {
+      unit.resize(unit.size() - std::string_view(suffix).size());
+      break;
+    }
+  }
+  double mb = *number;
+  if (unit == "K" || unit == "k") {
+    mb /= 1024;
+  } else if (unit == "G" || unit == "g") {
+    mb *= 1024;
+  } else if (unit == "T" || unit == "t") {
+    mb *= 1024 * 1024;
+  } else if (!unit.empty() && unit != "M" && unit != "m") {
+    return std::nullopt;
+  }
+  if (!(mb >= 1) || mb > 1e12 || mb != std::floor(mb)) return std::nullopt;
+  return static_cast<int64_t>(mb);
+}
 
 std::optional<json> BuildSubmitBody(const SubmitOptions& options, std::string* error) {
   if (options.command.empty()) {
@@ -30,6 +64,25 @@ std::optional<json> BuildSubmitBody(const SubmitOptions& options, std::string* e
   if (options.gpus) body["gpu_count"] = *options.gpus;
   if (options.nodes) body["nodes"] = *options.nodes;
   if (options.gpus_per_node) body["gpus_per_node"] = *options.gpus_per_node;
+  if (!options.cpus.empty()) {
+    auto cpus = common::ParseDouble(options.cpus, "--cpus");
+    if (!cpus.ok() || !(*cpus > 0)) {
+      *error = "--cpus expects a number of CPUs above 0, e.g. 4 or 1.5; got '" + options.cpus + "'";
+      return std::nullopt;
+    }
+    body["cpus"] = *cpus;  // The scheduler says if it has more than 3 decimals.
+  }
+  if (!options.memory.empty()) {
+    auto mb = ParseMemoryMb(options.memory);
+    if (!mb) {
+      *error =
+          "--memory expects MiB or a size with a unit (K, M, G, T: powers of 1024), e.g. "
+          "16G or 512M, of at least 1 MiB; got '" +
+          options.memory + "'";
+      return std::nullopt;
+    }
+    body["memory_mb"] = *mb;
+  }
   body["command"] = JoinCommand(options.command);
   if (!options.model.empty()) body["gpu_model"] = options.model;
   if (!options.name.empty()) body["name"] = options.name;
@@ -302,6 +355,13 @@ std::string DescribeTask(const json& task, Clock::time_point now) {
       text += "; queued again " + TimeText(task, "retry_at", now);
     }
     lines.emplace(lines.begin() + 12, "Retries", text);
+  }
+  const std::string cpus = Field(task, "cpus");
+  const std::string memory = Field(task, "memory_mb");
+  if (!cpus.empty() || !memory.empty()) {
+    // Each member's, when asked for or given on a node that reports them.
+    lines.emplace(lines.begin() + 8, "CPUs / Memory",
+                  (cpus.empty() ? "-" : cpus) + " / " + (memory.empty() ? "-" : memory + " MiB"));
   }
   if (const std::string nodes = Field(task, "nodes"); !nodes.empty() && nodes != "1") {
     // A gang: every member, in rank order, and where they meet.

@@ -329,6 +329,7 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
   r.agent_id = req->agent_id();
   r.instance_id = req->instance_id();
   r.node_group = req->node_group();
+  r.resources = {req->cpus_milli(), req->memory_mb(), req->isolation()};
   r.address = req->address();
   r.epoch = req->epoch();
   for (const auto& g : req->gpus()) {

@@ -131,7 +131,9 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
                                  "max_retries",
                                  "retry_backoff_seconds",
                                  "nodes",
-                                 "gpus_per_node"};
+                                 "gpus_per_node",
+                                 "cpus",
+                                 "memory_mb"};
   for (const auto& [key, value] : doc.items()) {
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return ApiError{400, "unknown_field", "unknown field \"" + key + "\""};
@@ -257,6 +259,24 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
     // end on the same node before the previous run's finish is acknowledged there.
     if (auto e = GetInteger(*it, "retry_backoff_seconds", 1, kMaxGraceSeconds, &n)) return e;
     s.retry_backoff_seconds = static_cast<int32_t>(n);
+  }
+  // Each member's CPUs (a number > 0, in thousandths at most) and memory (MiB); omitted: its
+  // GPUs' share of the node it is placed on.
+  if (it = doc.find("cpus"); it != doc.end() && !it->is_null()) {
+    if (!it->is_number()) return InvalidField("cpus must be a number, got " + TypeName(*it));
+    const double cpus = it->get<double>();
+    const double milli = std::round(cpus * 1000.0);
+    if (!(cpus > 0) || cpus > kMaxCpus) {
+      return InvalidField("cpus must be more than 0 and at most " + std::to_string(kMaxCpus) +
+                          ", got " + it->dump());
+    }
+    if (std::abs(milli - cpus * 1000.0) > 1e-6 * std::max(1.0, cpus)) {
+      return InvalidField("cpus must have at most 3 decimals, got " + it->dump());
+    }
+    s.cpus_milli = static_cast<int64_t>(milli);
+  }
+  if (it = doc.find("memory_mb"); it != doc.end() && !it->is_null()) {
+    if (auto e = GetInteger(*it, "memory_mb", 1, kMaxMemoryMb, &s.memory_mb)) return e;
   }
   if (it = doc.find("array"); it != doc.end() && !it->is_null()) {
     int64_t n = 0;
@@ -389,6 +409,17 @@ json TaskToJson(const core::Task& t, core::PendingReason reason) {
   }
   out["node_id"] = std::move(node_id);
   out["gpus_per_node"] = core::GpusPerNode(t.spec);
+  // Each member's CPUs and memory: as asked, else what rank 0 was given (its GPUs' share of a
+  // node that reports them); null while neither is known.
+  const core::NodeAllocation* rank0 = t.allocation.empty() ? nullptr : &t.allocation[0];
+  const int64_t cpus = t.spec.cpus_milli > 0 ? t.spec.cpus_milli
+                       : rank0 != nullptr    ? rank0->cpus_milli
+                                             : 0;
+  const int64_t memory = t.spec.memory_mb > 0 ? t.spec.memory_mb
+                         : rank0 != nullptr   ? rank0->memory_mb
+                                              : 0;
+  out["cpus"] = cpus > 0 ? json(static_cast<double>(cpus) / 1000.0) : json(nullptr);
+  out["memory_mb"] = memory > 0 ? json(memory) : json(nullptr);
   out["pending_reason"] =
       reason == core::PendingReason::kNone ? json(nullptr) : json(core::ToString(reason));
   return out;
@@ -502,6 +533,11 @@ nlohmann::json AgentToJson(const core::NodeView& n) {
       {"mode", core::ToString(n.mode)},
       {"gpus", n.gpu_count},
       {"free_gpus", n.free_gpus},
+      {"cpus", n.resources.cpus_milli > 0 ? json(n.resources.cpus_milli / 1000.0) : json(nullptr)},
+      {"memory_mb", n.resources.memory_mb > 0 ? json(n.resources.memory_mb) : json(nullptr)},
+      {"allocated_cpus", n.allocated_cpus_milli / 1000.0},
+      {"allocated_memory_mb", n.allocated_memory_mb},
+      {"isolation", n.resources.isolation.empty() ? json(nullptr) : json(n.resources.isolation)},
       {"tasks", n.tasks},
       {"labels", n.labels},
       {"last_heartbeat",

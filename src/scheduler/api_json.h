@@ -26,6 +26,8 @@ inline constexpr size_t kMaxShortField = 256;  // name, gpu_model, env keys.
 inline constexpr int64_t kMaxTimeoutSeconds = 10LL * 365 * 24 * 3600;
 inline constexpr int64_t kMaxArraySize = core::kMaxArraySize;  // Tasks of one job array.
 inline constexpr int64_t kMaxRetries = 100;                    // max_retries of a task.
+inline constexpr int kMaxCpus = 4096;                          // cpus of a task's member.
+inline constexpr int64_t kMaxMemoryMb = int64_t{64} << 20;     // memory_mb: 64 TiB.
 
 // An API error: HTTP status, machine word and sentence.
 struct ApiError {
@@ -91,8 +93,8 @@ std::string GpuId(const std::string& node_id, int index);
 // shows, and kTaskApiKeys.
 nlohmann::json TaskToJson(const core::Task& task, core::PendingReason reason);
 // The task object's keys that are no field of the task table.
-inline constexpr std::string_view kTaskApiKeys[] = {"task_id", "node_id", "allocated_gpus",
-                                                    "pending_reason", "gpus_per_node"};
+inline constexpr std::string_view kTaskApiKeys[] = {
+    "task_id", "node_id", "allocated_gpus", "pending_reason", "gpus_per_node", "cpus"};
 // GET /tasks/{id}/events: {events: [{time, type, node_id (when there is one), message}]}.
 nlohmann::json TaskEventsToJson(const std::vector<core::TaskEventRecord>& events);
 

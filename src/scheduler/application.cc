@@ -771,8 +771,9 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
   d_.loop->Post([this, id = std::move(request.agent_id), address = std::move(address),
                  instance = std::move(request.instance_id), where = std::move(where),
                  group = std::move(request.node_group), gpus = std::move(request.gpus),
-                 running = std::move(running), finished = std::move(finished),
-                 unparsable = std::move(unparsable), registered = std::move(registered),
+                 resources = std::move(request.resources), running = std::move(running),
+                 finished = std::move(finished), unparsable = std::move(unparsable),
+                 registered = std::move(registered),
                  reply = std::move(reply)](CoreLoop::Context& c) mutable {
     // Another agent under the id of a node whose session is alive (a copied configuration or
     // machine image): refused, so that it cannot take over the node's GPUs and tasks.
@@ -791,7 +792,7 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
     }
     if (!instance.empty()) node_instances_[id] = {instance, where};
     d_.agents->BeginSession(id);
-    Status s = c.core.RegisterNode(id, address, gpus, running, finished, c.now);
+    Status s = c.core.RegisterNode(id, address, gpus, resources, running, finished, c.now);
     if (!s.ok()) return reply(ErrorFromStatus(s));
     if (d_.autoscale != nullptr) d_.autoscale->NodeRegistered(id, group, gpus);
     if (!unparsable.empty()) d_.agents->OrderStops(id, unparsable, core::StopReason::kReconcile);

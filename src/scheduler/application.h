@@ -281,6 +281,7 @@ struct RegisterRequest {
   std::string address;      // Empty: the caller's peer address.
   uint64_t epoch = 0;
   std::vector<core::GpuInfo> gpus;
+  core::NodeResources resources;  // None reported: nothing counted.
   std::vector<Running> running;
   std::vector<Finished> finished;
 };

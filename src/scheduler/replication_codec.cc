@@ -130,6 +130,8 @@ void WriteField(const T& v, const T& def, Message* r, const Reflection* refl,
       a->set_node_id(na.node_id);
       for (int i : na.gpu_indices) a->add_gpu_indices(i);
       a->set_ended(na.ended);
+      a->set_cpus_milli(na.cpus_milli);
+      a->set_memory_mb(na.memory_mb);
     }
   }
 }
@@ -162,7 +164,11 @@ void ReadField(const Message& r, const Reflection* refl, const FieldDescriptor* 
     std::sort(out->begin(), out->end());  // A map's order is not kept; the core's env is sorted.
   } else {
     for (const auto& a : static_cast<const dgpu::v1::TaskRecord&>(r).allocation()) {
-      out->push_back({a.node_id(), {a.gpu_indices().begin(), a.gpu_indices().end()}, a.ended()});
+      out->push_back({a.node_id(),
+                      {a.gpu_indices().begin(), a.gpu_indices().end()},
+                      a.ended(),
+                      std::max<int64_t>(a.cpus_milli(), 0),
+                      std::max<int64_t>(a.memory_mb(), 0)});
     }
   }
 }

@@ -167,6 +167,12 @@ ALTER TABLE tasks ADD COLUMN nodes INTEGER NOT NULL DEFAULT 1;
     {9, "add gang ports", R"sql(
 ALTER TABLE tasks ADD COLUMN master_port INTEGER NOT NULL DEFAULT 0;
 )sql"},
+    // CPUs and memory asked for (core::TaskSpec::cpus_milli, memory_mb): tasks stored before ask
+    // for their GPUs' share (0). What each member was given is in its allocation's entry.
+    {10, "add cpu and memory requests", R"sql(
+ALTER TABLE tasks ADD COLUMN cpus_milli INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;
+)sql"},
 };
 
 // The version this build writes, and the newest it reads.

@@ -108,6 +108,9 @@ json AllocationToJson(const core::Allocation& allocation) {
   for (const core::NodeAllocation& a : allocation) {
     json entry{{"node_id", a.node_id}, {"gpu_indices", a.gpu_indices}};
     if (a.ended) entry["ended"] = true;  // Only members of multi-node tasks ever have it.
+    // Only members placed on nodes that report their CPUs and memory have these.
+    if (a.cpus_milli != 0) entry["cpus_milli"] = a.cpus_milli;
+    if (a.memory_mb != 0) entry["memory_mb"] = a.memory_mb;
     out.push_back(std::move(entry));
   }
   return out;
@@ -134,6 +137,15 @@ StatusOr<core::Allocation> AllocationFromJson(const json& j) {
     if (auto ended = entry.find("ended"); ended != entry.end()) {
       if (!ended->is_boolean()) return Malformed("ended", "a boolean");
       a.ended = ended->get<bool>();
+    }
+    for (auto [key, value] :
+         {std::pair{"cpus_milli", &a.cpus_milli}, {"memory_mb", &a.memory_mb}}) {
+      if (auto it = entry.find(key); it != entry.end()) {
+        if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+          return Malformed(key, "a non-negative integer");
+        }
+        *value = it->get<int64_t>();
+      }
     }
     allocation.push_back(std::move(a));
   }

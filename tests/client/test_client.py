@@ -741,3 +741,21 @@ def test_quota_reports_borrowed_and_lent(client):
         assert (raw[klass]["borrowed"], raw[klass]["lent"]) == (0, 0)
     q = client.quota()
     assert (q.online.borrowed, q.online.lent, q.batch.borrowed, q.batch.lent) == (0, 0, 0, 0)
+
+
+def test_submit_sends_cpus_and_memory_and_the_model_reads_them():
+    c = ScriptedClient([(201, {"task_id": "task-2", "status": "pending",
+                               "created_at": "2026-01-05T10:00:00Z"})])
+    c.submit("python load.py", priority="low", gpu_count=1, cpus=1.5, memory_mb=16384)
+    assert c.requests == [
+        ("POST", URL + "/tasks",
+         '{"priority": "low", "gpu_count": 1, "command": "python load.py", "cpus": 1.5, '
+         '"memory_mb": 16384}', "application/json")]
+    task = dgpu.Task.from_json({
+        "task_id": "task-2", "name": "", "priority": "low", "gpu_count": 1, "gpu_model": "",
+        "command": "x", "env": {}, "timeout_seconds": 0, "image": "", "status": "pending",
+        "node_id": None, "allocated_gpus": [], "pending_reason": "insufficient_cpu",
+        "attempts": 0, "allocation": [], "exit_code": None, "error": "",
+        "created_at": "2026-01-05T10:00:00Z", "started_at": None, "finished_at": None,
+        "cpus": 1.5, "memory_mb": None})
+    assert (task.cpus, task.memory_mb, task.pending_reason) == (1.5, None, "insufficient_cpu")

@@ -946,6 +946,36 @@ TEST(AgentConfigTest, NodeGroup) {
             "with a letter or digit, got \"A100\"");
 }
 
+TEST(AgentConfigTest, ResourcesAreAutoOrNumbersWithReserves) {
+  const NodeResourcesConfig defaults;
+  EXPECT_EQ(std::make_tuple(defaults.cpus_milli, defaults.memory_mb, defaults.reserved_cpus_milli,
+                            defaults.reserved_memory_mb),
+            std::make_tuple(NodeResourcesConfig::kAuto, NodeResourcesConfig::kAuto, int64_t{0},
+                            int64_t{0}));
+  const NodeResourcesConfig r = MustLoadAgent(
+                                    "resources: {cpus: 15.5, memory_mb: 64000, reserved_cpus: 0.5, "
+                                    "reserved_memory_mb: 2048}")
+                                    .resources;
+  EXPECT_EQ(std::make_tuple(r.cpus_milli, r.memory_mb, r.reserved_cpus_milli, r.reserved_memory_mb),
+            std::make_tuple(int64_t{15500}, int64_t{64000}, int64_t{500}, int64_t{2048}));
+  const NodeResourcesConfig a = MustLoadAgent("resources: {cpus: auto, memory_mb: auto}").resources;
+  EXPECT_EQ(std::make_pair(a.cpus_milli, a.memory_mb),
+            std::make_pair(NodeResourcesConfig::kAuto, NodeResourcesConfig::kAuto));
+  ExpectAgentError("resources: {cpus: 0}",
+                   "resources.cpus: must be auto or a number of CPUs (at most 3 decimals), got "
+                   "\"0\"");
+  ExpectAgentError("resources: {cpus: 1.0001}",
+                   "resources.cpus: must be auto or a number of CPUs (at most 3 decimals), got "
+                   "\"1.0001\"");
+  ExpectAgentError("resources: {reserved_cpus: auto}",
+                   "resources.reserved_cpus: must be a number of CPUs (at most 3 decimals), got "
+                   "\"auto\"");
+  ExpectAgentError("resources: {memory_mb: 0}",
+                   "resources.memory_mb: must be an integer in [1, 68719476736], got \"0\"");
+  ExpectAgentError("resources: {gpus: 2}",
+                   "unknown key \"resources.gpus\" (did you mean \"cpus\"?)");
+}
+
 TEST(AgentConfigTest, StopTasksAfterDisconnect) {
   EXPECT_EQ(AgentConfig{}.agent.stop_tasks_after_disconnect, milliseconds{0});
   EXPECT_EQ(

@@ -48,6 +48,9 @@ void RunSequence(uint32_t seed, int steps) {
         spec.nodes = 2 + pick(2);
         spec.gpu_count = spec.nodes * (1 << pick(3));
       }
+      // CPUs and memory asked for, sometimes (else the GPUs' share).
+      if (pick(3) == 0) spec.cpus_milli = 500 * (1 + pick(12));
+      if (pick(4) == 0) spec.memory_mb = 1000 * (1 + pick(24));
       auto r = core.Submit(spec, now);
       ASSERT_TRUE(r.ok());
       ASSERT_EQ(shadow.Submit(spec, now).value(), *r);
@@ -71,8 +74,13 @@ void RunSequence(uint32_t seed, int steps) {
         }
       }
       auto gpus = testing::MakeGpus(1 + pick(8), models[pick(2)]);
-      (void)both(
-          [&](SchedulerCore& c) { return c.RegisterNode(node, "", gpus, running, {}, now); });
+      // Most nodes report CPUs and memory; some (older agents) nothing.
+      const NodeResources resources =
+          pick(4) == 0 ? NodeResources{}
+                       : NodeResources{1000 * (1 + pick(16)), 4000 * (1 + pick(8))};
+      (void)both([&](SchedulerCore& c) {
+        return c.RegisterNode(node, "", gpus, resources, running, {}, now);
+      });
     } else if (op < 50) {
       (void)both([&](SchedulerCore& c) { return c.NodeLost(node, now); });
     } else if (op < 66 && !ids.empty()) {

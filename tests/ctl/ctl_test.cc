@@ -233,6 +233,40 @@ TEST_F(CtlTest, SubmitSendsTeamAndPreemptionFields) {
   EXPECT_EQ(http_.requests().size(), 3u);
 }
 
+TEST_F(CtlTest, SubmitSendsCpusAndMemoryInMiB) {
+  http_.Answer(Method::kPost, Url("/tasks"), 201, R"({"task_id":"task-3","status":"pending"})");
+  Outcome r = Run({"submit", "--gpus", "1", "--priority", "low", "--cpus", "1.5", "--memory", "16G",
+                   "--", "python", "load.py"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(http_.requests()[0].body,
+            R"({"command":"python load.py","cpus":1.5,"gpu_count":1,"memory_mb":16384,)"
+            R"("priority":"low"})");
+  EXPECT_EQ(ParseMemoryMb("512"), 512);
+  EXPECT_EQ(ParseMemoryMb("512M"), 512);
+  EXPECT_EQ(ParseMemoryMb("512MiB"), 512);
+  EXPECT_EQ(ParseMemoryMb("2Gi"), 2048);
+  EXPECT_EQ(ParseMemoryMb("1.5T"), 1572864);
+  EXPECT_EQ(ParseMemoryMb("2048K"), 2);
+  for (const char* bad : {"", "G", "0", "0.5", "1000K", "12X", "-1G", "1e3", "16 G"}) {
+    EXPECT_EQ(ParseMemoryMb(bad), std::nullopt) << bad;
+  }
+  for (const auto& [flag, value, message] :
+       {std::tuple{"--cpus", "0",
+                   "error: --cpus expects a number of CPUs above 0, e.g. 4 or "
+                   "1.5; got '0'\n"},
+        std::tuple{"--cpus", "two",
+                   "error: --cpus expects a number of CPUs above 0, e.g. 4 or "
+                   "1.5; got 'two'\n"},
+        std::tuple{"--memory", "16X",
+                   "error: --memory expects MiB or a size with a unit (K, M, G, T: powers of "
+                   "1024), e.g. 16G or 512M, of at least 1 MiB; got '16X'\n"}}) {
+    Outcome bad = Run({"submit", "--gpus", "1", "--priority", "low", flag, value, "--", "x"});
+    EXPECT_EQ(bad.code, kExitUsage) << flag << " " << value;
+    EXPECT_EQ(bad.err, message);
+  }
+  EXPECT_EQ(http_.requests().size(), 1u);
+}
+
 TEST_F(CtlTest, SubmitRejectsBadOptionsWithoutCallingTheServer) {
   EXPECT_EQ(Run({"submit", "--gpus", "1", "--priority", "low"}).code, kExitUsage);
   EXPECT_EQ(Run({"submit", "--gpus", "1", "--priority", "urgent", "--", "x"}).code, kExitUsage);
@@ -638,8 +672,8 @@ TEST_F(CtlTest, GpusAgentsAndQuota) {
   http_.Answer(Method::kGet, Url("/agents"), 200, R"({"agents":[{"id":"n1","address":"h:1",
     "status":"online","gpus":["n1-gpu-0","n1-gpu-1"],"last_heartbeat":"2024-05-01T11:59:58Z"}]})");
   EXPECT_EQ(Run({"get", "agents"}).out,
-            "ID  ADDRESS  STATUS  GPUS  FREE  TASKS  LAST HEARTBEAT\n"
-            "n1  h:1      online  2     -     -      2s ago\n");
+            "ID  ADDRESS  STATUS  GPUS  FREE  CPUS  MEMORY  TASKS  LAST HEARTBEAT\n"
+            "n1  h:1      online  2     -     -     -       -      2s ago\n");
 
   http_.Answer(Method::kGet, Url("/quota"), 200, R"({"total_gpus":10,
     "online":{"quota":7,"used":9,"available":0,"borrowed":2,"lent":0,

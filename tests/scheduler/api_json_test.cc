@@ -220,6 +220,52 @@ TEST(ApiJsonTest, SubmitReadsAGangAsNodesTimesGpusPerNode) {
   EXPECT_EQ(e->message, "nodes x gpus_per_node must be at most 1024 GPUs, got 2 x 1000");
 }
 
+TEST(ApiJsonTest, SubmitReadsCpusAndMemoryAndTheTaskObjectShowsThem) {
+  auto parse = [](json body, core::TaskSpec* spec) {
+    body["priority"] = "low";
+    body["command"] = "true";
+    body["gpu_count"] = 1;
+    return ParseSubmitRequest(body.dump(), spec);
+  };
+  core::TaskSpec spec;
+  ASSERT_EQ(parse({{"cpus", 1.5}, {"memory_mb", 16384}}, &spec), std::nullopt);
+  EXPECT_EQ(std::make_pair(spec.cpus_milli, spec.memory_mb),
+            std::make_pair(int64_t{1500}, int64_t{16384}));
+  ASSERT_EQ(parse({{"cpus", 4}, {"memory_mb", nullptr}}, &spec), std::nullopt);
+  EXPECT_EQ(std::make_pair(spec.cpus_milli, spec.memory_mb),
+            std::make_pair(int64_t{4000}, int64_t{0}));
+  ASSERT_EQ(parse({{"cpus", 0.125}}, &spec), std::nullopt);
+  EXPECT_EQ(spec.cpus_milli, 125);
+  const std::pair<json, std::string> bad[] = {
+      {{{"cpus", 0}}, "cpus must be more than 0 and at most 4096, got 0"},
+      {{{"cpus", -2}}, "cpus must be more than 0 and at most 4096, got -2"},
+      {{{"cpus", 5000}}, "cpus must be more than 0 and at most 4096, got 5000"},
+      {{{"cpus", 0.0001}}, "cpus must have at most 3 decimals, got 0.0001"},
+      {{{"cpus", "2"}}, "cpus must be a number, got string"},
+      {{{"memory_mb", 0}}, "memory_mb must be between 1 and 67108864, got 0"},
+      {{{"memory_mb", 1.5}}, "memory_mb must be an integer, got a non-integer number"},
+  };
+  for (const auto& [fields, message] : bad) {
+    core::TaskSpec untouched;
+    auto e = parse(fields, &untouched);
+    ASSERT_TRUE(e.has_value()) << fields.dump();
+    EXPECT_EQ(std::make_pair(e->code, e->message),
+              std::make_pair(std::string("invalid_field"), message));
+    EXPECT_EQ(untouched, core::TaskSpec{});
+  }
+  // The object: as asked; else what rank 0 was given; else null.
+  core::Task t = store::testing::FullTask(5);
+  t.spec.cpus_milli = 1500;
+  t.spec.memory_mb = 0;
+  t.allocation[0].memory_mb = 8192;
+  json j = TaskToJson(t, core::PendingReason::kNone);
+  EXPECT_EQ(std::make_pair(j["cpus"], j["memory_mb"]), std::make_pair(json(1.5), json(8192)));
+  t.allocation.clear();
+  j = TaskToJson(t, core::PendingReason::kInsufficientMemory);
+  EXPECT_EQ(std::make_pair(j["cpus"], j["memory_mb"]), std::make_pair(json(1.5), json(nullptr)));
+  EXPECT_EQ(j["pending_reason"], "insufficient_memory");
+}
+
 TEST(ApiJsonTest, SubmitReadsAnArraySizeWithinItsBounds) {
   json body = ValidSubmit();
   core::TaskSpec spec;
@@ -533,6 +579,8 @@ TEST(ApiJsonTest, TaskObjectCarriesTeamUserPreemptibleBorrowedAndPreemptions) {
       {"nodes", 1},
       {"gpus_per_node", 2},
       {"master_port", nullptr},
+      {"cpus", nullptr},
+      {"memory_mb", nullptr},
   };
   // The whole object: preempted_by is the core's (and the agent's) business, not the API's.
   EXPECT_EQ(TaskToJson(RunningTask(), core::PendingReason::kNone), expected);

@@ -146,7 +146,7 @@ inline core::Task FullTask(core::TaskNumber id) {
   t.spec.image = "nvidia/cuda:12.0";
   t.status = core::TaskStatus::kRunning;
   t.queue_seq = -42;
-  t.allocation = {{"node-a", {0, 2}}, {"node-b", {5, 7}}};
+  t.allocation = {{"node-a", {0, 2}, false, 4000, 8192}, {"node-b", {5, 7}}};
   t.attempts = 2;
   t.exit_code = -9;
   t.error = "agent_lost";
@@ -168,6 +168,8 @@ inline core::Task FullTask(core::TaskNumber id) {
   t.spec.retry_backoff_seconds = 7;
   t.retries = 2;
   t.master_port = 29501;
+  t.spec.cpus_milli = 2500;
+  t.spec.memory_mb = 16384;
   // retry_at stays 0: only a pending task has one (FullPendingTask).
   return t;
 }

@@ -36,7 +36,7 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 SUBMIT_FIELDS = ("priority", "gpu_count", "command", "gpu_model", "env", "name",
                  "timeout_seconds", "image", "team", "user", "preemptible",
                  "preemption_grace_seconds", "array", "max_retries", "retry_backoff_seconds",
-                 "nodes", "gpus_per_node")
+                 "nodes", "gpus_per_node", "cpus", "memory_mb")
 TEAM_FIELDS = ("online", "batch", "max_gpus", "weight")
 
 
@@ -132,7 +132,8 @@ class Client:
                user: Optional[str] = None, array: Optional[int] = None,
                max_retries: Optional[int] = None,
                retry_backoff_seconds: Optional[int] = None, nodes: Optional[int] = None,
-               gpus_per_node: Optional[int] = None) -> Submitted:
+               gpus_per_node: Optional[int] = None, cpus: Optional[float] = None,
+               memory_mb: Optional[int] = None) -> Submitted:
         """Submits a task (``POST /api/v1/tasks``); returns its id, status and creation time.
 
         `priority` is ``"high"`` (online quota) or ``"low"`` (batch quota). `team` is the team
@@ -145,7 +146,8 @@ class Client:
         (doubling for each next retry). `nodes` with `gpus_per_node` submits a gang: that many
         members, one per node, started together (`gpu_count`, if given too, must be their
         product); each member sees DGPU_NODE_RANK, MASTER_ADDR, MASTER_PORT and the rest.
-        Optional fields left None are not sent. Never retried: a ConnectionFailed leaves it
+        `cpus` (at most 3 decimals) and `memory_mb` are what each member asks for besides its
+        GPUs (without them: its GPUs' share of the node it lands on). Optional fields left None are not sent. Never retried: a ConnectionFailed leaves it
         unknown whether the task was accepted."""
         body: Dict[str, Any] = {"priority": priority}
         if gpu_count is not None:
@@ -157,7 +159,8 @@ class Client:
                            ("team", team), ("user", user), ("preemptible", preemptible),
                            ("preemption_grace_seconds", preemption_grace_seconds),
                            ("array", array), ("max_retries", max_retries),
-                           ("retry_backoff_seconds", retry_backoff_seconds)):
+                           ("retry_backoff_seconds", retry_backoff_seconds), ("cpus", cpus),
+                           ("memory_mb", memory_mb)):
             if value is not None:
                 body[key] = dict(value) if key == "env" else value
         doc = self._call("POST", API + "/tasks", body=body, idempotent=False,

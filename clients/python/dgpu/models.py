@@ -93,6 +93,8 @@ class Task:
     nodes: int = 1                     # Members, one per node (a gang when more than 1).
     gpus_per_node: int = 0             # GPUs of each member.
     master_port: Optional[int] = None  # A gang's rendezvous port (DGPU_MASTER_PORT).
+    cpus: Optional[float] = None       # Each member's CPUs: asked for, or given; None: unknown.
+    memory_mb: Optional[int] = None    # Each member's memory in MiB, the same way.
 
     @property
     def finished(self) -> bool:
@@ -119,7 +121,7 @@ class Task:
             retry_backoff_seconds=d.get("retry_backoff_seconds", 10),
             retries=d.get("retries", 0), retry_at=parse_time(d.get("retry_at")),
             nodes=d.get("nodes", 1), gpus_per_node=d.get("gpus_per_node", d["gpu_count"]),
-            master_port=d.get("master_port"))
+            master_port=d.get("master_port"), cpus=d.get("cpus"), memory_mb=d.get("memory_mb"))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,191 @@
+// CPUs and memory beside GPUs: nodes that report them, tasks that ask for them (or get their
+// GPUs' share), placement that checks all three, why a task waits, and what is given back.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/scheduler_core.h"
+#include "test_util.h"
+
+namespace dgpu::core {
+namespace {
+
+using testing::kSec;
+using testing::MakeGpus;
+using Kind = Decision::Kind;
+
+class ResourcesTest : public ::testing::Test {
+ protected:
+  ResourcesTest() : core_(AllBatch()) {}
+  static CoreConfig AllBatch() {
+    CoreConfig c;
+    c.online_percent = 0.0;
+    return c;
+  }
+  // A node of `gpus` GPUs, `cpus` CPUs and `memory_mb` MiB.
+  void Node(const std::string& id, int gpus, double cpus, int64_t memory_mb,
+            std::vector<RunningReport> running = {}) {
+    NodeResources r{static_cast<int64_t>(cpus * 1000), memory_mb, "none"};
+    ASSERT_TRUE(core_.RegisterNode(id, "", MakeGpus(gpus), r, running, {}, now_).ok());
+  }
+  TaskNumber Submit(int gpus, double cpus = 0, int64_t memory_mb = 0, int nodes = 1) {
+    TaskSpec s = testing::Spec(Priority::kLow, gpus);
+    s.nodes = nodes;
+    s.cpus_milli = static_cast<int64_t>(cpus * 1000);
+    s.memory_mb = memory_mb;
+    auto id = core_.Submit(s, now_);
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    return id.ok() ? *id : 0;
+  }
+  std::vector<Decision> Pass() {
+    core_.Schedule(now_);
+    EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+    return core_.TakeDecisions();
+  }
+  PendingReason Reason(TaskNumber id) { return core_.ReasonOf(*core_.FindTask(id)); }
+  const Task& T(TaskNumber id) { return *core_.FindTask(id); }
+  void Finish(TaskNumber id, const std::string& node) {
+    ASSERT_TRUE(core_.TaskFinished(node, {id, true, 0, "", now_}, now_).ok());
+    EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+  }
+
+  SchedulerCore core_;
+  TimeMicros now_ = 100 * kSec;
+};
+
+TEST_F(ResourcesTest, ATaskThatAsksForNothingGetsItsGpusShareAndPlacesAsBefore) {
+  Node("n1", 4, 16, 64000);
+  const TaskNumber a = Submit(1);
+  const TaskNumber b = Submit(3);
+  const auto d = Pass();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(std::make_pair(T(a).allocation[0].cpus_milli, T(a).allocation[0].memory_mb),
+            std::make_pair(int64_t{4000}, int64_t{16000}));
+  EXPECT_EQ(std::make_pair(T(b).allocation[0].cpus_milli, T(b).allocation[0].memory_mb),
+            std::make_pair(int64_t{12000}, int64_t{48000}));
+  // Released on their ends: the node holds all of it again.
+  Finish(a, "n1");
+  Finish(b, "n1");
+  const TaskNumber c = Submit(4);
+  ASSERT_EQ(Pass().size(), 1u);
+  EXPECT_EQ(T(c).allocation[0].cpus_milli, 16000);
+}
+
+TEST_F(ResourcesTest, ThreeTasksOfOneAndAHalfCpusOnTwoNodesOfTwo) {
+  Node("n1", 2, 2, 8000);
+  Node("n2", 2, 2, 8000);
+  const TaskNumber a = Submit(1, 1.5);
+  const TaskNumber b = Submit(1, 1.5);
+  const TaskNumber c = Submit(1, 1.5);
+  const auto d = Pass();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_NE(d[0].node_id, d[1].node_id) << "one per node: 0.5 CPUs is left on each";
+  EXPECT_EQ(T(c).status, TaskStatus::kPending);
+  EXPECT_EQ(Reason(c), PendingReason::kInsufficientCpu);
+  // A task of 0.5 CPUs fits beside either.
+  const TaskNumber small = Submit(1, 0.5);
+  ASSERT_EQ(Pass().size(), 1u);
+  EXPECT_EQ(T(small).status, TaskStatus::kRunning);
+  // The first to end makes room for the waiting one (its GPUs were free all along).
+  Finish(a, T(a).allocation[0].node_id);
+  const auto started = Pass();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].task, c);
+  EXPECT_EQ(started[0].node_id, T(a).allocation[0].node_id);
+  (void)b;
+}
+
+TEST_F(ResourcesTest, MemoryIsCheckedToo) {
+  Node("n1", 4, 32, 8000);
+  const TaskNumber big = Submit(1, 0, 6000);
+  const TaskNumber waits = Submit(1, 0, 4000);
+  ASSERT_EQ(Pass().size(), 1u);
+  EXPECT_EQ(T(big).status, TaskStatus::kRunning);
+  EXPECT_EQ(Reason(waits), PendingReason::kInsufficientMemory);
+  // Its GPUs' share (2000 MiB) fits in what is left.
+  const TaskNumber share = Submit(1);
+  ASSERT_EQ(Pass().size(), 1u);
+  EXPECT_EQ(T(share).allocation[0].memory_mb, 2000);
+}
+
+TEST_F(ResourcesTest, ARequestNoNodeCouldEverHoldExceedsTheCluster) {
+  Node("n1", 8, 16, 64000);
+  Node("n2", 8, 32, 64000);
+  const TaskNumber too_many = Submit(1, 33);
+  const TaskNumber too_much = Submit(1, 0, 64001);
+  const TaskNumber fits = Submit(1, 32);
+  ASSERT_EQ(Pass().size(), 1u);
+  EXPECT_EQ(Reason(too_many), PendingReason::kExceedsCluster);
+  EXPECT_EQ(Reason(too_much), PendingReason::kExceedsCluster);
+  EXPECT_EQ(T(fits).allocation[0].node_id, "n2");
+}
+
+TEST_F(ResourcesTest, AGangNeedsItsCpusOnEveryMembersNode) {
+  Node("n1", 2, 8, 16000);
+  Node("n2", 2, 8, 16000);
+  Node("n3", 2, 8, 16000);
+  const TaskNumber hog = Submit(1, 6);
+  ASSERT_EQ(Pass().size(), 1u);
+  const std::string hogged = T(hog).allocation[0].node_id;
+  // Three members of 1 GPU and 4 CPUs: the hog's node has a GPU free but 2 CPUs.
+  const TaskNumber gang = Submit(3, 4, 0, 3);
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(Reason(gang), PendingReason::kInsufficientCpu);
+  EXPECT_TRUE(T(gang).allocation.empty());
+  // Two members would fit: still nothing is held.
+  Finish(hog, hogged);
+  const auto d = Pass();
+  ASSERT_EQ(d.size(), 3u);
+  for (const NodeAllocation& m : T(gang).allocation) EXPECT_EQ(m.cpus_milli, 4000);
+  EXPECT_EQ(core_.FindNode("n1")->free_gpus, 1);
+}
+
+TEST_F(ResourcesTest, NodesThatReportNothingCountNothing) {
+  ASSERT_TRUE(core_.RegisterNode("old", "", MakeGpus(2), {}, {}, now_).ok());
+  const TaskNumber a = Submit(1, 64, 1 << 20);
+  ASSERT_EQ(Pass().size(), 1u);
+  EXPECT_EQ(T(a).allocation[0].node_id, "old");
+  EXPECT_EQ(T(a).allocation[0].cpus_milli, 0);
+  // A node that does report is checked, beside it.
+  Node("new", 2, 4, 8000);
+  const TaskNumber b = Submit(1, 64);
+  const TaskNumber c = Submit(1, 2);
+  ASSERT_EQ(Pass().size(), 2u);
+  EXPECT_EQ(T(b).allocation[0].node_id, "old");
+  EXPECT_EQ(T(c).allocation[0].node_id, "new");
+  EXPECT_EQ(T(c).allocation[0].cpus_milli, 2000);
+}
+
+TEST_F(ResourcesTest, AnAdoptedTaskHoldsWhatItWasGivenAndARegistrationWithLessGoesNegative) {
+  Node("n1", 4, 8, 32000);
+  const TaskNumber a = Submit(2, 6);
+  ASSERT_EQ(Pass().size(), 1u);
+  const int run = RunNumber(T(a));
+  // The agent comes back reporting fewer CPUs: its task keeps its 6, nothing else fits.
+  Node("n1", 4, 4, 32000, {{a, T(a).allocation[0].gpu_indices, run}});
+  EXPECT_EQ(T(a).status, TaskStatus::kRunning);
+  EXPECT_EQ(T(a).allocation[0].cpus_milli, 6000);
+  const TaskNumber b = Submit(1, 1);
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(Reason(b), PendingReason::kInsufficientCpu);
+  Finish(a, "n1");
+  ASSERT_EQ(Pass().size(), 1u);
+  EXPECT_EQ(T(b).status, TaskStatus::kRunning);
+}
+
+TEST_F(ResourcesTest, NegativeRequestsAndNodeResourcesAreRefused) {
+  TaskSpec s = testing::Spec(Priority::kLow, 1);
+  s.cpus_milli = -1;
+  EXPECT_EQ(core_.Submit(s, now_).status().code(), StatusCode::kInvalidArgument);
+  s.cpus_milli = 0;
+  s.memory_mb = -5;
+  EXPECT_EQ(core_.Submit(s, now_).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      core_.RegisterNode("n1", "", MakeGpus(1), NodeResources{-1000, 0, ""}, {}, {}, now_).code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_.FindNode("n1"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace dgpu::core
