@@ -735,8 +735,9 @@ int AgentSession::Run() {
   spdlog::info(
       "resources for tasks: {:.3g} CPUs, {} MiB of memory (reserved {:.3g} CPUs, {} MiB); "
       "isolation none: tasks share them unenforced",
-      resources.cpus_milli / 1000.0, resources.memory_mb,
-      config_.resources.reserved_cpus_milli / 1000.0, config_.resources.reserved_memory_mb);
+      core::CpusOfMilli(resources.cpus_milli), resources.memory_mb,
+      core::CpusOfMilli(config_.resources.reserved_cpus_milli),
+      config_.resources.reserved_memory_mb);
   Contact(Mono());
   while (!stop_.load()) {
     int64_t now = Mono();

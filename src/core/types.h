@@ -237,6 +237,9 @@ struct GpuInfo {
 // What a node offers besides its GPUs, as its agent reports it at registration (after the
 // reserves it keeps for the system). 0: not reported (an older agent, the simulator): nothing is
 // counted against it and tasks are given none there.
+// CPUs from thousandths of a CPU (NodeResources::cpus_milli, TaskSpec::cpus_milli).
+inline double CpusOfMilli(int64_t milli) { return static_cast<double>(milli) / 1000.0; }
+
 struct NodeResources {
   int64_t cpus_milli = 0;
   int64_t memory_mb = 0;

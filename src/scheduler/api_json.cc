@@ -418,7 +418,7 @@ json TaskToJson(const core::Task& t, core::PendingReason reason) {
   const int64_t memory = t.spec.memory_mb > 0 ? t.spec.memory_mb
                          : rank0 != nullptr   ? rank0->memory_mb
                                               : 0;
-  out["cpus"] = cpus > 0 ? json(static_cast<double>(cpus) / 1000.0) : json(nullptr);
+  out["cpus"] = cpus > 0 ? json(core::CpusOfMilli(cpus)) : json(nullptr);
   out["memory_mb"] = memory > 0 ? json(memory) : json(nullptr);
   out["pending_reason"] =
       reason == core::PendingReason::kNone ? json(nullptr) : json(core::ToString(reason));
@@ -533,9 +533,10 @@ nlohmann::json AgentToJson(const core::NodeView& n) {
       {"mode", core::ToString(n.mode)},
       {"gpus", n.gpu_count},
       {"free_gpus", n.free_gpus},
-      {"cpus", n.resources.cpus_milli > 0 ? json(n.resources.cpus_milli / 1000.0) : json(nullptr)},
+      {"cpus", n.resources.cpus_milli > 0 ? json(core::CpusOfMilli(n.resources.cpus_milli))
+                                          : json(nullptr)},
       {"memory_mb", n.resources.memory_mb > 0 ? json(n.resources.memory_mb) : json(nullptr)},
-      {"allocated_cpus", n.allocated_cpus_milli / 1000.0},
+      {"allocated_cpus", core::CpusOfMilli(n.allocated_cpus_milli)},
       {"allocated_memory_mb", n.allocated_memory_mb},
       {"isolation", n.resources.isolation.empty() ? json(nullptr) : json(n.resources.isolation)},
       {"tasks", n.tasks},

@@ -1,6 +1,7 @@
 """A gang across a failover (sync replication): a two-node gang running on the leader reaches the
 standby with its members, rank order and rendezvous port; after the leader's SIGKILL the new
-leader adopts both members where they run (same processes, attempt 1) and the gang succeeds.
+leader adopts both members where they run (same processes, attempt 1) and the gang succeeds
+once the test lets its members end.
 
   cd tests/ha && DGPU_BIN_DIR=<build>/bin python3 -m unittest -v test_gang_failover
 """
@@ -37,7 +38,10 @@ class GangFailoverTest(HaTestCase):
 
         out = os.path.join(c.tmp, "out")
         os.makedirs(out)
-        body = c.task_body("echo $$ > %s/$NODE_RANK.pid; exec sleep 6" % out, 2, "high")
+        # Each member runs until the test lets it end (a file `go`), however slow the machine.
+        go = os.path.join(out, "go")
+        body = c.task_body("echo $$ > %s/$NODE_RANK.pid; while [ ! -e %s ]; do sleep 0.1; done"
+                           % (out, go), 2, "high")
         body.update({"nodes": 2, "gpus_per_node": 1})
         status, _, answer = c.request("a", "POST", "/api/v1/tasks", body)
         self.assertEqual(status, 201, answer)
@@ -71,6 +75,8 @@ class GangFailoverTest(HaTestCase):
         self.assertEqual(c.wait_task_status("b", small["task_id"], "success", 15)["node_id"],
                          free.pop())
 
+        with open(go, "w"):
+            pass
         t = c.wait_task_status("b", tid, ("success", "failed"), 20)
         self.assertEqual((t["status"], t["attempts"], t["exit_code"]), ("success", 1, 0), t)
         status, _, events = c.request("b", "GET", "/api/v1/tasks/%s/events" % tid)
