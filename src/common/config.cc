@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <utility>
@@ -318,20 +319,25 @@ class Section {
     return OkStatus();
   }
 
+  // A scalar that is a finite number as a whole; nullopt for anything else.
+  static std::optional<double> FiniteNumber(const YAML::Node& node) {
+    if (!node.IsScalar()) return std::nullopt;
+    const std::string& text = node.Scalar();
+    const char* end = text.data() + text.size();
+    double value = 0;
+    const auto result = std::from_chars(text.data(), end, value);
+    if (result.ec != std::errc() || result.ptr != end || !std::isfinite(value)) return std::nullopt;
+    return value;
+  }
+
   Status ReadFraction(std::string_view key, double* out) const {
     if (!Has(key)) return OkStatus();
     const YAML::Node node = Get(key);
-    double value = 0;
-    bool ok = node.IsScalar();
-    if (ok) {
-      const std::string& text = node.Scalar();
-      const char* end = text.data() + text.size();
-      const auto result = std::from_chars(text.data(), end, value);
-      ok = result.ec == std::errc() && result.ptr == end && std::isfinite(value) && value >= 0 &&
-           value <= 1;
+    const std::optional<double> value = FiniteNumber(node);
+    if (!value || *value < 0 || *value > 1) {
+      return Invalid(KeyPath(key), "must be a number in [0, 1], got " + Describe(node));
     }
-    if (!ok) return Invalid(KeyPath(key), "must be a number in [0, 1], got " + Describe(node));
-    *out = value;
+    *out = *value;
     return OkStatus();
   }
 
@@ -344,18 +350,11 @@ class Section {
       *out = NodeResourcesConfig::kAuto;
       return OkStatus();
     }
-    double value = 0;
-    bool ok = node.IsScalar();
-    if (ok) {
-      const std::string& text = node.Scalar();
-      const char* end = text.data() + text.size();
-      const auto result = std::from_chars(text.data(), end, value);
-      const double milli = std::round(value * 1000);
-      ok = result.ec == std::errc() && result.ptr == end && std::isfinite(value) &&
-           (allow_auto ? value > 0 : value >= 0) && value <= 65536 &&
-           std::abs(milli - value * 1000) < 1e-6 * std::max(1.0, value);
-      if (ok) *out = static_cast<int64_t>(milli);
-    }
+    const std::optional<double> value = FiniteNumber(node);
+    const double milli = value ? std::round(*value * 1000) : 0;
+    const bool ok = value && (allow_auto ? *value > 0 : *value >= 0) && *value <= 65536 &&
+                    std::abs(milli - *value * 1000) < 1e-6 * std::max(1.0, *value);
+    if (ok) *out = static_cast<int64_t>(milli);
     if (!ok) {
       return Invalid(KeyPath(key), std::string("must be ") + (allow_auto ? "auto or " : "") +
                                        "a number of CPUs (at most 3 decimals), got " +
