@@ -254,9 +254,8 @@ bool AgentSession::Connect() {
                                                           : config_.agent.advertise_address);
   req.set_epoch(highest_epoch_);
   req.set_version(DGPU_VERSION);
-  const NodeResourceFigures resources = ResolveNodeResources(config_.resources);
-  req.set_cpus_milli(resources.cpus_milli);
-  req.set_memory_mb(resources.memory_mb);
+  req.set_cpus_milli(offered_cpus_milli_);
+  req.set_memory_mb(offered_memory_mb_);
   req.set_isolation("none");  // Tasks share the node's CPUs and memory: nothing enforces them.
   for (const auto& d : devices_) FillGpu(d, req.add_gpus());
   for (const auto& [id, running] : task_gpus_) {
@@ -732,6 +731,8 @@ int AgentSession::Run() {
   spdlog::info("dgpu-agent {} starting: {} GPUs via {}, executor {}, schedulers {}", agent_id_,
                devices_.size(), gpus_->method(), executor_->name(), addresses_.size());
   const NodeResourceFigures resources = ResolveNodeResources(config_.resources);
+  offered_cpus_milli_ = resources.cpus_milli;
+  offered_memory_mb_ = resources.memory_mb;
   spdlog::info(
       "resources for tasks: {:.3g} CPUs, {} MiB of memory (reserved {:.3g} CPUs, {} MiB); "
       "isolation none: tasks share them unenforced",

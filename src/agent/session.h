@@ -150,6 +150,9 @@ class AgentSession {
   }
 
   common::AgentConfig config_;
+  // What the node offers its tasks besides GPUs (read once, at the start of Run).
+  int64_t offered_cpus_milli_ = 0;
+  int64_t offered_memory_mb_ = 0;
   std::string agent_id_;
   std::string instance_id_;
   std::optional<common::TlsMaterial> tls_;

@@ -100,6 +100,16 @@ void AppendLine(int fd, const std::string& line) {
   (void)ignored;
 }
 
+// Writes `text` as the whole of `path`, in place and not synced; 0, or the errno of the failure.
+int WriteInPlace(const std::string& path, const std::string& text) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const bool written =
+      fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int saved = errno;
+  if (fd >= 0) close(fd);
+  return written ? 0 : (saved != 0 ? saved : EIO);
+}
+
 }  // namespace
 
 TaskSupervisor::TaskSupervisor(SupervisorOptions options) : options_(std::move(options)) {
@@ -174,13 +184,7 @@ void TaskSupervisor::WriteRunRecord(const Task& task) const {
   // outlive its machine either). Written in place, at once: a record cut short by the agent's
   // death was written before its shim started, so its task never ran.
   const std::string path = RunRecordPath(l.task_id);
-  const std::string text = j.dump() + "\n";
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const bool written =
-      fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const int saved = errno;
-  if (fd >= 0) close(fd);
-  if (!written) {
+  if (const int saved = WriteInPlace(path, j.dump() + "\n"); saved != 0) {
     spdlog::error(
         "cannot write the run record {} ({}): {} will not be adopted after an agent "
         "restart",
@@ -252,13 +256,7 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
   }
   if (launch.gang.has_value()) {
     const std::string hostfile = GangHostfilePath(options_.work_dir, launch.task_id);
-    const std::string text = GangHostfile(*launch.gang);
-    const int fd = open(hostfile.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    const bool written =
-        fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    const int saved = errno;
-    if (fd >= 0) close(fd);
-    if (!written) {
+    if (const int saved = WriteInPlace(hostfile, GangHostfile(*launch.gang)); saved != 0) {
       const std::string why =
           "cannot write the gang's hostfile '" + hostfile + "': " + strerror(saved);
       AppendLine(log_fd, "dgpu: task did not start: " + why);

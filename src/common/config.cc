@@ -319,6 +319,12 @@ class Section {
     return OkStatus();
   }
 
+  // Whether `key` holds the word `auto` (NodeResourcesConfig::kAuto where a key allows it).
+  bool IsAuto(std::string_view key) const {
+    const YAML::Node node = Get(key);
+    return node.IsDefined() && node.IsScalar() && node.Scalar() == "auto";
+  }
+
   // A scalar that is a finite number as a whole; nullopt for anything else.
   static std::optional<double> FiniteNumber(const YAML::Node& node) {
     if (!node.IsScalar()) return std::nullopt;
@@ -346,7 +352,7 @@ class Section {
   Status ReadCpus(std::string_view key, bool allow_auto, int64_t* out) const {
     if (!Has(key)) return OkStatus();
     const YAML::Node node = Get(key);
-    if (allow_auto && node.IsScalar() && node.Scalar() == "auto") {
+    if (allow_auto && IsAuto(key)) {
       *out = NodeResourcesConfig::kAuto;
       return OkStatus();
     }
@@ -945,8 +951,7 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
   NodeResourcesConfig& r = c.resources;
   DGPU_CONFIG_RETURN_IF_ERROR(resources.ReadCpus("cpus", true, &r.cpus_milli));
   DGPU_CONFIG_RETURN_IF_ERROR(resources.ReadCpus("reserved_cpus", false, &r.reserved_cpus_milli));
-  if (resources.Has("memory_mb") && resources.Get("memory_mb").IsScalar() &&
-      resources.Get("memory_mb").Scalar() == "auto") {
+  if (resources.IsAuto("memory_mb")) {
     r.memory_mb = NodeResourcesConfig::kAuto;
   } else {
     DGPU_CONFIG_RETURN_IF_ERROR(resources.ReadInt("memory_mb", 1, int64_t{1} << 36, &r.memory_mb));
