@@ -1,5 +1,7 @@
 #include "agent/docker_executor.h"
 
+#include <fmt/format.h>
+
 #include <utility>
 
 #include "agent/process_executor.h"
@@ -29,9 +31,22 @@ std::vector<std::pair<std::string, std::string>> ContainerTaskEnv(const TaskLaun
   return env;
 }
 
+namespace {
+
+// The launch without CPUs and memory (executor.isolation: none).
+TaskLaunch WithoutLimits(const TaskLaunch& launch) {
+  TaskLaunch copy = launch;
+  copy.cpus_milli = 0;
+  copy.memory_mb = 0;
+  return copy;
+}
+
+}  // namespace
+
 StatusOr<std::vector<std::string>> BuildDockerRunArgv(const TaskLaunch& launch,
                                                       const std::string& default_image,
-                                                      const std::string& docker_binary) {
+                                                      const std::string& docker_binary,
+                                                      int64_t pids_limit) {
   Status valid = ValidateLaunch(launch);
   if (!valid.ok()) return valid;
   const std::string& image = launch.image.empty() ? default_image : launch.image;
@@ -43,6 +58,14 @@ StatusOr<std::vector<std::string>> BuildDockerRunArgv(const TaskLaunch& launch,
     argv.push_back("--gpus");
     argv.push_back("\"device=" + JoinGpuIndices(launch.gpu_indices) + "\"");
   }
+  if (launch.memory_mb > 0) {
+    const std::string memory = std::to_string(launch.memory_mb) + "m";
+    argv.insert(argv.end(), {"--memory", memory, "--memory-swap", memory});
+  }
+  if (launch.cpus_milli > 0) {
+    argv.insert(argv.end(), {"--cpus", fmt::format("{}", core::CpusOfMilli(launch.cpus_milli))});
+  }
+  if (pids_limit > 0) argv.insert(argv.end(), {"--pids-limit", std::to_string(pids_limit)});
   for (const auto& [key, value] : ContainerTaskEnv(launch)) {
     argv.push_back("-e");
     argv.push_back(key + "=" + value);
@@ -68,7 +91,8 @@ DockerExecutor::DockerExecutor(DockerExecutorOptions options)
 
 Status DockerExecutor::Start(const TaskLaunch& launch) {
   StatusOr<std::vector<std::string>> argv =
-      BuildDockerRunArgv(launch, options_.default_image, options_.docker_binary);
+      BuildDockerRunArgv(options_.limits ? launch : WithoutLimits(launch), options_.default_image,
+                         options_.docker_binary, options_.limits ? options_.max_pids_per_task : 0);
   if (!argv.ok()) return argv.status();
   LaunchPlan plan;
   plan.argv = std::move(*argv);

@@ -46,6 +46,10 @@ struct DockerExecutorOptions {
   // submitter's groups on this node.
   bool run_as_submitter = false;
   bool allow_root = false;
+  // executor.isolation other than none: the container gets the task's memory, CPUs and
+  // executor.max_pids_per_task (0: no pids limit) as docker limits.
+  bool limits = true;
+  int64_t max_pids_per_task = 32768;
 };
 
 // "dgpu-<task_id>".
@@ -56,9 +60,12 @@ std::vector<std::pair<std::string, std::string>> ContainerTaskEnv(const TaskLaun
 
 // The complete `docker run` argv (argv[0] = docker_binary). InvalidArgument for an invalid
 // launch or when neither launch.image nor default_image is set. With no GPUs, --gpus is omitted.
+// The task's limits, where it has them: --memory and --memory-swap (memory_mb, no swap beyond
+// it), --cpus (cpus_milli) and --pids-limit (`pids_limit` > 0).
 StatusOr<std::vector<std::string>> BuildDockerRunArgv(const TaskLaunch& launch,
                                                       const std::string& default_image,
-                                                      const std::string& docker_binary = "docker");
+                                                      const std::string& docker_binary = "docker",
+                                                      int64_t pids_limit = 0);
 
 // {docker_binary, "stop", "-t", "<grace_seconds>", "dgpu-<task_id>"}.
 std::vector<std::string> BuildDockerStopArgv(const std::string& task_id, int64_t grace_seconds,

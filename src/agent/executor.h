@@ -48,6 +48,10 @@ struct TaskLaunch {
   // Which run of the task this is (the scheduler's count of its starts); 0: not told (an older
   // scheduler). Reported back with the exit.
   int run = 0;
+  // The CPUs (thousandths) and memory (MiB) the scheduler gave the task on this node; 0: not
+  // told (an older scheduler, or a node that reports no resources): no limit.
+  int64_t cpus_milli = 0;
+  int64_t memory_mb = 0;
 };
 
 struct TaskExit {

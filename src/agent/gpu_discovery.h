@@ -36,6 +36,8 @@ struct GpuDevice {
   // Set by the GpuMonitor from the health checks (CheckHealth, the health-check program).
   bool healthy = true;
   std::string health_reason;  // Why it is unhealthy; empty when healthy.
+  // The minor number of its device file, /dev/nvidia<minor> (NVML); nullopt when unknown.
+  std::optional<int> minor_number;
 
   bool operator==(const GpuDevice&) const = default;
 };

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <thread>
 
+#include "agent/cgroup.h"
 #include "agent/docker_executor.h"
 #include "agent/epoch_file.h"
 #include "agent/finish_outbox.h"
@@ -70,6 +71,14 @@ std::string MethodName(common::GpuDetectionMethod m) { return std::string(common
 
 // dgpu-task-shim beside this binary; else this binary itself (it runs as a shim with
 // --task-shim, at the cost of a larger program in memory beside each task).
+// The parent of the agent's task cgroups: named after the node and its work_dir, so that two
+// agents of one machine (tests, a node with two agents) never take each other's.
+std::string CgroupName(const std::string& agent_id, const std::string& work_dir) {
+  uint32_t hash = 2166136261U;  // FNV-1a.
+  for (unsigned char c : work_dir) hash = (hash ^ c) * 16777619U;
+  return fmt::format("dgpu-{}-{:08x}", agent_id, hash);
+}
+
 std::string ShimProgram() {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -178,7 +187,14 @@ int Run(int argc, char** argv) {
         std::to_string(geteuid()));
   }
   std::unique_ptr<Executor> executor;
-  if (cfg.executor.execution_method == common::ExecutionMethod::kDocker) {
+  std::string isolation = "none";
+  const bool docker = cfg.executor.execution_method == common::ExecutionMethod::kDocker;
+  if (docker && cfg.executor.isolation == common::Isolation::kCgroup) {
+    return Fail(
+        "executor.isolation: cgroup applies to the process executor; the docker executor's "
+        "containers are isolated by docker (use auto or none)");
+  }
+  if (docker) {
     DockerExecutorOptions o;
     o.work_dir = cfg.executor.work_dir;
     o.run_dir = cfg.executor.run_dir;
@@ -190,6 +206,8 @@ int Run(int argc, char** argv) {
     o.socket = cfg.executor.docker.socket;
     o.run_as_submitter = run_as_submitter;
     o.allow_root = cfg.executor.allow_root;
+    o.limits = cfg.executor.isolation != common::Isolation::kNone;
+    o.max_pids_per_task = cfg.executor.max_pids_per_task;
     executor = std::make_unique<DockerExecutor>(std::move(o));
   } else {
     ProcessExecutorOptions o;
@@ -207,6 +225,33 @@ int Run(int argc, char** argv) {
                     setpriv.status().message());
       }
       o.setpriv = *setpriv;
+    }
+    if (cfg.executor.isolation != common::Isolation::kNone) {
+      auto cgroups = TaskCgroups::Open(CgroupName(agent_id, cfg.executor.work_dir));
+      if (!cgroups.ok()) {
+        if (cfg.executor.isolation == common::Isolation::kCgroup) {
+          return Fail("executor.isolation: cgroup: " + cgroups.status().message());
+        }
+        spdlog::warn(
+            "executor.isolation auto: no task cgroups ({}); isolation none: tasks share the "
+            "node's CPUs, memory and GPU device files",
+            cgroups.status().message());
+      } else {
+        isolation = (*cgroups)->isolation();
+        o.cgroups = std::shared_ptr<TaskCgroups>(std::move(*cgroups));
+        o.cpu_quota = cfg.executor.cpu_binding == common::CpuBinding::kQuota;
+        o.max_pids_per_task = cfg.executor.max_pids_per_task;
+        if (auto gpus = discovery->Discover(); gpus.ok()) {
+          o.gpu_devices =
+              GpuDeviceNumbers(*gpus, discovery->name() == "fake", cfg.gpu.fake.device_dir);
+        }
+        spdlog::info(
+            "isolation {}: a cgroup per task under {} (CPU binding {}, at most {} processes per "
+            "task, {} GPU device file(s) each kept from the tasks not given its GPU)",
+            isolation, o.cgroups->hierarchies().front().parent,
+            common::ToString(cfg.executor.cpu_binding), cfg.executor.max_pids_per_task,
+            o.gpu_devices.size());
+      }
     }
     executor = std::make_unique<ProcessExecutor>(std::move(o));
   }
@@ -230,6 +275,7 @@ int Run(int argc, char** argv) {
   AgentSession session(cfg, agent_id, std::move(discovery), std::move(executor), std::move(*outbox),
                        *epoch);
   session.SetInstanceId(*instance);
+  session.SetIsolation(isolation);
   session.AdoptTasks(adopted);
   session.SetTls(std::move(tls));
   std::thread waiter([&] {

@@ -93,6 +93,7 @@ struct NvmlDiscovery::Api {
   NvmlReturn (*get_topology_common_ancestor)(NvmlDevice, NvmlDevice, int*) = nullptr;
   NvmlReturn (*get_nvlink_state)(NvmlDevice, unsigned, int*) = nullptr;
   NvmlReturn (*get_nvlink_remote_pci_info)(NvmlDevice, unsigned, NvmlPciInfo*) = nullptr;
+  NvmlReturn (*get_minor_number)(NvmlDevice, unsigned*) = nullptr;  // Optional.
   // Optional (health).
   NvmlReturn (*event_set_create)(NvmlEventSet*) = nullptr;
   NvmlReturn (*event_set_free)(NvmlEventSet) = nullptr;
@@ -187,6 +188,7 @@ Status NvmlDiscovery::Init() {
   require({"nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2"}, &api->get_pci_info);
   Resolve(handle_, {"nvmlDeviceGetTopologyCommonAncestor"}, &api->get_topology_common_ancestor);
   Resolve(handle_, {"nvmlDeviceGetNvLinkState"}, &api->get_nvlink_state);
+  Resolve(handle_, {"nvmlDeviceGetMinorNumber"}, &api->get_minor_number);
   Resolve(handle_, {"nvmlDeviceGetNvLinkRemotePciInfo_v2"}, &api->get_nvlink_remote_pci_info);
   Resolve(handle_, {"nvmlEventSetCreate"}, &api->event_set_create);
   Resolve(handle_, {"nvmlEventSetFree"}, &api->event_set_free);
@@ -265,6 +267,10 @@ StatusOr<std::vector<GpuDevice>> NvmlDiscovery::Discover() {
       gpu.pci_bus_id = CString(pci.bus_id, sizeof(pci.bus_id));
     } else if (rc != kNvmlNotSupported) {
       return api.Error("nvmlDeviceGetPciInfo_v3" + where, rc);
+    }
+    unsigned minor = 0;
+    if (api.get_minor_number != nullptr && api.get_minor_number(device, &minor) == kNvmlSuccess) {
+      gpu.minor_number = static_cast<int>(minor);
     }
     devices.push_back(std::move(gpu));
   }

@@ -1,5 +1,6 @@
 #include "agent/process_executor.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <utility>
 
@@ -41,10 +42,11 @@ std::vector<std::string> MergeEnvironment(
 }
 
 ProcessExecutor::ProcessExecutor(ProcessExecutorOptions options)
-    : SupervisedExecutor(SupervisorOptions{
-          options.work_dir, options.kill_grace, options.child_subreaper,
-          std::chrono::milliseconds(1000), options.clock, options.max_log_bytes, options.shim,
-          std::chrono::milliseconds(10000), options.run_dir, options.max_idle_shims}),
+    : SupervisedExecutor(SupervisorOptions{options.work_dir, options.kill_grace,
+                                           options.child_subreaper, std::chrono::milliseconds(1000),
+                                           options.clock, options.max_log_bytes, options.shim,
+                                           std::chrono::milliseconds(10000), options.run_dir,
+                                           options.max_idle_shims, options.cgroups.get()}),
       options_(std::move(options)) {}
 
 std::vector<std::string> ProcessExecutor::BuildEnvironment(const TaskLaunch& launch) const {
@@ -77,7 +79,28 @@ Status ProcessExecutor::Start(const TaskLaunch& launch) {
       plan.owner = std::make_pair(user->uid, user->gid);
     }
   }
+  if (options_.cgroups != nullptr) plan.cgroup = CgroupLimits(launch);
   return supervisor_.Start(launch, plan);
+}
+
+TaskCgroupLimits ProcessExecutor::CgroupLimits(const TaskLaunch& launch) const {
+  TaskCgroupLimits limits;
+  limits.memory_bytes = launch.memory_mb * (int64_t{1} << 20);
+  limits.pids_max = options_.max_pids_per_task;
+  if (options_.cpu_quota) limits.cpu_quota_milli = launch.cpus_milli;
+  for (const auto& [index, device] : options_.gpu_devices) {
+    if (std::find(launch.gpu_indices.begin(), launch.gpu_indices.end(), index) ==
+        launch.gpu_indices.end()) {
+      limits.denied_devices.push_back(device);
+    }
+  }
+  return limits;
+}
+
+std::vector<TaskExit> ProcessExecutor::StopAll(std::chrono::milliseconds grace) {
+  std::vector<TaskExit> exits = SupervisedExecutor::StopAll(grace);
+  if (options_.cgroups != nullptr) options_.cgroups->Close();
+  return exits;
 }
 
 }  // namespace dgpu::agent

@@ -11,8 +11,12 @@
 // Start() reads the agent's environment, so no thread may call setenv() meanwhile.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +46,15 @@ struct ProcessExecutorOptions {
   bool run_as_submitter = false;
   bool allow_root = false;
   std::string setpriv = "setpriv";
+  // executor.isolation: the task cgroups (cgroup.h); nullptr: none (the tasks share the node).
+  std::shared_ptr<TaskCgroups> cgroups;
+  // With cgroups: executor.cpu_binding quota (a CPU bandwidth of the task's CPUs) or none, and
+  // executor.max_pids_per_task (0: no limit).
+  bool cpu_quota = true;
+  int64_t max_pids_per_task = 32768;
+  // The device number of each GPU's device file, by index: a task's cgroup denies those of the
+  // GPUs it was not given. GPUs without one are not kept from anyone.
+  std::map<int, dev_t> gpu_devices;
 };
 
 class ProcessExecutor final : public SupervisedExecutor {
@@ -50,6 +63,11 @@ class ProcessExecutor final : public SupervisedExecutor {
 
   Status Start(const TaskLaunch& launch) override;
   std::string name() const override { return "process"; }
+  // The task's cgroup limits (with cgroups): memory_mb, executor.max_pids_per_task, cpus with
+  // cpu_binding quota, and every GPU device but the task's own denied.
+  TaskCgroupLimits CgroupLimits(const TaskLaunch& launch) const;
+  // Stops every task, then removes the agent's cgroup parent when it is empty.
+  std::vector<TaskExit> StopAll(std::chrono::milliseconds grace) override;
 
   // The complete environment a task gets ("KEY=VALUE", one entry per key).
   std::vector<std::string> BuildEnvironment(const TaskLaunch& launch) const;

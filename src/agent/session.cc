@@ -256,7 +256,7 @@ bool AgentSession::Connect() {
   req.set_version(DGPU_VERSION);
   req.set_cpus_milli(offered_cpus_milli_);
   req.set_memory_mb(offered_memory_mb_);
-  req.set_isolation("none");  // Tasks share the node's CPUs and memory: nothing enforces them.
+  req.set_isolation(isolation_);
   for (const auto& d : devices_) FillGpu(d, req.add_gpus());
   for (const auto& [id, running] : task_gpus_) {
     auto* r = req.add_running();
@@ -415,6 +415,8 @@ void AgentSession::HandleInbound() {
       launch.image = a.image();
       launch.user = a.user();
       launch.run = a.run();
+      launch.cpus_milli = a.cpus_milli();
+      launch.memory_mb = a.memory_mb();
       if (a.array_size() > 0) {
         launch.array_index = a.array_index();
         launch.array_size = a.array_size();
@@ -734,11 +736,12 @@ int AgentSession::Run() {
   offered_cpus_milli_ = resources.cpus_milli;
   offered_memory_mb_ = resources.memory_mb;
   spdlog::info(
-      "resources for tasks: {:.3g} CPUs, {} MiB of memory (reserved {:.3g} CPUs, {} MiB); "
-      "isolation none: tasks share them unenforced",
+      "resources for tasks: {} CPUs, {} MiB of memory (reserved {} CPUs, {} MiB); "
+      "isolation {}",
       core::CpusOfMilli(resources.cpus_milli), resources.memory_mb,
       core::CpusOfMilli(config_.resources.reserved_cpus_milli),
-      config_.resources.reserved_memory_mb);
+      config_.resources.reserved_memory_mb,
+      isolation_ == "none" ? "none: tasks share them unenforced" : isolation_);
   Contact(Mono());
   while (!stop_.load()) {
     int64_t now = Mono();

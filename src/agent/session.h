@@ -74,6 +74,8 @@ class AgentSession {
   void Wake() { waker_.Wake(); }
   // Sent with every registration (LoadOrCreateInstanceId); before Run.
   void SetInstanceId(std::string id) { instance_id_ = std::move(id); }
+  // What the executor enforces (cgroup_v2, cgroup_v1 or none), reported at registration.
+  void SetIsolation(std::string isolation) { isolation_ = std::move(isolation); }
   // The tasks the executor re-attached to (Executor::Reattach): reported as running when the
   // agent registers, so the scheduler keeps them where they run. Before Run.
   void AdoptTasks(const std::vector<HeldTask>& tasks);
@@ -151,6 +153,7 @@ class AgentSession {
 
   common::AgentConfig config_;
   // What the node offers its tasks besides GPUs (read once, at the start of Run).
+  std::string isolation_ = "none";  // What the executor enforces: cgroup_v2, cgroup_v1, none.
   int64_t offered_cpus_milli_ = 0;
   int64_t offered_memory_mb_ = 0;
   std::string agent_id_;

@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #define SHIM_PROTOCOL 1
+/* The start's arguments and requests: 2 added the task's cgroups. */
+#define SHIM_START_PROTOCOL 2
 #define DRAIN_MILLIS 2000 /* Pipe drain after the last process ended. */
 
 /* Writes all of it; an error (a full disk, a closed pipe) drops the rest. */
@@ -213,7 +215,33 @@ struct shim_task {
   const char* cwd; /* NULL: the shim's own. */
   int log_fd;
   int answer_fd; /* The handshake line goes there. */
+  /* cgroups[2 * i]: a task cgroup's cgroup.procs, cgroups[2 * i + 1]: the shim's own in that
+   * hierarchy. */
+  int ncgroups;
+  char** cgroups;
 };
+
+/* Writes the shim's pid to a cgroup.procs file: the shim moves there. 0 (errno set) on a
+ * failure. */
+static int move_to(const char* procs) {
+  char pid[32];
+  const int n = snprintf(pid, sizeof(pid), "%d", (int)getpid());
+  const int fd = open(procs, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const int ok = write(fd, pid, (size_t)n) == n;
+  const int saved = errno;
+  close(fd);
+  errno = saved;
+  return ok;
+}
+
+/* Back to the shim's own cgroups (those of the first `joined` hierarchies); 0 when one move
+ * failed. */
+static int leave_cgroups(const struct shim_task* t, int joined) {
+  int ok = 1;
+  for (int i = 0; i < joined; ++i) ok &= move_to(t->cgroups[2 * i + 1]);
+  return ok;
+}
 
 /* The process's part, once: a child subreaper that no signal of the agent's ends, SIGCHLD read
  * from a signalfd. The signalfd, or -1 (errno set). */
@@ -249,9 +277,29 @@ static int run_task(const struct shim_task* t, int sfd) {
   if (t->max_log_bytes > 0 && pipe2(log_pipe, O_CLOEXEC) != 0) {
     return refuse(t->answer_fd, "cannot make the log pipe", strerror(errno));
   }
+  /* The leader starts inside the task's cgroups (a child starts in its parent's): the shim
+   * joins them for the spawn and leaves them at once, so that the cgroup's kill and its
+   * out-of-memory killer reach the task alone. */
+  for (int i = 0; i < t->ncgroups; ++i) {
+    if (!move_to(t->cgroups[2 * i])) {
+      const int saved = errno;
+      leave_cgroups(t, i);
+      if (log_pipe[0] >= 0) close(log_pipe[0]);
+      if (log_pipe[1] >= 0) close(log_pipe[1]);
+      char why[4200];
+      snprintf(why, sizeof(why), "cannot join the task's cgroup %s", t->cgroups[2 * i]);
+      return refuse(t->answer_fd, why, strerror(saved));
+    }
+  }
   pid_t leader = 0;
   const int spawn_error = spawn_leader(t->argv, t->envp, t->cwd,
                                        log_pipe[1] >= 0 ? log_pipe[1] : t->log_fd, &leader);
+  if (t->ncgroups > 0 && !leave_cgroups(t, t->ncgroups)) {
+    char line[4300];
+    snprintf(line, sizeof(line), "dgpu: the task's shim (pid %d) cannot leave its cgroup: %s\n",
+             (int)getpid(), strerror(errno));
+    write_text(t->log_fd, line);
+  }
   if (log_pipe[1] >= 0) close(log_pipe[1]);
   if (spawn_error != 0) {
     if (log_pipe[0] >= 0) close(log_pipe[0]);
@@ -336,66 +384,82 @@ static int run_task(const struct shim_task* t, int sfd) {
   return 0;
 }
 
-/* dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV... */
+/* dgpu-task-shim --task-shim 2 RECORDS MAX_LOG_BYTES NCGROUPS [JOIN HOME]... -- ARGV... */
 static int run_one(int argc, char** argv) {
   extern char** environ;
   int64_t version = 0;
   int64_t max_log_bytes = 0;
-  if (argc < 7 || !parse_count(argv[2], &version) || version != SHIM_PROTOCOL ||
-      !parse_count(argv[4], &max_log_bytes) || strcmp(argv[5], "--") != 0) {
+  int64_t ncgroups = 0;
+  if (argc < 8 || !parse_count(argv[2], &version) || version != SHIM_START_PROTOCOL ||
+      !parse_count(argv[4], &max_log_bytes) || !parse_count(argv[5], &ncgroups) ||
+      ncgroups > (argc - 8) / 2 || strcmp(argv[6 + 2 * ncgroups], "--") != 0) {
     write_text(2,
-               "usage: dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV... (started by "
-               "dgpu-agent)\n");
+               "usage: dgpu-task-shim --task-shim 2 RECORDS MAX_LOG_BYTES NCGROUPS [JOIN HOME]... "
+               "-- ARGV... (started by dgpu-agent)\n");
     return 2;
   }
   const int sfd = prepare_process();
   if (sfd < 0) return refuse(0, "signalfd", strerror(errno));
-  const struct shim_task t = {argv[3], max_log_bytes, argv + 6, environ, NULL, 1, 0};
+  const struct shim_task t = {argv[3], max_log_bytes, argv + 7 + 2 * ncgroups, environ, NULL, 1,
+                              0,       (int)ncgroups, argv + 6};
   return run_task(&t, sfd);
 }
 
 /* The largest request a server shim takes; the agent starts a one-shot shim for a larger one. */
 #define MAX_REQUEST (256 << 10)
 
-/* A request: NUL-terminated fields "1", RECORDS, MAX_LOG_BYTES, CWD, ARGC, ARGC arguments, then
- * the environment's entries to the end; the log as the one descriptor passed with it. Fills t
- * (pointing into `data`; t->argv and t->envp allocated, one block); 0 when malformed. */
+/* A request: NUL-terminated fields "2", RECORDS, MAX_LOG_BYTES, CWD, NCGROUPS, 2 x NCGROUPS
+ * cgroup.procs paths (JOIN HOME), ARGC, ARGC arguments, then the environment's entries to the
+ * end; the log as the one descriptor passed with it. Fills t (pointing into `data`; t->argv,
+ * t->envp and t->cgroups allocated, one block); 0 when malformed. */
 static int parse_request(char* data, size_t size, struct shim_task* t) {
   if (size == 0 || data[size - 1] != '\0') return 0;
-  size_t count = 0;
-  for (size_t i = 0; i < size; ++i) count += data[i] == '\0';
-  char** fields = malloc((count + 2) * sizeof(char*));
-  if (fields == NULL) return 0;
   size_t n = 0;
-  for (char* p = data; p < data + size; p += strlen(p) + 1) fields[n++] = p;
+  for (size_t i = 0; i < size; ++i) n += data[i] == '\0';
+  char** fields = malloc(n * sizeof(char*));
+  if (fields == NULL) return 0;
+  size_t k = 0;
+  for (char* p = data; p < data + size; p += strlen(p) + 1) fields[k++] = p;
   int64_t version = 0;
   int64_t argc = 0;
-  if (n < 6 || !parse_count(fields[0], &version) || version != SHIM_PROTOCOL ||
-      !parse_count(fields[2], &t->max_log_bytes) || !parse_count(fields[4], &argc) || argc < 1 ||
-      (size_t)argc > n - 5) {
+  int64_t ncgroups = 0;
+  if (n < 7 || !parse_count(fields[0], &version) || version != SHIM_START_PROTOCOL ||
+      !parse_count(fields[2], &t->max_log_bytes) || !parse_count(fields[4], &ncgroups) ||
+      (size_t)ncgroups > (n - 7) / 2 || !parse_count(fields[5 + 2 * ncgroups], &argc) ||
+      argc < 1 || (size_t)argc > n - 6 - 2 * (size_t)ncgroups) {
     free(fields);
     return 0;
   }
+  /* One block, freed through t->argv: the arguments and the environment, each NULL-terminated,
+   * then the cgroup paths. */
+  const size_t head = 6 + 2 * (size_t)ncgroups; /* Fields before the arguments. */
+  const size_t envc = n - head - (size_t)argc;
+  char** block = malloc((n - 4) * sizeof(char*));
+  if (block == NULL) {
+    free(fields);
+    return 0;
+  }
+  memcpy(block, fields + head, (size_t)argc * sizeof(char*));
+  block[argc] = NULL;
+  memcpy(block + argc + 1, fields + head + argc, envc * sizeof(char*));
+  block[argc + 1 + envc] = NULL;
+  memcpy(block + argc + 2 + envc, fields + 5, 2 * (size_t)ncgroups * sizeof(char*));
   t->records = fields[1];
   t->cwd = fields[3][0] != '\0' ? fields[3] : NULL;
-  /* fields[5 .. 5+argc) the arguments, then the environment: each list NULL-terminated in place,
-   * which needs one more slot than the fields (the block has two spare). */
-  memmove(fields, fields + 5, (n - 5) * sizeof(char*));
-  const size_t envc = n - 5 - (size_t)argc;
-  memmove(fields + argc + 1, fields + argc, envc * sizeof(char*));
-  fields[argc] = NULL;
-  fields[argc + 1 + envc] = NULL;
-  t->argv = fields;
-  t->envp = fields + argc + 1;
+  t->argv = block;
+  t->envp = block + argc + 1;
+  t->ncgroups = (int)ncgroups;
+  t->cgroups = block + argc + 2 + envc;
+  free(fields);
   return 1;
 }
 
-/* dgpu-task-shim --task-shim-server 1: fd 0 a SOCK_SEQPACKET socket to the agent. Runs the tasks
+/* dgpu-task-shim --task-shim-server 2: fd 0 a SOCK_SEQPACKET socket to the agent. Runs the tasks
  * it is sent, one after the other (task_shim.h). */
 static int serve(int argc, char** argv) {
   int64_t version = 0;
-  if (argc != 3 || !parse_count(argv[2], &version) || version != SHIM_PROTOCOL) {
-    write_text(2, "usage: dgpu-task-shim --task-shim-server 1 (started by dgpu-agent)\n");
+  if (argc != 3 || !parse_count(argv[2], &version) || version != SHIM_START_PROTOCOL) {
+    write_text(2, "usage: dgpu-task-shim --task-shim-server 2 (started by dgpu-agent)\n");
     return 2;
   }
   const int control = 0;
@@ -446,7 +510,7 @@ static int serve(int argc, char** argv) {
 int dgpu_task_shim_run(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "--task-shim-server") == 0) return serve(argc, argv);
   if (argc >= 2 && strcmp(argv[1], "--task-shim") == 0) return run_one(argc, argv);
-  write_text(2, "usage: dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV... | "
-                "--task-shim-server 1 (started by dgpu-agent)\n");
+  write_text(2, "usage: dgpu-task-shim --task-shim 2 RECORDS MAX_LOG_BYTES NCGROUPS [JOIN HOME]... "
+                "-- ARGV... | --task-shim-server 2 (started by dgpu-agent)\n");
   return 2;
 }

@@ -3,12 +3,16 @@
 //
 // The agent starts one per task, in a session of its own, with the task's environment and
 // working directory:
-//   dgpu-task-shim --task-shim 1 RECORDS MAX_LOG_BYTES -- ARGV...
-// (RECORDS: a path prefix, <run dir>/<task id>; executor.run_dir, default work_dir/.run)
+//   dgpu-task-shim --task-shim 2 RECORDS MAX_LOG_BYTES NCGROUPS [JOIN HOME]... -- ARGV...
+// (RECORDS: a path prefix, <run dir>/<task id>; executor.run_dir, default work_dir/.run; per
+// hierarchy of the task's cgroup (cgroup.h), JOIN its cgroup.procs and HOME the shim's own)
 // fd 0 is the write end of the agent's handshake pipe, fds 1 and 2 the task's log (O_APPEND).
 // The shim
 //   - makes itself a child subreaper: every process the task starts stays its descendant, also
 //     one that escaped with setsid() and lost its parent;
+//   - with cgroups, moves itself into the task's (JOIN) for the spawn and back (HOME) right
+//     after, so that the leader starts inside them and the shim itself stays out of the reach of
+//     the cgroup's kill and its out-of-memory killer; a JOIN it cannot write fails the start;
 //   - starts the leader with posix_spawn (no copy of the shim's memory): ARGV (ARGV[0] a path)
 //     in a new session, stdin /dev/null, stdout and stderr on the log or, with MAX_LOG_BYTES > 0,
 //     on a pipe the shim copies into the log and cuts at that size (log_writer.h);
@@ -29,17 +33,19 @@
 //   - reaps every other descendant, and exits 0 once none is left and its pipe has reached its
 //     end, or 2 s after the last process ended when something outside the task still holds the
 //     pipe.
-// The leading "1" of the arguments, the handshake and the records is the protocol version: an
-// agent reads the records of every version it knows, so a newer agent adopts the shims of an
-// older release.
+// The leading "1" of the handshake and the records is the protocol version: an agent reads the
+// records of every version it knows, so a newer agent adopts the shims of an older release. The
+// leading "2" of the start (the arguments, the server's and its requests) is the start's own:
+// an agent starts the shims of its own release only.
 //
 // Shims kept for the next task. A process start is the largest part of a task start (about
 // 0.15 ms of CPU for a static no-op here, more for the agent's posix_spawn), so the agent keeps
 // the shims whose task has ended and hands them the next one, as a pool:
-//   dgpu-task-shim --task-shim-server 1
+//   dgpu-task-shim --task-shim-server 2
 // fd 0 is a SOCK_SEQPACKET socket to the agent; fds 1 and 2 are /dev/null. Each request is one
-// message, NUL-terminated fields "1", RECORDS, MAX_LOG_BYTES, CWD, ARGC, the ARGC arguments,
-// then the environment's entries to the end, with the task's log passed as its one descriptor
+// message, NUL-terminated fields "2", RECORDS, MAX_LOG_BYTES, CWD, NCGROUPS, the 2 x NCGROUPS
+// cgroup paths (JOIN HOME, as above), ARGC, the ARGC arguments, then the environment's entries
+// to the end, with the task's log passed as its one descriptor
 // (SCM_RIGHTS); at most 256 KiB (a larger task gets a shim of its own, as above). The shim runs
 // the task exactly as above (in CWD, with that environment) and answers on the socket: the
 // handshake line as one message, then "1 done\n" once every process of the task has ended and
@@ -69,7 +75,8 @@ namespace dgpu::agent {
 inline constexpr const char* kTaskShimFlag = "--task-shim";
 // A shim that runs the tasks it is sent, one after the other (see "Shims kept for the next task").
 inline constexpr const char* kTaskShimServerFlag = "--task-shim-server";
-inline constexpr int kTaskShimProtocol = 1;
+inline constexpr int kTaskShimProtocol = 1;       // Handshake, records, "done".
+inline constexpr int kTaskShimStartProtocol = 2;  // Arguments and requests.
 
 // The leader's exit as the shim recorded it.
 struct ShimExitRecord {

@@ -1,6 +1,7 @@
 #include "agent/task_supervisor.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -179,6 +180,8 @@ void TaskSupervisor::WriteRunRecord(const Task& task) const {
                       {"timeout_seconds", l.timeout_seconds},
                       {"array_index", l.array_index},
                       {"array_size", l.array_size},
+                      {"cpus_milli", l.cpus_milli},
+                      {"memory_mb", l.memory_mb},
                       {"started_at", task.started_micros}};
   // Not synced: the record has to outlive the agent process, not the machine (a task does not
   // outlive its machine either). Written in place, at once: a record cut short by the agent's
@@ -275,11 +278,31 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
   // Before the shim: its task's command runs only once the shim has noted who runs it, so an
   // agent started later finds both records for every command that ran.
   WriteRunRecord(task);
-  Status started = StartShim(task, task_dir, log_fd);
+  Status started = OkStatus();
+  if (options_.cgroups != nullptr && plan.cgroup.has_value()) {
+    started = options_.cgroups->Create(launch.task_id, *plan.cgroup);
+    if (started.ok()) {
+      task.cgroup = true;
+      const TaskCgroupLimits& limits = *plan.cgroup;
+      spdlog::info("{}: cgroup {} (memory {}, pids {}, CPU quota {}, {} GPU device(s) denied)",
+                   launch.task_id, options_.cgroups->PathOf(launch.task_id),
+                   limits.memory_bytes > 0 ? std::to_string(limits.memory_bytes >> 20) + " MiB"
+                                           : std::string("unlimited"),
+                   limits.pids_max > 0 ? std::to_string(limits.pids_max) : "unlimited",
+                   limits.cpu_quota_milli > 0
+                       ? fmt::format("{} CPUs", core::CpusOfMilli(limits.cpu_quota_milli))
+                       : std::string("none"),
+                   limits.denied_devices.size());
+    } else {
+      started = Status(started.code(), "cannot make the task's cgroup: " + started.message());
+    }
+  }
+  if (started.ok()) started = StartShim(task, task_dir, log_fd);
   if (!started.ok()) AppendLine(log_fd, "dgpu: task did not start: " + started.message());
   close(log_fd);
   if (!started.ok()) {
     RemoveRecords(launch.task_id);
+    if (task.cgroup) RemoveCgroups({launch.task_id});
     return start_failed(started.message());
   }
   ObservePid(task.leader);  // A pid just handed out is itself a reading of the counter.
@@ -498,6 +521,8 @@ void TaskSupervisor::SendKill(Task& task, int64_t now_micros) {
   task.member_signal = SIGKILL;
   Scan();
   Signal(task, SIGKILL);
+  // Every process in the task's cgroup, also those that escaped the tracking.
+  if (task.cgroup) options_.cgroups->Kill(task.launch.task_id, task.shim);
   if (!task.plan.kill_argv.empty() && !task.leader_status.has_value()) {
     RunHelper(task, task.plan.kill_argv, now_micros);
   }
@@ -560,12 +585,12 @@ Status TaskSupervisor::StartShim(Task& task, const std::string& task_dir, int lo
     return Internal(std::string("cannot make the shim's pipe: ") + strerror(errno));
   }
   common::SpawnOptions spawn;
-  spawn.argv = {options_.shim,
-                kTaskShimFlag,
-                std::to_string(kTaskShimProtocol),
-                RecordPrefix(task.launch.task_id),
-                std::to_string(options_.max_log_bytes),
-                "--"};
+  spawn.argv = {options_.shim, kTaskShimFlag, std::to_string(kTaskShimStartProtocol),
+                RecordPrefix(task.launch.task_id), std::to_string(options_.max_log_bytes)};
+  const std::vector<std::string> cgroups = CgroupArguments(task);
+  spawn.argv.push_back(std::to_string(cgroups.size() / 2));
+  spawn.argv.insert(spawn.argv.end(), cgroups.begin(), cgroups.end());
+  spawn.argv.push_back("--");
   spawn.argv.insert(spawn.argv.end(), argv.begin(), argv.end());
   spawn.env = task.plan.env;
   spawn.working_dir = task_dir;
@@ -601,7 +626,7 @@ std::optional<TaskSupervisor::KeptShim> TaskSupervisor::SpawnKeptShim() {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return std::nullopt;
   common::SpawnOptions spawn;
-  spawn.argv = {options_.shim, kTaskShimServerFlag, std::to_string(kTaskShimProtocol)};
+  spawn.argv = {options_.shim, kTaskShimServerFlag, std::to_string(kTaskShimStartProtocol)};
   // An empty environment: each task brings its own, and nothing of the agent's (its
   // credentials, say) sits in a process that runs other users' tasks.
   spawn.env = std::vector<std::string>{};
@@ -632,17 +657,20 @@ void TaskSupervisor::ReleaseShim(const KeptShim& shim, bool reusable, int64_t no
 std::optional<Status> TaskSupervisor::StartOnKeptShim(Task& task, const std::string& task_dir,
                                                       int log_fd,
                                                       const std::vector<std::string>& argv) {
-  // The request (shim_runtime.c): "1", RECORDS, MAX_LOG_BYTES, CWD, ARGC, the arguments, the
-  // environment, each NUL-terminated; the log passed with it.
+  // The request (shim_runtime.c): "2", RECORDS, MAX_LOG_BYTES, CWD, NCGROUPS, the cgroup paths,
+  // ARGC, the arguments, the environment, each NUL-terminated; the log passed with it.
   std::string request;
   auto field = [&request](const std::string& f) {
     request += f;
     request.push_back('\0');
   };
-  field(std::to_string(kTaskShimProtocol));
+  field(std::to_string(kTaskShimStartProtocol));
   field(RecordPrefix(task.launch.task_id));
   field(std::to_string(options_.max_log_bytes));
   field(task_dir);
+  const std::vector<std::string> cgroups = CgroupArguments(task);
+  field(std::to_string(cgroups.size() / 2));
+  for (const auto& c : cgroups) field(c);
   field(std::to_string(argv.size()));
   for (const auto& a : argv) field(a);
   for (const auto& e : task.plan.env) field(e);
@@ -821,6 +849,9 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
       l.timeout_seconds = j.at("timeout_seconds").get<int64_t>();
       l.array_index = j.at("array_index").get<int>();
       l.array_size = j.at("array_size").get<int>();
+      // Absent from the records of older agents.
+      l.cpus_milli = j.value("cpus_milli", int64_t{0});
+      l.memory_mb = j.value("memory_mb", int64_t{0});
       task.started_micros = j.at("started_at").get<int64_t>();
     } catch (const std::exception& e) {
       spdlog::error("run record {} cannot be read ({}): removed; the task is not adopted",
@@ -865,6 +896,7 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
       if (task.shim_done) task.finished_at_micros = record->unix_micros;
     }
     task.plan = plan(task.launch);
+    task.cgroup = options_.cgroups != nullptr && options_.cgroups->Exists(id);
     task.pid_epoch = pid_epoch_ + 1;  // Unknown: only full scans find its processes.
     if (task.launch.timeout_seconds > 0) {
       task.deadline_micros = task.started_micros + task.launch.timeout_seconds * kMicrosPerSecond;
@@ -873,7 +905,65 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
     tasks_.emplace(id, std::move(task));
   }
   force_scan_ = !tasks_.empty();
+  if (options_.cgroups != nullptr) {
+    // Cgroups no adopted task owns: their processes (if any) are stopped, the cgroups removed.
+    std::vector<std::string> leftovers;
+    for (const std::string& id : options_.cgroups->List()) {
+      if (tasks_.count(id) > 0) continue;
+      const size_t processes = options_.cgroups->Pids(id).size();
+      spdlog::warn("cgroup {} was left by an earlier agent process with {} process(es): {}",
+                   options_.cgroups->PathOf(id), processes,
+                   processes > 0 ? "killed and removed" : "removed");
+      options_.cgroups->Kill(id);
+      leftovers.push_back(id);
+    }
+    RemoveCgroups(std::move(leftovers));
+  }
   return held;
+}
+
+bool TaskSupervisor::CgroupEmpty(Task& task) {
+  if (!task.cgroup) return true;
+  const std::string& id = task.launch.task_id;
+  std::vector<pid_t> pids = options_.cgroups->Pids(id);
+  // The shim has left (it may fail to, and then stays until its task is done).
+  pids.erase(std::remove(pids.begin(), pids.end(), task.shim), pids.end());
+  if (pids.empty()) return true;
+  // Processes of the task that nothing else found: they end with the task.
+  options_.cgroups->Kill(id, task.shim);
+  return false;
+}
+
+void TaskSupervisor::RemoveCgroups(std::vector<std::string> task_ids) {
+  for (std::string& id : task_ids) {
+    if (std::find(stale_cgroups_.begin(), stale_cgroups_.end(), id) == stale_cgroups_.end()) {
+      stale_cgroups_.push_back(std::move(id));
+    }
+  }
+  for (auto it = stale_cgroups_.begin(); it != stale_cgroups_.end();) {
+    // A task started again under the same id owns the cgroup now.
+    if (tasks_.count(*it) > 0) {
+      it = stale_cgroups_.erase(it);
+      continue;
+    }
+    Status removed = options_.cgroups->Remove(*it);
+    if (removed.ok()) {
+      it = stale_cgroups_.erase(it);
+    } else {
+      spdlog::debug("{}: retried at the next poll", removed.message());
+      ++it;
+    }
+  }
+}
+
+std::vector<std::string> TaskSupervisor::CgroupArguments(const Task& task) const {
+  std::vector<std::string> args;
+  if (!task.cgroup) return args;
+  for (auto& [join, home] : options_.cgroups->JoinFiles(task.launch.task_id)) {
+    args.push_back(join);
+    args.push_back(home);
+  }
+  return args;
 }
 
 TaskExit TaskSupervisor::MakeExit(const Task& task, int64_t now_micros) const {
@@ -896,6 +986,10 @@ TaskExit TaskSupervisor::MakeExit(const Task& task, int64_t now_micros) const {
   }
   if (task.stop_reason.has_value()) {
     exit.error = StopErrorOf(*task.stop_reason);
+  } else if (exit.exit_code != 0 && task.cgroup &&
+             options_.cgroups->OomKills(task.launch.task_id) > 0) {
+    exit.error = "out_of_memory: killed at its memory limit of " +
+                 std::to_string(task.launch.memory_mb) + " MiB (memory_mb)";
   } else if (exit.signal != 0) {
     exit.error = "signal:" + std::to_string(exit.signal);
   } else {
@@ -980,14 +1074,22 @@ std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadli
         !task.kill_sent) {
       SendKill(task, now_micros);
     }
-    if (task.leader_status.has_value() && task.members.empty() && ShimDone(task)) {
+    if (task.leader_status.has_value() && task.members.empty() && ShimDone(task) &&
+        CgroupEmpty(task)) {
       exits.push_back(MakeExit(task, now_micros));
+      if (exits.back().error.rfind("out_of_memory", 0) == 0) {
+        AppendToLog(task, "dgpu: task failed: " + exits.back().error);
+      }
       collected_.push_back(it->first);
+      const bool cgroup = task.cgroup;
+      const std::string id = it->first;
       it = Erase(it);
+      if (cgroup) RemoveCgroups({id});
     } else {
       ++it;
     }
   }
+  if (!stale_cgroups_.empty()) RemoveCgroups({});
   ReapHelpers(now_micros, /*force=*/false);
   return exits;
 }
@@ -1019,7 +1121,10 @@ std::vector<TaskExit> TaskSupervisor::StopAll(std::chrono::milliseconds grace) {
       for (auto it = tasks_.begin(); it != tasks_.end();) {
         exits.push_back(MakeExit(it->second, options_.clock()));
         collected_.push_back(it->first);
+        const bool cgroup = it->second.cgroup;
+        const std::string id = it->first;
         it = Erase(it);
+        if (cgroup) RemoveCgroups({id});
       }
       break;
     }

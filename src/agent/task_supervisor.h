@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/cgroup.h"
 #include "agent/executor.h"
 
 namespace dgpu::agent {
@@ -62,6 +63,11 @@ struct SupervisorOptions {
   // Shims kept for the next task once theirs has ended (task_shim.h): a task start then spawns
   // its command only, not a shim too. 0: a shim of its own for every task.
   size_t max_idle_shims = 16;
+  // executor.isolation: the task cgroups (cgroup.h), owned by the executor; nullptr: none. A
+  // plan with limits gets a cgroup of its own, which its processes join at their start, which
+  // kills them all at SIGKILL time, whose out-of-memory kills fail the task with out_of_memory,
+  // and which is removed once they are gone.
+  TaskCgroups* cgroups = nullptr;
 };
 
 // What to run for one task, prepared by the executor.
@@ -80,6 +86,8 @@ struct LaunchPlan {
   std::string refused;
   // The task's directory and log belong to this uid:gid (executor.run_as: submitter).
   std::optional<std::pair<uid_t, gid_t>> owner;
+  // The limits of the task's cgroup, when the supervisor has cgroups; nullopt: none.
+  std::optional<TaskCgroupLimits> cgroup;
 };
 
 class TaskSupervisor {
@@ -152,6 +160,7 @@ class TaskSupervisor {
     std::map<pid_t, uint64_t> members;  // Tracked processes other than the leader.
     // An error that ends the task whatever its leader did ("supervisor_lost: ...").
     std::string lost;
+    bool cgroup = false;  // It has a cgroup of its own (SupervisorOptions::cgroups).
   };
   struct Helper {
     pid_t pid;
@@ -212,6 +221,13 @@ class TaskSupervisor {
   // Forgets a task (closing its pidfd).
   std::map<std::string, Task>::iterator Erase(std::map<std::string, Task>::iterator it);
   void RemoveRecords(const std::string& task_id) const;
+  // A task's cgroup is empty (processes found there are killed, and it is not); nothing but
+  // true without a cgroup.
+  bool CgroupEmpty(Task& task);
+  // Removes the cgroups of ended tasks; one that cannot go yet stays for the next call.
+  void RemoveCgroups(std::vector<std::string> task_ids);
+  // The shim's cgroup.procs pairs for the start of `task` (empty without a cgroup).
+  std::vector<std::string> CgroupArguments(const Task& task) const;
   std::vector<TaskExit> Step(int64_t now_micros, bool apply_deadlines);
 
   SupervisorOptions options_;
@@ -221,6 +237,7 @@ class TaskSupervisor {
   std::vector<TaskExit> pending_exits_;  // start_failed exits, returned by the next Poll.
   std::vector<Helper> helpers_;
   std::vector<KeptShim> idle_shims_;
+  std::vector<std::string> stale_cgroups_;  // Cgroups of ended tasks not removed yet.
   // Tasks whose exit was returned: their records go at the next Poll (the exit is in the
   // caller's hands by then).
   std::vector<std::string> collected_;

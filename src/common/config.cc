@@ -66,6 +66,10 @@ constexpr EnumName<GpuDetectionMethod> kDetectionMethods[] = {
 constexpr EnumName<ExecutionMethod> kExecutionMethods[] = {{"process", ExecutionMethod::kProcess},
                                                            {"docker", ExecutionMethod::kDocker}};
 constexpr EnumName<RunAs> kRunAs[] = {{"agent", RunAs::kAgent}, {"submitter", RunAs::kSubmitter}};
+constexpr EnumName<Isolation> kIsolations[] = {
+    {"auto", Isolation::kAuto}, {"cgroup", Isolation::kCgroup}, {"none", Isolation::kNone}};
+constexpr EnumName<CpuBinding> kCpuBindings[] = {{"quota", CpuBinding::kQuota},
+                                                 {"none", CpuBinding::kNone}};
 
 template <typename E, size_t N>
 std::string_view NameOf(const EnumName<E> (&table)[N], E value) {
@@ -968,15 +972,17 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
   DGPU_CONFIG_RETURN_IF_ERROR(gpu.ReadString("nvidia_smi_path", &g.nvidia_smi_path, false));
   DGPU_CONFIG_RETURN_IF_ERROR(gpu.ReadString("nvml_library", &g.nvml_library, false));
   DGPU_CONFIG_RETURN_IF_ERROR(gpu.ReadString("health_check_program", &g.health_check_program));
-  DGPU_OPEN_SECTION(fake, gpu, "fake", {"count", "model", "memory_mb", "fault_file"});
+  DGPU_OPEN_SECTION(fake, gpu, "fake", {"count", "model", "memory_mb", "fault_file", "device_dir"});
   DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadString("fault_file", &g.fake.fault_file));
+  DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadString("device_dir", &g.fake.device_dir));
   DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadInt("count", 0, 1024, &g.fake.count));
   DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadString("model", &g.fake.model, false));
   DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadInt("memory_mb", 1, int64_t{1} << 40, &g.fake.memory_mb));
 
   DGPU_OPEN_SECTION(executor, root, "executor",
                     {"execution_method", "work_dir", "kill_grace_period", "keep_tasks_on_exit",
-                     "docker", "run_as", "allow_root", "max_log_bytes", "retention", "run_dir"});
+                     "docker", "run_as", "allow_root", "max_log_bytes", "retention", "run_dir",
+                     "isolation", "cpu_binding", "max_pids_per_task"});
   ExecutorConfig& e = c.executor;
   DGPU_CONFIG_RETURN_IF_ERROR(
       executor.ReadEnum("execution_method", kExecutionMethods, &e.execution_method));
@@ -990,6 +996,10 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
   DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadByteSize("max_log_bytes", &e.max_log_bytes));
   DGPU_CONFIG_RETURN_IF_ERROR(
       executor.ReadDuration("retention", &e.retention, DurationRule::kNonNegative));
+  DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadEnum("isolation", kIsolations, &e.isolation));
+  DGPU_CONFIG_RETURN_IF_ERROR(executor.ReadEnum("cpu_binding", kCpuBindings, &e.cpu_binding));
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      executor.ReadInt("max_pids_per_task", 0, int64_t{1} << 22, &e.max_pids_per_task));
   DGPU_OPEN_SECTION(docker, executor, "docker", {"socket", "default_image", "binary"});
   DGPU_CONFIG_RETURN_IF_ERROR(docker.ReadString("socket", &e.docker.socket, false));
   DGPU_CONFIG_RETURN_IF_ERROR(docker.ReadString("default_image", &e.docker.default_image, false));
@@ -1127,6 +1137,7 @@ std::vector<std::string> ResolveRelativePaths(AgentConfig* c, const std::string&
   r.Program("gpu.nvml_library", &c->gpu.nvml_library);
   r.Program("gpu.health_check_program", &c->gpu.health_check_program);
   r.Path("gpu.fake.fault_file", &c->gpu.fake.fault_file);
+  r.Path("gpu.fake.device_dir", &c->gpu.fake.device_dir);
   r.Path("executor.work_dir", &c->executor.work_dir);
   r.Path("executor.run_dir", &c->executor.run_dir);
   r.Path("executor.docker.socket", &c->executor.docker.socket);
@@ -1237,5 +1248,7 @@ std::string_view ToString(Role value) { return NameOf(kAccessRoles, value); }
 std::string_view ToString(GpuDetectionMethod value) { return NameOf(kDetectionMethods, value); }
 std::string_view ToString(ExecutionMethod value) { return NameOf(kExecutionMethods, value); }
 std::string_view ToString(RunAs value) { return NameOf(kRunAs, value); }
+std::string_view ToString(Isolation value) { return NameOf(kIsolations, value); }
+std::string_view ToString(CpuBinding value) { return NameOf(kCpuBindings, value); }
 
 }  // namespace dgpu::common

@@ -321,6 +321,9 @@ struct FakeGpuConfig {
   // Lines "INDEX [REASON]" name the fake GPUs that are faulty, read at every health check; a
   // missing file: none. Empty: no fault file.
   std::string fault_file;
+  // Fake GPU i's device file is DIR/nvidia<i> (made by whoever wants one, e.g. with mknod): a
+  // task's cgroup denies the other GPUs' device files. Empty: the fake GPUs have none.
+  std::string device_dir;
   bool operator==(const FakeGpuConfig&) const = default;
 };
 
@@ -348,6 +351,11 @@ struct DockerConfig {
 
 // Section `executor`.
 enum class RunAs { kAgent, kSubmitter };
+// auto: a cgroup per task wherever the agent can make them, else none with a warning; cgroup:
+// the agent does not start without them; none: tasks share the node's CPUs, memory and devices.
+enum class Isolation { kAuto, kCgroup, kNone };
+// With cgroups: quota: a CPU bandwidth of the task's CPUs; none: no CPU limit.
+enum class CpuBinding { kQuota, kNone };
 
 struct ExecutorConfig {
   ExecutionMethod execution_method = ExecutionMethod::kProcess;
@@ -366,6 +374,9 @@ struct ExecutorConfig {
   int64_t max_log_bytes = int64_t{1} << 30;
   // A finished task's directory and log are removed this long after its last output; 0: kept.
   milliseconds retention{int64_t{7} * 24 * 3600 * 1000};
+  Isolation isolation = Isolation::kAuto;
+  CpuBinding cpu_binding = CpuBinding::kQuota;
+  int64_t max_pids_per_task = 32768;  // 0..4194304; 0: no limit
   DockerConfig docker;
   bool operator==(const ExecutorConfig&) const = default;
 };
@@ -443,6 +454,8 @@ std::string_view ToString(ElectionMethod value);
 std::string_view ToString(GpuDetectionMethod value);
 std::string_view ToString(ExecutionMethod value);
 std::string_view ToString(RunAs value);
+std::string_view ToString(Isolation value);
+std::string_view ToString(CpuBinding value);
 std::string_view ToString(AuthMode value);
 std::string_view ToString(Role value);
 

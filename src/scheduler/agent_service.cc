@@ -265,6 +265,10 @@ void AgentHub::Dispatch(const core::SchedulerCore& core,
     a->set_user(t->spec.user);
     const int run = core::RunNumber(*t);
     a->set_run(run);
+    if (const int member = core::RunningMemberOn(t->allocation, d.node_id); member >= 0) {
+      a->set_cpus_milli(t->allocation[static_cast<size_t>(member)].cpus_milli);
+      a->set_memory_mb(t->allocation[static_cast<size_t>(member)].memory_mb);
+    }
     if (run == 1 && metrics_ != nullptr) submitted[d.node_id].push_back(t->created_at);
     if (t->spec.array_size > 0) {
       a->set_array_index(t->spec.array_index);

@@ -59,6 +59,25 @@ TEST(BuildDockerRunArgvTest, ExactArgv) {
 
 // Every name of the one reserved list reaches the container with dgpu's value: as `-e` or, for
 // NVIDIA_VISIBLE_DEVICES, through docker's --gpus. The task's reserved names are dropped.
+TEST(BuildDockerRunArgvTest, TheTasksLimits) {
+  TaskLaunch launch = Launch("task-7", "true", {0});
+  launch.cpus_milli = 1500;
+  launch.memory_mb = 16384;
+  auto argv = BuildDockerRunArgv(launch, "img:1", "docker", 2048);
+  ASSERT_TRUE(argv.ok()) << argv.status().ToString();
+  const std::vector<std::string> head(argv->begin(), argv->begin() + 15);
+  EXPECT_EQ(head,
+            (std::vector<std::string>{"docker", "run", "--rm", "--name", "dgpu-task-7", "--gpus",
+                                      "\"device=0\"", "--memory", "16384m", "--memory-swap",
+                                      "16384m", "--cpus", "1.5", "--pids-limit", "2048"}));
+  launch.cpus_milli = 100500;
+  launch.memory_mb = 0;
+  argv = BuildDockerRunArgv(launch, "img:1");
+  ASSERT_TRUE(argv.ok());
+  EXPECT_EQ(std::vector<std::string>(argv->begin() + 7, argv->begin() + 10),
+            (std::vector<std::string>{"--cpus", "100.5", "-e"}));
+}
+
 TEST(BuildDockerRunArgvTest, SetsEveryReservedNameOverTheTasksEnv) {
   TaskLaunch launch = Launch("task-7", "true", {2});
   for (std::string_view name : common::kTaskEnvSetByDgpu) {
@@ -162,9 +181,10 @@ TEST_F(DockerExecutorTest, RunsDockerRun) {
   auto exit = PollUntilExit(executor, "task-7");
   ASSERT_TRUE(exit.has_value());
   EXPECT_TRUE(exit->success);
+  // executor.max_pids_per_task's default as the container's pids limit.
   EXPECT_EQ(ReadFile(stub_dir_ + "/run.argv"),
             "docker\nrun\n--rm\n--name\ndgpu-task-7\n--gpus\n\"device=0,1\"\n"
-            "-e\nCUDA_VISIBLE_DEVICES=0,1\n-e\nCUDA_DEVICE_ORDER=PCI_BUS_ID\n"
+            "--pids-limit\n32768\n-e\nCUDA_VISIBLE_DEVICES=0,1\n-e\nCUDA_DEVICE_ORDER=PCI_BUS_ID\n"
             "-e\nDGPU_TASK_ID=task-7\n-e\nDGPU_GPU_IDS=0,1\n"
             "nvidia/cuda:12.0-runtime-ubuntu22.04\nsh\n-c\nnvidia-smi -L\n");
   EXPECT_EQ(ReadFile(executor.LogPath("task-7")), "container says hi\n");

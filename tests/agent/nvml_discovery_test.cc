@@ -28,11 +28,14 @@ TEST_F(NvmlDiscoveryTest, DiscoversCannedGpus) {
   ASSERT_TRUE(discovery.Init().ok());  // Idempotent.
   auto devices = discovery.Discover();
   ASSERT_TRUE(devices.ok()) << devices.status().ToString();
-  EXPECT_EQ(*devices, (std::vector<GpuDevice>{
-                          {0, "GPU-aaaaaaaa-bbbb-cccc-dddd-000000000000", "NVIDIA A100-SXM4-80GB",
-                           81920, 1024, 37, 41, "00000000:07:00.0"},
-                          {1, "GPU-aaaaaaaa-bbbb-cccc-dddd-000000000001", "NVIDIA A100-SXM4-80GB",
-                           81920, 1536, 57, 44, "00000000:0F:00.0"}}));
+  std::vector<GpuDevice> want = {
+      {0, "GPU-aaaaaaaa-bbbb-cccc-dddd-000000000000", "NVIDIA A100-SXM4-80GB", 81920, 1024, 37, 41,
+       "00000000:07:00.0"},
+      {1, "GPU-aaaaaaaa-bbbb-cccc-dddd-000000000001", "NVIDIA A100-SXM4-80GB", 81920, 1536, 57, 44,
+       "00000000:0F:00.0"}};
+  want[0].minor_number = 1;  // The device files' minors, not the indices.
+  want[1].minor_number = 0;
+  EXPECT_EQ(*devices, want);
   EXPECT_EQ(discovery.name(), "nvml");
 }
 

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -812,9 +813,16 @@ TEST_F(ProcessExecutorTest, TheAgentsOwnCopyOfTheShimRunsATask) {
   ASSERT_EQ(pipe(hello), 0);
   const std::string prefix = dir_.path() + "/own";
   const std::string log = dir_.path() + "/own.log";
-  std::vector<std::string> args = {"dgpu-agent", kTaskShimFlag, "1",
-                                   prefix,       "40",          "--",
-                                   "/bin/sh",    "-c",          "printf '%050d' 7; exit 3"};
+  std::vector<std::string> args = {"dgpu-agent",
+                                   kTaskShimFlag,
+                                   std::to_string(kTaskShimStartProtocol),
+                                   prefix,
+                                   "40",
+                                   "0",
+                                   "--",
+                                   "/bin/sh",
+                                   "-c",
+                                   "printf '%050d' 7; exit 3"};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -1110,6 +1118,86 @@ TEST_F(RunAsSubmitterTest, UnknownUserNoUserAndRootFailTheTaskNamingWhy) {
   EXPECT_TRUE(exit->success) << exit->error;
   EXPECT_EQ(ReadFile(rooted.LogPath("task-root2")), "0\n");
 }
+
+// Tasks in cgroups of their own (executor.isolation), through kept shims (the parameter: idle
+// shims kept) and through a shim of each task's own alike: an allocation above memory_mb fails
+// out_of_memory, the other GPU's device file does not open, a stop kills what left the task's
+// session, and each cgroup goes with its task.
+class IsolatedExecutorTest : public ProcessExecutorTest,
+                             public ::testing::WithParamInterface<size_t> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "cgroups and mknod need root";
+    auto opened = TaskCgroups::Open("dgpu-pe-" + std::to_string(getpid()));
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    cgroups_ = std::move(*opened);
+    ASSERT_EQ(mknod(dir_.File("nvidia0").c_str(), S_IFCHR | 0666, makedev(195, 0)), 0);
+    ASSERT_EQ(mknod(dir_.File("nvidia1").c_str(), S_IFCHR | 0666, makedev(195, 1)), 0);
+  }
+  void TearDown() override {
+    if (cgroups_ == nullptr) return;
+    EXPECT_EQ(cgroups_->List(), std::vector<std::string>{});
+    cgroups_->Close();
+    for (const auto& h : cgroups_->hierarchies()) {
+      EXPECT_FALSE(std::filesystem::exists(h.parent)) << h.parent;
+    }
+  }
+  ProcessExecutorOptions IsolatedOptions() {
+    ProcessExecutorOptions options = Options();
+    options.cgroups = cgroups_;
+    options.max_idle_shims = GetParam();
+    options.gpu_devices = {{0, makedev(195, 0)}, {1, makedev(195, 1)}};
+    return options;
+  }
+  std::shared_ptr<TaskCgroups> cgroups_;
+};
+
+TEST_P(IsolatedExecutorTest, LimitsApplyAndTheCgroupGoesWithTheTask) {
+  ProcessExecutor executor(IsolatedOptions());
+  TaskLaunch oom = Launch("task-oom", "exec python3 -c 'b = b\"x\" * (300 << 20)'", {0});
+  oom.memory_mb = 64;
+  ASSERT_TRUE(executor.Start(oom).ok());
+  auto exit = PollUntilExit(executor, "task-oom", std::chrono::seconds(20));
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->error, "out_of_memory: killed at its memory limit of 64 MiB (memory_mb)");
+  EXPECT_EQ(exit->exit_code, 137);
+  EXPECT_FALSE(cgroups_->Exists("task-oom"));
+  EXPECT_THAT(ReadFile(executor.LogPath("task-oom")),
+              ::testing::HasSubstr("dgpu: task failed: out_of_memory"));
+
+  // Its own GPU reaches the (missing) driver, the other one is refused.
+  const std::string probe =
+      "exec python3 -c \"import errno, os\nfor i in (0, 1):\n try: os.open('" + dir_.path() +
+      "/nvidia%d' % i, os.O_RDWR)\n except OSError as e: print(i, "
+      "errno.errorcode[e.errno])\"";
+  ASSERT_TRUE(executor.Start(Launch("task-dev", probe, {1})).ok());
+  exit = PollUntilExit(executor, "task-dev", std::chrono::seconds(20));
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success) << exit->error;
+  EXPECT_EQ(ReadFile(executor.LogPath("task-dev")), "0 EPERM\n1 ENXIO\n");
+
+  // A process that left the task's session is found in its cgroup and ends with the task.
+  const std::string pidfile = dir_.File("escaped.pid");
+  ASSERT_TRUE(executor
+                  .Start(Launch("task-stop", "setsid sh -c 'echo $$ > " + pidfile +
+                                                 "; exec sleep 300' & exec sleep 300"))
+                  .ok());
+  std::optional<pid_t> escaped;
+  WaitUntil([&] { return (escaped = ReadPidFile(pidfile)).has_value(); });
+  ASSERT_TRUE(escaped.has_value());
+  ASSERT_TRUE(executor.Stop("task-stop", StopOrder{}).ok());
+  exit = PollUntilExit(executor, "task-stop", std::chrono::seconds(10));
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->error, "cancelled");
+  EXPECT_NE(kill(*escaped, 0), 0);
+  EXPECT_FALSE(cgroups_->Exists("task-stop"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shims, IsolatedExecutorTest, ::testing::Values(size_t{0}, size_t{16}),
+                         [](const auto& info) {
+                           return info.param == 0 ? std::string("OwnShim")
+                                                  : std::string("KeptShims");
+                         });
 
 }  // namespace
 }  // namespace dgpu::agent

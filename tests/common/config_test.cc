@@ -118,6 +118,10 @@ TEST(AgentConfigTest, DefaultsAreTheDocumentedValues) {
   EXPECT_FALSE(c.executor.keep_tasks_on_exit);
   EXPECT_EQ(c.executor.max_log_bytes, int64_t{1} << 30);
   EXPECT_EQ(c.executor.retention, milliseconds{int64_t{7} * 24 * 3600 * 1000});
+  EXPECT_EQ(c.executor.isolation, Isolation::kAuto);
+  EXPECT_EQ(c.executor.cpu_binding, CpuBinding::kQuota);
+  EXPECT_EQ(c.executor.max_pids_per_task, 32768);
+  EXPECT_EQ(c.gpu.fake.device_dir, "");
   EXPECT_EQ(c.executor.docker.socket, "/var/run/docker.sock");
   EXPECT_EQ(c.executor.docker.default_image, "nvidia/cuda:12.0-runtime-ubuntu22.04");
   EXPECT_EQ(c.executor.docker.binary, "docker");
@@ -257,8 +261,12 @@ gpu:
     count: 8
     model: "NVIDIA A100-SXM4-80GB"
     memory_mb: 81920
+    device_dir: /dev/fake
 executor:
   execution_method: docker
+  isolation: none
+  cpu_binding: none
+  max_pids_per_task: 4096
   work_dir: /tmp/tasks
   run_dir: /run/dgpu-agent
   kill_grace_period: 0
@@ -296,6 +304,10 @@ logging:
   EXPECT_TRUE(c.executor.keep_tasks_on_exit);
   EXPECT_EQ(c.executor.max_log_bytes, int64_t{512} << 20);
   EXPECT_EQ(c.executor.retention, milliseconds{int64_t{3} * 24 * 3600 * 1000});
+  EXPECT_EQ(c.executor.isolation, Isolation::kNone);
+  EXPECT_EQ(c.executor.cpu_binding, CpuBinding::kNone);
+  EXPECT_EQ(c.executor.max_pids_per_task, 4096);
+  EXPECT_EQ(c.gpu.fake.device_dir, "/dev/fake");
   EXPECT_EQ(c.executor.docker.socket, "/run/docker.sock");
   EXPECT_EQ(c.executor.docker.default_image, "ubuntu:22.04");
   EXPECT_EQ(c.executor.docker.binary, "/usr/local/bin/docker");
@@ -419,6 +431,12 @@ TEST(AgentConfigTest, WrongTypesAndRangesAreExplained) {
       {"executor: {max_log_bytes: -1}",
        "executor.max_log_bytes: must be a size in bytes (a whole number, or with a unit: 512MiB, "
        "1G), got \"-1\""},
+      {"executor: {isolation: strict}",
+       "executor.isolation: must be one of auto, cgroup, none; got \"strict\""},
+      {"executor: {cpu_binding: pinned}",
+       "executor.cpu_binding: must be one of quota, none; got \"pinned\""},
+      {"executor: {max_pids_per_task: -1}",
+       "executor.max_pids_per_task: must be an integer in [0, 4194304], got \"-1\""},
       {"executor: {retention: forever}",
        "executor.retention: must be a non-negative duration, got \"forever\""},
       {"executor: {keep_tasks_on_exit: sometimes}",

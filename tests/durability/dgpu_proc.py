@@ -159,7 +159,8 @@ class Agent(Daemon):
             "scheduler": {"master_address": "127.0.0.1:%d" % scheduler.grpc_port,
                           "retry_interval": 0.1, "max_retry_interval": 0.5},
             "gpu": {"detection_method": "fake", "fake": {"count": gpus}},
-            "executor": {"work_dir": os.path.join(workdir, agent_id), "kill_grace_period": 1},
+            "executor": {"work_dir": os.path.join(workdir, agent_id), "kill_grace_period": 1,
+                         "isolation": "none"},
             "logging": {"level": "info", "format": "text", "output": "stdout"},
         }
         super().__init__("dgpu-agent", workdir, config, tag or agent_id)

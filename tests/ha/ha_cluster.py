@@ -141,7 +141,8 @@ class HaCluster:
                           "connection_timeout": 2, "retry_interval": 0.2,
                           "max_retry_interval": 1},
             "gpu": {"detection_method": "fake", "fake": {"count": gpus}},
-            "executor": {"work_dir": work, "kill_grace_period": 1},
+            # No cgroups: the failover tests SIGKILL agents (the isolation tests ask for them).
+            "executor": {"work_dir": work, "kill_grace_period": 1, "isolation": "none"},
             "logging": {"level": "info", "format": "text"},
         }
         if self.tls_certs:

@@ -178,6 +178,70 @@ class EventStream:
 
 
 # ----------------------------------------------------------------------------------------------
+# Task cgroups (executor.isolation)
+
+
+def agent_cgroup_name(agent_id, work_dir):
+    """The parent of an agent's task cgroups: dgpu-<node>-<FNV-1a of its work_dir>."""
+    h = 2166136261
+    for b in work_dir.encode():
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return "dgpu-%s-%08x" % (agent_id, h)
+
+
+def own_cgroup_dirs():
+    """This process's cgroup directories, one per hierarchy (agents inherit them)."""
+    dirs = []
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, names, path = line.rstrip("\n").split(":", 2)
+                if names.startswith("name="):
+                    continue
+                root = "/sys/fs/cgroup/" + names if names else "/sys/fs/cgroup/unified"
+                for base in ((root, "/sys/fs/cgroup") if not names else (root,)):
+                    if os.path.isdir(base + path):
+                        dirs.append((base + path).rstrip("/"))
+    except OSError:
+        pass
+    return dirs
+
+
+def remove_agent_cgroups(agent_id, work_dir):
+    """What a killed agent left of its task cgroups: their processes killed, the cgroups
+    removed (an agent that ends by itself removes them)."""
+    name = agent_cgroup_name(agent_id, work_dir)
+    for own in own_cgroup_dirs():
+        for parent in (os.path.join(own, name), os.path.join(own, name + "-agent")):
+            if not os.path.isdir(parent):
+                continue
+            for entry in os.listdir(parent):
+                child = os.path.join(parent, entry)
+                if not os.path.isdir(child):
+                    continue
+                deadline = time.monotonic() + 5
+                while True:
+                    try:
+                        with open(os.path.join(child, "cgroup.procs")) as f:
+                            pids = [int(x) for x in f.read().split()]
+                        for pid in pids:
+                            try:
+                                os.kill(pid, signal.SIGKILL)
+                            except ProcessLookupError:
+                                pass
+                        os.rmdir(child)
+                        break
+                    except OSError:
+                        if time.monotonic() > deadline:
+                            break
+                        time.sleep(0.02)
+            try:
+                os.rmdir(parent)
+            except OSError:
+                pass
+
+
+# ----------------------------------------------------------------------------------------------
 # Daemons
 
 
@@ -257,8 +321,10 @@ class Cluster:
                           "max_retry_interval": 1},
             "gpu": {"detection_method": "fake", "health_check_interval": 30,
                     "fake": {"count": gpus, "model": GPU_MODEL, "memory_mb": 32768}},
+            # Tasks share the machine (no cgroups): a test that kills its agents leaves no
+            # cgroups behind; the isolation tests ask for them.
             "executor": {"execution_method": "process", "work_dir": self.work_dir(agent_id),
-                         "kill_grace_period": kill_grace},
+                         "kill_grace_period": kill_grace, "isolation": "none"},
             "logging": {"level": "info", "format": "text", "output": "stdout"},
         }
         if self.tls_server:
@@ -384,6 +450,8 @@ class Cluster:
             if d is not None:
                 d.kill_all()
         self.kill_task_processes()
+        for agent_id in self.agent_configs:
+            remove_agent_cgroups(agent_id, self.work_dir(agent_id))
         _LIVE_CLUSTERS.discard(self)
 
     def remove_files(self):

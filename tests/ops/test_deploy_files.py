@@ -269,6 +269,9 @@ class DeployFilesTest(unittest.TestCase):
                         label, daemon.proc.poll(), daemon.log_tails()))
                 finally:
                     daemon.kill_all()
+                    if binary == harness.AGENT_BIN:
+                        harness.remove_agent_cgroups(cfg["agent"]["id"],
+                                                     cfg["executor"]["work_dir"])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,126 @@
+// A cgroup per task: the limits of executor.isolation (devices, memory, CPU, pids), the kill of
+// every process of a task, its out-of-memory kills.
+//
+// The agent's task cgroups live below its own cgroup (read from /proc/self/cgroup), under one
+// parent of its own, `<own>/<name>/<task id>`:
+//   - cgroup v2 when the unified hierarchy holds the memory and pids controllers: one directory
+//     per task. A cgroup with processes cannot hand controllers to its children, so an agent
+//     whose own cgroup does not already delegate them moves itself into a leaf beside the parent
+//     (`<own>/<name>-agent`) first. Devices: a BPF_PROG_TYPE_CGROUP_DEVICE program attached to the
+//     task's cgroup (there are no device files in v2).
+//   - cgroup v1 otherwise: one directory per task in each hierarchy used (memory, pids, cpu,
+//     cpuacct, devices, freezer: those mounted); devices through devices.deny.
+// The task's processes join it through the task's shim (task_shim.h): the shim moves itself into
+// the task's cgroups, starts the task's first process there, and moves back to its own (the
+// agent's), so that a kill of the cgroup and its out-of-memory killer reach the task alone.
+//
+// The device rule is a deny list: of the node's GPU device files, those of the other tasks' GPUs
+// cannot be opened (EPERM); everything else (the NVIDIA control devices, /dev/null, ...) is left
+// as the agent's cgroup has it.
+//
+// Not thread-safe; one owner (the agent's executor).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/gpu_discovery.h"
+#include "base/status.h"
+
+namespace dgpu::agent {
+
+enum class CgroupVersion { kV1, kV2 };
+
+struct TaskCgroupLimits {
+  int64_t memory_bytes = 0;           // 0: no limit. Swap counts too where the kernel accounts it.
+  int64_t pids_max = 0;               // 0: no limit.
+  int64_t cpu_quota_milli = 0;        // CPU bandwidth in thousandths of a CPU; 0: no limit.
+  std::vector<dev_t> denied_devices;  // Character devices the task may not open.
+  bool operator==(const TaskCgroupLimits&) const = default;
+};
+
+// Where a process reads its own cgroups and the mounts (tests point these at files of their
+// own).
+struct CgroupSources {
+  std::string proc_self_cgroup = "/proc/self/cgroup";
+  std::string mountinfo = "/proc/self/mountinfo";
+};
+
+// One hierarchy's directories: where the task cgroups go, and the agent's own.
+struct CgroupHierarchy {
+  std::vector<std::string> controllers;  // v1: those of its mount; v2: {"unified"}.
+  std::string own;                       // The agent's own cgroup directory.
+  std::string parent;                    // <own>/<name>: the task cgroups' parent.
+};
+
+// From the contents of /proc/self/cgroup and /proc/self/mountinfo: the hierarchies a task cgroup
+// uses (v1: memory, pids, cpu, cpuacct, devices, freezer, those mounted; v2: the unified one when
+// its controllers include memory and pids), with `name` as the parent's name. Unavailable (why)
+// when neither is there.
+StatusOr<std::pair<CgroupVersion, std::vector<CgroupHierarchy>>> FindCgroupHierarchies(
+    const std::string& proc_self_cgroup, const std::string& mountinfo, const std::string& name);
+
+class TaskCgroups {
+ public:
+  // Finds this process's cgroups and makes the parent `name` below them (`name`: one path
+  // component). Unavailable, saying why, where this process cannot make cgroups (not root, a
+  // read-only cgroup file system, no usable hierarchy).
+  static StatusOr<std::unique_ptr<TaskCgroups>> Open(const std::string& name,
+                                                     const CgroupSources& sources = {});
+
+  CgroupVersion version() const { return version_; }
+  // "cgroup_v2" or "cgroup_v1", as agents report it.
+  std::string isolation() const;
+  const std::vector<CgroupHierarchy>& hierarchies() const { return hierarchies_; }
+
+  // Makes the task's cgroup (an empty one of an earlier run is made anew) and sets its limits.
+  // Nothing is left behind when it fails.
+  Status Create(const std::string& task_id, const TaskCgroupLimits& limits);
+  // The task's cgroup directory of its first hierarchy (v1: memory's when mounted), for logs.
+  std::string PathOf(const std::string& task_id) const;
+  // For the shim: per hierarchy, the task's cgroup.procs and the agent's own.
+  std::vector<std::pair<std::string, std::string>> JoinFiles(const std::string& task_id) const;
+  bool Exists(const std::string& task_id) const;
+  // The processes in the task's cgroup.
+  std::vector<pid_t> Pids(const std::string& task_id) const;
+  // SIGKILL to every process of the task's cgroup but `spare` (the task's shim, when it could
+  // not leave): v2 cgroup.kill, else frozen first so that nothing forks meanwhile (neither when
+  // `spare` is inside). Best effort.
+  void Kill(const std::string& task_id, pid_t spare = 0);
+  // The out-of-memory kills in the task's cgroup (memory.oom_control or memory.events).
+  int64_t OomKills(const std::string& task_id) const;
+  // Removes the task's cgroup (every hierarchy); OK when it is not there. FailedPrecondition
+  // while processes remain.
+  Status Remove(const std::string& task_id);
+  // The task ids with a cgroup under the parent (left by an earlier agent process, say).
+  std::vector<std::string> List() const;
+  // Removes the parent when it is empty (the agent's end).
+  void Close();
+
+ private:
+  TaskCgroups(CgroupVersion version, std::vector<CgroupHierarchy> hierarchies)
+      : version_(version), hierarchies_(std::move(hierarchies)) {}
+  const CgroupHierarchy* Find(const std::string& controller) const;
+
+  CgroupVersion version_;
+  std::vector<CgroupHierarchy> hierarchies_;
+};
+
+// The device number of each GPU's device file, by index, for those that are character devices:
+// /dev/nvidia<minor> (the index where the minor is unknown), or with fake GPUs DIR/nvidia<index>
+// for `fake_device_dir` DIR (gpu.fake.device_dir; empty: none).
+std::map<int, dev_t> GpuDeviceNumbers(const std::vector<GpuDevice>& gpus, bool fake,
+                                      const std::string& fake_device_dir);
+
+// Attaches a cgroup v2 device program to the cgroup directory `dir_fd` that refuses every
+// access to the character devices of `denied` and allows all others. The errno text when the
+// kernel refuses.
+Status AttachDeviceFilter(int dir_fd, const std::vector<dev_t>& denied);
+
+}  // namespace dgpu::agent

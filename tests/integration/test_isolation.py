@@ -1,0 +1,193 @@
+"""A cgroup per task (executor.isolation: cgroup) with real agents and fake GPUs whose device
+files the test makes with mknod under gpu.fake.device_dir: a task opens its own GPU (ENXIO: no
+driver here) and no other (EPERM); 300 MiB under memory_mb 64 fails out_of_memory; a fork loop
+stops at max_pids_per_task; cpus becomes a CPU quota; a cancelled task leaves no process and no
+cgroup, and a stopped agent removes its cgroup parent. With isolation none every GPU device
+file opens, as before. The cgroups are made below the test's own (the agents inherit it)."""
+
+import glob
+import os
+import stat
+import unittest
+
+from harness import GPU_MODEL, ClusterTestCase, read_text, wait_until
+
+DEVICES_SCRIPT = r"""
+import errno, os, sys
+for i in range(4):
+    try:
+        os.close(os.open(os.path.join(sys.argv[1], "nvidia%d" % i), os.O_RDWR))
+        print("%d:opened" % i)
+    except OSError as e:
+        print("%d:%s" % (i, errno.errorcode[e.errno]))
+"""
+
+FORK_SCRIPT = r"""
+import errno, os, signal, time
+forked, why, kids = 0, "nothing", []
+while forked < 100:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        why = errno.errorcode[e.errno]
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    kids.append(pid)
+    forked += 1
+print("forked %d then %s" % (forked, why), flush=True)
+for k in kids:
+    os.kill(k, signal.SIGKILL)
+    os.waitpid(k, 0)
+"""
+
+
+def own_cgroup_dirs(controllers=("memory", "pids")):
+    """This process's cgroup directories of `controllers` (the agents inherit them) in the v1
+    hierarchies, or its v2 one when no v1 hierarchy has them."""
+    dirs, unified = [], None
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, names, path = line.rstrip("\n").split(":", 2)
+            if names == "":
+                unified = "/sys/fs/cgroup" + path.rstrip("/")
+            elif set(names.split(",")) & set(controllers):
+                dirs.append("/sys/fs/cgroup/%s%s" % (names, path.rstrip("/")))
+    return dirs or [unified]
+
+
+def agent_parents(agent_id, controllers=("memory", "pids")):
+    """The agent's cgroup parents (dgpu-<node>-<hash of its work_dir>)."""
+    found = []
+    for d in own_cgroup_dirs(controllers):
+        found += glob.glob(os.path.join(d, "dgpu-%s-*" % agent_id))
+    return sorted(p for p in found if os.path.isdir(p) and not p.endswith("-agent"))
+
+
+class IsolatedCluster(ClusterTestCase):
+    """One agent of 4 fake GPUs with device files, 2 CPUs and 4096 MiB, executor.isolation
+    ISOLATION, at most 20 processes per task."""
+
+    ISOLATION = "cgroup"
+
+    def start_cluster(self):
+        self.devices = os.path.join(self.c.tmp, "dev")
+        os.makedirs(self.devices)
+        for i in range(4):
+            os.mknod(os.path.join(self.devices, "nvidia%d" % i), 0o666 | stat.S_IFCHR,
+                     os.makedev(195, i))
+        for name, text in (("devices.py", DEVICES_SCRIPT), ("fork.py", FORK_SCRIPT)):
+            with open(os.path.join(self.c.tmp, name), "w") as f:
+                f.write(text)
+        self.c.start(agents=1, gpus=4, online_percent=1.0, agent_kwargs={"extra": {
+            "gpu": {"detection_method": "fake", "health_check_interval": 30,
+                    "fake": {"count": 4, "model": GPU_MODEL, "memory_mb": 32768,
+                             "device_dir": self.devices}},
+            "resources": {"cpus": 2, "memory_mb": 4096},
+            "executor": {"isolation": self.ISOLATION, "max_pids_per_task": 20}}})
+
+    def run_task(self, command, status="success", **fields):
+        tid = self.c.submit(command, **fields)
+        t = self.c.wait_status(tid, status, timeout=30)
+        with open(self.c.task_log("a1", tid)) as f:
+            return t, f.read()
+
+    def devices_seen(self):
+        return self.run_task("exec python3 %s/devices.py %s" % (self.c.tmp, self.devices))
+
+
+@unittest.skipUnless(os.geteuid() == 0 and os.path.isdir("/sys/fs/cgroup"),
+                     "cgroups and mknod need root")
+class IsolationTest(IsolatedCluster):
+    def test_a_task_opens_its_own_gpu_only(self):
+        v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")  # The unified hierarchy only.
+        self.assertEqual(self.c.agents_view()["a1"]["isolation"],
+                         "cgroup_v2" if v2 else "cgroup_v1")
+        t, log = self.devices_seen()
+        own = t["allocation"][0]["gpu_indices"][0]
+        self.assertEqual(log.split(),
+                         ["%d:%s" % (i, "ENXIO" if i == own else "EPERM") for i in range(4)])
+
+    def test_memory_above_the_limit_fails_out_of_memory(self):
+        t, log = self.run_task("exec python3 -c 'b = b\"x\" * (300 << 20)'", status="failed",
+                               memory_mb=64)
+        self.assertEqual(t["error"],
+                         "out_of_memory: killed at its memory limit of 64 MiB (memory_mb)")
+        self.assertIn("dgpu: task failed: out_of_memory", log)
+        # Within the limit the same kind of task succeeds.
+        self.run_task("exec python3 -c 'b = b\"x\" * (16 << 20)'", memory_mb=64)
+
+    def test_forks_stop_at_max_pids_per_task(self):
+        _, log = self.run_task("exec python3 %s/fork.py" % self.c.tmp)
+        self.assertEqual(log.strip(), "forked 19 then EAGAIN")
+
+    def test_cpus_become_a_quota_and_a_cancel_leaves_nothing(self):
+        tid = self.c.submit("sleep 300 & sleep 300 & wait", cpus=0.5)
+        self.c.wait_status(tid, "running")
+        parents = agent_parents("a1")
+        self.assertEqual(len(parents), len(own_cgroup_dirs()), parents)
+        task_dirs = [os.path.join(p, tid) for p in parents]
+
+        def procs():
+            with open(os.path.join(task_dirs[0], "cgroup.procs")) as f:
+                return [int(x) for x in f.read().split()]
+        pids = wait_until(lambda: (lambda p: p if len(p) == 3 else None)(procs()), 10,
+                          what="the shell and its two sleeps in the task's cgroup")
+        cpu = [os.path.join(p, tid) for p in agent_parents("a1", ("cpu",))]
+        self.assertEqual(len(cpu), 1, cpu)
+        name = "cpu.max" if os.path.exists(os.path.join(cpu[0], "cpu.max")) else \
+            "cpu.cfs_quota_us"
+        with open(os.path.join(cpu[0], name)) as f:
+            self.assertEqual(f.read().split()[0], "50000")
+        self.assertEqual(self.c.cancel(tid).status, 200)
+        self.c.wait_status(tid, "cancelled")
+        wait_until(lambda: not any(os.path.exists(d) for d in task_dirs + cpu), 10,
+                   what="the task's cgroup to be removed")
+        for pid in pids:
+            self.assertFalse(os.path.exists("/proc/%d" % pid), pid)
+        # The agent's own end removes its parents.
+        self.c.agents["a1"].stop()
+        self.assertEqual(agent_parents("a1", ("memory", "pids", "cpu", "devices", "freezer")),
+                         [])
+
+    def test_an_agent_restarted_adopts_its_tasks_cgroup_and_removes_leftovers(self):
+        tid = self.c.submit("sleep 300", memory_mb=256)
+        self.c.wait_status(tid, "running")
+        parents = agent_parents("a1")
+        task_dirs = [os.path.join(p, tid) for p in parents]
+        procs = os.path.join(task_dirs[0], "cgroup.procs")
+        pids = wait_until(lambda: read_text(procs).split(), 10, what="the task in its cgroup")
+        self.c.agents["a1"].kill9()
+        # A cgroup no task owns, as a crashed agent leaves one after its task ended.
+        leftovers = [os.path.join(p, "task-999") for p in parents]
+        for d in leftovers:
+            os.mkdir(d)
+        self.c.start_agent("a1")
+        self.c.wait_agents_online(["a1"])
+        wait_until(lambda: not any(os.path.exists(d) for d in leftovers), 10,
+                   what="the leftover cgroup removed")
+        self.assertIn("cgroup %s was left by an earlier agent process with 0 process(es): "
+                      "removed" % leftovers[0], read_text(self.c.agents["a1"].stdout_path))
+        # The task runs on in its cgroup, adopted; its end removes the cgroup.
+        t = self.c.task(tid)
+        self.assertEqual((t["status"], t["attempts"]), ("running", 1), t)
+        self.assertEqual(read_text(procs).split(), pids)
+        self.assertEqual(self.c.cancel(tid).status, 200)
+        self.c.wait_status(tid, "cancelled")
+        wait_until(lambda: not any(os.path.exists(d) for d in task_dirs), 10,
+                   what="the adopted task's cgroup removed")
+
+
+class NoIsolationTest(IsolatedCluster):
+    ISOLATION = "none"
+
+    def test_every_gpu_device_file_opens(self):
+        self.assertEqual(self.c.agents_view()["a1"]["isolation"], "none")
+        _, log = self.devices_seen()
+        self.assertEqual(log.split(), ["%d:ENXIO" % i for i in range(4)])
+        self.assertEqual(agent_parents("a1"), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
