@@ -369,6 +369,10 @@ Status TaskCgroups::Create(const std::string& task_id, const TaskCgroupLimits& l
 std::vector<std::pair<std::string, std::string>> TaskCgroups::JoinFiles(
     const std::string& task_id) const {
   std::vector<std::pair<std::string, std::string>> files;
+  if (version_ == CgroupVersion::kV2) {
+    files.emplace_back(hierarchies_[0].parent + "/" + task_id, "");
+    return files;
+  }
   for (const CgroupHierarchy& h : hierarchies_) {
     files.emplace_back(h.parent + "/" + task_id + "/cgroup.procs", h.own + "/cgroup.procs");
   }

@@ -84,7 +84,10 @@ class TaskCgroups {
   Status Create(const std::string& task_id, const TaskCgroupLimits& limits);
   // The task's cgroup directory of its first hierarchy (v1: memory's when mounted), for logs.
   std::string PathOf(const std::string& task_id) const;
-  // For the shim: per hierarchy, the task's cgroup.procs and the agent's own.
+  // For the shim (task_shim.h): v1, per hierarchy, the task's cgroup.procs and the agent's own
+  // (the shim moves in for the spawn and back); v2, the task's cgroup directory and "" (the task
+  // starts there directly: a move between cgroups costs the kernel an RCU grace period,
+  // milliseconds, whenever no other move happened just before).
   std::vector<std::pair<std::string, std::string>> JoinFiles(const std::string& task_id) const;
   bool Exists(const std::string& task_id) const;
   // The processes in the task's cgroup.

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -169,6 +170,82 @@ static int spawn_leader(char** argv, char** envp, const char* cwd, int out, pid_
   return err;
 }
 
+/* clone3's arguments (linux/sched.h, which musl's headers lack), up to `cgroup` (kernel 5.7). */
+struct clone_into_cgroup_args {
+  uint64_t flags;
+  uint64_t pidfd;
+  uint64_t child_tid;
+  uint64_t parent_tid;
+  uint64_t exit_signal;
+  uint64_t stack;
+  uint64_t stack_size;
+  uint64_t tls;
+  uint64_t set_tid;
+  uint64_t set_tid_size;
+  uint64_t cgroup;
+};
+#define CLONE_INTO_CGROUP_FLAG 0x200000000ULL
+
+/* Makes `fd` the descriptor `target` of this process, without close-on-exec. */
+static int put_fd(int fd, int target) {
+  if (fd == target) return fcntl(fd, F_SETFD, 0);
+  return dup2(fd, target) < 0 ? -1 : 0;
+}
+
+/* As spawn_leader, but the leader starts in the cgroup v2 directory `cgroup_fd` (clone3 with
+ * CLONE_INTO_CGROUP): no process moves between cgroups, which would cost a kernel RCU grace
+ * period (milliseconds) whenever no other move happened just before. The child is a copy of the
+ * shim (small) that sets itself up with system calls only and execs; an exec that fails reports
+ * its errno through a close-on-exec pipe. */
+static int spawn_leader_in(char** argv, char** envp, const char* cwd, int out, int cgroup_fd,
+                           pid_t* leader) {
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) return errno;
+  struct clone_into_cgroup_args args;
+  memset(&args, 0, sizeof(args));
+  args.flags = CLONE_INTO_CGROUP_FLAG;
+  args.exit_signal = SIGCHLD;
+  args.cgroup = (uint64_t)cgroup_fd;
+  const long pid = syscall(SYS_clone3, &args, sizeof(args));
+  if (pid < 0) {
+    const int saved = errno;
+    close(report[0]);
+    close(report[1]);
+    return saved;
+  }
+  if (pid == 0) {
+    int err = 0;
+    const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null_fd < 0 || setsid() < 0 || put_fd(null_fd, 0) != 0 || put_fd(out, 1) != 0 ||
+        put_fd(out, 2) != 0 || (cwd != NULL && chdir(cwd) != 0)) {
+      err = errno;
+    } else {
+      const int reset[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD};
+      for (size_t i = 0; i < sizeof(reset) / sizeof(reset[0]); ++i) signal(reset[i], SIG_DFL);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, NULL);
+      execve(argv[0], argv, envp);
+      err = errno;
+    }
+    (void)!write(report[1], &err, sizeof(err));
+    _exit(127);
+  }
+  close(report[1]);
+  int err = 0;
+  ssize_t n;
+  do {
+    n = read(report[0], &err, sizeof(err));
+  } while (n < 0 && errno == EINTR);
+  close(report[0]);
+  if (n == (ssize_t)sizeof(err)) { /* It did not exec: reaped here, as posix_spawn does. */
+    waitpid((pid_t)pid, NULL, 0);
+    return err != 0 ? err : EIO;
+  }
+  *leader = (pid_t)pid;
+  return 0;
+}
+
 size_t dgpu_log_cut_line(int64_t max_bytes, char* buffer, size_t size) {
   return fitted(snprintf(buffer, size,
                          "dgpu: log cut at %lld bytes (executor.max_log_bytes); further output "
@@ -216,7 +293,8 @@ struct shim_task {
   int log_fd;
   int answer_fd; /* The handshake line goes there. */
   /* cgroups[2 * i]: a task cgroup's cgroup.procs, cgroups[2 * i + 1]: the shim's own in that
-   * hierarchy. */
+   * hierarchy (v1). One pair with an empty second: the task's cgroup v2 directory, where the
+   * leader starts directly. */
   int ncgroups;
   char** cgroups;
 };
@@ -277,10 +355,24 @@ static int run_task(const struct shim_task* t, int sfd) {
   if (t->max_log_bytes > 0 && pipe2(log_pipe, O_CLOEXEC) != 0) {
     return refuse(t->answer_fd, "cannot make the log pipe", strerror(errno));
   }
-  /* The leader starts inside the task's cgroups (a child starts in its parent's): the shim
-   * joins them for the spawn and leaves them at once, so that the cgroup's kill and its
+  /* The leader starts inside the task's cgroups. v2 (one directory, no HOME): started there
+   * directly. v1: a child starts in its parent's, so the shim joins them for the spawn and
+   * leaves them at once. Either way the shim stays out, so that the cgroup's kill and its
    * out-of-memory killer reach the task alone. */
-  for (int i = 0; i < t->ncgroups; ++i) {
+  const int clone_into = t->ncgroups == 1 && t->cgroups[1][0] == '\0';
+  int cgroup_fd = -1;
+  if (clone_into) {
+    cgroup_fd = open(t->cgroups[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (cgroup_fd < 0) {
+      const int saved = errno;
+      if (log_pipe[0] >= 0) close(log_pipe[0]);
+      if (log_pipe[1] >= 0) close(log_pipe[1]);
+      char why[4200];
+      snprintf(why, sizeof(why), "cannot open the task's cgroup %s", t->cgroups[0]);
+      return refuse(t->answer_fd, why, strerror(saved));
+    }
+  }
+  for (int i = 0; !clone_into && i < t->ncgroups; ++i) {
     if (!move_to(t->cgroups[2 * i])) {
       const int saved = errno;
       leave_cgroups(t, i);
@@ -292,9 +384,12 @@ static int run_task(const struct shim_task* t, int sfd) {
     }
   }
   pid_t leader = 0;
-  const int spawn_error = spawn_leader(t->argv, t->envp, t->cwd,
-                                       log_pipe[1] >= 0 ? log_pipe[1] : t->log_fd, &leader);
-  if (t->ncgroups > 0 && !leave_cgroups(t, t->ncgroups)) {
+  const int out = log_pipe[1] >= 0 ? log_pipe[1] : t->log_fd;
+  const int spawn_error = clone_into
+                              ? spawn_leader_in(t->argv, t->envp, t->cwd, out, cgroup_fd, &leader)
+                              : spawn_leader(t->argv, t->envp, t->cwd, out, &leader);
+  if (cgroup_fd >= 0) close(cgroup_fd);
+  if (!clone_into && t->ncgroups > 0 && !leave_cgroups(t, t->ncgroups)) {
     char line[4300];
     snprintf(line, sizeof(line), "dgpu: the task's shim (pid %d) cannot leave its cgroup: %s\n",
              (int)getpid(), strerror(errno));

@@ -10,9 +10,12 @@
 // The shim
 //   - makes itself a child subreaper: every process the task starts stays its descendant, also
 //     one that escaped with setsid() and lost its parent;
-//   - with cgroups, moves itself into the task's (JOIN) for the spawn and back (HOME) right
-//     after, so that the leader starts inside them and the shim itself stays out of the reach of
-//     the cgroup's kill and its out-of-memory killer; a JOIN it cannot write fails the start;
+//   - with cgroups, starts the leader inside them and stays out itself, out of the reach of the
+//     cgroup's kill and its out-of-memory killer: v1 (JOIN the task's cgroup.procs, HOME the
+//     shim's own, per hierarchy) it moves itself into the task's for the spawn and back right
+//     after; v2 (one pair, JOIN the task's cgroup directory, HOME empty) it starts the leader
+//     there directly with clone3(CLONE_INTO_CGROUP), moving nothing. A cgroup it cannot join or
+//     open fails the start;
 //   - starts the leader with posix_spawn (no copy of the shim's memory): ARGV (ARGV[0] a path)
 //     in a new session, stdin /dev/null, stdout and stderr on the log or, with MAX_LOG_BYTES > 0,
 //     on a pipe the shim copies into the log and cuts at that size (log_writer.h);

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "test_util.h"
 
@@ -83,7 +84,9 @@ int RunInCgroup(const TaskCgroups& cgroups, const std::string& task_id, Body bod
   if (pid == 0) {
     alarm(20);
     for (const auto& [join, home] : cgroups.JoinFiles(task_id)) {
-      const int fd = open(join.c_str(), O_WRONLY);
+      // v2 names the directory (the shim starts the task there): its cgroup.procs.
+      const std::string procs = home.empty() ? join + "/cgroup.procs" : join;
+      const int fd = open(procs.c_str(), O_WRONLY);
       if (fd < 0 || write(fd, "0", 1) != 1) _exit(100);
       close(fd);
     }
@@ -177,7 +180,8 @@ TEST_F(TaskCgroupsTest, ForksStopAtThePidsLimitAndKillEndsThemAll) {
   if (pid == 0) {
     alarm(20);
     for (const auto& [join, home] : cgroups_->JoinFiles("task-pids")) {
-      const int fd = open(join.c_str(), O_WRONLY);
+      const std::string procs = home.empty() ? join + "/cgroup.procs" : join;
+      const int fd = open(procs.c_str(), O_WRONLY);
       if (fd < 0 || write(fd, "0", 1) != 1) _exit(100);
       close(fd);
     }
@@ -243,9 +247,8 @@ TEST_F(TaskCgroupsTest, CpuQuotaAndAFailedCreateLeavesNothing) {
   EXPECT_TRUE(cgroups_->Remove("task-cpu").ok());
 }
 
-// The cgroup v2 device program, on this machine's unified hierarchy (it needs no controller).
-TEST(DeviceFilterTest, V2ProgramRefusesTheDeniedDevicesOnly) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+// The unified hierarchy's mount point and this process's cgroup there; empty when none.
+std::pair<std::string, std::string> UnifiedCgroup() {
   std::string mount;
   std::istringstream mounts(ReadFile("/proc/self/mountinfo"));
   std::string line;
@@ -256,13 +259,20 @@ TEST(DeviceFilterTest, V2ProgramRefusesTheDeniedDevicesOnly) {
     f >> skip >> skip >> skip >> skip >> mount;
     break;
   }
-  if (mount.empty()) GTEST_SKIP() << "no cgroup v2 hierarchy is mounted";
   std::string own;
   std::istringstream cg(ReadFile("/proc/self/cgroup"));
   while (std::getline(cg, line)) {
     if (line.rfind("0::", 0) == 0) own = line.substr(3);
   }
-  const std::string dir = mount + (own == "/" ? "" : own) + "/dgpu-bpf-" + std::to_string(getpid());
+  return {mount, own == "/" ? "" : own};
+}
+
+// The cgroup v2 device program, on this machine's unified hierarchy (it needs no controller).
+TEST(DeviceFilterTest, V2ProgramRefusesTheDeniedDevicesOnly) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+  const auto [mount, own] = UnifiedCgroup();
+  if (mount.empty()) GTEST_SKIP() << "no cgroup v2 hierarchy is mounted";
+  const std::string dir = mount + own + "/dgpu-bpf-" + std::to_string(getpid());
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << strerror(errno);
   TempDir devices;
   ASSERT_EQ(mknod(devices.File("nvidia0").c_str(), S_IFCHR | 0666, makedev(195, 0)), 0);
@@ -292,6 +302,63 @@ TEST(DeviceFilterTest, V2ProgramRefusesTheDeniedDevicesOnly) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 7);
+  EXPECT_EQ(rmdir(dir.c_str()), 0) << strerror(errno);
+}
+
+// Runs dgpu-task-shim (the static binary agents use) for one task with `args` after
+// `--task-shim`; its handshake line and the task's log.
+std::pair<std::string, std::string> RunShim(const TempDir& dir, std::vector<std::string> args) {
+  int hello[2];
+  if (pipe(hello) != 0) return {};
+  const std::string log = dir.File("shim.log");
+  args.insert(args.begin(), {DGPU_TASK_SHIM_PATH, "--task-shim"});
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(10);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(hello[1], 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(hello[0]);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(hello[1]);
+  char line[4096] = {};
+  const ssize_t n = read(hello[0], line, sizeof(line) - 1);
+  close(hello[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return {std::string(line, n > 0 ? static_cast<size_t>(n) : 0), ReadFile(log)};
+}
+
+// v2: the shim starts the task's first process in its cgroup directly (clone3 with
+// CLONE_INTO_CGROUP, on this machine's unified hierarchy) and does not move itself.
+TEST(ShimCgroupTest, TheTaskStartsInItsV2CgroupAndTheShimStaysOut) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+  const auto [mount, own] = UnifiedCgroup();
+  if (mount.empty()) GTEST_SKIP() << "no cgroup v2 hierarchy is mounted";
+  const std::string name = "/dgpu-clone-" + std::to_string(getpid());
+  const std::string dir = mount + own + name;
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << strerror(errno);
+  TempDir tmp;
+  auto [hello, log] =
+      RunShim(tmp, {"2", tmp.File("t1"), "0", "1", dir, "", "--", "/bin/sh", "-c",
+                    "grep '^0::' /proc/self/cgroup; grep '^0::' /proc/$PPID/cgroup"});
+  EXPECT_EQ(hello.rfind("1 ok ", 0), 0u) << hello;
+  EXPECT_EQ(log, "0::" + own + name + "\n0::" + (own.empty() ? "/" : own) + "\n");
+  EXPECT_EQ(rmdir(dir.c_str()), 0) << strerror(errno);  // Empty again: nothing stayed there.
+
+  std::tie(hello, log) = RunShim(tmp, {"2", tmp.File("t2"), "0", "1", dir, "", "--", "/bin/true"});
+  EXPECT_EQ(hello,
+            "1 error cannot open the task's cgroup " + dir + ": No such file or directory\n");
+  // A command that cannot run is refused alike.
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  std::tie(hello, log) = RunShim(tmp, {"2", tmp.File("t3"), "0", "1", dir, "", "--", "/no/such"});
+  EXPECT_EQ(hello, "1 error cannot run /no/such: No such file or directory\n");
   EXPECT_EQ(rmdir(dir.c_str()), 0) << strerror(errno);
 }
 
