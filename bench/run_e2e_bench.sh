@@ -6,6 +6,7 @@
 #   bench/run_e2e_bench.sh                    # 10,000 tasks, 4 agents x 8 GPUs
 #   TOTAL=10000 AGENTS=4 GPUS=8 CONNS=64 HIGH_FRACTION=0.7 bench/run_e2e_bench.sh
 #   RUN_DIR=work bench/run_e2e_bench.sh       # run records on the disk (default: a tmpfs)
+#   ISOLATION=none bench/run_e2e_bench.sh     # executor.isolation (unset: the agents' default)
 # Reports tasks/s completed (first submission to last finish, as counted by the scheduler's
 # dgpu_tasks_finished_total{status="success"}, then checked with GET /api/v1/tasks?status=success)
 # and checks from the agents' logs that no GPU ran two tasks at once (bench/check_gpu_overlap.py).
@@ -24,7 +25,7 @@ for i in $(seq 1 "$AGENTS"); do
 agent: { id: "node-$i", heartbeat_interval: $HEARTBEAT }
 scheduler: { master_address: "127.0.0.1:$GRPC_PORT", retry_interval: 0.1, max_retry_interval: 1 }
 gpu: { detection_method: fake, fake: { count: $GPUS } }
-executor: { work_dir: "$WORK/a$i", kill_grace_period: 1$(run_dir_yaml "a$i") }
+executor: { work_dir: "$WORK/a$i", kill_grace_period: 1$(run_dir_yaml "a$i")${ISOLATION:+, isolation: $ISOLATION} }
 logging: { level: info, format: text }
 YAML
   "$BIN/dgpu-agent" --config "$WORK/a$i.yaml" > "$WORK/a$i.log" 2>&1 &

@@ -21,8 +21,9 @@
 namespace dgpu::agent {
 namespace {
 
-// The v1 hierarchies a task cgroup uses (those mounted).
-constexpr const char* kV1Controllers[] = {"memory", "pids", "cpu", "cpuacct", "devices", "freezer"};
+// The v1 hierarchies a task cgroup may use (those mounted). A task's cgroup is made only in those
+// it needs: each costs the shim two moves at the task's start.
+constexpr const char* kV1Controllers[] = {"memory", "pids", "cpu", "cpuacct", "devices"};
 constexpr int64_t kCpuPeriodMicros = 100000;
 constexpr int64_t kMinCpuQuotaMicros = 1000;  // The kernel's smallest quota.
 
@@ -219,7 +220,7 @@ StatusOr<std::pair<CgroupVersion, std::vector<CgroupHierarchy>>> FindCgroupHiera
   if (hierarchies.empty()) {
     return Unavailable(
         "no cgroup hierarchy to use: neither a cgroup v2 hierarchy with the memory and pids "
-        "controllers nor a cgroup v1 memory, pids, cpu, devices or freezer hierarchy is mounted "
+        "controllers nor a cgroup v1 memory, pids, cpu, cpuacct or devices hierarchy is mounted "
         "for this process");
   }
   return std::make_pair(CgroupVersion::kV1, std::move(hierarchies));
@@ -276,6 +277,19 @@ std::string TaskCgroups::isolation() const {
   return version_ == CgroupVersion::kV2 ? "cgroup_v2" : "cgroup_v1";
 }
 
+bool TaskCgroups::Needs(const CgroupHierarchy& h, const TaskCgroupLimits& limits) const {
+  if (version_ == CgroupVersion::kV2) return true;
+  for (const std::string& c : h.controllers) {
+    // Memory and CPU time are measured for every task (its usage).
+    if (c == "memory" || c == "cpuacct" || (c == "pids" && limits.pids_max > 0) ||
+        (c == "cpu" && limits.cpu_quota_milli > 0) ||
+        (c == "devices" && !limits.denied_devices.empty())) {
+      return true;
+    }
+  }
+  return false;
+}
+
 const CgroupHierarchy* TaskCgroups::Find(const std::string& controller) const {
   for (const CgroupHierarchy& h : hierarchies_) {
     if (version_ == CgroupVersion::kV2 || Contains(h.controllers, controller)) return &h;
@@ -296,6 +310,7 @@ Status TaskCgroups::Create(const std::string& task_id, const TaskCgroupLimits& l
     return why;
   };
   for (const CgroupHierarchy& h : hierarchies_) {
+    if (!Needs(h, limits)) continue;
     const std::string dir = h.parent + "/" + task_id;
     // One left by an earlier run of the task goes first: its limits (a device rule, a device
     // program) are not this run's.
@@ -308,6 +323,7 @@ Status TaskCgroups::Create(const std::string& task_id, const TaskCgroupLimits& l
   auto set = [&](const char* controller, const std::string& file, const std::string& value) {
     const CgroupHierarchy* h = Find(controller);
     if (h == nullptr) return OkStatus();  // Not mounted: that limit is not enforced.
+    if (!Needs(*h, limits)) return OkStatus();
     return WriteFile(h->parent + "/" + task_id + "/" + file, value);
   };
   const bool v2 = version_ == CgroupVersion::kV2;
@@ -374,6 +390,7 @@ std::vector<std::pair<std::string, std::string>> TaskCgroups::JoinFiles(
     return files;
   }
   for (const CgroupHierarchy& h : hierarchies_) {
+    if (!IsDir(h.parent + "/" + task_id)) continue;  // Not one the task needs.
     files.emplace_back(h.parent + "/" + task_id + "/cgroup.procs", h.own + "/cgroup.procs");
   }
   return files;
@@ -405,23 +422,13 @@ void TaskCgroups::Kill(const std::string& task_id, pid_t spare) {
       return;
     }
   }
-  // Frozen, no process of the task can fork while the others are signalled.
-  const CgroupHierarchy* freezer = Find("freezer");
-  std::string freeze_file;
-  std::string frozen = "FROZEN";
-  if (version_ == CgroupVersion::kV2) {
-    freeze_file = hierarchies_[0].parent + "/" + task_id + "/cgroup.freeze";
-    frozen = "1";
-  } else if (freezer != nullptr) {
-    freeze_file = freezer->parent + "/" + task_id + "/freezer.state";
-  }
-  const bool freezing = !freeze_file.empty() && spare == 0 && WriteFile(freeze_file, frozen).ok();
-  if (freezing && version_ == CgroupVersion::kV1) {
-    for (int i = 0; i < 100 && ReadAll(freeze_file).rfind("FROZEN", 0) != 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-  for (int round = 0; round < 3; ++round) {
+  // v2: frozen, no process of the task can fork while the others are signalled. v1 (no freezer
+  // hierarchy is used: each costs every task start two moves) signals round after round; the
+  // pids limit bounds what a fork loop adds meanwhile.
+  const std::string freeze_file = hierarchies_[0].parent + "/" + task_id + "/cgroup.freeze";
+  const bool freezing =
+      version_ == CgroupVersion::kV2 && spare == 0 && WriteFile(freeze_file, "1").ok();
+  for (int round = 0; round < 20; ++round) {
     bool any = false;
     for (pid_t pid : Pids(task_id)) {
       if (pid == spare) continue;
@@ -429,8 +436,9 @@ void TaskCgroups::Kill(const std::string& task_id, pid_t spare) {
       kill(pid, SIGKILL);
     }
     if (!any || freezing) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  if (freezing) (void)WriteFile(freeze_file, version_ == CgroupVersion::kV2 ? "0" : "THAWED");
+  if (freezing) (void)WriteFile(freeze_file, "0");
 }
 
 int64_t TaskCgroups::OomKills(const std::string& task_id) const {

@@ -8,8 +8,9 @@
 //     whose own cgroup does not already delegate them moves itself into a leaf beside the parent
 //     (`<own>/<name>-agent`) first. Devices: a BPF_PROG_TYPE_CGROUP_DEVICE program attached to the
 //     task's cgroup (there are no device files in v2).
-//   - cgroup v1 otherwise: one directory per task in each hierarchy used (memory, pids, cpu,
-//     cpuacct, devices, freezer: those mounted); devices through devices.deny.
+//   - cgroup v1 otherwise: one directory per task in each mounted hierarchy it needs (memory and
+//     cpuacct for every task, pids, cpu and devices for their limits); devices through
+//     devices.deny.
 // The task's processes join it through the task's shim (task_shim.h): the shim moves itself into
 // the task's cgroups, starts the task's first process there, and moves back to its own (the
 // agent's), so that a kill of the cgroup and its out-of-memory killer reach the task alone.
@@ -60,7 +61,7 @@ struct CgroupHierarchy {
 };
 
 // From the contents of /proc/self/cgroup and /proc/self/mountinfo: the hierarchies a task cgroup
-// uses (v1: memory, pids, cpu, cpuacct, devices, freezer, those mounted; v2: the unified one when
+// may use (v1: memory, pids, cpu, cpuacct, devices, those mounted; v2: the unified one when
 // its controllers include memory and pids), with `name` as the parent's name. Unavailable (why)
 // when neither is there.
 StatusOr<std::pair<CgroupVersion, std::vector<CgroupHierarchy>>> FindCgroupHierarchies(
@@ -93,8 +94,8 @@ class TaskCgroups {
   // The processes in the task's cgroup.
   std::vector<pid_t> Pids(const std::string& task_id) const;
   // SIGKILL to every process of the task's cgroup but `spare` (the task's shim, when it could
-  // not leave): v2 cgroup.kill, else frozen first so that nothing forks meanwhile (neither when
-  // `spare` is inside). Best effort.
+  // not leave): v2 cgroup.kill, or frozen first so that nothing forks meanwhile (not when
+  // `spare` is inside); v1 round after round until none is left. Best effort.
   void Kill(const std::string& task_id, pid_t spare = 0);
   // The out-of-memory kills in the task's cgroup (memory.oom_control or memory.events).
   int64_t OomKills(const std::string& task_id) const;
@@ -110,6 +111,9 @@ class TaskCgroups {
   TaskCgroups(CgroupVersion version, std::vector<CgroupHierarchy> hierarchies)
       : version_(version), hierarchies_(std::move(hierarchies)) {}
   const CgroupHierarchy* Find(const std::string& controller) const;
+  // Whether a task with `limits` has a cgroup in `h` (v1: memory and cpuacct always, for its
+  // usage; the others for their limit).
+  bool Needs(const CgroupHierarchy& h, const TaskCgroupLimits& limits) const;
 
   CgroupVersion version_;
   std::vector<CgroupHierarchy> hierarchies_;

@@ -44,7 +44,7 @@ TEST(CgroupLayoutTest, V1HierarchiesBelowTheProcesssOwn) {
   ASSERT_TRUE(found.ok()) << found.status().ToString();
   EXPECT_EQ(found->first, CgroupVersion::kV1);
   const auto& h = found->second;
-  ASSERT_EQ(h.size(), 5u);  // memory, pids, cpu+cpuacct (one mount), devices, freezer.
+  ASSERT_EQ(h.size(), 4u);  // memory, pids, cpu+cpuacct (one mount), devices.
   EXPECT_EQ(h[0].controllers, std::vector<std::string>{"memory"});
   EXPECT_EQ(h[0].own, "/sys/fs/cgroup/memory/api/x1");
   EXPECT_EQ(h[0].parent, "/sys/fs/cgroup/memory/api/x1/dgpu-n1");
@@ -52,7 +52,6 @@ TEST(CgroupLayoutTest, V1HierarchiesBelowTheProcesssOwn) {
   EXPECT_EQ(h[2].controllers, (std::vector<std::string>{"cpu", "cpuacct"}));
   EXPECT_EQ(h[2].parent, "/sys/fs/cgroup/cpu,cpuacct/dgpu-n1");
   EXPECT_EQ(h[3].controllers, std::vector<std::string>{"devices"});
-  EXPECT_EQ(h[4].controllers, std::vector<std::string>{"freezer"});
 }
 
 TEST(CgroupLayoutTest, V2WhenTheUnifiedHierarchyHoldsMemoryAndPids) {
