@@ -449,6 +449,25 @@ int64_t TaskCgroups::OomKills(const std::string& task_id) const {
   return KeyedValue(ReadAll(dir + "memory.oom_control"), "oom_kill");
 }
 
+std::optional<core::ResourceUsage> TaskCgroups::Usage(const std::string& task_id) const {
+  const CgroupHierarchy* memory = Find("memory");
+  if (memory == nullptr || !IsDir(memory->parent + "/" + task_id)) return std::nullopt;
+  const std::string memory_dir = memory->parent + "/" + task_id + "/";
+  core::ResourceUsage usage;
+  if (version_ == CgroupVersion::kV2) {
+    usage.cpu_micros = KeyedValue(ReadAll(memory_dir + "cpu.stat"), "usage_usec");
+    std::istringstream(ReadAll(memory_dir + "memory.peak")) >> usage.max_memory_bytes;
+    return usage;
+  }
+  std::istringstream(ReadAll(memory_dir + "memory.max_usage_in_bytes")) >> usage.max_memory_bytes;
+  if (const CgroupHierarchy* cpuacct = Find("cpuacct")) {
+    int64_t nanos = 0;
+    std::istringstream(ReadAll(cpuacct->parent + "/" + task_id + "/cpuacct.usage")) >> nanos;
+    usage.cpu_micros = nanos / 1000;
+  }
+  return usage;
+}
+
 Status TaskCgroups::Remove(const std::string& task_id) {
   Status result = OkStatus();
   for (const CgroupHierarchy& h : hierarchies_) {

@@ -33,6 +33,7 @@
 
 #include "agent/gpu_discovery.h"
 #include "base/status.h"
+#include "core/types.h"
 
 namespace dgpu::agent {
 
@@ -99,6 +100,10 @@ class TaskCgroups {
   void Kill(const std::string& task_id, pid_t spare = 0);
   // The out-of-memory kills in the task's cgroup (memory.oom_control or memory.events).
   int64_t OomKills(const std::string& task_id) const;
+  // What the task's processes used: CPU time (cpuacct.usage, cpu.stat usage_usec) and peak
+  // memory (memory.max_usage_in_bytes, memory.peak; 0 on a v2 kernel before 5.19). nullopt when
+  // the cgroup is gone.
+  std::optional<core::ResourceUsage> Usage(const std::string& task_id) const;
   // Removes the task's cgroup (every hierarchy); OK when it is not there. FailedPrecondition
   // while processes remain.
   Status Remove(const std::string& task_id);

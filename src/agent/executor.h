@@ -64,6 +64,8 @@ struct TaskExit {
   std::string error;
   int64_t finished_at_unix_micros = 0;
   int run = 0;  // TaskLaunch::run of the run that ended.
+  // What the run used, where the executor measures it (a cgroup per task); nullopt otherwise.
+  std::optional<core::ResourceUsage> usage;
 
   bool operator==(const TaskExit&) const = default;
 };
@@ -142,6 +144,12 @@ class Executor {
   virtual int64_t NextPollMicros(int64_t now_micros) const {
     (void)now_micros;
     return INT64_MAX;
+  }
+
+  // What a running task has used so far, where the executor measures it; nullopt otherwise.
+  virtual std::optional<core::ResourceUsage> Usage(const std::string& task_id) const {
+    (void)task_id;
+    return std::nullopt;
   }
 
   // "process" or "docker".

@@ -75,6 +75,10 @@ std::string TaskExitToJson(const TaskExit& exit) {
       {"error", exit.error},         {"finished_at_unix_micros", exit.finished_at_unix_micros},
   };
   if (exit.run != 0) j["run"] = exit.run;
+  if (exit.usage.has_value()) {
+    j["usage"] = {{"cpu_micros", exit.usage->cpu_micros},
+                  {"max_memory_bytes", exit.usage->max_memory_bytes}};
+  }
   return j.dump();
 }
 
@@ -112,6 +116,16 @@ StatusOr<TaskExit> TaskExitFromValue(const nlohmann::json& j) {
   exit.error = error->get<std::string>();
   exit.finished_at_unix_micros = finished->get<int64_t>();
   if (run != j.end()) exit.run = run->get<int>();
+  // Written where the run was measured (executor.isolation).
+  if (const auto usage = j.find("usage"); usage != j.end()) {
+    if (!usage->is_object() || !usage->contains("cpu_micros") ||
+        !usage->contains("max_memory_bytes") || !(*usage)["cpu_micros"].is_number_integer() ||
+        !(*usage)["max_memory_bytes"].is_number_integer()) {
+      return InvalidArgument("usage is not {cpu_micros, max_memory_bytes}");
+    }
+    exit.usage = core::ResourceUsage{(*usage)["cpu_micros"].get<int64_t>(),
+                                     (*usage)["max_memory_bytes"].get<int64_t>()};
+  }
   return exit;
 }
 

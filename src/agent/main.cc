@@ -69,8 +69,6 @@ int StopLeftoverTasks(const std::string& work_dir, const std::set<std::string>& 
 
 std::string MethodName(common::GpuDetectionMethod m) { return std::string(common::ToString(m)); }
 
-// dgpu-task-shim beside this binary; else this binary itself (it runs as a shim with
-// --task-shim, at the cost of a larger program in memory beside each task).
 // The parent of the agent's task cgroups: named after the node and its work_dir, so that two
 // agents of one machine (tests, a node with two agents) never take each other's.
 std::string CgroupName(const std::string& agent_id, const std::string& work_dir) {
@@ -79,6 +77,8 @@ std::string CgroupName(const std::string& agent_id, const std::string& work_dir)
   return fmt::format("dgpu-{}-{:08x}", agent_id, hash);
 }
 
+// dgpu-task-shim beside this binary; else this binary itself (it runs as a shim with
+// --task-shim, at the cost of a larger program in memory beside each task).
 std::string ShimProgram() {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);

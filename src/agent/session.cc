@@ -81,6 +81,10 @@ void FillResult(const TaskExit& e, dgpu::v1::TaskResult* r) {
   r->set_error(e.error);
   r->set_finished_at_unix_micros(e.finished_at_unix_micros);
   r->set_run(e.run);
+  if (e.usage.has_value()) {
+    r->mutable_usage()->set_cpu_micros(e.usage->cpu_micros);
+    r->mutable_usage()->set_max_memory_bytes(e.usage->max_memory_bytes);
+  }
 }
 
 }  // namespace
@@ -522,7 +526,15 @@ void AgentSession::SendHeartbeat(int64_t now) {
   req.set_epoch(highest_epoch_);
   req.set_sent_at_unix_micros(common::NowMicros());
   for (const auto& d : devices_) FillGpu(d, req.add_gpus());
-  for (const auto& id : executor_->Running()) req.add_running_task_ids(id);
+  for (const auto& id : executor_->Running()) {
+    req.add_running_task_ids(id);
+    if (std::optional<core::ResourceUsage> used = executor_->Usage(id)) {
+      auto* u = req.add_usage();
+      u->set_task_id(id);
+      u->mutable_usage()->set_cpu_micros(used->cpu_micros);
+      u->mutable_usage()->set_max_memory_bytes(used->max_memory_bytes);
+    }
+  }
   if (!conn_->stream->Write(req)) {
     Disconnect("heartbeat write failed");
     return;

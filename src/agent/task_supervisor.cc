@@ -196,6 +196,12 @@ void TaskSupervisor::WriteRunRecord(const Task& task) const {
   }
 }
 
+std::optional<core::ResourceUsage> TaskSupervisor::Usage(const std::string& task_id) const {
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end() || !it->second.cgroup) return std::nullopt;
+  return options_.cgroups->Usage(task_id);
+}
+
 Status TaskSupervisor::CheckAccept(const TaskLaunch& launch) const {
   if (detached_) return FailedPrecondition("executor is detached; no new tasks are accepted");
   bool pending = std::any_of(pending_exits_.begin(), pending_exits_.end(),
@@ -375,6 +381,7 @@ void TaskSupervisor::Scan(bool partial) {
     std::vector<pid_t> known;
     for (const auto& [id, task] : tasks_) {
       known.push_back(task.leader);
+      if (task.shim != 0) known.push_back(task.shim);
       for (const auto& [pid, start] : task.members) known.push_back(pid);
     }
     for (const auto& [pid, start] : foreign_orphans_) known.push_back(pid);
@@ -431,13 +438,18 @@ void TaskSupervisor::Scan(bool partial) {
     std::vector<pid_t> roots;
     if (!task.leader_status.has_value()) roots.push_back(task.leader);
     for (const auto& [pid, start] : task.members) roots.push_back(pid);
+    // The task's shim, while it is the process it was (its pid may be another's once it ended,
+    // a shim this agent started for another task, say).
+    const auto shim = by_pid.find(task.shim);
+    const bool shim_alive =
+        task.shim != 0 && !task.shim_done && shim != by_pid.end() && !shim->second->zombie() &&
+        (task.shim_start_time == 0 || shim->second->start_time == task.shim_start_time);
     // The session and group keep the leader's pid as id even after the leader is reaped, and
     // the kernel does not recycle a pid while a session or group uses it.
     for (const auto& p : procs) {
       if (p.pid == task.leader) continue;
       // The shim's children other than the leader are orphans of the task it adopted.
-      if (p.sid == task.leader || p.pgid == task.leader ||
-          (p.ppid == task.shim && task.shim != 0 && !task.shim_done)) {
+      if (p.sid == task.leader || p.pgid == task.leader || (shim_alive && p.ppid == task.shim)) {
         roots.push_back(p.pid);
       }
     }
@@ -971,6 +983,7 @@ TaskExit TaskSupervisor::MakeExit(const Task& task, int64_t now_micros) const {
   exit.task_id = task.launch.task_id;
   exit.run = task.launch.run;
   exit.finished_at_unix_micros = task.finished_at_micros.value_or(now_micros);
+  if (task.cgroup) exit.usage = options_.cgroups->Usage(task.launch.task_id);
   if (!task.lost.empty()) {
     exit.error = task.lost;
     return exit;

@@ -103,6 +103,8 @@ class TaskSupervisor {
   std::vector<TaskExit> Poll(int64_t now_micros);
   std::vector<std::string> Running() const;
   bool IsGpuBusy(int index) const;
+  // What a task has used so far, from its cgroup; nullopt without one.
+  std::optional<core::ResourceUsage> Usage(const std::string& task_id) const;
   // Returns a refusal (AlreadyExists / FailedPrecondition) or OK without starting anything.
   Status CheckAccept(const TaskLaunch& launch) const;
   std::vector<int> WakeFds() const;
@@ -260,6 +262,9 @@ class SupervisedExecutor : public Executor {
   std::vector<TaskExit> Poll(int64_t now_micros) override { return supervisor_.Poll(now_micros); }
   std::vector<std::string> Running() const override { return supervisor_.Running(); }
   bool IsGpuBusy(int index) const override { return supervisor_.IsGpuBusy(index); }
+  std::optional<core::ResourceUsage> Usage(const std::string& task_id) const override {
+    return supervisor_.Usage(task_id);
+  }
   std::vector<TaskExit> StopAll(std::chrono::milliseconds grace) override {
     return supervisor_.StopAll(grace);
   }

@@ -466,6 +466,7 @@ Status SchedulerCore::TaskFinished(const std::string& node_id, const FinishRepor
     return FailedPrecondition(FormatTaskId(report.task) + " is not running on node " + node_id +
                               " (status " + std::string(ToString(t.status)) + ")");
   }
+  if (report.usage.has_value()) t.allocation[static_cast<size_t>(member)].usage = *report.usage;
   if (IsDisconnectStop(report)) {
     // The agent stopped it itself, cut off from the schedulers: not the task's failure, a lost
     // attempt, as if the node had been declared lost (it may come back before it was).
@@ -474,6 +475,20 @@ Status SchedulerCore::TaskFinished(const std::string& node_id, const FinishRepor
   }
   if (multi) return FinishMember(t, member, report, now);
   return ApplyFinish(t, report, now);
+}
+
+Status SchedulerCore::RecordUsage(const std::string& node_id, TaskNumber task, int run,
+                                  const ResourceUsage& usage) {
+  TaskRecord* t = tasks_.Find(task);
+  if (t == nullptr) return NotFound(FormatTaskId(task) + " not found");
+  const int member = RunningMemberOn(t->allocation, node_id);
+  if (!(t->status == TaskStatus::kRunning || t->stopping) || member < 0 ||
+      (run > 0 && run != RunNumber(*t))) {
+    return FailedPrecondition(FormatTaskId(task) + " run " + std::to_string(run) +
+                              " is not running on node " + node_id);
+  }
+  t->allocation[static_cast<size_t>(member)].usage = usage;
+  return OkStatus();
 }
 
 Status SchedulerCore::SetOnlinePercent(double online_percent, TimeMicros now) {

@@ -216,6 +216,11 @@ class SchedulerCore {
   // report is of an earlier run than the task's latest (its end is recorded; a resend after a
   // lost acknowledgement). No change on error.
   Status TaskFinished(const std::string& node_id, const FinishReport& report, TimeMicros now);
+  // What a running member on `node_id` has used so far (its agent's heartbeat): kept in its
+  // allocation, not recorded as a change (its finish records the last figure). Ignored, with
+  // FailedPrecondition, unless run `run` of the task runs there (run 0: whichever runs).
+  Status RecordUsage(const std::string& node_id, TaskNumber task, int run,
+                     const ResourceUsage& usage);
 
   // Sets the online share in [0,1]; batch gets the rest. Running tasks are never stopped.
   Status SetOnlinePercent(double online_percent, TimeMicros now);

@@ -1,5 +1,6 @@
 #include "core/types.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace dgpu::core {
@@ -212,6 +213,17 @@ std::optional<NodeMode> ParseNodeMode(std::string_view s) {
     if (ToString(m) == s) return m;
   }
   return std::nullopt;
+}
+
+std::optional<ResourceUsage> UsageOf(const Allocation& a) {
+  std::optional<ResourceUsage> used;
+  for (const NodeAllocation& na : a) {
+    if (na.usage == ResourceUsage{}) continue;
+    if (!used.has_value()) used.emplace();
+    used->cpu_micros += na.usage.cpu_micros;
+    used->max_memory_bytes = std::max(used->max_memory_bytes, na.usage.max_memory_bytes);
+  }
+  return used;
 }
 
 int RunningMemberOn(const Allocation& a, std::string_view node_id) {

@@ -111,6 +111,13 @@ std::optional<TaskNumber> ParseTaskId(std::string_view id);
 
 // GPUs given to a task on one node. A task's allocation is a list of these: one entry for a
 // single-node task, several for a multi-node task (one member per node, in rank order).
+// What a run used on a node, as its agent measured it in the run's cgroup (executor.isolation).
+struct ResourceUsage {
+  int64_t cpu_micros = 0;        // CPU time of all its processes.
+  int64_t max_memory_bytes = 0;  // Its peak memory.
+  bool operator==(const ResourceUsage&) const = default;
+};
+
 struct NodeAllocation {
   std::string node_id;
   std::vector<int> gpu_indices;  // In ascending order.
@@ -121,9 +128,15 @@ struct NodeAllocation {
   // or its GPUs' share there; 0 where the node reports none (nothing is counted there).
   int64_t cpus_milli = 0;
   int64_t memory_mb = 0;
+  // What the member used: reported by its agent while it runs (not durable) and at its end
+  // (durable with the finish); zero where nothing was measured.
+  ResourceUsage usage;
   bool operator==(const NodeAllocation&) const = default;
 };
 using Allocation = std::vector<NodeAllocation>;
+// What a run used over its members: CPU time summed, the highest peak memory; nullopt when no
+// member was measured.
+std::optional<ResourceUsage> UsageOf(const Allocation& a);
 // The position in `a` of the member on node_id that has not ended, or -1.
 int RunningMemberOn(const Allocation& a, std::string_view node_id);
 // Whether `a` has a member on node_id (ended or not).
@@ -269,6 +282,7 @@ struct FinishReport {
   std::string error;  // "", "timeout", "signal:9", "cancelled", ...
   TimeMicros finished_at = 0;
   int run = 0;  // RunNumber of the run that ended; 0: not known (an older agent).
+  std::optional<ResourceUsage> usage;  // What the run used, where its agent measured it.
 };
 
 // Whether a report names a run that ended before the task's latest one started (its end is

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <string_view>
 #include <utility>
 
@@ -362,6 +363,15 @@ std::string DescribeTask(const json& task, Clock::time_point now) {
     // Each member's, when asked for or given on a node that reports them.
     lines.emplace(lines.begin() + 8, "CPUs / Memory",
                   (cpus.empty() ? "-" : cpus) + " / " + (memory.empty() ? "-" : memory + " MiB"));
+  }
+  if (task.contains("usage") && task["usage"].is_object()) {
+    // What it used, measured in its cgroups.
+    const json& u = task["usage"];
+    char text[96];
+    std::snprintf(text, sizeof(text), "%.1f CPU seconds, peak memory %lld MiB",
+                  u.value("cpu_seconds", 0.0),
+                  static_cast<long long>(u.value("max_memory_mb", int64_t{0})));
+    lines.emplace(lines.begin() + 8, "Usage", text);
   }
   if (const std::string nodes = Field(task, "nodes"); !nodes.empty() && nodes != "1") {
     // A gang: every member, in rank order, and where they meet.

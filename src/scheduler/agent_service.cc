@@ -53,6 +53,10 @@ HeartbeatReport ToReport(const HeartbeatRequest& req) {
   report.agent_id = req.agent_id();
   report.epoch = req.epoch();
   report.running_task_ids.assign(req.running_task_ids().begin(), req.running_task_ids().end());
+  for (const auto& u : req.usage()) {
+    report.usage.push_back(
+        {u.task_id(), u.run(), {u.usage().cpu_micros(), u.usage().max_memory_bytes()}});
+  }
   for (const auto& g : req.gpus()) {
     report.gpus.push_back({static_cast<int>(g.index()), g.model(),
                            static_cast<double>(g.utilization_pct()), !g.unhealthy(),
@@ -60,6 +64,11 @@ HeartbeatReport ToReport(const HeartbeatRequest& req) {
     report.any_unhealthy = report.any_unhealthy || g.unhealthy();
   }
   return report;
+}
+
+std::optional<core::ResourceUsage> UsageOf(const dgpu::v1::TaskResult& result) {
+  if (!result.has_usage()) return std::nullopt;
+  return core::ResourceUsage{result.usage().cpu_micros(), result.usage().max_memory_bytes()};
 }
 
 StartsRequest ToStarts(const HeartbeatRequest& req) {
@@ -344,8 +353,8 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
     r.running.push_back({t.task_id(), {t.gpu_indices().begin(), t.gpu_indices().end()}, t.run()});
   }
   for (const auto& f : req->finished()) {
-    r.finished.push_back(
-        {f.task_id(), f.success(), f.exit_code(), f.error(), f.finished_at_unix_micros(), f.run()});
+    r.finished.push_back({f.task_id(), f.success(), f.exit_code(), f.error(),
+                          f.finished_at_unix_micros(), f.run(), UsageOf(f)});
   }
   app_->RegisterNode(GrpcCaller(ctx), std::move(r),
                      FinishWith<Registered>(reactor, [this, resp](const Registered& done) {
@@ -391,7 +400,8 @@ grpc::ServerUnaryReactor* AgentService::TaskFinished(grpc::CallbackServerContext
                   result.exit_code(),
                   result.error(),
                   result.finished_at_unix_micros(),
-                  result.run()};
+                  result.run(),
+                  UsageOf(result)};
   app_->ReportFinish(GrpcCaller(ctx), r,
                      FinishWith<FinishRecorded>(reactor, [resp](const FinishRecorded& done) {
                        resp->set_epoch(done.epoch);

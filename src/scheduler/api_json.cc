@@ -420,6 +420,12 @@ json TaskToJson(const core::Task& t, core::PendingReason reason) {
                                               : 0;
   out["cpus"] = cpus > 0 ? json(core::CpusOfMilli(cpus)) : json(nullptr);
   out["memory_mb"] = memory > 0 ? json(memory) : json(nullptr);
+  // What its run used, where its agents measured it (a cgroup per task): CPU time summed over
+  // its members, the highest member's peak memory; null where nothing was measured.
+  const std::optional<core::ResourceUsage> used = core::UsageOf(t.allocation);
+  out["usage"] = used ? json{{"cpu_seconds", static_cast<double>(used->cpu_micros) / 1e6},
+                             {"max_memory_mb", used->max_memory_bytes >> 20}}
+                      : json(nullptr);
   out["pending_reason"] =
       reason == core::PendingReason::kNone ? json(nullptr) : json(core::ToString(reason));
   return out;

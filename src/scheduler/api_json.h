@@ -94,7 +94,7 @@ std::string GpuId(const std::string& node_id, int index);
 nlohmann::json TaskToJson(const core::Task& task, core::PendingReason reason);
 // The task object's keys that are no field of the task table.
 inline constexpr std::string_view kTaskApiKeys[] = {
-    "task_id", "node_id", "allocated_gpus", "pending_reason", "gpus_per_node", "cpus"};
+    "task_id", "node_id", "allocated_gpus", "pending_reason", "gpus_per_node", "cpus", "usage"};
 // GET /tasks/{id}/events: {events: [{time, type, node_id (when there is one), message}]}.
 nlohmann::json TaskEventsToJson(const std::vector<core::TaskEventRecord>& events);
 

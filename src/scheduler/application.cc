@@ -761,7 +761,8 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
       unknown_finishes.push_back(std::move(f.task_id));
       continue;
     }
-    finished.push_back({*n, f.success, f.exit_code, std::move(f.error), f.finished_at, f.run});
+    finished.push_back(
+        {*n, f.success, f.exit_code, std::move(f.error), f.finished_at, f.run, f.usage});
     registered.acknowledged_finishes.push_back(std::move(f.task_id));
   }
   for (auto& t : unknown_finishes) registered.acknowledged_finishes.push_back(std::move(t));
@@ -827,6 +828,11 @@ void Application::Heartbeat(const Caller& caller, HeartbeatReport report,
         (void)c.core.SetGpuHealth(report.agent_id, g.index, g.healthy, g.health_reason, c.now);
       }
     }
+    for (const auto& u : report.usage) {
+      if (auto n = core::ParseTaskId(u.task_id)) {
+        (void)c.core.RecordUsage(report.agent_id, *n, u.run, u.usage);
+      }
+    }
     // Tasks the agent runs that are not ours to run there any more are stopped.
     for (const auto& tid : report.running_task_ids) {
       auto n = core::ParseTaskId(tid);
@@ -867,7 +873,8 @@ void Application::ReportFinish(const Caller& caller, const FinishRequest& reques
     return reply(*e);
   }
   core::FinishReport report{
-      *n, request.success, request.exit_code, request.error, request.finished_at, request.run};
+      *n,          request.success, request.exit_code, request.error, request.finished_at,
+      request.run, request.usage};
   d_.loop->Post([this, report = std::move(report), agent = request.agent_id,
                  reply = std::move(reply)](CoreLoop::Context& c) mutable {
     FinishRecorded recorded{d_.leader->epoch()};

@@ -274,6 +274,7 @@ struct RegisterRequest {
     std::string error;
     core::TimeMicros finished_at = 0;
     int run = 0;
+    std::optional<core::ResourceUsage> usage;
   };
   std::string agent_id;
   std::string instance_id;  // Empty (an older agent): not checked.
@@ -303,6 +304,12 @@ struct HeartbeatReport {
   std::vector<std::string> running_task_ids;
   std::vector<Gpu> gpus;
   bool any_unhealthy = false;  // Some gpus[i].healthy is false.
+  struct Usage {
+    std::string task_id;
+    int run = 0;
+    core::ResourceUsage usage;
+  };
+  std::vector<Usage> usage;  // Of running tasks, where the agent measures it.
 };
 struct HeartbeatAnswer {
   uint64_t epoch = 0;
@@ -330,6 +337,7 @@ struct FinishRequest {
   std::string error;
   core::TimeMicros finished_at = 0;
   int run = 0;  // core::RunNumber of the run that ended; 0: not known (an older agent).
+  std::optional<core::ResourceUsage> usage;
 };
 struct FinishRecorded {
   uint64_t epoch = 0;

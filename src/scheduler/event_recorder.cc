@@ -143,6 +143,11 @@ void EventRecorder::Record(const core::SchedulerCore& core, const core::Event& e
       return;
     case Kind::kTaskFinished:
       metrics_->TaskFinished(e.priority, e.status);
+      if (const core::Task* t = core.FindTask(e.task)) {
+        if (auto used = core::UsageOf(t->allocation)) {
+          metrics_->TaskUsage(e.priority, t->spec.team, *used);
+        }
+      }
       if (AdmitTaskLine(kFinished, now)) {
         common::LogEvent(common::events::kTaskFinished, {{"task_id", task_id},
                                                          {"node", e.node_id},

@@ -88,7 +88,17 @@ GaugeSnapshot TakeGaugeSnapshot(const core::SchedulerCore& core) {
 Metrics::Metrics()
     : pass_duration_({0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5}),
       start_latency_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 1800, 3600}),
-      dispatch_latency_({0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 5}) {}
+      dispatch_latency_({0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 5}),
+      // 64 MiB to 1 TiB, by powers of 4.
+      max_memory_({67108864.0, 268435456.0, 1073741824.0, 4294967296.0, 17179869184.0,
+                   68719476736.0, 274877906944.0, 1099511627776.0}) {}
+
+void Metrics::TaskUsage(core::Priority p, const std::string& team,
+                        const core::ResourceUsage& used) {
+  max_memory_.Observe(static_cast<double>(used.max_memory_bytes));
+  std::lock_guard<std::mutex> lock(mu_);
+  cpu_seconds_[{Idx(p), team}] += static_cast<double>(used.cpu_micros) / 1e6;
+}
 
 void Metrics::TaskPreempted(core::Priority p, const std::string& team) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -218,7 +228,18 @@ std::string Metrics::Render(const GaugeSnapshot& g) const {
          "Time from submission to the start order written to the agent's connection, for tasks "
          "that start at once on an agent whose stream is open (first runs only).");
   dispatch_latency_.Render("dgpu_task_dispatch_latency_seconds", &out);
+  Header(&out, "dgpu_task_max_memory_bytes", "histogram",
+         "Peak memory of finished tasks' last runs (the highest member's), where their agents "
+         "measured it (executor.isolation).");
+  max_memory_.Render("dgpu_task_max_memory_bytes", &out);
   std::lock_guard<std::mutex> lock(mu_);
+  Header(&out, "dgpu_task_cpu_seconds_total", "counter",
+         "CPU time of finished tasks' last runs, all members, where their agents measured it "
+         "(executor.isolation), by priority and team.");
+  for (const auto& [key, seconds] : cpu_seconds_) {
+    out += std::string("dgpu_task_cpu_seconds_total{priority=\"") + kPrio[key.first] +
+           "\",team=\"" + Escape(key.second) + "\"} " + Num(seconds) + "\n";
+  }
   Header(&out, "dgpu_tasks_preempted_total", "counter",
          "Tasks stopped to give their GPUs back to a task within its guarantee, by priority and "
          "team.");

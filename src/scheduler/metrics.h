@@ -54,6 +54,8 @@ class Metrics {
   void TaskScheduled(core::Priority p) { scheduled_[Idx(p)]++; }
   void TaskFinished(core::Priority p, core::TaskStatus s);
   void TaskPreempted(core::Priority p, const std::string& team);
+  // What a finished task's last run used, where its agents measured it (executor.isolation).
+  void TaskUsage(core::Priority p, const std::string& team, const core::ResourceUsage& used);
   void HttpRequest(const std::string& route, int code);
   void GpuUtilization(const std::string& gpu_id, const std::string& model, double ratio);
   // The last utilization each GPU's agent reported (0..1), by GPU id (`<node>-gpu-<index>`).
@@ -72,10 +74,12 @@ class Metrics {
   Histogram pass_duration_;
   Histogram start_latency_;
   Histogram dispatch_latency_;
+  Histogram max_memory_;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> http_;                   // GUARDED_BY(mu_)
   std::map<std::string, std::pair<std::string, double>> gpu_utilization_;  // GUARDED_BY(mu_)
   std::map<std::pair<int, std::string>, uint64_t> preempted_;  // GUARDED_BY(mu_): (prio, team)
+  std::map<std::pair<int, std::string>, double> cpu_seconds_;  // GUARDED_BY(mu_): (prio, team)
 };
 
 }  // namespace dgpu::scheduler

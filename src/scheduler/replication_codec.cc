@@ -132,6 +132,8 @@ void WriteField(const T& v, const T& def, Message* r, const Reflection* refl,
       a->set_ended(na.ended);
       a->set_cpus_milli(na.cpus_milli);
       a->set_memory_mb(na.memory_mb);
+      a->set_usage_cpu_micros(na.usage.cpu_micros);
+      a->set_usage_max_memory_bytes(na.usage.max_memory_bytes);
     }
   }
 }
@@ -168,7 +170,9 @@ void ReadField(const Message& r, const Reflection* refl, const FieldDescriptor* 
                       {a.gpu_indices().begin(), a.gpu_indices().end()},
                       a.ended(),
                       std::max<int64_t>(a.cpus_milli(), 0),
-                      std::max<int64_t>(a.memory_mb(), 0)});
+                      std::max<int64_t>(a.memory_mb(), 0),
+                      {std::max<int64_t>(a.usage_cpu_micros(), 0),
+                       std::max<int64_t>(a.usage_max_memory_bytes(), 0)}});
     }
   }
 }

@@ -111,6 +111,9 @@ json AllocationToJson(const core::Allocation& allocation) {
     // Only members placed on nodes that report their CPUs and memory have these.
     if (a.cpus_milli != 0) entry["cpus_milli"] = a.cpus_milli;
     if (a.memory_mb != 0) entry["memory_mb"] = a.memory_mb;
+    // Only members whose agent measured what they used (executor.isolation) have these.
+    if (a.usage.cpu_micros != 0) entry["usage_cpu_micros"] = a.usage.cpu_micros;
+    if (a.usage.max_memory_bytes != 0) entry["usage_max_memory_bytes"] = a.usage.max_memory_bytes;
     out.push_back(std::move(entry));
   }
   return out;
@@ -138,8 +141,10 @@ StatusOr<core::Allocation> AllocationFromJson(const json& j) {
       if (!ended->is_boolean()) return Malformed("ended", "a boolean");
       a.ended = ended->get<bool>();
     }
-    for (auto [key, value] :
-         {std::pair{"cpus_milli", &a.cpus_milli}, {"memory_mb", &a.memory_mb}}) {
+    for (auto [key, value] : {std::pair{"cpus_milli", &a.cpus_milli},
+                              {"memory_mb", &a.memory_mb},
+                              {"usage_cpu_micros", &a.usage.cpu_micros},
+                              {"usage_max_memory_bytes", &a.usage.max_memory_bytes}}) {
       if (auto it = entry.find(key); it != entry.end()) {
         if (!it->is_number_integer() || it->get<int64_t>() < 0) {
           return Malformed(key, "a non-negative integer");

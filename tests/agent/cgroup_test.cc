@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -220,6 +221,37 @@ TEST_F(TaskCgroupsTest, ForksStopAtThePidsLimitAndKillEndsThemAll) {
   EXPECT_TRUE(cgroups_->Pids("task-pids").empty());
   EXPECT_TRUE(cgroups_->Remove("task-pids").ok());
   EXPECT_EQ(cgroups_->List(), std::vector<std::string>{});
+}
+
+TEST_F(TaskCgroupsTest, UsageIsTheCpuTimeAndPeakMemoryOfTheTasksProcesses) {
+  ASSERT_TRUE(cgroups_->Create("task-use", TaskCgroupLimits{}).ok());
+  auto before = cgroups_->Usage("task-use");
+  ASSERT_TRUE(before.has_value());
+  EXPECT_EQ(before->cpu_micros, 0);
+  // 0.3 s of CPU and 64 MiB touched, in a child of the cgroup.
+  const int status = RunInCgroup(*cgroups_, "task-use", [] {
+    const size_t size = size_t{64} << 20;
+    auto* p = static_cast<char*>(
+        mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (p == MAP_FAILED) return 3;
+    for (size_t i = 0; i < size; i += 4096) p[i] = 1;
+    timespec start{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &start);
+    for (timespec now = start; now.tv_sec * 1000000000L + now.tv_nsec <
+                               start.tv_sec * 1000000000L + start.tv_nsec + 300000000L;) {
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+    }
+    return 0;
+  });
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  auto used = cgroups_->Usage("task-use");
+  ASSERT_TRUE(used.has_value());
+  EXPECT_GE(used->cpu_micros, 300000);
+  EXPECT_LT(used->cpu_micros, 450000);
+  EXPECT_GE(used->max_memory_bytes, int64_t{64} << 20);
+  EXPECT_LT(used->max_memory_bytes, int64_t{96} << 20);
+  EXPECT_TRUE(cgroups_->Remove("task-use").ok());
+  EXPECT_FALSE(cgroups_->Usage("task-use").has_value());
 }
 
 TEST_F(TaskCgroupsTest, CpuQuotaAndAFailedCreateLeavesNothing) {

@@ -34,7 +34,8 @@ TEST(FinishOutboxTest, SurvivesReopenUntilAcknowledged) {
   TempDir dir;
   const TaskExit a = Exit("task-a", true, 0, 0, "", 2000);
   const TaskExit b = Exit("task-b", false, 137, 9, "timeout", 1000);
-  const TaskExit c = Exit("task-c", false, -1, 0, "start_failed: no \"sh\"\n", 3000);
+  TaskExit c = Exit("task-c", false, -1, 0, "start_failed: no \"sh\"\n", 3000);
+  c.usage = core::ResourceUsage{1'250'000, 734'003'200};  // Measured in its cgroup: kept too.
   {
     auto outbox = FinishOutbox::Open(dir.path() + "/work");
     ASSERT_TRUE(outbox.ok()) << outbox.status().ToString();

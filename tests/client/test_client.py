@@ -49,6 +49,9 @@ def test_the_task_model_reads_every_property_of_the_described_task_object():
             want[name] = [dgpu.models.NodeAllocation("n%d" % i, [i])]
         elif name == "allocated_gpus":
             doc[name] = ["n%d-gpu-%d" % (i, i)]
+        elif name == "usage":
+            doc[name] = {"cpu_seconds": i + 0.5, "max_memory_mb": 100 + i}
+            want[name] = dgpu.models.Usage(i + 0.5, 100 + i)
         elif hints[name] is bool:
             doc[name] = not getattr(dgpu.Task, name)  # Away from the model's default.
         elif "int" in hint:

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/scheduler_core.h"
@@ -185,6 +186,43 @@ TEST_F(ResourcesTest, NegativeRequestsAndNodeResourcesAreRefused) {
       core_.RegisterNode("n1", "", MakeGpus(1), NodeResources{-1000, 0, ""}, {}, {}, now_).code(),
       StatusCode::kInvalidArgument);
   EXPECT_EQ(core_.FindNode("n1"), std::nullopt);
+}
+
+// What a run used: its agent's heartbeats update a running member's figure without recording a
+// change, its finish brings the last one with the durable finish; a gang sums CPU time and
+// keeps the highest peak; a report for another run or node changes nothing.
+TEST_F(ResourcesTest, UsageFromHeartbeatsAndTheFinish) {
+  Node("n1", 2, 8, 16000);
+  Node("n2", 2, 8, 16000);
+  const TaskNumber single = Submit(1);
+  const TaskNumber gang = Submit(2, 0, 0, 2);
+  Pass();
+  ASSERT_EQ(T(gang).allocation.size(), 2u);
+  const std::string on = T(single).allocation[0].node_id;
+  const std::string off = on == "n1" ? "n2" : "n1";
+  EXPECT_FALSE(UsageOf(T(single).allocation).has_value());
+  EXPECT_TRUE(core_.RecordUsage(on, single, RunNumber(T(single)), {1'000'000, 64 << 20}).ok());
+  EXPECT_EQ(UsageOf(T(single).allocation), (ResourceUsage{1'000'000, 64 << 20}));
+  EXPECT_EQ(core_.RecordUsage(off, single, 0, {5, 5}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_.RecordUsage(on, single, RunNumber(T(single)) + 1, {5, 5}).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_.RecordUsage(on, 999, 0, {5, 5}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(UsageOf(T(single).allocation), (ResourceUsage{1'000'000, 64 << 20}));
+
+  FinishReport done{single, true, 0, "", now_};
+  done.usage = ResourceUsage{2'500'000, 96 << 20};
+  ASSERT_TRUE(core_.TaskFinished(on, done, now_).ok());
+  EXPECT_EQ(T(single).status, TaskStatus::kSuccess);
+  EXPECT_EQ(UsageOf(T(single).allocation), (ResourceUsage{2'500'000, 96 << 20}));
+
+  for (const auto& [node, cpu, memory] : {std::tuple{"n1", int64_t{3'000'000}, int64_t{1} << 30},
+                                          std::tuple{"n2", int64_t{4'000'000}, int64_t{3} << 29}}) {
+    FinishReport member{gang, true, 0, "", now_};
+    member.usage = ResourceUsage{cpu, memory};
+    ASSERT_TRUE(core_.TaskFinished(node, member, now_).ok());
+  }
+  EXPECT_EQ(T(gang).status, TaskStatus::kSuccess);
+  EXPECT_EQ(UsageOf(T(gang).allocation), (ResourceUsage{7'000'000, int64_t{3} << 29}));
 }
 
 }  // namespace

@@ -8,9 +8,10 @@ file opens, as before. The cgroups are made below the test's own (the agents inh
 import glob
 import os
 import stat
+import subprocess
 import unittest
 
-from harness import GPU_MODEL, ClusterTestCase, read_text, wait_until
+from harness import CTL_BIN, GPU_MODEL, ClusterTestCase, read_text, wait_until
 
 DEVICES_SCRIPT = r"""
 import errno, os, sys
@@ -178,6 +179,31 @@ class IsolationTest(IsolatedCluster):
         wait_until(lambda: not any(os.path.exists(d) for d in task_dirs), 10,
                    what="the adopted task's cgroup removed")
 
+    def test_usage_of_a_task_that_spins_one_second(self):
+        spin = ("exec python3 -c \"import time\n"
+                "while time.process_time() < 1.0: pass\n"
+                "time.sleep(1.5)\"")
+        tid = self.c.submit(spin, cpus=2)
+        # While it runs, its agent's heartbeats bring what it used so far.
+        t = wait_until(lambda: (lambda t: t if t["usage"] else None)(self.c.task(tid)), 10,
+                       what="a usage figure while it runs")
+        self.assertEqual(t["status"], "running")
+        self.assertGreater(t["usage"]["cpu_seconds"], 0)
+        t = self.c.wait_status(tid, "success", timeout=20)
+        self.assertGreaterEqual(t["usage"]["cpu_seconds"], 1.0)
+        self.assertLess(t["usage"]["cpu_seconds"], 1.2)
+        self.assertGreaterEqual(t["usage"]["max_memory_mb"], 1)
+        metrics = self.c.get("/metrics").body.decode()
+        line = [x for x in metrics.splitlines()
+                if x.startswith('dgpu_task_cpu_seconds_total{priority="high",team="default"}')]
+        self.assertEqual(len(line), 1, metrics)
+        self.assertAlmostEqual(float(line[0].split()[-1]), t["usage"]["cpu_seconds"], places=3)
+        self.assertIn('dgpu_task_max_memory_bytes_count 1', metrics)
+        if os.access(CTL_BIN, os.X_OK):
+            p = subprocess.run([CTL_BIN, "--server", self.c.base, "get", "task", tid],
+                               capture_output=True, text=True, timeout=30)
+            self.assertRegex(p.stdout, r"(?m)^Usage: +1\.\d CPU seconds, peak memory \d+ MiB$")
+
 
 class NoIsolationTest(IsolatedCluster):
     ISOLATION = "none"
@@ -187,6 +213,8 @@ class NoIsolationTest(IsolatedCluster):
         _, log = self.devices_seen()
         self.assertEqual(log.split(), ["%d:ENXIO" % i for i in range(4)])
         self.assertEqual(agent_parents("a1"), [])
+        # Nothing measures what it used.
+        self.assertIsNone(self.c.task("task-1")["usage"])
 
 
 if __name__ == "__main__":

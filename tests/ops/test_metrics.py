@@ -28,6 +28,7 @@ CONTRACT = {
     "dgpu_schedule_pass_duration_seconds": ("histogram", set()),
     "dgpu_task_start_latency_seconds": ("histogram", set()),
     "dgpu_task_dispatch_latency_seconds": ("histogram", set()),
+    "dgpu_task_max_memory_bytes": ("histogram", set()),
     "dgpu_http_requests_total": ("counter", {"route", "code"}),
 }
 

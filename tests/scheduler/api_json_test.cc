@@ -581,6 +581,7 @@ TEST(ApiJsonTest, TaskObjectCarriesTeamUserPreemptibleBorrowedAndPreemptions) {
       {"master_port", nullptr},
       {"cpus", nullptr},
       {"memory_mb", nullptr},
+      {"usage", nullptr},
   };
   // The whole object: preempted_by is the core's (and the agent's) business, not the API's.
   EXPECT_EQ(TaskToJson(RunningTask(), core::PendingReason::kNone), expected);

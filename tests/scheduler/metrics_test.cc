@@ -59,6 +59,8 @@ TEST(MetricsTest, FamiliesKeepTheirNamesTypesAndOrder) {
                        "dgpu_schedule_pass_duration_seconds histogram",
                        "dgpu_task_start_latency_seconds histogram",
                        "dgpu_task_dispatch_latency_seconds histogram",
+                       "dgpu_task_max_memory_bytes histogram",
+                       "dgpu_task_cpu_seconds_total counter",
                        "dgpu_tasks_preempted_total counter",
                        "dgpu_http_requests_total counter",
                        "dgpu_gpu_utilization_ratio gauge",

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Dict, List, Mapping, Optional
 
 __all__ = ["PRIORITIES", "STATUSES", "FINISHED", "PENDING_REASONS", "DEFAULT_TEAM",
-           "NodeAllocation", "Task", "Submitted", "Gpu", "GpuList", "QuotaClass", "Quota",
+           "NodeAllocation", "Usage", "Task", "Submitted", "Gpu", "GpuList", "QuotaClass", "Quota",
            "TeamClass", "Team", "Agent", "parse_time"]
 
 PRIORITIES = ("high", "low")
@@ -46,6 +46,20 @@ class NodeAllocation:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "NodeAllocation":
         return cls(node_id=d["node_id"], gpu_indices=list(d["gpu_indices"]))
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a task's latest run used, measured in its cgroups: CPU time in seconds (summed over a
+    gang's members) and peak memory in MiB."""
+    cpu_seconds: float
+    max_memory_mb: int
+
+    @classmethod
+    def from_json(cls, d: Optional[Mapping[str, Any]]) -> Optional["Usage"]:
+        if d is None:
+            return None
+        return cls(cpu_seconds=d["cpu_seconds"], max_memory_mb=d["max_memory_mb"])
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,7 @@ class Task:
     master_port: Optional[int] = None  # A gang's rendezvous port (DGPU_MASTER_PORT).
     cpus: Optional[float] = None       # Each member's CPUs: asked for, or given; None: unknown.
     memory_mb: Optional[int] = None    # Each member's memory in MiB, the same way.
+    usage: Optional[Usage] = None      # What it used (agents with isolation); None: not measured.
 
     @property
     def finished(self) -> bool:
@@ -121,7 +136,8 @@ class Task:
             retry_backoff_seconds=d.get("retry_backoff_seconds", 10),
             retries=d.get("retries", 0), retry_at=parse_time(d.get("retry_at")),
             nodes=d.get("nodes", 1), gpus_per_node=d.get("gpus_per_node", d["gpu_count"]),
-            master_port=d.get("master_port"), cpus=d.get("cpus"), memory_mb=d.get("memory_mb"))
+            master_port=d.get("master_port"), cpus=d.get("cpus"), memory_mb=d.get("memory_mb"),
+            usage=Usage.from_json(d.get("usage")))
 
 
 @dataclass(frozen=True)
