@@ -97,6 +97,15 @@ int RunInCgroup(const TaskCgroups& cgroups, const std::string& task_id, Body bod
   return status;
 }
 
+// Maps `bytes` and writes to every page of it (the memory is charged to the cgroup then).
+bool TouchMemory(size_t bytes) {
+  auto* p = static_cast<char*>(
+      mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (p == MAP_FAILED) return false;
+  for (size_t i = 0; i < bytes; i += 4096) p[i] = 1;
+  return true;
+}
+
 class TaskCgroupsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -155,14 +164,8 @@ TEST_F(TaskCgroupsTest, MemoryAboveTheLimitIsAnOutOfMemoryKill) {
   limits.memory_bytes = int64_t{64} << 20;
   ASSERT_TRUE(cgroups_->Create("task-mem", limits).ok());
   EXPECT_EQ(cgroups_->OomKills("task-mem"), 0);
-  const int status = RunInCgroup(*cgroups_, "task-mem", [] {
-    const size_t size = size_t{300} << 20;
-    auto* p = static_cast<char*>(
-        mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-    if (p == MAP_FAILED) return 3;
-    for (size_t i = 0; i < size; i += 4096) p[i] = 1;
-    return 0;
-  });
+  const int status =
+      RunInCgroup(*cgroups_, "task-mem", [] { return TouchMemory(size_t{300} << 20) ? 0 : 3; });
   ASSERT_TRUE(WIFSIGNALED(status)) << status;
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
   EXPECT_EQ(cgroups_->OomKills("task-mem"), 1);
@@ -230,11 +233,7 @@ TEST_F(TaskCgroupsTest, UsageIsTheCpuTimeAndPeakMemoryOfTheTasksProcesses) {
   EXPECT_EQ(before->cpu_micros, 0);
   // 0.3 s of CPU and 64 MiB touched, in a child of the cgroup.
   const int status = RunInCgroup(*cgroups_, "task-use", [] {
-    const size_t size = size_t{64} << 20;
-    auto* p = static_cast<char*>(
-        mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-    if (p == MAP_FAILED) return 3;
-    for (size_t i = 0; i < size; i += 4096) p[i] = 1;
+    if (!TouchMemory(size_t{64} << 20)) return 3;
     timespec start{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &start);
     for (timespec now = start; now.tv_sec * 1000000000L + now.tv_nsec <
