@@ -133,8 +133,12 @@ class IsolationTest(IsolatedCluster):
         def procs():
             with open(os.path.join(task_dirs[0], "cgroup.procs")) as f:
                 return [int(x) for x in f.read().split()]
-        pids = wait_until(lambda: (lambda p: p if len(p) == 3 else None)(procs()), 10,
-                          what="the shell and its two sleeps in the task's cgroup")
+        def the_task():
+            # The shell and its two sleeps (the shim passes through the cgroup at the start).
+            pids = procs()
+            names = sorted(read_text("/proc/%d/comm" % p).strip() for p in pids)
+            return pids if names == ["sh", "sleep", "sleep"] else None
+        pids = wait_until(the_task, 10, what="the shell and its two sleeps in the task's cgroup")
         cpu = [os.path.join(p, tid) for p in agent_parents("a1", ("cpu",))]
         self.assertEqual(len(cpu), 1, cpu)
         name = "cpu.max" if os.path.exists(os.path.join(cpu[0], "cpu.max")) else \
@@ -153,12 +157,18 @@ class IsolationTest(IsolatedCluster):
                          [])
 
     def test_an_agent_restarted_adopts_its_tasks_cgroup_and_removes_leftovers(self):
-        tid = self.c.submit("sleep 300", memory_mb=256)
+        tid = self.c.submit("exec sleep 300", memory_mb=256)
         self.c.wait_status(tid, "running")
         parents = agent_parents("a1")
         task_dirs = [os.path.join(p, tid) for p in parents]
         procs = os.path.join(task_dirs[0], "cgroup.procs")
-        pids = wait_until(lambda: read_text(procs).split(), 10, what="the task in its cgroup")
+
+        def the_sleep():
+            # Its one process (the shim passes through the cgroup around the start).
+            pids = read_text(procs).split()
+            return pids if len(pids) == 1 and \
+                read_text("/proc/%s/comm" % pids[0]).strip() == "sleep" else None
+        pids = wait_until(the_sleep, 10, what="the task alone in its cgroup")
         self.c.agents["a1"].kill9()
         # A cgroup no task owns, as a crashed agent leaves one after its task ended.
         leftovers = [os.path.join(p, "task-999") for p in parents]
