@@ -383,14 +383,14 @@ Status TaskCgroups::Create(const std::string& task_id, const TaskCgroupLimits& l
 }
 
 std::vector<std::pair<std::string, std::string>> TaskCgroups::JoinFiles(
-    const std::string& task_id) const {
+    const std::string& task_id, const TaskCgroupLimits& limits) const {
   std::vector<std::pair<std::string, std::string>> files;
   if (version_ == CgroupVersion::kV2) {
     files.emplace_back(hierarchies_[0].parent + "/" + task_id, "");
     return files;
   }
   for (const CgroupHierarchy& h : hierarchies_) {
-    if (!IsDir(h.parent + "/" + task_id)) continue;  // Not one the task needs.
+    if (!Needs(h, limits)) continue;
     files.emplace_back(h.parent + "/" + task_id + "/cgroup.procs", h.own + "/cgroup.procs");
   }
   return files;

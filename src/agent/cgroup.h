@@ -90,7 +90,9 @@ class TaskCgroups {
   // (the shim moves in for the spawn and back); v2, the task's cgroup directory and "" (the task
   // starts there directly: a move between cgroups costs the kernel an RCU grace period,
   // milliseconds, whenever no other move happened just before).
-  std::vector<std::pair<std::string, std::string>> JoinFiles(const std::string& task_id) const;
+  // `limits`: those the cgroup was made with (they say which hierarchies it is in).
+  std::vector<std::pair<std::string, std::string>> JoinFiles(const std::string& task_id,
+                                                             const TaskCgroupLimits& limits) const;
   bool Exists(const std::string& task_id) const;
   // The processes in the task's cgroup.
   std::vector<pid_t> Pids(const std::string& task_id) const;

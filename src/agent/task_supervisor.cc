@@ -970,8 +970,8 @@ void TaskSupervisor::RemoveCgroups(std::vector<std::string> task_ids) {
 
 std::vector<std::string> TaskSupervisor::CgroupArguments(const Task& task) const {
   std::vector<std::string> args;
-  if (!task.cgroup) return args;
-  for (auto& [join, home] : options_.cgroups->JoinFiles(task.launch.task_id)) {
+  if (!task.cgroup || !task.plan.cgroup.has_value()) return args;  // Adopted: started already.
+  for (auto& [join, home] : options_.cgroups->JoinFiles(task.launch.task_id, *task.plan.cgroup)) {
     args.push_back(join);
     args.push_back(home);
   }

@@ -79,11 +79,12 @@ TEST(CgroupLayoutTest, V2WhenTheUnifiedHierarchyHoldsMemoryAndPids) {
 // Runs `body` in a child that joined the task's cgroups first (as the shim makes the task's
 // first process do); its wait status. The child has 20 s.
 template <typename Body>
-int RunInCgroup(const TaskCgroups& cgroups, const std::string& task_id, Body body) {
+int RunInCgroup(const TaskCgroups& cgroups, const std::string& task_id,
+                const TaskCgroupLimits& limits, Body body) {
   const pid_t pid = fork();
   if (pid == 0) {
     alarm(20);
-    for (const auto& [join, home] : cgroups.JoinFiles(task_id)) {
+    for (const auto& [join, home] : cgroups.JoinFiles(task_id, limits)) {
       // v2 names the directory (the shim starts the task there): its cgroup.procs.
       const std::string procs = home.empty() ? join + "/cgroup.procs" : join;
       const int fd = open(procs.c_str(), O_WRONLY);
@@ -143,7 +144,7 @@ TEST_F(TaskCgroupsTest, GpuDeviceFilesOfOtherTasksCannotBeOpened) {
   const std::string other = dir.File("nvidia1");
   // Bit 0: its own GPU reaches the (missing) driver; bit 1: the other is refused; bit 2:
   // /dev/null opens.
-  const int status = RunInCgroup(*cgroups_, "task-dev", [&] {
+  const int status = RunInCgroup(*cgroups_, "task-dev", limits, [&] {
     int result = 0;
     if (open(own.c_str(), O_RDWR) < 0 && errno == ENXIO) result |= 1;
     if (open(other.c_str(), O_RDWR) < 0 && errno == EPERM) result |= 2;
@@ -164,8 +165,8 @@ TEST_F(TaskCgroupsTest, MemoryAboveTheLimitIsAnOutOfMemoryKill) {
   limits.memory_bytes = int64_t{64} << 20;
   ASSERT_TRUE(cgroups_->Create("task-mem", limits).ok());
   EXPECT_EQ(cgroups_->OomKills("task-mem"), 0);
-  const int status =
-      RunInCgroup(*cgroups_, "task-mem", [] { return TouchMemory(size_t{300} << 20) ? 0 : 3; });
+  const int status = RunInCgroup(*cgroups_, "task-mem", limits,
+                                 [] { return TouchMemory(size_t{300} << 20) ? 0 : 3; });
   ASSERT_TRUE(WIFSIGNALED(status)) << status;
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
   EXPECT_EQ(cgroups_->OomKills("task-mem"), 1);
@@ -182,7 +183,7 @@ TEST_F(TaskCgroupsTest, ForksStopAtThePidsLimitAndKillEndsThemAll) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     alarm(20);
-    for (const auto& [join, home] : cgroups_->JoinFiles("task-pids")) {
+    for (const auto& [join, home] : cgroups_->JoinFiles("task-pids", limits)) {
       const std::string procs = home.empty() ? join + "/cgroup.procs" : join;
       const int fd = open(procs.c_str(), O_WRONLY);
       if (fd < 0 || write(fd, "0", 1) != 1) _exit(100);
@@ -232,7 +233,7 @@ TEST_F(TaskCgroupsTest, UsageIsTheCpuTimeAndPeakMemoryOfTheTasksProcesses) {
   ASSERT_TRUE(before.has_value());
   EXPECT_EQ(before->cpu_micros, 0);
   // 0.3 s of CPU and 64 MiB touched, in a child of the cgroup.
-  const int status = RunInCgroup(*cgroups_, "task-use", [] {
+  const int status = RunInCgroup(*cgroups_, "task-use", TaskCgroupLimits{}, [] {
     if (!TouchMemory(size_t{64} << 20)) return 3;
     timespec start{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &start);

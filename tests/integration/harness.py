@@ -189,22 +189,28 @@ def agent_cgroup_name(agent_id, work_dir):
     return "dgpu-%s-%08x" % (agent_id, h)
 
 
-def own_cgroup_dirs():
-    """This process's cgroup directories, one per hierarchy (agents inherit them)."""
-    dirs = []
+def own_cgroup_dirs(controllers=None):
+    """This process's cgroup directories (agents inherit them): one per hierarchy; with
+    `controllers`, those of the v1 hierarchies holding one of them, else the v2 one whose
+    controllers include memory."""
+    v1, v2 = [], []
     try:
         with open("/proc/self/cgroup") as f:
             for line in f:
                 _, names, path = line.rstrip("\n").split(":", 2)
                 if names.startswith("name="):
                     continue
-                root = "/sys/fs/cgroup/" + names if names else "/sys/fs/cgroup/unified"
-                for base in ((root, "/sys/fs/cgroup") if not names else (root,)):
-                    if os.path.isdir(base + path):
-                        dirs.append((base + path).rstrip("/"))
+                if names and (controllers is None or set(names.split(",")) & set(controllers)):
+                    v1.append("/sys/fs/cgroup/" + names + path)
+                elif not names:
+                    v2 += [base + path for base in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")]
     except OSError:
         pass
-    return dirs
+    v1 = [d.rstrip("/") for d in v1 if os.path.isdir(d)]
+    v2 = [d.rstrip("/") for d in v2 if os.path.isdir(d)]
+    if controllers is None:
+        return v1 + v2
+    return v1 or [d for d in v2 if "memory" in read_text(d + "/cgroup.controllers").split()]
 
 
 def remove_agent_cgroups(agent_id, work_dir):

@@ -5,13 +5,13 @@ stops at max_pids_per_task; cpus becomes a CPU quota; a cancelled task leaves no
 cgroup, and a stopped agent removes its cgroup parent. With isolation none every GPU device
 file opens, as before. The cgroups are made below the test's own (the agents inherit it)."""
 
-import glob
 import os
 import stat
 import subprocess
 import unittest
 
-from harness import CTL_BIN, GPU_MODEL, ClusterTestCase, read_text, wait_until
+from harness import (CTL_BIN, GPU_MODEL, ClusterTestCase, agent_cgroup_name, own_cgroup_dirs,
+                     read_text, wait_until)
 
 DEVICES_SCRIPT = r"""
 import errno, os, sys
@@ -44,26 +44,11 @@ for k in kids:
 """
 
 
-def own_cgroup_dirs(controllers=("memory", "pids")):
-    """This process's cgroup directories of `controllers` (the agents inherit them) in the v1
-    hierarchies, or its v2 one when no v1 hierarchy has them."""
-    dirs, unified = [], None
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            _, names, path = line.rstrip("\n").split(":", 2)
-            if names == "":
-                unified = "/sys/fs/cgroup" + path.rstrip("/")
-            elif set(names.split(",")) & set(controllers):
-                dirs.append("/sys/fs/cgroup/%s%s" % (names, path.rstrip("/")))
-    return dirs or [unified]
-
-
-def agent_parents(agent_id, controllers=("memory", "pids")):
-    """The agent's cgroup parents (dgpu-<node>-<hash of its work_dir>)."""
-    found = []
-    for d in own_cgroup_dirs(controllers):
-        found += glob.glob(os.path.join(d, "dgpu-%s-*" % agent_id))
-    return sorted(p for p in found if os.path.isdir(p) and not p.endswith("-agent"))
+def agent_parents(cluster, agent_id, controllers=("memory", "pids")):
+    """The agent's cgroup parents that exist (dgpu-<node>-<hash of its work_dir>)."""
+    name = agent_cgroup_name(agent_id, cluster.work_dir(agent_id))
+    return sorted(p for p in (os.path.join(d, name) for d in own_cgroup_dirs(controllers))
+                  if os.path.isdir(p))
 
 
 class IsolatedCluster(ClusterTestCase):
@@ -126,8 +111,8 @@ class IsolationTest(IsolatedCluster):
     def test_cpus_become_a_quota_and_a_cancel_leaves_nothing(self):
         tid = self.c.submit("sleep 300 & sleep 300 & wait", cpus=0.5)
         self.c.wait_status(tid, "running")
-        parents = agent_parents("a1")
-        self.assertEqual(len(parents), len(own_cgroup_dirs()), parents)
+        parents = agent_parents(self.c, "a1")
+        self.assertEqual(len(parents), len(own_cgroup_dirs(("memory", "pids"))), parents)
         task_dirs = [os.path.join(p, tid) for p in parents]
 
         def procs():
@@ -139,7 +124,7 @@ class IsolationTest(IsolatedCluster):
             names = sorted(read_text("/proc/%d/comm" % p).strip() for p in pids)
             return pids if names == ["sh", "sleep", "sleep"] else None
         pids = wait_until(the_task, 10, what="the shell and its two sleeps in the task's cgroup")
-        cpu = [os.path.join(p, tid) for p in agent_parents("a1", ("cpu",))]
+        cpu = [os.path.join(p, tid) for p in agent_parents(self.c, "a1", ("cpu",))]
         self.assertEqual(len(cpu), 1, cpu)
         name = "cpu.max" if os.path.exists(os.path.join(cpu[0], "cpu.max")) else \
             "cpu.cfs_quota_us"
@@ -153,13 +138,13 @@ class IsolationTest(IsolatedCluster):
             self.assertFalse(os.path.exists("/proc/%d" % pid), pid)
         # The agent's own end removes its parents.
         self.c.agents["a1"].stop()
-        self.assertEqual(agent_parents("a1", ("memory", "pids", "cpu", "devices", "freezer")),
+        self.assertEqual(agent_parents(self.c, "a1", ("memory", "pids", "cpu", "devices", "freezer")),
                          [])
 
     def test_an_agent_restarted_adopts_its_tasks_cgroup_and_removes_leftovers(self):
         tid = self.c.submit("exec sleep 300", memory_mb=256)
         self.c.wait_status(tid, "running")
-        parents = agent_parents("a1")
+        parents = agent_parents(self.c, "a1")
         task_dirs = [os.path.join(p, tid) for p in parents]
         procs = os.path.join(task_dirs[0], "cgroup.procs")
 
@@ -222,7 +207,7 @@ class NoIsolationTest(IsolatedCluster):
         self.assertEqual(self.c.agents_view()["a1"]["isolation"], "none")
         _, log = self.devices_seen()
         self.assertEqual(log.split(), ["%d:ENXIO" % i for i in range(4)])
-        self.assertEqual(agent_parents("a1"), [])
+        self.assertEqual(agent_parents(self.c, "a1"), [])
         # Nothing measures what it used.
         self.assertIsNone(self.c.task("task-1")["usage"])
 
