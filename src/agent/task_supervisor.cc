@@ -445,11 +445,17 @@ void TaskSupervisor::Scan(bool partial) {
         task.shim != 0 && !task.shim_done && shim != by_pid.end() && !shim->second->zombie() &&
         (task.shim_start_time == 0 || shim->second->start_time == task.shim_start_time);
     // The session and group keep the leader's pid as id even after the leader is reaped, and
-    // the kernel does not recycle a pid while a session or group uses it.
+    // the kernel does not recycle a pid while a session or group uses it. So a process that has
+    // the leader's pid and another start time means the task's session and group are gone: ids
+    // equal to that pid now name the new process's (another task's shell, say).
+    const auto holder = by_pid.find(task.leader);
+    const bool ids_are_ours =
+        holder == by_pid.end() || holder->second->start_time == task.leader_start_time;
     for (const auto& p : procs) {
       if (p.pid == task.leader) continue;
       // The shim's children other than the leader are orphans of the task it adopted.
-      if (p.sid == task.leader || p.pgid == task.leader || (shim_alive && p.ppid == task.shim)) {
+      if ((ids_are_ours && (p.sid == task.leader || p.pgid == task.leader)) ||
+          (shim_alive && p.ppid == task.shim)) {
         roots.push_back(p.pid);
       }
     }
