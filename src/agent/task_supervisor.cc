@@ -400,6 +400,22 @@ void TaskSupervisor::Scan(bool partial) {
     return it != by_pid.end() && !it->second->zombie();
   };
 
+  // Each task's live leader, which belongs to its task alone: a kept shim runs one task after
+  // another, so after a restart an earlier task that had ended (its records not yet removed)
+  // names the shim that now runs the next one, whose leader is that shim's child.
+  std::unordered_map<pid_t, const Task*> leaders;
+  for (const auto& [id, task] : tasks_) {
+    const auto p = by_pid.find(task.leader);
+    if (!task.leader_status.has_value() && p != by_pid.end() &&
+        p->second->start_time == task.leader_start_time) {
+      leaders.emplace(task.leader, &task);
+    }
+  }
+  auto others_leader = [&](const Task& task, pid_t pid) {
+    const auto l = leaders.find(pid);
+    return l != leaders.end() && l->second != &task;
+  };
+
   std::set<pid_t> attributed;
   std::vector<std::pair<Task*, pid_t>> added;  // New members, to signal if the task is stopping.
   auto add_tree = [&](Task& task, pid_t root) {
@@ -408,6 +424,7 @@ void TaskSupervisor::Scan(bool partial) {
     while (!queue.empty()) {
       pid_t pid = queue.front();
       queue.pop_front();
+      if (others_leader(task, pid)) continue;  // Neither it nor its tree.
       if (pid != task.leader && alive(pid)) {
         attributed.insert(pid);
         auto [it, inserted] = task.members.emplace(pid, by_pid[pid]->start_time);
@@ -921,6 +938,29 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
     }
     held.push_back({id, task.launch.gpu_indices, task.launch.run, task.started_micros});
     tasks_.emplace(id, std::move(task));
+  }
+  // A kept shim runs one task after another, and takes the next only once every process of the
+  // last one has ended. So of the adopted tasks that name one shim (an earlier task whose exit
+  // the previous agent had not handed over yet), only the one started last is still its (one
+  // whose leader runs is surely the last; start times in clock ticks can tie, the run records'
+  // microseconds do not); the others are done with it, whatever the shim does now.
+  auto later = [](const Task& a, const Task& b) {
+    if (a.leader_status.has_value() != b.leader_status.has_value()) {
+      return !a.leader_status.has_value();
+    }
+    return a.started_micros > b.started_micros;
+  };
+  std::map<std::pair<pid_t, uint64_t>, Task*> current;
+  for (auto& [id, task] : tasks_) {
+    if (task.shim_done) continue;
+    auto [it, inserted] = current.emplace(std::pair{task.shim, task.shim_start_time}, &task);
+    if (inserted) continue;
+    Task* earlier = &task;
+    if (later(task, *it->second)) std::swap(earlier, it->second);
+    earlier->shim_done = true;
+    if (auto record = ReadShimExitRecord(ExitRecordPath(earlier->launch.task_id))) {
+      earlier->finished_at_micros = record->unix_micros;
+    }
   }
   force_scan_ = !tasks_.empty();
   if (options_.cgroups != nullptr) {

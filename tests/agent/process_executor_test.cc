@@ -781,6 +781,58 @@ TEST_F(ProcessExecutorTest, IdleShimsEndWhenTheExecutorDetachesAndBusyOnesAfterT
   }));
 }
 
+// A kept shim runs one task after another: after a restart, an earlier task whose records were
+// still there (its exit not yet handed over) names the same shim as the task it runs now. The
+// shim's other children belong to the task it runs now, not to the earlier one: the earlier
+// one's end signals none of them.
+TEST_F(ProcessExecutorTest, AnAdoptedTaskThatHadEndedLeavesTheNextTaskOnItsShimAlone) {
+  const std::string run_dir = dir_.path() + "/work/.run";
+  std::optional<pid_t> pid;
+  {
+    ProcessExecutor first(Options());
+    ASSERT_TRUE(first.Start(Launch("task-s1", "echo one")).ok());
+    ASSERT_TRUE(PollUntilExit(first, "task-s1").has_value());
+    // task-s1's records stay until the next Poll hands its exit over; the agent dies first.
+    ASSERT_TRUE(first.Start(Launch("task-s2", WaitForGo(0))).ok());
+    ASSERT_EQ(ShimOf(run_dir, "task-s2"), ShimOf(run_dir, "task-s1"));
+    ASSERT_TRUE(
+        WaitUntil([&] { return (pid = ReadPidFile(TaskFile("task-s2", "pid"))).has_value(); }));
+    // An agent killed now leaves task-s1's records as they are; Detach would remove them.
+    const std::string saved = dir_.path() + "/saved";
+    std::filesystem::create_directory(saved);
+    for (const auto& e : std::filesystem::directory_iterator(run_dir)) {
+      if (e.path().filename().string().rfind("task-s1.", 0) == 0) {
+        std::filesystem::copy_file(e.path(), saved / e.path().filename());
+      }
+    }
+    first.Detach();
+    for (const auto& e : std::filesystem::directory_iterator(saved)) {
+      std::filesystem::copy_file(e.path(), run_dir / e.path().filename(),
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+  }
+  ProcessExecutor second(Options());
+  std::vector<std::string> lost;
+  std::vector<HeldTask> held = second.Reattach(&lost);
+  EXPECT_TRUE(lost.empty());
+  ASSERT_EQ(held.size(), 2u);
+  auto exit = PollUntilExit(second, "task-s1");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success);
+  // Several polls (scans, the stop of an ended task's leftovers): task-s2 runs on.
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(second.Poll(testing::UnixMicros()).empty());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(kill(*pid, 0), 0);
+  testing::WriteFile(TaskFile("task-s2", "go"), "");
+  exit = PollUntilExit(second, "task-s2");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success) << exit->error;
+  EXPECT_EQ(exit->exit_code, 0);
+  EXPECT_EQ(ReadFile(second.LogPath("task-s2")), "after-go\n");
+}
+
 // The shim names itself and its leader by their start times, read from /proc/<pid>/stat after
 // the last ')' of the command name: here a shim whose name holds spaces and parentheses (the
 // leader carries the shim's name until it runs its command).
