@@ -18,12 +18,14 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/cpu_sets.h"
+
 namespace dgpu::agent {
 namespace {
 
 // The v1 hierarchies a task cgroup may use (those mounted). A task's cgroup is made only in those
 // it needs: each costs the shim two moves at the task's start.
-constexpr const char* kV1Controllers[] = {"memory", "pids", "cpu", "cpuacct", "devices"};
+constexpr const char* kV1Controllers[] = {"memory", "pids", "cpu", "cpuacct", "devices", "cpuset"};
 constexpr int64_t kCpuPeriodMicros = 100000;
 constexpr int64_t kMinCpuQuotaMicros = 1000;  // The kernel's smallest quota.
 
@@ -110,6 +112,13 @@ std::string ReadAll(const std::string& path) {
 }
 
 // Writes `text` to an existing cgroup file in one write.
+// The text without its surrounding white space (a cgroup file's trailing newline).
+std::string Trimmed(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\n");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t\n") - first + 1);
+}
+
 Status WriteFile(const std::string& path, const std::string& text) {
   const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return Unavailable("cannot open " + path + ": " + strerror(errno));
@@ -238,7 +247,9 @@ StatusOr<std::unique_ptr<TaskCgroups>> TaskCgroups::Open(const std::string& name
   if (version == CgroupVersion::kV2) {
     CgroupHierarchy& h = hierarchies[0];
     std::string want = "+memory +pids";
-    if (Words(ReadAll(h.own + "/cgroup.controllers")).count("cpu") > 0) want += " +cpu";
+    const std::set<std::string> available = Words(ReadAll(h.own + "/cgroup.controllers"));
+    if (available.count("cpu") > 0) want += " +cpu";
+    if (available.count("cpuset") > 0) want += " +cpuset";
     // The controllers reach the parent only through the agent's own cgroup, which may hold no
     // processes then: the agent moves into a leaf of its own first.
     if (!WriteFile(h.own + "/cgroup.subtree_control", want).ok()) {
@@ -263,14 +274,28 @@ StatusOr<std::unique_ptr<TaskCgroups>> TaskCgroups::Open(const std::string& name
     if (Status enabled = WriteFile(h.parent + "/cgroup.subtree_control", want); !enabled.ok()) {
       return enabled;
     }
-  } else {
-    for (const CgroupHierarchy& h : hierarchies) {
-      if (mkdir(h.parent.c_str(), 0755) != 0 && errno != EEXIST) {
-        return Unavailable("cannot create " + h.parent + ": " + strerror(errno));
+    auto cgroups = std::unique_ptr<TaskCgroups>(new TaskCgroups(version, std::move(hierarchies)));
+    cgroups->cpuset_ = Words(ReadAll(h.parent + "/cgroup.subtree_control")).count("cpuset") > 0;
+    return cgroups;
+  }
+  bool cpuset = false;
+  for (const CgroupHierarchy& h : hierarchies) {
+    if (mkdir(h.parent.c_str(), 0755) != 0 && errno != EEXIST) {
+      return Unavailable("cannot create " + h.parent + ": " + strerror(errno));
+    }
+    if (!Contains(h.controllers, "cpuset")) continue;
+    // A v1 cpuset cgroup starts with no CPUs and no memory nodes: the parent gets the agent's.
+    cpuset = true;
+    for (const char* file : {"cpuset.cpus", "cpuset.mems"}) {
+      if (!Trimmed(ReadAll(h.parent + "/" + file)).empty()) continue;
+      if (!WriteFile(h.parent + "/" + file, Trimmed(ReadAll(h.own + "/" + file))).ok()) {
+        cpuset = false;
       }
     }
   }
-  return std::unique_ptr<TaskCgroups>(new TaskCgroups(version, std::move(hierarchies)));
+  auto cgroups = std::unique_ptr<TaskCgroups>(new TaskCgroups(version, std::move(hierarchies)));
+  cgroups->cpuset_ = cpuset;
+  return cgroups;
 }
 
 std::string TaskCgroups::isolation() const {
@@ -282,7 +307,7 @@ bool TaskCgroups::Needs(const CgroupHierarchy& h, const TaskCgroupLimits& limits
   for (const std::string& c : h.controllers) {
     // Memory and CPU time are measured for every task (its usage).
     if (c == "memory" || c == "cpuacct" || (c == "pids" && limits.pids_max > 0) ||
-        (c == "cpu" && limits.cpu_quota_milli > 0) ||
+        (c == "cpu" && limits.cpu_quota_milli > 0) || (c == "cpuset" && !limits.cpus.empty()) ||
         (c == "devices" && !limits.denied_devices.empty())) {
       return true;
     }
@@ -357,6 +382,17 @@ Status TaskCgroups::Create(const std::string& task_id, const TaskCgroupLimits& l
         v2 ? set("cpu", "cpu.max", std::to_string(quota) + " " + std::to_string(kCpuPeriodMicros))
            : set("cpu", "cpu.cfs_period_us", std::to_string(kCpuPeriodMicros));
     if (s.ok() && !v2) s = set("cpu", "cpu.cfs_quota_us", std::to_string(quota));
+    if (!s.ok()) return fail(s);
+  }
+  if (!limits.cpus.empty()) {
+    if (!cpuset_) return fail(Unavailable("no cpuset cgroup controller: CPUs cannot be bound"));
+    Status s = OkStatus();
+    if (!v2) {
+      // v1: the memory nodes first (a v1 cpuset cgroup takes no process without them).
+      const CgroupHierarchy* h = Find("cpuset");
+      s = set("cpuset", "cpuset.mems", Trimmed(ReadAll(h->parent + "/cpuset.mems")));
+    }
+    if (s.ok()) s = set("cpuset", "cpuset.cpus", FormatCpuList(limits.cpus));
     if (!s.ok()) return fail(s);
   }
   if (!limits.denied_devices.empty()) {

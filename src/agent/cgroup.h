@@ -9,7 +9,7 @@
 //     (`<own>/<name>-agent`) first. Devices: a BPF_PROG_TYPE_CGROUP_DEVICE program attached to the
 //     task's cgroup (there are no device files in v2).
 //   - cgroup v1 otherwise: one directory per task in each mounted hierarchy it needs (memory and
-//     cpuacct for every task, pids, cpu and devices for their limits); devices through
+//     cpuacct for every task, pids, cpu, cpuset and devices for their limits); devices through
 //     devices.deny.
 // The task's processes join it through the task's shim (task_shim.h): the shim moves itself into
 // the task's cgroups, starts the task's first process there, and moves back to its own (the
@@ -43,6 +43,7 @@ struct TaskCgroupLimits {
   int64_t memory_bytes = 0;           // 0: no limit. Swap counts too where the kernel accounts it.
   int64_t pids_max = 0;               // 0: no limit.
   int64_t cpu_quota_milli = 0;        // CPU bandwidth in thousandths of a CPU; 0: no limit.
+  std::vector<int> cpus;              // The CPUs it may run on (cpuset); empty: any.
   std::vector<dev_t> denied_devices;  // Character devices the task may not open.
   bool operator==(const TaskCgroupLimits&) const = default;
 };
@@ -80,6 +81,9 @@ class TaskCgroups {
   // "cgroup_v2" or "cgroup_v1", as agents report it.
   std::string isolation() const;
   const std::vector<CgroupHierarchy>& hierarchies() const { return hierarchies_; }
+  // Whether tasks can be bound to CPUs (TaskCgroupLimits::cpus): v1, a cpuset hierarchy is
+  // mounted; v2, the cpuset controller reaches the task cgroups.
+  bool can_bind_cpus() const { return cpuset_; }
 
   // Makes the task's cgroup (an empty one of an earlier run is made anew) and sets its limits.
   // Nothing is left behind when it fails.
@@ -124,6 +128,7 @@ class TaskCgroups {
 
   CgroupVersion version_;
   std::vector<CgroupHierarchy> hierarchies_;
+  bool cpuset_ = false;
 };
 
 // The device number of each GPU's device file, by index, for those that are character devices:

@@ -46,7 +46,8 @@ TaskLaunch WithoutLimits(const TaskLaunch& launch) {
 StatusOr<std::vector<std::string>> BuildDockerRunArgv(const TaskLaunch& launch,
                                                       const std::string& default_image,
                                                       const std::string& docker_binary,
-                                                      int64_t pids_limit) {
+                                                      int64_t pids_limit,
+                                                      const std::vector<int>& cpus) {
   Status valid = ValidateLaunch(launch);
   if (!valid.ok()) return valid;
   const std::string& image = launch.image.empty() ? default_image : launch.image;
@@ -62,7 +63,9 @@ StatusOr<std::vector<std::string>> BuildDockerRunArgv(const TaskLaunch& launch,
     const std::string memory = std::to_string(launch.memory_mb) + "m";
     argv.insert(argv.end(), {"--memory", memory, "--memory-swap", memory});
   }
-  if (launch.cpus_milli > 0) {
+  if (!cpus.empty()) {
+    argv.insert(argv.end(), {"--cpuset-cpus", FormatCpuList(cpus)});
+  } else if (launch.cpus_milli > 0) {
     argv.insert(argv.end(), {"--cpus", fmt::format("{}", core::CpusOfMilli(launch.cpus_milli))});
   }
   if (pids_limit > 0) argv.insert(argv.end(), {"--pids-limit", std::to_string(pids_limit)});
@@ -86,7 +89,8 @@ DockerExecutor::DockerExecutor(DockerExecutorOptions options)
     : SupervisedExecutor(SupervisorOptions{
           options.work_dir, options.kill_grace, options.child_subreaper,
           std::chrono::milliseconds(1000), options.clock, options.max_log_bytes, options.shim,
-          std::chrono::milliseconds(10000), options.run_dir, options.max_idle_shims}),
+          std::chrono::milliseconds(10000), options.run_dir, options.max_idle_shims, nullptr,
+          options.cpu_pool, options.gpu_local_cpus}),
       options_(std::move(options)) {}
 
 Status DockerExecutor::Start(const TaskLaunch& launch) {
@@ -95,6 +99,10 @@ Status DockerExecutor::Start(const TaskLaunch& launch) {
                          options_.docker_binary, options_.limits ? options_.max_pids_per_task : 0);
   if (!argv.ok()) return argv.status();
   LaunchPlan plan;
+  if (options_.limits && supervisor_.BindCpus(launch, &plan)) {
+    argv = BuildDockerRunArgv(launch, options_.default_image, options_.docker_binary,
+                              options_.max_pids_per_task, plan.cpus);
+  }
   plan.argv = std::move(*argv);
   if (options_.run_as_submitter) {
     StatusOr<RunAsUser> user = LookUpRunAsUser(launch.user, options_.allow_root);

@@ -17,6 +17,8 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,10 @@ struct DockerExecutorOptions {
   // executor.max_pids_per_task (0: no pids limit) as docker limits.
   bool limits = true;
   int64_t max_pids_per_task = 32768;
+  // executor.cpu_binding: cpuset (with limits): the CPUs containers are bound to
+  // (--cpuset-cpus; task_supervisor.h), and those local to each GPU.
+  std::optional<CpuPool> cpu_pool;
+  std::map<int, std::vector<int>> gpu_local_cpus;
 };
 
 // "dgpu-<task_id>".
@@ -61,11 +67,13 @@ std::vector<std::pair<std::string, std::string>> ContainerTaskEnv(const TaskLaun
 // The complete `docker run` argv (argv[0] = docker_binary). InvalidArgument for an invalid
 // launch or when neither launch.image nor default_image is set. With no GPUs, --gpus is omitted.
 // The task's limits, where it has them: --memory and --memory-swap (memory_mb, no swap beyond
-// it), --cpus (cpus_milli) and --pids-limit (`pids_limit` > 0).
+// it), --cpuset-cpus (`cpus` not empty) or else --cpus (cpus_milli), and --pids-limit
+// (`pids_limit` > 0).
 StatusOr<std::vector<std::string>> BuildDockerRunArgv(const TaskLaunch& launch,
                                                       const std::string& default_image,
                                                       const std::string& docker_binary = "docker",
-                                                      int64_t pids_limit = 0);
+                                                      int64_t pids_limit = 0,
+                                                      const std::vector<int>& cpus = {});
 
 // {docker_binary, "stop", "-t", "<grace_seconds>", "dgpu-<task_id>"}.
 std::vector<std::string> BuildDockerStopArgv(const std::string& task_id, int64_t grace_seconds,

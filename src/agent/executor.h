@@ -152,6 +152,13 @@ class Executor {
     return std::nullopt;
   }
 
+  // The CPUs a running task is bound to (executor.cpu_binding: cpuset), sorted; empty when it
+  // is not bound.
+  virtual std::vector<int> CpuSet(const std::string& task_id) const {
+    (void)task_id;
+    return {};
+  }
+
   // "process" or "docker".
   virtual std::string name() const = 0;
 };

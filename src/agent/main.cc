@@ -14,10 +14,12 @@
 #include <thread>
 
 #include "agent/cgroup.h"
+#include "agent/cpu_sets.h"
 #include "agent/docker_executor.h"
 #include "agent/epoch_file.h"
 #include "agent/finish_outbox.h"
 #include "agent/gpu_discovery.h"
+#include "agent/node_resources.h"
 #include "agent/proc_table.h"
 #include "agent/process_executor.h"
 #include "agent/session.h"
@@ -68,6 +70,32 @@ int StopLeftoverTasks(const std::string& work_dir, const std::set<std::string>& 
 }
 
 std::string MethodName(common::GpuDetectionMethod m) { return std::string(common::ToString(m)); }
+
+// executor.cpu_binding: cpuset: the CPUs tasks are bound to: those the agent may run on, less
+// the reserved ones (the lowest ids, where system daemons usually run), at most the CPUs the
+// node offers to tasks.
+CpuPool MakeCpuPool(const common::NodeResourcesConfig& resources) {
+  std::vector<int> cpus = AllowedCpus();
+  const auto reserved = static_cast<size_t>((resources.reserved_cpus_milli + 999) / 1000);
+  cpus.erase(cpus.begin(),
+             cpus.begin() + static_cast<std::ptrdiff_t>(std::min(reserved, cpus.size())));
+  const auto offered =
+      static_cast<size_t>((ResolveNodeResources(resources).cpus_milli + 999) / 1000);
+  if (cpus.size() > offered) cpus.resize(offered);
+  return CpuPool(std::move(cpus), ReadCpuNodes());
+}
+
+// The CPUs local to each GPU (its PCI device's local_cpulist); none for fake GPUs.
+std::map<int, std::vector<int>> GpuLocalCpus(const std::vector<GpuDevice>& gpus, bool fake) {
+  std::map<int, std::vector<int>> local;
+  if (fake) return local;
+  for (const GpuDevice& g : gpus) {
+    if (g.pci_bus_id.empty()) continue;
+    std::vector<int> cpus = LocalCpusOfPciDevice(g.pci_bus_id);
+    if (!cpus.empty()) local[g.index] = std::move(cpus);
+  }
+  return local;
+}
 
 // The parent of the agent's task cgroups: named after the node and its work_dir, so that two
 // agents of one machine (tests, a node with two agents) never take each other's.
@@ -194,6 +222,11 @@ int Run(int argc, char** argv) {
         "executor.isolation: cgroup applies to the process executor; the docker executor's "
         "containers are isolated by docker (use auto or none)");
   }
+  const bool fake_gpus = discovery->name() == "fake";
+  std::vector<GpuDevice> gpus;
+  if (auto found = discovery->Discover(); found.ok()) gpus = std::move(*found);
+  const bool bind_cpus = cfg.executor.isolation != common::Isolation::kNone &&
+                         cfg.executor.cpu_binding == common::CpuBinding::kCpuset;
   if (docker) {
     DockerExecutorOptions o;
     o.work_dir = cfg.executor.work_dir;
@@ -208,6 +241,10 @@ int Run(int argc, char** argv) {
     o.allow_root = cfg.executor.allow_root;
     o.limits = cfg.executor.isolation != common::Isolation::kNone;
     o.max_pids_per_task = cfg.executor.max_pids_per_task;
+    if (bind_cpus) {
+      o.cpu_pool = MakeCpuPool(cfg.resources);
+      o.gpu_local_cpus = GpuLocalCpus(gpus, fake_gpus);
+    }
     executor = std::make_unique<DockerExecutor>(std::move(o));
   } else {
     ProcessExecutorOptions o;
@@ -239,18 +276,26 @@ int Run(int argc, char** argv) {
       } else {
         isolation = (*cgroups)->isolation();
         o.cgroups = std::shared_ptr<TaskCgroups>(std::move(*cgroups));
-        o.cpu_quota = cfg.executor.cpu_binding == common::CpuBinding::kQuota;
+        o.cpu_quota = cfg.executor.cpu_binding != common::CpuBinding::kNone;
         o.max_pids_per_task = cfg.executor.max_pids_per_task;
-        if (auto gpus = discovery->Discover(); gpus.ok()) {
-          o.gpu_devices =
-              GpuDeviceNumbers(*gpus, discovery->name() == "fake", cfg.gpu.fake.device_dir);
+        o.gpu_devices = GpuDeviceNumbers(gpus, fake_gpus, cfg.gpu.fake.device_dir);
+        std::string binding(common::ToString(cfg.executor.cpu_binding));
+        if (bind_cpus && !o.cgroups->can_bind_cpus()) {
+          spdlog::warn(
+              "executor.cpu_binding cpuset: the task cgroups have no cpuset controller; a CPU "
+              "quota instead");
+          binding = "quota";
+        } else if (bind_cpus) {
+          o.cpu_pool = MakeCpuPool(cfg.resources);
+          o.gpu_local_cpus = GpuLocalCpus(gpus, fake_gpus);
+          binding = fmt::format("cpuset of CPUs {}, {} GPU(s) with local CPUs",
+                                FormatCpuList(o.cpu_pool->cpus()), o.gpu_local_cpus.size());
         }
         spdlog::info(
             "isolation {}: a cgroup per task under {} (CPU binding {}, at most {} processes per "
             "task, {} GPU device file(s) each kept from the tasks not given its GPU)",
-            isolation, o.cgroups->hierarchies().front().parent,
-            common::ToString(cfg.executor.cpu_binding), cfg.executor.max_pids_per_task,
-            o.gpu_devices.size());
+            isolation, o.cgroups->hierarchies().front().parent, binding,
+            cfg.executor.max_pids_per_task, o.gpu_devices.size());
       }
     }
     executor = std::make_unique<ProcessExecutor>(std::move(o));

@@ -42,11 +42,11 @@ std::vector<std::string> MergeEnvironment(
 }
 
 ProcessExecutor::ProcessExecutor(ProcessExecutorOptions options)
-    : SupervisedExecutor(SupervisorOptions{options.work_dir, options.kill_grace,
-                                           options.child_subreaper, std::chrono::milliseconds(1000),
-                                           options.clock, options.max_log_bytes, options.shim,
-                                           std::chrono::milliseconds(10000), options.run_dir,
-                                           options.max_idle_shims, options.cgroups.get()}),
+    : SupervisedExecutor(SupervisorOptions{
+          options.work_dir, options.kill_grace, options.child_subreaper,
+          std::chrono::milliseconds(1000), options.clock, options.max_log_bytes, options.shim,
+          std::chrono::milliseconds(10000), options.run_dir, options.max_idle_shims,
+          options.cgroups.get(), options.cpu_pool, options.gpu_local_cpus}),
       options_(std::move(options)) {}
 
 std::vector<std::string> ProcessExecutor::BuildEnvironment(const TaskLaunch& launch) const {
@@ -79,7 +79,13 @@ Status ProcessExecutor::Start(const TaskLaunch& launch) {
       plan.owner = std::make_pair(user->uid, user->gid);
     }
   }
-  if (options_.cgroups != nullptr) plan.cgroup = CgroupLimits(launch);
+  if (options_.cgroups != nullptr) {
+    plan.cgroup = CgroupLimits(launch);
+    if (supervisor_.BindCpus(launch, &plan)) {
+      plan.cgroup->cpus = plan.cpus;
+      plan.cgroup->cpu_quota_milli = 0;
+    }
+  }
   return supervisor_.Start(launch, plan);
 }
 

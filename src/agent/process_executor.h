@@ -48,9 +48,13 @@ struct ProcessExecutorOptions {
   std::string setpriv = "setpriv";
   // executor.isolation: the task cgroups (cgroup.h); nullptr: none (the tasks share the node).
   std::shared_ptr<TaskCgroups> cgroups;
-  // With cgroups: executor.cpu_binding quota (a CPU bandwidth of the task's CPUs) or none, and
-  // executor.max_pids_per_task (0: no limit).
+  // With cgroups: executor.cpu_binding quota (a CPU bandwidth of the task's CPUs; also cpuset's
+  // fallback when too few CPUs are free) or none, and executor.max_pids_per_task (0: no limit).
   bool cpu_quota = true;
+  // executor.cpu_binding: cpuset, where the cgroups can bind CPUs: the CPUs to bind tasks to
+  // (task_supervisor.h), and those local to each GPU.
+  std::optional<CpuPool> cpu_pool;
+  std::map<int, std::vector<int>> gpu_local_cpus;
   int64_t max_pids_per_task = 32768;
   // The device number of each GPU's device file, by index: a task's cgroup denies those of the
   // GPUs it was not given. GPUs without one are not kept from anyone.
@@ -63,8 +67,9 @@ class ProcessExecutor final : public SupervisedExecutor {
 
   Status Start(const TaskLaunch& launch) override;
   std::string name() const override { return "process"; }
-  // The task's cgroup limits (with cgroups): memory_mb, executor.max_pids_per_task, cpus with
-  // cpu_binding quota, and every GPU device but the task's own denied.
+  // The task's cgroup limits (with cgroups): memory_mb, executor.max_pids_per_task, cpus as a
+  // quota (cpu_binding quota, or cpuset's fallback), and every GPU device but the task's own
+  // denied. Start binds the CPUs (cpuset) where it can.
   TaskCgroupLimits CgroupLimits(const TaskLaunch& launch) const;
   // Stops every task, then removes the agent's cgroup parent when it is empty.
   std::vector<TaskExit> StopAll(std::chrono::milliseconds grace) override;

@@ -498,6 +498,7 @@ void AgentSession::SendStarts() {
     s->set_task_id(start.task_id);
     s->set_started_at_unix_micros(start.started_at_micros);
     s->set_run(start.run);
+    for (int cpu : executor_->CpuSet(start.task_id)) s->add_cpu_set(cpu);
   }
   if (req.started().empty()) {
     unreported_starts_.clear();

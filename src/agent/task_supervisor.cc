@@ -182,6 +182,7 @@ void TaskSupervisor::WriteRunRecord(const Task& task) const {
                       {"array_size", l.array_size},
                       {"cpus_milli", l.cpus_milli},
                       {"memory_mb", l.memory_mb},
+                      {"cpu_set", task.cpus},
                       {"started_at", task.started_micros}};
   // Not synced: the record has to outlive the agent process, not the machine (a task does not
   // outlive its machine either). Written in place, at once: a record cut short by the agent's
@@ -220,11 +221,47 @@ Status TaskSupervisor::CheckAccept(const TaskLaunch& launch) const {
   return OkStatus();
 }
 
+bool TaskSupervisor::BindCpus(const TaskLaunch& launch, LaunchPlan* plan) {
+  if (!options_.cpu_pool.has_value() || launch.cpus_milli <= 0) return false;
+  const int count = static_cast<int>((launch.cpus_milli + 999) / 1000);
+  std::vector<int> preferred;
+  for (int gpu : launch.gpu_indices) {
+    auto local = options_.gpu_local_cpus.find(gpu);
+    if (local != options_.gpu_local_cpus.end()) {
+      preferred.insert(preferred.end(), local->second.begin(), local->second.end());
+    }
+  }
+  std::optional<std::vector<int>> cpus = options_.cpu_pool->Take(count, preferred);
+  if (!cpus.has_value()) {
+    plan->notes.push_back(
+        fmt::format("dgpu: {} CPU(s) to bind the task to and {} free: a CPU quota of {} instead",
+                    count, options_.cpu_pool->free_count(), core::CpusOfMilli(launch.cpus_milli)));
+    return false;
+  }
+  plan->cpus = std::move(*cpus);
+  return true;
+}
+
+std::vector<int> TaskSupervisor::CpuSet(const std::string& task_id) const {
+  auto it = tasks_.find(task_id);
+  return it == tasks_.end() ? std::vector<int>{} : it->second.cpus;
+}
+
+void TaskSupervisor::GiveCpus(const std::vector<int>& cpus) {
+  if (options_.cpu_pool.has_value()) options_.cpu_pool->Give(cpus);
+}
+
 Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
+  // The plan's CPUs are this task's from here: given back unless it starts.
+  const std::vector<int>& cpus = plan.cpus;
   Status accept = CheckAccept(launch);
-  if (!accept.ok()) return accept;
+  if (!accept.ok()) {
+    GiveCpus(cpus);
+    return accept;
+  }
   const int64_t now = options_.clock();
   auto start_failed = [&](const std::string& reason) {
+    GiveCpus(cpus);
     TaskExit exit;
     exit.task_id = launch.task_id;
     exit.run = launch.run;
@@ -242,7 +279,9 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
   if (log_fd < 0) {
     return start_failed("cannot open log '" + log_path + "': " + strerror(errno));
   }
+  for (const std::string& note : plan.notes) AppendLine(log_fd, note);
   if (!plan.refused.empty()) {
+    GiveCpus(cpus);
     AppendLine(log_fd, "dgpu: task did not start: " + plan.refused);
     close(log_fd);
     TaskExit exit;
@@ -277,6 +316,7 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
   task.launch = launch;
   task.plan = plan;
   task.started_micros = now;
+  task.cpus = cpus;
   // A record of an earlier run of this id is not this run's.
   RemoveRecords(launch.task_id);
   collected_.erase(std::remove(collected_.begin(), collected_.end(), launch.task_id),
@@ -290,15 +330,18 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
     if (started.ok()) {
       task.cgroup = true;
       const TaskCgroupLimits& limits = *plan.cgroup;
-      spdlog::info("{}: cgroup {} (memory {}, pids {}, CPU quota {}, {} GPU device(s) denied)",
-                   launch.task_id, options_.cgroups->PathOf(launch.task_id),
-                   limits.memory_bytes > 0 ? std::to_string(limits.memory_bytes >> 20) + " MiB"
-                                           : std::string("unlimited"),
-                   limits.pids_max > 0 ? std::to_string(limits.pids_max) : "unlimited",
-                   limits.cpu_quota_milli > 0
-                       ? fmt::format("{} CPUs", core::CpusOfMilli(limits.cpu_quota_milli))
-                       : std::string("none"),
-                   limits.denied_devices.size());
+      spdlog::info(
+          "{}: cgroup {} (memory {}, pids {}, CPU quota {}, CPUs {}, {} GPU device(s) "
+          "denied)",
+          launch.task_id, options_.cgroups->PathOf(launch.task_id),
+          limits.memory_bytes > 0 ? std::to_string(limits.memory_bytes >> 20) + " MiB"
+                                  : std::string("unlimited"),
+          limits.pids_max > 0 ? std::to_string(limits.pids_max) : "unlimited",
+          limits.cpu_quota_milli > 0
+              ? fmt::format("{} CPUs", core::CpusOfMilli(limits.cpu_quota_milli))
+              : std::string("none"),
+          limits.cpus.empty() ? std::string("any") : FormatCpuList(limits.cpus),
+          limits.denied_devices.size());
     } else {
       started = Status(started.code(), "cannot make the task's cgroup: " + started.message());
     }
@@ -776,6 +819,7 @@ std::map<std::string, TaskSupervisor::Task>::iterator TaskSupervisor::Erase(
   if (it->second.shim_pidfd >= 0) close(it->second.shim_pidfd);
   // A kept shim still busy with the task: its socket closed, it exits once the task has ended.
   if (it->second.shim_control >= 0) close(it->second.shim_control);
+  GiveCpus(it->second.cpus);
   return tasks_.erase(it);
 }
 
@@ -887,6 +931,7 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
       // Absent from the records of older agents.
       l.cpus_milli = j.value("cpus_milli", int64_t{0});
       l.memory_mb = j.value("memory_mb", int64_t{0});
+      task.cpus = j.value("cpu_set", std::vector<int>{});
       task.started_micros = j.at("started_at").get<int64_t>();
     } catch (const std::exception& e) {
       spdlog::error("run record {} cannot be read ({}): removed; the task is not adopted",
@@ -935,6 +980,9 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
     task.pid_epoch = pid_epoch_ + 1;  // Unknown: only full scans find its processes.
     if (task.launch.timeout_seconds > 0) {
       task.deadline_micros = task.started_micros + task.launch.timeout_seconds * kMicrosPerSecond;
+    }
+    if (options_.cpu_pool.has_value() && !options_.cpu_pool->Hold(task.cpus)) {
+      spdlog::warn("{}: CPUs {} are another adopted task's too", id, FormatCpuList(task.cpus));
     }
     held.push_back({id, task.launch.gpu_indices, task.launch.run, task.started_micros});
     tasks_.emplace(id, std::move(task));

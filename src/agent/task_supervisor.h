@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "agent/cgroup.h"
+#include "agent/cpu_sets.h"
 #include "agent/executor.h"
 
 namespace dgpu::agent {
@@ -68,6 +69,10 @@ struct SupervisorOptions {
   // kills them all at SIGKILL time, whose out-of-memory kills fail the task with out_of_memory,
   // and which is removed once they are gone.
   TaskCgroups* cgroups = nullptr;
+  // executor.cpu_binding: cpuset: the CPUs tasks are bound to (BindCpus); nullopt: none.
+  std::optional<CpuPool> cpu_pool;
+  // The CPUs local to each GPU (by index), preferred for the tasks given it.
+  std::map<int, std::vector<int>> gpu_local_cpus;
 };
 
 // What to run for one task, prepared by the executor.
@@ -88,6 +93,11 @@ struct LaunchPlan {
   std::optional<std::pair<uid_t, gid_t>> owner;
   // The limits of the task's cgroup, when the supervisor has cgroups; nullopt: none.
   std::optional<TaskCgroupLimits> cgroup;
+  // The CPUs the task is bound to, taken with BindCpus: the pool's again once the task has
+  // ended (or when Start refuses it).
+  std::vector<int> cpus;
+  // Lines for the task's log before it starts ("dgpu: ...", without the newline).
+  std::vector<std::string> notes;
 };
 
 class TaskSupervisor {
@@ -105,6 +115,12 @@ class TaskSupervisor {
   bool IsGpuBusy(int index) const;
   // What a task has used so far, from its cgroup; nullopt without one.
   std::optional<core::ResourceUsage> Usage(const std::string& task_id) const;
+  // executor.cpu_binding: cpuset: ceil(cpus) CPUs of the pool for the launch, those local to
+  // its GPUs first, into plan->cpus. False without a pool or CPUs in the launch, and when too
+  // few are free (plan->notes then says so): the caller falls back to a CPU quota.
+  bool BindCpus(const TaskLaunch& launch, LaunchPlan* plan);
+  // The CPUs a task is bound to; empty when none.
+  std::vector<int> CpuSet(const std::string& task_id) const;
   // Returns a refusal (AlreadyExists / FailedPrecondition) or OK without starting anything.
   Status CheckAccept(const TaskLaunch& launch) const;
   std::vector<int> WakeFds() const;
@@ -162,7 +178,8 @@ class TaskSupervisor {
     std::map<pid_t, uint64_t> members;  // Tracked processes other than the leader.
     // An error that ends the task whatever its leader did ("supervisor_lost: ...").
     std::string lost;
-    bool cgroup = false;  // It has a cgroup of its own (SupervisorOptions::cgroups).
+    bool cgroup = false;    // It has a cgroup of its own (SupervisorOptions::cgroups).
+    std::vector<int> cpus;  // The CPUs of the pool it holds (cpu_binding: cpuset).
   };
   struct Helper {
     pid_t pid;
@@ -232,6 +249,7 @@ class TaskSupervisor {
   std::vector<std::string> CgroupArguments(const Task& task) const;
   std::vector<TaskExit> Step(int64_t now_micros, bool apply_deadlines);
 
+  void GiveCpus(const std::vector<int>& cpus);
   SupervisorOptions options_;
   bool subreaper_active_ = false;
   bool detached_ = false;
@@ -264,6 +282,9 @@ class SupervisedExecutor : public Executor {
   bool IsGpuBusy(int index) const override { return supervisor_.IsGpuBusy(index); }
   std::optional<core::ResourceUsage> Usage(const std::string& task_id) const override {
     return supervisor_.Usage(task_id);
+  }
+  std::vector<int> CpuSet(const std::string& task_id) const override {
+    return supervisor_.CpuSet(task_id);
   }
   std::vector<TaskExit> StopAll(std::chrono::milliseconds grace) override {
     return supervisor_.StopAll(grace);

@@ -68,8 +68,8 @@ constexpr EnumName<ExecutionMethod> kExecutionMethods[] = {{"process", Execution
 constexpr EnumName<RunAs> kRunAs[] = {{"agent", RunAs::kAgent}, {"submitter", RunAs::kSubmitter}};
 constexpr EnumName<Isolation> kIsolations[] = {
     {"auto", Isolation::kAuto}, {"cgroup", Isolation::kCgroup}, {"none", Isolation::kNone}};
-constexpr EnumName<CpuBinding> kCpuBindings[] = {{"quota", CpuBinding::kQuota},
-                                                 {"none", CpuBinding::kNone}};
+constexpr EnumName<CpuBinding> kCpuBindings[] = {
+    {"cpuset", CpuBinding::kCpuset}, {"quota", CpuBinding::kQuota}, {"none", CpuBinding::kNone}};
 
 template <typename E, size_t N>
 std::string_view NameOf(const EnumName<E> (&table)[N], E value) {

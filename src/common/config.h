@@ -354,8 +354,10 @@ enum class RunAs { kAgent, kSubmitter };
 // auto: a cgroup per task wherever the agent can make them, else none with a warning; cgroup:
 // the agent does not start without them; none: tasks share the node's CPUs, memory and devices.
 enum class Isolation { kAuto, kCgroup, kNone };
-// With cgroups: quota: a CPU bandwidth of the task's CPUs; none: no CPU limit.
-enum class CpuBinding { kQuota, kNone };
+// With cgroups: cpuset: ceil(cpus) whole CPUs of the task's own (those local to its GPUs first)
+// while enough are free, else a quota; quota: a CPU bandwidth of the task's CPUs; none: no CPU
+// limit.
+enum class CpuBinding { kCpuset, kQuota, kNone };
 
 struct ExecutorConfig {
   ExecutionMethod execution_method = ExecutionMethod::kProcess;
@@ -375,7 +377,7 @@ struct ExecutorConfig {
   // A finished task's directory and log are removed this long after its last output; 0: kept.
   milliseconds retention{int64_t{7} * 24 * 3600 * 1000};
   Isolation isolation = Isolation::kAuto;
-  CpuBinding cpu_binding = CpuBinding::kQuota;
+  CpuBinding cpu_binding = CpuBinding::kCpuset;
   int64_t max_pids_per_task = 32768;  // 0..4194304; 0: no limit
   DockerConfig docker;
   bool operator==(const ExecutorConfig&) const = default;

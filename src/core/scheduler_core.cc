@@ -382,7 +382,7 @@ Status SchedulerCore::NodeLost(const std::string& node_id, TimeMicros now) {
 }
 
 Status SchedulerCore::TaskStarted(TaskNumber id, const std::string& node_id, TimeMicros now,
-                                  int run) {
+                                  int run, std::vector<int> cpu_set) {
   TaskRecord* found = tasks_.Find(id);
   if (found == nullptr) return NotFound(FormatTaskId(id) + " not found");
   Task& t = *found;
@@ -395,6 +395,8 @@ Status SchedulerCore::TaskStarted(TaskNumber id, const std::string& node_id, Tim
   }
   // A task on several nodes started when its last member did: the latest confirmation.
   t.started_at = now;
+  t.allocation[static_cast<size_t>(RunningMemberOn(t.allocation, node_id))].cpu_set =
+      std::move(cpu_set);
   Emit(t);
   EmitEvent(Event::Kind::kTaskStarted, t, now, node_id);
   return OkStatus();

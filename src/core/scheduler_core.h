@@ -207,9 +207,11 @@ class SchedulerCore {
   // queue with attempts+1, or fail with error "agent_lost" after max_attempts.
   Status NodeLost(const std::string& node_id, TimeMicros now);
 
-  // The agent confirms that it started run `run` of the task (records the real start time).
-  // FailedPrecondition also for the start of an earlier run (IsEarlierRun). `run` 0: not known.
-  Status TaskStarted(TaskNumber task, const std::string& node_id, TimeMicros now, int run = 0);
+  // The agent confirms that it started run `run` of the task (records the real start time, and
+  // the CPUs the member on that node is bound to). FailedPrecondition also for the start of an
+  // earlier run (IsEarlierRun). `run` 0: not known.
+  Status TaskStarted(TaskNumber task, const std::string& node_id, TimeMicros now, int run = 0,
+                     std::vector<int> cpu_set = {});
 
   // The agent reports a finish. NotFound: unknown task. FailedPrecondition: the task is not
   // running on that node (a duplicate, or a report from the wrong node). AlreadyExists: the

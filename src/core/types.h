@@ -131,6 +131,9 @@ struct NodeAllocation {
   // What the member used: reported by its agent while it runs (not durable) and at its end
   // (durable with the finish); zero where nothing was measured.
   ResourceUsage usage;
+  // The CPUs its agent bound it to (executor.cpu_binding: cpuset), from the start report;
+  // empty: not bound.
+  std::vector<int> cpu_set;
   bool operator==(const NodeAllocation&) const = default;
 };
 using Allocation = std::vector<NodeAllocation>;

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/cpu_list.h"
 #include "common/number.h"
 #include "common/time_util.h"
 #include "ctl/api_call.h"
@@ -361,8 +362,14 @@ std::string DescribeTask(const json& task, Clock::time_point now) {
   const std::string memory = Field(task, "memory_mb");
   if (!cpus.empty() || !memory.empty()) {
     // Each member's, when asked for or given on a node that reports them.
-    lines.emplace(lines.begin() + 8, "CPUs / Memory",
-                  (cpus.empty() ? "-" : cpus) + " / " + (memory.empty() ? "-" : memory + " MiB"));
+    std::string text =
+        (cpus.empty() ? "-" : cpus) + " / " + (memory.empty() ? "-" : memory + " MiB");
+    if (task.contains("cpu_set") && task["cpu_set"].is_array()) {
+      // The CPUs rank 0 is bound to (executor.cpu_binding: cpuset).
+      text +=
+          " (bound to CPUs " + common::FormatCpuList(task["cpu_set"].get<std::vector<int>>()) + ")";
+    }
+    lines.emplace(lines.begin() + 8, "CPUs / Memory", text);
   }
   if (task.contains("usage") && task["usage"].is_object()) {
     // What it used, measured in its cgroups.

@@ -76,7 +76,10 @@ StartsRequest ToStarts(const HeartbeatRequest& req) {
   starts.agent_id = req.agent_id();
   starts.epoch = req.epoch();
   for (const auto& s : req.started())
-    starts.starts.push_back({s.task_id(), s.started_at_unix_micros(), s.run()});
+    starts.starts.push_back({s.task_id(),
+                             s.started_at_unix_micros(),
+                             s.run(),
+                             {s.cpu_set().begin(), s.cpu_set().end()}});
   return starts;
 }
 

@@ -352,7 +352,10 @@ json ApiValue(const T& v) {
   } else if constexpr (std::is_same_v<T, core::Allocation>) {
     json allocation = json::array();
     for (const auto& na : v) {
-      allocation.push_back({{"node_id", na.node_id}, {"gpu_indices", na.gpu_indices}});
+      json entry{{"node_id", na.node_id}, {"gpu_indices", na.gpu_indices}};
+      // The CPUs the member is bound to (executor.cpu_binding: cpuset); null: not bound.
+      entry["cpu_set"] = na.cpu_set.empty() ? json(nullptr) : json(na.cpu_set);
+      allocation.push_back(std::move(entry));
     }
     return allocation;
   } else if constexpr (std::is_same_v<T, std::vector<std::pair<std::string, std::string>>>) {
@@ -420,6 +423,9 @@ json TaskToJson(const core::Task& t, core::PendingReason reason) {
                                               : 0;
   out["cpus"] = cpus > 0 ? json(core::CpusOfMilli(cpus)) : json(nullptr);
   out["memory_mb"] = memory > 0 ? json(memory) : json(nullptr);
+  // The CPUs rank 0 is bound to on its node (each member's: allocation[].cpu_set); null: none.
+  out["cpu_set"] =
+      rank0 != nullptr && !rank0->cpu_set.empty() ? json(rank0->cpu_set) : json(nullptr);
   // What its run used, where its agents measured it (a cgroup per task): CPU time summed over
   // its members, the highest member's peak memory; null where nothing was measured.
   const std::optional<core::ResourceUsage> used = core::UsageOf(t.allocation);

@@ -94,7 +94,8 @@ std::string GpuId(const std::string& node_id, int index);
 nlohmann::json TaskToJson(const core::Task& task, core::PendingReason reason);
 // The task object's keys that are no field of the task table.
 inline constexpr std::string_view kTaskApiKeys[] = {
-    "task_id", "node_id", "allocated_gpus", "pending_reason", "gpus_per_node", "cpus", "usage"};
+    "task_id",       "node_id", "allocated_gpus", "pending_reason",
+    "gpus_per_node", "cpus",    "usage",          "cpu_set"};
 // GET /tasks/{id}/events: {events: [{time, type, node_id (when there is one), message}]}.
 nlohmann::json TaskEventsToJson(const std::vector<core::TaskEventRecord>& events);
 

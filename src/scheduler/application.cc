@@ -102,7 +102,7 @@ Status RecordStart(core::SchedulerCore& core, const std::string& node_id,
   if (!n) return InvalidArgument("task_id \"" + start.task_id + "\" is not a task id");
   if (start.started_at <= 0)
     return InvalidArgument(start.task_id + " has no started_at_unix_micros");
-  return core.TaskStarted(*n, node_id, start.started_at, start.run);
+  return core.TaskStarted(*n, node_id, start.started_at, start.run, start.cpu_set);
 }
 
 // The task as the database holds it; the storage's error, or 404 for a task it does not hold.

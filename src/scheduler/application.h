@@ -322,6 +322,7 @@ struct StartsRequest {
     std::string task_id;
     core::TimeMicros started_at = 0;
     int run = 0;
+    std::vector<int> cpu_set;  // The CPUs the run is bound to; empty: not bound.
   };
   std::string agent_id;
   uint64_t epoch = 0;

@@ -134,6 +134,7 @@ void WriteField(const T& v, const T& def, Message* r, const Reflection* refl,
       a->set_memory_mb(na.memory_mb);
       a->set_usage_cpu_micros(na.usage.cpu_micros);
       a->set_usage_max_memory_bytes(na.usage.max_memory_bytes);
+      for (int cpu : na.cpu_set) a->add_cpu_set(cpu);
     }
   }
 }
@@ -172,7 +173,8 @@ void ReadField(const Message& r, const Reflection* refl, const FieldDescriptor* 
                       std::max<int64_t>(a.cpus_milli(), 0),
                       std::max<int64_t>(a.memory_mb(), 0),
                       {std::max<int64_t>(a.usage_cpu_micros(), 0),
-                       std::max<int64_t>(a.usage_max_memory_bytes(), 0)}});
+                       std::max<int64_t>(a.usage_max_memory_bytes(), 0)},
+                      {a.cpu_set().begin(), a.cpu_set().end()}});
     }
   }
 }

@@ -114,6 +114,8 @@ json AllocationToJson(const core::Allocation& allocation) {
     // Only members whose agent measured what they used (executor.isolation) have these.
     if (a.usage.cpu_micros != 0) entry["usage_cpu_micros"] = a.usage.cpu_micros;
     if (a.usage.max_memory_bytes != 0) entry["usage_max_memory_bytes"] = a.usage.max_memory_bytes;
+    // Only members bound to CPUs (executor.cpu_binding: cpuset) have it.
+    if (!a.cpu_set.empty()) entry["cpu_set"] = a.cpu_set;
     out.push_back(std::move(entry));
   }
   return out;
@@ -150,6 +152,16 @@ StatusOr<core::Allocation> AllocationFromJson(const json& j) {
           return Malformed(key, "a non-negative integer");
         }
         *value = it->get<int64_t>();
+      }
+    }
+    if (auto cpus = entry.find("cpu_set"); cpus != entry.end()) {
+      if (!cpus->is_array()) return Malformed("cpu_set", "an array");
+      for (const json& cpu : *cpus) {
+        if (!cpu.is_number_integer() || cpu.get<int64_t>() < 0 ||
+            cpu.get<int64_t>() > std::numeric_limits<int>::max()) {
+          return Malformed("cpu_set", "a list of CPU ids");
+        }
+        a.cpu_set.push_back(cpu.get<int>());
       }
     }
     allocation.push_back(std::move(a));

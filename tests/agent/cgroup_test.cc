@@ -19,6 +19,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "agent/cpu_sets.h"
 #include "test_util.h"
 
 namespace dgpu::agent {
@@ -45,7 +46,7 @@ TEST(CgroupLayoutTest, V1HierarchiesBelowTheProcesssOwn) {
   ASSERT_TRUE(found.ok()) << found.status().ToString();
   EXPECT_EQ(found->first, CgroupVersion::kV1);
   const auto& h = found->second;
-  ASSERT_EQ(h.size(), 4u);  // memory, pids, cpu+cpuacct (one mount), devices.
+  ASSERT_EQ(h.size(), 5u);  // memory, pids, cpu+cpuacct (one mount), devices, cpuset.
   EXPECT_EQ(h[0].controllers, std::vector<std::string>{"memory"});
   EXPECT_EQ(h[0].own, "/sys/fs/cgroup/memory/api/x1");
   EXPECT_EQ(h[0].parent, "/sys/fs/cgroup/memory/api/x1/dgpu-n1");
@@ -53,6 +54,8 @@ TEST(CgroupLayoutTest, V1HierarchiesBelowTheProcesssOwn) {
   EXPECT_EQ(h[2].controllers, (std::vector<std::string>{"cpu", "cpuacct"}));
   EXPECT_EQ(h[2].parent, "/sys/fs/cgroup/cpu,cpuacct/dgpu-n1");
   EXPECT_EQ(h[3].controllers, std::vector<std::string>{"devices"});
+  EXPECT_EQ(h[4].controllers, std::vector<std::string>{"cpuset"});
+  EXPECT_EQ(h[4].parent, "/sys/fs/cgroup/cpuset/dgpu-n1");
 }
 
 TEST(CgroupLayoutTest, V2WhenTheUnifiedHierarchyHoldsMemoryAndPids) {
@@ -158,6 +161,38 @@ TEST_F(TaskCgroupsTest, GpuDeviceFilesOfOtherTasksCannotBeOpened) {
   EXPECT_EQ(fd < 0 ? errno : 0, ENXIO);
   EXPECT_TRUE(cgroups_->Remove("task-dev").ok());
   EXPECT_FALSE(cgroups_->Exists("task-dev"));
+}
+
+TEST_F(TaskCgroupsTest, ATaskBoundToCpusRunsOnThoseAlone) {
+  ASSERT_TRUE(cgroups_->can_bind_cpus());  // A cpuset hierarchy on this project's machines.
+  const std::vector<int> allowed = AllowedCpus();
+  ASSERT_FALSE(allowed.empty());
+  TaskCgroupLimits limits;
+  limits.cpus = {allowed.back()};
+  ASSERT_TRUE(cgroups_->Create("task-cpus", limits).ok());
+  // The child reports the CPUs it may run on, as the kernel lists them.
+  int report[2];
+  ASSERT_EQ(pipe(report), 0);
+  const int status = RunInCgroup(*cgroups_, "task-cpus", limits, [&] {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("Cpus_allowed_list:", 0) != 0) continue;
+      const std::string list = line.substr(line.find_first_not_of(" \t", 18));
+      return write(report[1], list.data(), list.size()) == static_cast<ssize_t>(list.size()) ? 0
+                                                                                             : 2;
+    }
+    return 3;
+  });
+  close(report[1]);
+  char buffer[64] = {};
+  const ssize_t n = read(report[0], buffer, sizeof(buffer) - 1);
+  close(report[0]);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(std::string(buffer, n > 0 ? static_cast<size_t>(n) : 0),
+            std::to_string(allowed.back()));
+  EXPECT_TRUE(cgroups_->Remove("task-cpus").ok());
 }
 
 TEST_F(TaskCgroupsTest, MemoryAboveTheLimitIsAnOutOfMemoryKill) {

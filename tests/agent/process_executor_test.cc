@@ -1245,6 +1245,59 @@ TEST_P(IsolatedExecutorTest, LimitsApplyAndTheCgroupGoesWithTheTask) {
   EXPECT_FALSE(cgroups_->Exists("task-stop"));
 }
 
+// executor.cpu_binding: cpuset with a pool of one CPU: the first task is bound to it; the
+// second, while the first holds it, gets a CPU quota instead and its log says why; the CPU is
+// free again once the first has ended, and an executor started after a restart holds it for the
+// task it adopts.
+TEST_P(IsolatedExecutorTest, TasksAreBoundToCpusOfTheirOwnWhileEnoughAreFree) {
+  const int cpu = AllowedCpus().back();
+  ProcessExecutorOptions options = IsolatedOptions();
+  options.cpu_pool = CpuPool({cpu}, {});
+  const std::string allowed = "grep Cpus_allowed_list /proc/self/status | tr -d ' \\t' > cpus; ";
+  std::optional<pid_t> pid;
+  {
+    ProcessExecutor executor(options);
+    TaskLaunch bound = Launch("task-bound", allowed + WaitForGo(0));
+    bound.cpus_milli = 500;
+    ASSERT_TRUE(executor.Start(bound).ok());
+    EXPECT_EQ(executor.CpuSet("task-bound"), std::vector<int>{cpu});
+    TaskLaunch quota = Launch("task-quota", allowed);
+    quota.cpus_milli = 1000;
+    ASSERT_TRUE(executor.Start(quota).ok());
+    EXPECT_EQ(executor.CpuSet("task-quota"), std::vector<int>{});
+    auto exit = PollUntilExit(executor, "task-quota", std::chrono::seconds(10));
+    ASSERT_TRUE(exit.has_value());
+    EXPECT_TRUE(exit->success) << exit->error;
+    EXPECT_EQ(ReadFile(executor.LogPath("task-quota")),
+              "dgpu: 1 CPU(s) to bind the task to and 0 free: a CPU quota of 1 instead\n");
+    EXPECT_EQ(ReadFile(TaskFile("task-quota", "cpus")),
+              "Cpus_allowed_list:" + FormatCpuList(AllowedCpus()) + "\n");
+    ASSERT_TRUE(
+        WaitUntil([&] { return (pid = ReadPidFile(TaskFile("task-bound", "pid"))).has_value(); }));
+    EXPECT_EQ(ReadFile(TaskFile("task-bound", "cpus")),
+              "Cpus_allowed_list:" + std::to_string(cpu) + "\n");
+    executor.Detach();
+  }
+  ProcessExecutor second(options);
+  std::vector<std::string> lost;
+  ASSERT_EQ(second.Reattach(&lost).size(), 1u);
+  EXPECT_EQ(second.CpuSet("task-bound"), std::vector<int>{cpu});
+  TaskLaunch waiting = Launch("task-waiting", "true");
+  waiting.cpus_milli = 1000;
+  ASSERT_TRUE(second.Start(waiting).ok());
+  EXPECT_EQ(second.CpuSet("task-waiting"), std::vector<int>{});  // The adopted task holds it.
+  ASSERT_TRUE(PollUntilExit(second, "task-waiting", std::chrono::seconds(10)).has_value());
+  testing::WriteFile(TaskFile("task-bound", "go"), "");
+  auto exit = PollUntilExit(second, "task-bound", std::chrono::seconds(10));
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success) << exit->error;
+  TaskLaunch next = Launch("task-next", "true");
+  next.cpus_milli = 1000;
+  ASSERT_TRUE(second.Start(next).ok());
+  EXPECT_EQ(second.CpuSet("task-next"), std::vector<int>{cpu});
+  ASSERT_TRUE(PollUntilExit(second, "task-next", std::chrono::seconds(10)).has_value());
+}
+
 INSTANTIATE_TEST_SUITE_P(Shims, IsolatedExecutorTest, ::testing::Values(size_t{0}, size_t{16}),
                          [](const auto& info) {
                            return info.param == 0 ? std::string("OwnShim")

@@ -45,8 +45,10 @@ def test_the_task_model_reads_every_property_of_the_described_task_object():
         elif name == "env":
             doc[name] = {"K": str(i)}
         elif name == "allocation":
-            doc[name] = [{"node_id": "n%d" % i, "gpu_indices": [i]}]
-            want[name] = [dgpu.models.NodeAllocation("n%d" % i, [i])]
+            doc[name] = [{"node_id": "n%d" % i, "gpu_indices": [i], "cpu_set": [i, i + 1]}]
+            want[name] = [dgpu.models.NodeAllocation("n%d" % i, [i], [i, i + 1])]
+        elif name == "cpu_set":
+            doc[name] = [i, i + 2]
         elif name == "allocated_gpus":
             doc[name] = ["n%d-gpu-%d" % (i, i)]
         elif name == "usage":

@@ -119,7 +119,7 @@ TEST(AgentConfigTest, DefaultsAreTheDocumentedValues) {
   EXPECT_EQ(c.executor.max_log_bytes, int64_t{1} << 30);
   EXPECT_EQ(c.executor.retention, milliseconds{int64_t{7} * 24 * 3600 * 1000});
   EXPECT_EQ(c.executor.isolation, Isolation::kAuto);
-  EXPECT_EQ(c.executor.cpu_binding, CpuBinding::kQuota);
+  EXPECT_EQ(c.executor.cpu_binding, CpuBinding::kCpuset);
   EXPECT_EQ(c.executor.max_pids_per_task, 32768);
   EXPECT_EQ(c.gpu.fake.device_dir, "");
   EXPECT_EQ(c.executor.docker.socket, "/var/run/docker.sock");
@@ -434,7 +434,7 @@ TEST(AgentConfigTest, WrongTypesAndRangesAreExplained) {
       {"executor: {isolation: strict}",
        "executor.isolation: must be one of auto, cgroup, none; got \"strict\""},
       {"executor: {cpu_binding: pinned}",
-       "executor.cpu_binding: must be one of quota, none; got \"pinned\""},
+       "executor.cpu_binding: must be one of cpuset, quota, none; got \"pinned\""},
       {"executor: {max_pids_per_task: -1}",
        "executor.max_pids_per_task: must be an integer in [0, 4194304], got \"-1\""},
       {"executor: {retention: forever}",

@@ -225,5 +225,22 @@ TEST_F(ResourcesTest, UsageFromHeartbeatsAndTheFinish) {
   EXPECT_EQ(UsageOf(T(gang).allocation), (ResourceUsage{7'000'000, int64_t{3} << 29}));
 }
 
+// The CPUs each member's agent bound it to come with its start report, into that member's entry.
+TEST_F(ResourcesTest, EachMembersCpuSetComesWithItsStart) {
+  Node("n1", 2, 8, 16000);
+  Node("n2", 2, 8, 16000);
+  const TaskNumber gang = Submit(2, 0, 0, 2);
+  Pass();
+  ASSERT_EQ(T(gang).allocation.size(), 2u);
+  ASSERT_TRUE(core_.TaskStarted(gang, "n2", now_ + 1, RunNumber(T(gang)), {2, 3}).ok());
+  ASSERT_TRUE(core_.TaskStarted(gang, "n1", now_ + 2, RunNumber(T(gang))).ok());
+  for (const NodeAllocation& a : T(gang).allocation) {
+    const std::vector<int> want = a.node_id == "n2" ? std::vector<int>{2, 3} : std::vector<int>{};
+    EXPECT_EQ(a.cpu_set, want) << a.node_id;
+  }
+  EXPECT_EQ(core_.TaskStarted(gang, "n3", now_ + 3, 0, {7}).code(),
+            StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace dgpu::core

@@ -41,7 +41,8 @@ class PlacementTest(ClusterTestCase):
             self.assertEqual(len(gpus), 2, t)
             self.assertEqual({node_of(g) for g in gpus}, {t["node_id"]}, t)
             self.assertEqual(t["allocation"], [{"node_id": t["node_id"],
-                                                "gpu_indices": [index_of(g) for g in gpus]}])
+                                                "gpu_indices": [index_of(g) for g in gpus],
+                                                "cpu_set": None}])
             self.assertFalse(seen & set(gpus), "GPU given twice")
             seen |= set(gpus)
             per_node.setdefault(t["node_id"], []).append(t["task_id"])

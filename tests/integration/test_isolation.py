@@ -1,9 +1,9 @@
 """A cgroup per task (executor.isolation: cgroup) with real agents and fake GPUs whose device
 files the test makes with mknod under gpu.fake.device_dir: a task opens its own GPU (ENXIO: no
 driver here) and no other (EPERM); 300 MiB under memory_mb 64 fails out_of_memory; a fork loop
-stops at max_pids_per_task; cpus becomes a CPU quota; a cancelled task leaves no process and no
-cgroup, and a stopped agent removes its cgroup parent. With isolation none every GPU device
-file opens, as before. The cgroups are made below the test's own (the agents inherit it)."""
+stops at max_pids_per_task; cpus binds whole CPUs of the task's own (a CPU quota once none is
+free); a cancelled task leaves no process and no cgroup, and a stopped agent removes its cgroup
+parent. With isolation none every GPU device file opens, as before. The cgroups are made below the test's own (the agents inherit it)."""
 
 import os
 import stat
@@ -108,9 +108,38 @@ class IsolationTest(IsolatedCluster):
         _, log = self.run_task("exec python3 %s/fork.py" % self.c.tmp)
         self.assertEqual(log.strip(), "forked 19 then EAGAIN")
 
-    def test_cpus_become_a_quota_and_a_cancel_leaves_nothing(self):
-        tid = self.c.submit("sleep 300 & sleep 300 & wait", cpus=0.5)
+    def test_cpus_bind_cpus_of_the_tasks_own_and_a_cancel_leaves_nothing(self):
+        # executor.cpu_binding cpuset (the default): ceil(cpus) whole CPUs of a task's own while
+        # enough are free (the node's 2 here), then a CPU quota.
+        script = "grep Cpus_allowed_list /proc/self/status; sleep 300 & sleep 300 & wait"
+        first = [self.c.submit(script, cpus=0.5) for _ in range(2)]
+
+        def bound(tid):
+            return wait_until(lambda: self.c.task(tid)["cpu_set"], 10,
+                              what="the CPUs %s is bound to" % tid)
+        node_cpus = sorted(os.sched_getaffinity(0))[:2]  # Those of resources.cpus 2.
+        sets = [bound(tid) for tid in first]
+        self.assertEqual(sorted(sets), [[c] for c in node_cpus], sets)
+        for tid, cpus in zip(first, sets):
+            self.assertEqual(self.c.task(tid)["allocation"][0]["cpu_set"], cpus)
+            wait_until(lambda: "Cpus_allowed_list" in read_text(self.c.task_log("a1", tid)), 10,
+                       what="the task's CPUs in its log")
+            self.assertEqual(read_text(self.c.task_log("a1", tid)).split(),
+                             ["Cpus_allowed_list:", str(cpus[0])])
+        if os.access(CTL_BIN, os.X_OK):
+            p = subprocess.run([CTL_BIN, "--server", self.c.base, "get", "task", first[0]],
+                               capture_output=True, text=True, timeout=30)
+            self.assertRegex(p.stdout, r"(?m)^CPUs / Memory: +0\.5 / 1024 MiB "
+                             r"\(bound to CPUs %d\)$" % sets[0][0])
+        # No CPU left to bind: a quota of its cpus instead, and its log says so.
+        tid = self.c.submit(script, cpus=1)
         self.c.wait_status(tid, "running")
+        wait_until(lambda: "Cpus_allowed_list" in read_text(self.c.task_log("a1", tid)), 10,
+                   what="the task's CPUs in its log")
+        self.assertEqual(read_text(self.c.task_log("a1", tid)).splitlines()[0],
+                         "dgpu: 1 CPU(s) to bind the task to and 0 free: a CPU quota of 1 "
+                         "instead")
+        self.assertIsNone(self.c.task(tid)["cpu_set"])
         parents = agent_parents(self.c, "a1")
         self.assertEqual(len(parents), len(own_cgroup_dirs(("memory", "pids"))), parents)
         task_dirs = [os.path.join(p, tid) for p in parents]
@@ -129,17 +158,25 @@ class IsolationTest(IsolatedCluster):
         name = "cpu.max" if os.path.exists(os.path.join(cpu[0], "cpu.max")) else \
             "cpu.cfs_quota_us"
         with open(os.path.join(cpu[0], name)) as f:
-            self.assertEqual(f.read().split()[0], "50000")
-        self.assertEqual(self.c.cancel(tid).status, 200)
-        self.c.wait_status(tid, "cancelled")
-        wait_until(lambda: not any(os.path.exists(d) for d in task_dirs + cpu), 10,
-                   what="the task's cgroup to be removed")
+            self.assertEqual(f.read().split()[0], "100000")
+        cpusets = [os.path.join(p, t) for p in agent_parents(self.c, "a1", ("cpuset",))
+                   for t in first]
+        self.assertEqual(len(cpusets), 2 if agent_parents(self.c, "a1", ("cpuset",)) else 0)
+        for t in first + [tid]:
+            self.assertEqual(self.c.cancel(t).status, 200)
+        for t in first + [tid]:
+            self.c.wait_status(t, "cancelled")
+        wait_until(lambda: not any(os.path.exists(d) for d in task_dirs + cpu + cpusets), 10,
+                   what="the tasks' cgroups to be removed")
         for pid in pids:
             self.assertFalse(os.path.exists("/proc/%d" % pid), pid)
+        # Their CPUs are free again.
+        again = self.c.submit("sleep 1", cpus=2)
+        self.assertEqual(self.c.wait_status(again, "success", timeout=20)["cpu_set"], node_cpus)
         # The agent's own end removes its parents.
         self.c.agents["a1"].stop()
-        self.assertEqual(agent_parents(self.c, "a1", ("memory", "pids", "cpu", "devices", "freezer")),
-                         [])
+        self.assertEqual(agent_parents(self.c, "a1", ("memory", "pids", "cpu", "devices",
+                                                      "freezer", "cpuset")), [])
 
     def test_an_agent_restarted_adopts_its_tasks_cgroup_and_removes_leftovers(self):
         tid = self.c.submit("exec sleep 300", memory_mb=256)

@@ -54,7 +54,7 @@ class WatchTest(ClusterTestCase):
         self.assertTrue(running, between)
         self.assertEqual(running[0]["data"]["node_id"], "a1")
         self.assertEqual(running[0]["data"]["allocation"],
-                         [{"node_id": "a1", "gpu_indices": [0, 1]}])
+                         [{"node_id": "a1", "gpu_indices": [0, 1], "cpu_set": None}])
         # The node, as /agents shows it, while the task held both GPUs.
         nodes = [f["data"] for f in between if f["event"] == "node"]
         self.assertIn(("a1", 0, 1), [(n["id"], n["free_gpus"], n["tasks"]) for n in nodes])

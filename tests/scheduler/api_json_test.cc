@@ -556,7 +556,7 @@ TEST(ApiJsonTest, TaskObjectCarriesTeamUserPreemptibleBorrowedAndPreemptions) {
       {"status", "running"},
       {"node_id", "node-1"},
       {"allocated_gpus", {"node-1-gpu-2", "node-1-gpu-3"}},
-      {"allocation", {{{"node_id", "node-1"}, {"gpu_indices", {2, 3}}}}},
+      {"allocation", {{{"node_id", "node-1"}, {"gpu_indices", {2, 3}}, {"cpu_set", nullptr}}}},
       {"pending_reason", nullptr},
       {"attempts", 1},
       {"exit_code", nullptr},
@@ -581,10 +581,17 @@ TEST(ApiJsonTest, TaskObjectCarriesTeamUserPreemptibleBorrowedAndPreemptions) {
       {"master_port", nullptr},
       {"cpus", nullptr},
       {"memory_mb", nullptr},
+      {"cpu_set", nullptr},
       {"usage", nullptr},
   };
   // The whole object: preempted_by is the core's (and the agent's) business, not the API's.
   EXPECT_EQ(TaskToJson(RunningTask(), core::PendingReason::kNone), expected);
+  // Bound to CPUs: rank 0's at the top, each member's in its entry.
+  core::Task bound = RunningTask();
+  bound.allocation[0].cpu_set = {4, 5};
+  const json j = TaskToJson(bound, core::PendingReason::kNone);
+  EXPECT_EQ(j["cpu_set"], json({4, 5}));
+  EXPECT_EQ(j["allocation"][0]["cpu_set"], json({4, 5}));
 }
 
 TEST(ApiJsonTest, TaskIsBorrowedOnlyWhileItRuns) {

@@ -146,7 +146,7 @@ inline core::Task FullTask(core::TaskNumber id) {
   t.spec.image = "nvidia/cuda:12.0";
   t.status = core::TaskStatus::kRunning;
   t.queue_seq = -42;
-  t.allocation = {{"node-a", {0, 2}, false, 4000, 8192, {12'345'678, 3'221'225'472}},
+  t.allocation = {{"node-a", {0, 2}, false, 4000, 8192, {12'345'678, 3'221'225'472}, {4, 5, 6, 7}},
                   {"node-b", {5, 7}}};
   t.attempts = 2;
   t.exit_code = -9;

@@ -39,13 +39,16 @@ def parse_time(text: Optional[str]) -> Optional[datetime]:
 
 @dataclass(frozen=True)
 class NodeAllocation:
-    """The GPUs a task holds on one node."""
+    """The GPUs a task holds on one node, and the CPUs it is bound to there (None: not bound)."""
     node_id: str
     gpu_indices: List[int]
+    cpu_set: Optional[List[int]] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "NodeAllocation":
-        return cls(node_id=d["node_id"], gpu_indices=list(d["gpu_indices"]))
+        cpus = d.get("cpu_set")
+        return cls(node_id=d["node_id"], gpu_indices=list(d["gpu_indices"]),
+                   cpu_set=None if cpus is None else list(cpus))
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class Task:
     master_port: Optional[int] = None  # A gang's rendezvous port (DGPU_MASTER_PORT).
     cpus: Optional[float] = None       # Each member's CPUs: asked for, or given; None: unknown.
     memory_mb: Optional[int] = None    # Each member's memory in MiB, the same way.
+    cpu_set: Optional[List[int]] = None  # The CPUs it is bound to (cpu_binding cpuset); None: not.
     usage: Optional[Usage] = None      # What it used (agents with isolation); None: not measured.
 
     @property
@@ -137,6 +141,7 @@ class Task:
             retries=d.get("retries", 0), retry_at=parse_time(d.get("retry_at")),
             nodes=d.get("nodes", 1), gpus_per_node=d.get("gpus_per_node", d["gpu_count"]),
             master_port=d.get("master_port"), cpus=d.get("cpus"), memory_mb=d.get("memory_mb"),
+            cpu_set=None if d.get("cpu_set") is None else list(d["cpu_set"]),
             usage=Usage.from_json(d.get("usage")))
 
 
