@@ -51,7 +51,8 @@ std::vector<int> LocalCpusOfPciDevice(const std::string& pci_bus_id,
     return {};
   }
   if (colon > 4) id = id.substr(colon - 4);
-  const auto cpus = common::ParseCpuList(ReadFirstLine(sysfs_pci_dir + "/" + id + "/local_cpulist"));
+  const auto cpus =
+      common::ParseCpuList(ReadFirstLine(sysfs_pci_dir + "/" + id + "/local_cpulist"));
   return cpus.value_or(std::vector<int>{});
 }
 

@@ -38,8 +38,8 @@ TEST(CpuTopologyTest, NodesAndAGpusLocalCpusFromSysfs) {
   std::ofstream(dir.File("node/node0/cpulist")) << "0-1,4-5\n";
   std::ofstream(dir.File("node/node1/cpulist")) << "2-3,6-7\n";
   const std::map<int, int> nodes = ReadCpuNodes(dir.File("node"));
-  EXPECT_EQ(nodes, (std::map<int, int>{{0, 0}, {1, 0}, {2, 1}, {3, 1}, {4, 0}, {5, 0}, {6, 1},
-                                       {7, 1}}));
+  EXPECT_EQ(nodes,
+            (std::map<int, int>{{0, 0}, {1, 0}, {2, 1}, {3, 1}, {4, 0}, {5, 0}, {6, 1}, {7, 1}}));
   EXPECT_TRUE(ReadCpuNodes(dir.File("none")).empty());
 
   std::filesystem::create_directories(dir.File("pci/0000:3b:00.0"));
