@@ -68,9 +68,19 @@ for _ in range(100):
         break
     time.sleep(0.05)
 time.sleep(2)
-shims = [int(p.split("/")[2]) for p in glob.glob("/proc/[0-9]*/cmdline")
-         if b"--task-shim" in open(p, "rb").read().split(b"\0")[1:2]]
-shim = [p for p in shims if os.path.exists("/proc/%d" % p)][0]
+def shim_of(pid):
+    """Whether pid is a task shim of this agent: one of its own, or a kept one (a server)."""
+    try:
+        args = open("/proc/%d/cmdline" % pid, "rb").read().split(b"\0")
+        ppid = int(open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return False
+    return ppid == agent and args[1:2] in ([b"--task-shim"], [b"--task-shim-server"])
+# The task's shim: the parent of its leader (`sleep`), a shim of this agent.
+leaders = [int(p.split("/")[2]) for p in glob.glob("/proc/[0-9]*/comm")
+           if open(p).read().strip() == "sleep"]
+shim = [pp for pp in (int(open("/proc/%d/stat" % p).read().rsplit(")", 1)[1].split()[1])
+                      for p in leaders if os.path.exists("/proc/%d" % p)) if shim_of(pp)][0]
 measure([agent, shim], lambda p: "agent with 1 task" if p == agent else "the task's shim")
 rollup = dict(line.split(":", 1) for line in open("/proc/%d/smaps_rollup" % shim).read().splitlines()[1:])
 kb = lambda k: int(rollup[k].split()[0])
