@@ -279,6 +279,7 @@ StatusOr<std::unique_ptr<TaskCgroups>> TaskCgroups::Open(const std::string& name
     return cgroups;
   }
   bool cpuset = false;
+  std::string mems;
   for (const CgroupHierarchy& h : hierarchies) {
     if (mkdir(h.parent.c_str(), 0755) != 0 && errno != EEXIST) {
       return Unavailable("cannot create " + h.parent + ": " + strerror(errno));
@@ -292,9 +293,11 @@ StatusOr<std::unique_ptr<TaskCgroups>> TaskCgroups::Open(const std::string& name
         cpuset = false;
       }
     }
+    mems = Trimmed(ReadAll(h.parent + "/cpuset.mems"));
   }
   auto cgroups = std::unique_ptr<TaskCgroups>(new TaskCgroups(version, std::move(hierarchies)));
   cgroups->cpuset_ = cpuset;
+  cgroups->cpuset_mems_ = std::move(mems);
   return cgroups;
 }
 
@@ -389,8 +392,7 @@ Status TaskCgroups::Create(const std::string& task_id, const TaskCgroupLimits& l
     Status s = OkStatus();
     if (!v2) {
       // v1: the memory nodes first (a v1 cpuset cgroup takes no process without them).
-      const CgroupHierarchy* h = Find("cpuset");
-      s = set("cpuset", "cpuset.mems", Trimmed(ReadAll(h->parent + "/cpuset.mems")));
+      s = set("cpuset", "cpuset.mems", cpuset_mems_);
     }
     if (s.ok()) s = set("cpuset", "cpuset.cpus", FormatCpuList(limits.cpus));
     if (!s.ok()) return fail(s);

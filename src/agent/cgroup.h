@@ -129,6 +129,7 @@ class TaskCgroups {
   CgroupVersion version_;
   std::vector<CgroupHierarchy> hierarchies_;
   bool cpuset_ = false;
+  std::string cpuset_mems_;  // v1: the parent's cpuset.mems, which each task's cgroup gets.
 };
 
 // The device number of each GPU's device file, by index, for those that are character devices:

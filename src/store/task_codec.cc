@@ -121,6 +121,25 @@ json AllocationToJson(const core::Allocation& allocation) {
   return out;
 }
 
+namespace {
+
+// A list of ids in [0, INT_MAX] (GPU indices, CPU ids) under `key`; `ids` names them.
+Status ReadIdList(const json& list, std::string_view key, std::string_view ids,
+                  std::vector<int>* out) {
+  if (!list.is_array()) return Malformed(key, "an array");
+  for (const json& id : list) {
+    if (!id.is_number_integer()) return Malformed(key, "a list of integers");
+    const auto v = id.get<int64_t>();
+    if (v < 0 || v > std::numeric_limits<int>::max()) {
+      return Malformed(key, "a list of " + std::string(ids));
+    }
+    out->push_back(static_cast<int>(v));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 StatusOr<core::Allocation> AllocationFromJson(const json& j) {
   if (!j.is_array()) return Malformed("allocation", "an array");
   core::Allocation allocation;
@@ -130,15 +149,8 @@ StatusOr<core::Allocation> AllocationFromJson(const json& j) {
     core::NodeAllocation a;
     if (Status s = ReadString(entry, "node_id", &a.node_id); !s.ok()) return s;
     auto it = entry.find("gpu_indices");
-    if (it == entry.end() || !it->is_array()) return Malformed("gpu_indices", "an array");
-    for (const json& index : *it) {
-      if (!index.is_number_integer()) return Malformed("gpu_indices", "a list of integers");
-      int64_t v = index.get<int64_t>();
-      if (v < 0 || v > std::numeric_limits<int>::max()) {
-        return Malformed("gpu_indices", "a list of GPU indices");
-      }
-      a.gpu_indices.push_back(static_cast<int>(v));
-    }
+    if (it == entry.end()) return Malformed("gpu_indices", "an array");
+    if (Status s = ReadIdList(*it, "gpu_indices", "GPU indices", &a.gpu_indices); !s.ok()) return s;
     if (auto ended = entry.find("ended"); ended != entry.end()) {
       if (!ended->is_boolean()) return Malformed("ended", "a boolean");
       a.ended = ended->get<bool>();
@@ -155,14 +167,7 @@ StatusOr<core::Allocation> AllocationFromJson(const json& j) {
       }
     }
     if (auto cpus = entry.find("cpu_set"); cpus != entry.end()) {
-      if (!cpus->is_array()) return Malformed("cpu_set", "an array");
-      for (const json& cpu : *cpus) {
-        if (!cpu.is_number_integer() || cpu.get<int64_t>() < 0 ||
-            cpu.get<int64_t>() > std::numeric_limits<int>::max()) {
-          return Malformed("cpu_set", "a list of CPU ids");
-        }
-        a.cpu_set.push_back(cpu.get<int>());
-      }
+      if (Status s = ReadIdList(*cpus, "cpu_set", "CPU ids", &a.cpu_set); !s.ok()) return s;
     }
     allocation.push_back(std::move(a));
   }
