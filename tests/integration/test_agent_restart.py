@@ -6,7 +6,7 @@ import re
 import time
 import unittest
 
-from harness import ClusterTestCase, pid_alive, read_text, wait_until
+from harness import ClusterTestCase, pid_alive, read_pid, read_text, wait_until
 
 
 def ticker(pidfile, n=40, period=0.1):
@@ -44,8 +44,7 @@ class AgentRestartTest(ClusterTestCase):
         tid = self.c.submit(ticker(pidfile), gpu_count=2)
         t = self.c.wait_status(tid, "running")
         gpus = t["allocated_gpus"]
-        wait_until(lambda: os.path.exists(pidfile), 5, what="the task started")
-        pid = self.pids(pidfile)[0]
+        pid = read_pid(pidfile)
 
         self.c.agents["a1"].kill9()
         time.sleep(0.5)
@@ -67,7 +66,7 @@ class AgentRestartTest(ClusterTestCase):
         pidfile = os.path.join(self.c.tmp, "go.pids")
         tid = self.c.submit(wait_for_go(pidfile, 3), gpu_count=1)
         self.c.wait_status(tid, "running")
-        wait_until(lambda: os.path.exists(pidfile), 5, what="the task started")
+        read_pid(pidfile)
         self.c.agents["a1"].kill9()
         open(os.path.join(self.c.work_dir("a1"), tid, "go"), "w").close()
         record = os.path.join(self.c.work_dir("a1"), ".run", tid + ".exit")
@@ -84,8 +83,7 @@ class AgentRestartTest(ClusterTestCase):
         pidfile = os.path.join(self.c.tmp, "stopped.pids")
         tid = self.c.submit(wait_for_go(pidfile, 0), gpu_count=1)
         self.c.wait_status(tid, "running")
-        wait_until(lambda: os.path.exists(pidfile), 5, what="the task started")
-        pid = self.pids(pidfile)[0]
+        pid = read_pid(pidfile)
         self.assertEqual(self.c.agents["a1"].stop(), 0)
         self.assertFalse(pid_alive(pid))
         self.assertEqual(os.listdir(os.path.join(self.c.work_dir("a1"), ".run")), [])
@@ -131,8 +129,7 @@ class KeepTasksOnExitTest(ClusterTestCase):
         pidfile = os.path.join(self.c.tmp, "kept.pids")
         tid = self.c.submit(ticker(pidfile, n=30), gpu_count=1)
         self.c.wait_status(tid, "running")
-        wait_until(lambda: os.path.exists(pidfile), 5, what="the task started")
-        pid = int(read_text(pidfile).split()[0])
+        pid = read_pid(pidfile)
         self.assertEqual(self.c.agents["a1"].stop(), 0)
         self.assertIn("leaving 1 tasks running (keep_tasks_on_exit)",
                       read_text(self.c.agents["a1"].stdout_path))
@@ -157,8 +154,7 @@ class RequeuedWhileAwayTest(ClusterTestCase):
         t = self.c.wait_status(tid, "running")
         first = t["node_id"]
         other = "a2" if first == "a1" else "a1"
-        wait_until(lambda: os.path.exists(pidfile), 5, what="the task started")
-        first_pid = int(read_text(pidfile).split()[0])
+        first_pid = read_pid(pidfile)
         self.c.agents[first].kill9()
 
         def moved():
