@@ -71,7 +71,7 @@ const SchedulerCore::NodeState* SchedulerCore::FindNodeState(const std::string& 
 void SchedulerCore::IndexInsert(NodeState& node) {
   if (node.in_index || !node.Placeable()) return;
   for (const auto& s : node.slices) {
-    if (s.capacity > 0) index_.Insert(s.model, node.Entry(), s.free, s.capacity);
+    if (s.capacity > 0) index_.Insert(s.model, node.Entry(), s.free, s.capacity, node.Room());
   }
   node.in_index = true;
   ReclaimInsert(node);
@@ -125,8 +125,21 @@ void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id, const NodeAllo
     slice->free++;
     freed++;
   }
+  // Its CPUs and memory, where it held GPU positions (a restored task still unclaimed holds
+  // none of them yet).
+  const bool gives_room =
+      held && !member.ended && (member.cpus_milli != 0 || member.memory_mb != 0);
+  if (gives_room) {
+    node.free_cpus_milli += member.cpus_milli;
+    node.free_memory_mb += member.memory_mb;
+    resource_seq_ = ++change_seq_;
+  }
   if (slice != nullptr && node.in_index) {
-    index_.Move(slice->model, node.Entry(), slice->free - freed, slice->free);
+    if (gives_room) {
+      index_.Move(slice->model, node.Entry(), slice->free - freed, slice->free, node.Room());
+    } else {
+      index_.Move(slice->model, node.Entry(), slice->free - freed, slice->free);
+    }
     // Shapes of this model asking for more than the node had free, and at most what it has now,
     // may have room again.
     auto& seqs = room_seq_[static_cast<size_t>(slice->model)];
@@ -135,13 +148,7 @@ void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id, const NodeAllo
     for (int k = slice->free - freed + 1; k <= slice->free; ++k) seqs[k] = seq;
     ReclaimSync(node);
   }
-  // Its CPUs and memory, where it held GPU positions (a restored task still unclaimed holds
-  // none of them yet).
-  if (held && !member.ended && (member.cpus_milli != 0 || member.memory_mb != 0)) {
-    node.free_cpus_milli += member.cpus_milli;
-    node.free_memory_mb += member.memory_mb;
-    resource_seq_ = ++change_seq_;
-  }
+  if (gives_room && slice == nullptr && node.in_index) index_.SetRoom(node.Entry(), node.Room());
 }
 
 void SchedulerCore::TakeNodeOffline(NodeState& node, TimeMicros now, std::string_view why) {

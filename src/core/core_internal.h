@@ -398,6 +398,31 @@ struct alignas(64) SchedulerCore::NodeState {
     }
     return PendingReason::kNone;
   }
+  // What it has free for the placement index (what it does not report is unlimited): its free
+  // CPUs and memory, and the most GPUs whose share of them fits in what is free (Given).
+  PlacementIndex::Room Room() const {
+    using I = PlacementIndex;
+    return {cpus_milli > 0 ? I::Clamp(free_cpus_milli) : I::kUnlimited,
+            memory_mb > 0 ? I::Clamp(free_memory_mb) : I::kUnlimited,
+            SharesFree(cpus_milli, free_cpus_milli), SharesFree(memory_mb, free_memory_mb)};
+  }
+  // The largest k with offered * k / gpus <= free (integer division, as Given): k < (free + 1) *
+  // gpus / offered. -1 where not even nothing fits.
+  int32_t SharesFree(int64_t offered, int64_t free) const {
+    if (offered <= 0) return PlacementIndex::kUnlimited;
+    if (free < 0) return -1;
+    if (gpus.empty()) return PlacementIndex::kUnlimited;
+    const auto n = static_cast<int64_t>(gpus.size());
+    return PlacementIndex::Clamp(((free + 1) * n + offered - 1) / offered - 1);
+  }
+  // What a member of `spec` needs of a node's Room: its own requests, or its GPUs' share.
+  static PlacementIndex::Room Need(const TaskSpec& s) {
+    using I = PlacementIndex;
+    const int32_t k = I::Clamp(GpusPerNode(s));
+    return {I::Clamp(std::max<int64_t>(s.cpus_milli, 0)),
+            I::Clamp(std::max<int64_t>(s.memory_mb, 0)), s.cpus_milli > 0 ? 0 : k,
+            s.memory_mb > 0 ? 0 : k};
+  }
   // Whether the GPU at position pos may be given to a task (whatever it holds now).
   bool Usable(size_t pos) const { return !any_unhealthy || gpus[pos].healthy; }
   int HealthyGpus() const {

@@ -161,6 +161,9 @@ Status SchedulerCore::CheckInvariants() const {
       return Internal("node " + n->id + " is " + (n->in_index ? "" : "not ") +
                       "in the placement index but " + (n->Placeable() ? "" : "not ") + "placeable");
     }
+    if (n->in_index && index_.RoomOf(n->slot) != n->Room()) {
+      return Internal("free CPUs or memory out of step in the placement index on node " + n->id);
+    }
     if (n->online) total += n->HealthyGpus();
   }
   int allocated = 0;

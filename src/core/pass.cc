@@ -35,15 +35,16 @@ inline void SchedulerCore::TakeGpus(NodeState& node, const Task& t, int model, i
   auto* slice = node.Slice(model);
   const int old_free = slice->free;
   slice->free -= count;
-  if (node.in_index) index_.Move(model, node.Entry(), old_free, slice->free);
-  if (!node.reports_resources) {
+  if (node.reports_resources) {
+    na.cpus_milli = node.GivenCpus(t.spec);
+    na.memory_mb = node.GivenMemory(t.spec);
+    node.free_cpus_milli -= na.cpus_milli;
+    node.free_memory_mb -= na.memory_mb;
+    if (node.in_index) index_.Move(model, node.Entry(), old_free, slice->free, node.Room());
+  } else {
     na.cpus_milli = na.memory_mb = 0;
-    return;
+    if (node.in_index) index_.Move(model, node.Entry(), old_free, slice->free);
   }
-  na.cpus_milli = node.GivenCpus(t.spec);
-  na.memory_mb = node.GivenMemory(t.spec);
-  node.free_cpus_milli -= na.cpus_milli;
-  node.free_memory_mb -= na.memory_mb;
 }
 
 void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now) {
@@ -313,7 +314,8 @@ std::optional<PlacementIndex::Fit> SchedulerCore::FindNode(
   if (config_.policies.filters.empty() && !any_node_resources_) {
     return index_.FindBestFit(models, shape.gpu_count, excluded);
   }
-  return index_.FindBestFitWhere(models, shape.gpu_count, excluded,
+  // The index passes over nodes short of what the task asks for of its own.
+  return index_.FindBestFitWhere(models, shape.gpu_count, excluded, NodeState::Need(t.spec),
                                  [&](uint32_t slot) { return Fits(t, *nodes_[slot]); });
 }
 
@@ -324,11 +326,12 @@ int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector
   const auto wanted = static_cast<size_t>(shape.nodes);
   for (int m : models) {
     slots.clear();
-    index_.ForEachFitOf(m, shape.per_node, excluded, [&](uint32_t slot, int, int) {
-      if (!Fits(t, *nodes_[slot])) return true;
-      slots.push_back(slot);
-      return slots.size() < wanted;
-    });
+    index_.ForEachFitOf(m, shape.per_node, excluded, NodeState::Need(t.spec),
+                        [&](uint32_t slot, int, int) {
+                          if (!Fits(t, *nodes_[slot])) return true;
+                          slots.push_back(slot);
+                          return slots.size() < wanted;
+                        });
     if (!Permit(shape, m, slots)) continue;
     // Ranks in best-fit order: fewest free first, then node id (the index lists nodes that
     // registered out of id order after the others until it renumbers them).

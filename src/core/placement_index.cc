@@ -30,6 +30,7 @@ uint32_t PlacementIndex::PositionOf(Entry e) {
   }
   pos = static_cast<uint32_t>(slot_of_pos_.size());
   slot_of_pos_.push_back(e.slot);
+  rooms_.emplace_back();
   if (in_order) {
     ordered_ = pos + 1;
   } else if (slot_of_pos_.size() - ordered_ > 64 + slot_of_pos_.size() / 16) {
@@ -55,21 +56,82 @@ void PlacementIndex::Renumber() {
     pos_of_slot_[slot] = p;
   }
   slot_of_pos_ = std::move(order);
+  std::vector<Room> rooms(rooms_.size());
+  for (uint32_t p = 0; p < moved.size(); ++p) rooms[moved[p]] = rooms_[p];
+  rooms_ = std::move(rooms);
   for (auto& mb : models_) {
     for (auto& bucket : mb.by_free) {
       Bitset rebuilt;
       for (uint32_t p = bucket.FindFrom(0); p != kNone; p = bucket.FindFrom(p + 1)) {
-        rebuilt.Set(moved[p]);
+        rebuilt.Set(moved[p], Tracked());
       }
       bucket = std::move(rebuilt);
     }
   }
 }
 
-void PlacementIndex::Insert(int model, Entry e, int free, int capacity) {
+void PlacementIndex::UpdateRoom(uint32_t pos, const Room& room) {
+  const Room old = rooms_[pos];
+  if (old == room) return;
+  rooms_[pos] = room;
+  if (!tracking_rooms_) {
+    if (room == Room{kUnlimited, kUnlimited, kUnlimited, kUnlimited}) return;
+    // The first node with a room of its own: from now on every bucket keeps rooms.
+    tracking_rooms_ = true;
+    for (auto& mb : models_) {
+      for (auto& bucket : mb.by_free) bucket.RecomputeRooms(rooms_);
+    }
+    return;
+  }
+  // The buckets that hold the node: one per model it has.
+  for (auto& mb : models_) {
+    for (auto& bucket : mb.by_free) {
+      if (bucket.Has(pos)) {
+        bucket.RoomChanged(pos, old, rooms_);
+        break;
+      }
+    }
+  }
+}
+
+void PlacementIndex::Move(int model, Entry e, int old_free, int new_free, const Room& room) {
+  assert(e.slot < pos_of_slot_.size() && pos_of_slot_[e.slot] != kNone);
+  const uint32_t pos = pos_of_slot_[e.slot];
+  const Room old = rooms_[pos];
+  if (!tracking_rooms_ || old_free == new_free || old == room) {
+    UpdateRoom(pos, room);
+    Move(model, e, old_free, new_free);
+    return;
+  }
+  // Out of the old bucket with the old room, into the new one with the new room: no bucket sees
+  // a change of room. The node's other models' buckets (if any) do.
+  auto& mb = Buckets(model, std::max(old_free, new_free));
+  assert(mb.by_free[old_free].Has(pos));
+  mb.by_free[old_free].Clear(pos, &rooms_);
+  rooms_[pos] = room;
+  mb.by_free[new_free].Set(pos, &rooms_);
+  if (models_.size() == 1) return;
+  for (size_t m = 0; m < models_.size(); ++m) {
+    if (static_cast<int>(m) == model) continue;
+    for (auto& bucket : models_[m].by_free) {
+      if (bucket.Has(pos)) {
+        bucket.RoomChanged(pos, old, rooms_);
+        break;
+      }
+    }
+  }
+}
+
+void PlacementIndex::SetRoom(Entry e, Room room) {
+  assert(e.slot < pos_of_slot_.size() && pos_of_slot_[e.slot] != kNone);
+  UpdateRoom(pos_of_slot_[e.slot], room);
+}
+
+void PlacementIndex::Insert(int model, Entry e, int free, int capacity, Room room) {
   uint32_t pos = PositionOf(e);
+  UpdateRoom(pos, room);
   auto& mb = Buckets(model, std::max(free, capacity));
-  mb.by_free[free].Set(pos);
+  mb.by_free[free].Set(pos, Tracked());
   mb.capacity_counts[capacity]++;
 }
 
@@ -77,8 +139,8 @@ void PlacementIndex::Erase(int model, Entry e, int free, int capacity) {
   assert(e.slot < pos_of_slot_.size() && pos_of_slot_[e.slot] != kNone);
   uint32_t pos = pos_of_slot_[e.slot];
   auto& mb = Buckets(model, std::max(free, capacity));
-  assert(mb.by_free[free].FindFrom(pos) == pos);
-  mb.by_free[free].Clear(pos);
+  assert(mb.by_free[free].Has(pos));
+  mb.by_free[free].Clear(pos, Tracked());
   auto it = mb.capacity_counts.find(capacity);
   assert(it != mb.capacity_counts.end());
   if (--it->second == 0) mb.capacity_counts.erase(it);
@@ -89,9 +151,9 @@ void PlacementIndex::Move(int model, Entry e, int old_free, int new_free) {
   assert(e.slot < pos_of_slot_.size() && pos_of_slot_[e.slot] != kNone);
   uint32_t pos = pos_of_slot_[e.slot];
   auto& mb = Buckets(model, std::max(old_free, new_free));
-  assert(mb.by_free[old_free].FindFrom(pos) == pos);
-  mb.by_free[old_free].Clear(pos);
-  mb.by_free[new_free].Set(pos);
+  assert(mb.by_free[old_free].Has(pos));
+  mb.by_free[old_free].Clear(pos, Tracked());
+  mb.by_free[new_free].Set(pos, Tracked());
 }
 
 int PlacementIndex::MaxCapacity(int model) const {

@@ -14,11 +14,21 @@
 // there are too many (more than 64 + positions / 16), all positions are renumbered (bits carried
 // over). Nodes registering in any order thus cost O(log nodes) amortized each, and a lookup scans
 // at most that many extras.
+//
+// Nodes may also report the CPUs and memory they have free (their Room). Once one does, every
+// bucket keeps, per 64-position word and per 64 words, the most CPUs and the most memory free on
+// one of its nodes there (each on its own, maybe two nodes), so a lookup for a task that asks for
+// CPUs or memory of its own skips the words and groups of words where no node has them: the
+// walk over a bucket's nodes short of CPUs becomes a scan of its summaries. An update recomputes
+// one word's maxima (and its group's) only when the node that held one lost it.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdint>
+#include <iterator>
+#include <limits>
 #include <map>
 #include <optional>
 #include <vector>
@@ -36,10 +46,46 @@ class PlacementIndex {
     int model = 0;
     int free = 0;
   };
+  static constexpr int32_t kUnlimited = std::numeric_limits<int32_t>::max();
+  // What a node has free beside its GPUs: CPU millis and MiB of memory, and how many of its
+  // GPUs' shares of each (the most GPUs a task taking its GPUs' share could ask for), kUnlimited
+  // for what it does not report. As a need: what a task asks for of its own, or the GPUs it
+  // takes the share of; 0 for nothing. 32 bits each (Clamp), to keep the index small: a value
+  // beyond is one of the largest that fits, and the caller checks a node the index answers.
+  struct Room {
+    int32_t cpus = kUnlimited;
+    int32_t memory = kUnlimited;
+    int32_t cpu_shares = kUnlimited;
+    int32_t memory_shares = kUnlimited;
+    bool Holds(const Room& need) const {
+      return cpus >= need.cpus && memory >= need.memory && cpu_shares >= need.cpu_shares &&
+             memory_shares >= need.memory_shares;
+    }
+    bool Any() const { return cpus > 0 || memory > 0 || cpu_shares > 0 || memory_shares > 0; }
+    bool operator==(const Room&) const = default;
+  };
+  static int32_t Clamp(int64_t v) {
+    return static_cast<int32_t>(
+        std::clamp<int64_t>(v, std::numeric_limits<int32_t>::min() + 1, kUnlimited - 1));
+  }
 
-  void Insert(int model, Entry e, int free, int capacity);
+  // A node's Room is the one last given to Insert or SetRoom, for all of its models.
+  void Insert(int model, Entry e, int free, int capacity, Room room);
+  void Insert(int model, Entry e, int free, int capacity) {
+    Insert(model, e, free, capacity, Room{kUnlimited, kUnlimited, kUnlimited, kUnlimited});
+  }
   void Erase(int model, Entry e, int free, int capacity);
   void Move(int model, Entry e, int old_free, int new_free);
+  // The same, and the node has `room` free now (one update for both).
+  void Move(int model, Entry e, int old_free, int new_free, const Room& room);
+  // A node that is in the index has `room` free now.
+  void SetRoom(Entry e, Room room);
+  // The room last given for a node (unlimited for one never inserted).
+  Room RoomOf(uint32_t slot) const {
+    return slot < pos_of_slot_.size() && pos_of_slot_[slot] != kNone
+               ? rooms_[pos_of_slot_[slot]]
+               : Room{kUnlimited, kUnlimited, kUnlimited, kUnlimited};
+  }
 
   // Best fit for k GPUs among `models`: fewest free GPUs that still fit, then lowest node id.
   // Nodes whose slot is in `excluded` (reservations, a handful at most) are skipped.
@@ -51,6 +97,14 @@ class PlacementIndex {
   template <typename Ok>
   std::optional<Fit> FindBestFitWhere(const std::vector<int>& models, int k,
                                       const std::vector<uint32_t>& excluded, Ok&& ok) const {
+    return FindBestFitWhere(models, k, excluded, Room{0, 0, 0, 0}, ok);
+  }
+  // The same among the nodes with `need` free (their Room holds it) whose slot passes ok(slot).
+  template <typename Ok>
+  std::optional<Fit> FindBestFitWhere(const std::vector<int>& models, int k,
+                                      const std::vector<uint32_t>& excluded, const Room& need,
+                                      Ok&& ok) const {
+    const Room* room_need = Prunes(need) ? &need : nullptr;
     std::optional<Fit> best;
     uint32_t best_pos = 0;
     for (int m : models) {
@@ -59,12 +113,15 @@ class PlacementIndex {
       int limit = static_cast<int>(buckets.size());
       if (best) limit = std::min(limit, best->free + 1);
       for (int f = std::max(k, 1); f < limit; ++f) {
-        uint32_t p = First(buckets[f], [&](uint32_t pos) {
-          const uint32_t slot = slot_of_pos_[pos];
-          return (excluded.empty() ||
-                  std::find(excluded.begin(), excluded.end(), slot) == excluded.end()) &&
-                 ok(slot);
-        });
+        uint32_t p = First(
+            buckets[f],
+            [&](uint32_t pos) {
+              const uint32_t slot = slot_of_pos_[pos];
+              return (excluded.empty() ||
+                      std::find(excluded.begin(), excluded.end(), slot) == excluded.end()) &&
+                     ok(slot);
+            },
+            room_need);
         if (p == kNone) continue;
         if (!best || f < best->free || Before(p, best_pos)) {
           best = Fit{slot_of_pos_[p], m, f};
@@ -86,13 +143,22 @@ class PlacementIndex {
       if (!ForEachFitOf(m, k, excluded, fn)) return;
     }
   }
-  // The same for one model; returns false when fn did.
+  // The same for one model; returns false when fn did. With a need, only the nodes whose Room
+  // holds it.
   template <typename Fn>
   bool ForEachFitOf(int m, int k, const std::vector<uint32_t>& excluded, Fn&& fn) const {
+    return ForEachFitOf(m, k, excluded, Room{0, 0, 0, 0}, fn);
+  }
+  template <typename Fn>
+  bool ForEachFitOf(int m, int k, const std::vector<uint32_t>& excluded, const Room& need,
+                    Fn&& fn) const {
     if (m >= static_cast<int>(models_.size())) return true;
+    const Room* room_need = Prunes(need) ? &need : nullptr;
     const auto& buckets = models_[m].by_free;
     for (int f = std::max(k, 1); f < static_cast<int>(buckets.size()); ++f) {
-      for (uint32_t p = buckets[f].FindFrom(0); p != kNone; p = buckets[f].FindFrom(p + 1)) {
+      const Bitset& b = buckets[f];
+      for (uint32_t p = b.FindFrom(0, room_need, rooms_); p != kNone;
+           p = b.FindFrom(p + 1, room_need, rooms_)) {
         const uint32_t slot = slot_of_pos_[p];
         if (!excluded.empty() &&
             std::find(excluded.begin(), excluded.end(), slot) != excluded.end()) {
@@ -151,50 +217,176 @@ class PlacementIndex {
  private:
   static constexpr uint32_t kNone = ~uint32_t{0};
 
+  static constexpr int32_t kLeast = std::numeric_limits<int32_t>::min();
+  static constexpr Room kNoRoom{kLeast, kLeast, kLeast, kLeast};
+  static Room MaxOf(const Room& a, const Room& b) {
+    return {std::max(a.cpus, b.cpus), std::max(a.memory, b.memory),
+            std::max(a.cpu_shares, b.cpu_shares), std::max(a.memory_shares, b.memory_shares)};
+  }
+  static constexpr int32_t Room::*kDims[] = {&Room::cpus, &Room::memory, &Room::cpu_shares,
+                                             &Room::memory_shares};
+  static constexpr size_t kDimCount = std::size(kDims);
+  // Whether `now` has less than `old` of a value that `most` (a maximum that counted `old`) may
+  // hold: the maximum must be computed again.
+  static bool Lost(const Room& old, const Room& now, const Room& most) {
+    for (auto d : kDims) {
+      if (now.*d < old.*d && old.*d >= most.*d) return true;
+    }
+    return false;
+  }
+  // The most of each value over some rooms, with how many rooms have it: a room that leaves
+  // with the most of a value that others have too leaves it as it was.
+  struct Most {
+    Room room = kNoRoom;
+    std::array<uint8_t, kDimCount> ties{};
+    void Add(const Room& r) {
+      for (size_t i = 0; i < kDimCount; ++i) {
+        const int32_t v = r.*kDims[i];
+        if (v > room.*kDims[i]) {
+          room.*kDims[i] = v;
+          ties[i] = 1;
+        } else if (v == room.*kDims[i]) {
+          ++ties[i];
+        }
+      }
+    }
+    // Takes r out; false when it had the last of a most, which must be computed again.
+    bool Remove(const Room& r) {
+      bool exact = true;
+      for (size_t i = 0; i < kDimCount; ++i) {
+        if (r.*kDims[i] == room.*kDims[i] && --ties[i] == 0) exact = false;
+      }
+      return exact;
+    }
+  };
+
   // Set of positions: one bit per position, plus one summary bit per non-zero word, so finding
-  // the next set bit scans at most one word and then the summary (positions / 4096 words).
+  // the next set bit scans at most one word and then the summary (positions / 4096 words). With
+  // rooms (`rooms` not null: the Room of each position), also the most CPUs and memory free per
+  // word (with ties counted) and per group of 64 words (the words of one summary entry), exact
+  // after every update.
   class Bitset {
    public:
     bool empty() const { return count_ == 0; }
-    void Set(uint32_t p) {
+    void Set(uint32_t p, const std::vector<Room>* rooms) {
       size_t w = p >> 6;
       if (w >= words_.size()) {
         words_.resize(w + 1, 0);
         summary_.resize((words_.size() + 63) >> 6, 0);
+        word_room_.resize(words_.size());
+        group_room_.resize(summary_.size(), kNoRoom);
       }
       words_[w] |= uint64_t{1} << (p & 63);
       summary_[w >> 6] |= uint64_t{1} << (w & 63);
       ++count_;
+      if (rooms != nullptr) Add(w, (*rooms)[p]);
     }
-    void Clear(uint32_t p) {
+    void Clear(uint32_t p, const std::vector<Room>* rooms) {
       size_t w = p >> 6;
       words_[w] &= ~(uint64_t{1} << (p & 63));
       if (words_[w] == 0) summary_[w >> 6] &= ~(uint64_t{1} << (w & 63));
       --count_;
+      if (rooms != nullptr && !word_room_[w].Remove((*rooms)[p])) RecomputeWord(w, *rooms);
     }
-    // The first set position >= p, or kNone.
+    bool Has(uint32_t p) const {
+      size_t w = p >> 6;
+      return w < words_.size() && (words_[w] >> (p & 63) & 1) != 0;
+    }
+    // Position p (set) had `old` free and has rooms[p] now.
+    void RoomChanged(uint32_t p, const Room& old, const std::vector<Room>& rooms) {
+      const size_t w = p >> 6;
+      if (word_room_[w].Remove(old)) {
+        Add(w, rooms[p]);
+      } else {
+        RecomputeWord(w, rooms);
+      }
+    }
+    // Every word's and group's maxima from scratch.
+    void RecomputeRooms(const std::vector<Room>& rooms) {
+      for (size_t w = 0; w < words_.size(); ++w) word_room_[w] = WordRoom(w, rooms);
+      for (size_t g = 0; g < summary_.size(); ++g) group_room_[g] = GroupRoom(g);
+    }
+    // The first set position >= p, or kNone; with a need, the first whose room holds it.
     uint32_t FindFrom(uint32_t p) const {
       if (count_ == 0) return kNone;
       size_t w = p >> 6;
       if (w >= words_.size()) return kNone;
       uint64_t bits = words_[w] & (~uint64_t{0} << (p & 63));
       if (bits != 0) return static_cast<uint32_t>((w << 6) + std::countr_zero(bits));
-      // The next non-empty word, from the summary.
-      size_t next = w + 1;
-      size_t s = next >> 6;
-      if (s >= summary_.size()) return kNone;
-      uint64_t sbits = summary_[s] & (~uint64_t{0} << (next & 63));
-      while (sbits == 0) {
-        if (++s >= summary_.size()) return kNone;
-        sbits = summary_[s];
-      }
-      size_t word = (s << 6) + std::countr_zero(sbits);
+      size_t word = NextWord(w + 1, nullptr);
+      if (word == kNoWord) return kNone;
       return static_cast<uint32_t>((word << 6) + std::countr_zero(words_[word]));
+    }
+    uint32_t FindFrom(uint32_t p, const Room* need, const std::vector<Room>& rooms) const {
+      if (need == nullptr) return FindFrom(p);
+      if (count_ == 0) return kNone;
+      size_t w = p >> 6;
+      if (w >= words_.size()) return kNone;
+      uint64_t bits = words_[w] & (~uint64_t{0} << (p & 63));
+      for (;;) {
+        if (bits != 0 && word_room_[w].room.Holds(*need)) {
+          for (; bits != 0; bits &= bits - 1) {
+            const auto q = static_cast<uint32_t>((w << 6) + std::countr_zero(bits));
+            if (rooms[q].Holds(*need)) return q;
+          }
+        }
+        w = NextWord(w + 1, need);
+        if (w == kNoWord) return kNone;
+        bits = words_[w];
+      }
     }
 
    private:
+    static constexpr size_t kNoWord = ~size_t{0};
+    // The first non-empty word >= w (whose room holds `need`, if given), from the summary.
+    size_t NextWord(size_t w, const Room* need) const {
+      size_t s = w >> 6;
+      if (s >= summary_.size()) return kNoWord;
+      uint64_t sbits = summary_[s] & (~uint64_t{0} << (w & 63));
+      for (;;) {
+        if (need != nullptr && !group_room_[s].Holds(*need)) sbits = 0;
+        for (; sbits != 0; sbits &= sbits - 1) {
+          const size_t word = (s << 6) + std::countr_zero(sbits);
+          if (need == nullptr || word_room_[word].room.Holds(*need)) return word;
+        }
+        if (++s >= summary_.size()) return kNoWord;
+        sbits = summary_[s];
+      }
+    }
+    void Add(size_t w, const Room& r) {
+      word_room_[w].Add(r);
+      group_room_[w >> 6] = MaxOf(group_room_[w >> 6], r);
+    }
+    Most WordRoom(size_t w, const std::vector<Room>& rooms) const {
+      Most most;
+      for (uint64_t bits = words_[w]; bits != 0; bits &= bits - 1) {
+        most.Add(rooms[(w << 6) + std::countr_zero(bits)]);
+      }
+      return most;
+    }
+    Room GroupRoom(size_t g) const {
+      Room most = kNoRoom;
+      for (uint64_t sbits = summary_[g]; sbits != 0; sbits &= sbits - 1) {
+        most = MaxOf(most, word_room_[(g << 6) + std::countr_zero(sbits)].room);
+      }
+      return most;
+    }
+    // Word w's maxima after one of its positions lost what may have been one of them.
+    void RecomputeWord(size_t w, const std::vector<Room>& rooms) {
+      const Room old = word_room_[w].room;
+      word_room_[w] = WordRoom(w, rooms);
+      const Room& group = group_room_[w >> 6];
+      if (Lost(old, word_room_[w].room, group)) {
+        group_room_[w >> 6] = GroupRoom(w >> 6);
+      } else {
+        group_room_[w >> 6] = MaxOf(group, word_room_[w].room);
+      }
+    }
+
     std::vector<uint64_t> words_;
     std::vector<uint64_t> summary_;
+    std::vector<Most> word_room_;
+    std::vector<Room> group_room_;
     uint32_t count_ = 0;
   };
 
@@ -204,6 +396,10 @@ class PlacementIndex {
   };
   ModelBuckets& Buckets(int model, int size);
   uint32_t PositionOf(Entry e);
+  // Rooms are kept (tracked) from the first node that reports one.
+  bool Prunes(const Room& need) const { return tracking_rooms_ && need.Any(); }
+  const std::vector<Room>* Tracked() const { return tracking_rooms_ ? &rooms_ : nullptr; }
+  void UpdateRoom(uint32_t pos, const Room& room);
   // Puts all positions in id order (extras included).
   void Renumber();
 
@@ -218,17 +414,20 @@ class PlacementIndex {
 
   // The lowest-id position of a bucket that satisfies ok(position), or kNone: the first one in the
   // ordered part, then the extras (after it, in no order) compared by rank.
+  // With a need, only positions whose Room holds it.
   template <typename Ok>
-  uint32_t First(const Bitset& bucket, Ok&& ok) const {
+  uint32_t First(const Bitset& bucket, Ok&& ok, const Room* need = nullptr) const {
     uint32_t best = kNone;
-    for (uint32_t p = bucket.FindFrom(0); p != kNone && p < ordered_; p = bucket.FindFrom(p + 1)) {
+    for (uint32_t p = bucket.FindFrom(0, need, rooms_); p != kNone && p < ordered_;
+         p = bucket.FindFrom(p + 1, need, rooms_)) {
       if (ok(p)) {
         best = p;
         break;
       }
     }
     if (ordered_ == slot_of_pos_.size()) return best;
-    for (uint32_t p = bucket.FindFrom(ordered_); p != kNone; p = bucket.FindFrom(p + 1)) {
+    for (uint32_t p = bucket.FindFrom(ordered_, need, rooms_); p != kNone;
+         p = bucket.FindFrom(p + 1, need, rooms_)) {
       if (ok(p) && (best == kNone || Before(p, best))) best = p;
     }
     return best;
@@ -238,6 +437,8 @@ class PlacementIndex {
   std::vector<uint32_t> pos_of_slot_;  // kNone: never inserted.
   std::vector<uint32_t> slot_of_pos_;
   std::vector<const uint64_t*> rank_of_slot_;
+  std::vector<Room> rooms_;  // By position.
+  bool tracking_rooms_ = false;
   // Positions [0, ordered_) follow id order; the rest are extras, appended out of order.
   uint32_t ordered_ = 0;
 };

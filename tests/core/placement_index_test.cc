@@ -111,28 +111,97 @@ TEST_F(PlacementIndexTest, NodesInsertedOutOfIdOrder) {
   EXPECT_EQ(fit->slot, 1u);
 }
 
+TEST_F(PlacementIndexTest, ANeedOfCpusOrMemoryPassesOverNodesShortOfThem) {
+  using Room = PlacementIndex::Room;
+  // node-a: 8 free GPUs, 64 CPUs; node-b: 1 free, 4 CPUs; node-c: 2 free, 12 CPUs and 1 GiB;
+  // node-d: 1 free and reports nothing (unlimited).
+  index_.Insert(0, {&ranks_[0], 0}, 8, 8, Room{64000, 65536});
+  index_.Insert(0, {&ranks_[1], 1}, 1, 8, Room{4000, 65536});
+  index_.Insert(0, {&ranks_[2], 2}, 2, 8, Room{12000, 1024});
+  auto yes = [](uint32_t) { return true; };
+  auto need = [](int32_t cpus, int32_t memory) { return Room{cpus, memory, 0, 0}; };
+  auto fit = index_.FindBestFitWhere({0}, 1, {}, need(8000, 0), yes);
+  ASSERT_TRUE(fit);
+  EXPECT_EQ(fit->slot, 2u);  // The fullest node with 8 CPUs free.
+  fit = index_.FindBestFitWhere({0}, 1, {}, need(8000, 2048), yes);
+  ASSERT_TRUE(fit);
+  EXPECT_EQ(fit->slot, 0u);  // node-c has too little memory.
+  EXPECT_FALSE(index_.FindBestFitWhere({0}, 1, {}, need(65000, 0), yes));
+  // Rooms follow the node: node-b's task ends.
+  index_.SetRoom({&ranks_[1], 1}, Room{36000, 65536});
+  fit = index_.FindBestFitWhere({0}, 1, {}, need(8000, 0), yes);
+  ASSERT_TRUE(fit);
+  EXPECT_EQ(fit->slot, 1u);
+  // A node that reports nothing holds every need.
+  index_.Insert(0, {&ranks_[3], 3}, 1, 8);
+  fit = index_.FindBestFitWhere({0}, 1, {}, need(40000, 0), yes);
+  ASSERT_TRUE(fit);
+  EXPECT_EQ(fit->slot, 3u);
+  // No need: best fit on GPUs alone.
+  fit = index_.FindBestFitWhere({0}, 1, {}, need(0, 0), yes);
+  ASSERT_TRUE(fit);
+  EXPECT_EQ(fit->slot, 1u);
+  // A need of GPU shares: node-a has room for 3 GPUs' share of CPUs, node-b and node-c for 1,
+  // node-d for none.
+  index_.SetRoom({&ranks_[0], 0}, Room{24000, 65536, 3, 8});
+  index_.SetRoom({&ranks_[1], 1}, Room{8000, 65536, 1, 8});
+  index_.SetRoom({&ranks_[2], 2}, Room{12000, 1024, 1, 1});
+  index_.SetRoom({&ranks_[3], 3}, Room{0, 0, 0, 0});
+  fit = index_.FindBestFitWhere({0}, 1, {}, Room{0, 0, 1, 1}, yes);
+  ASSERT_TRUE(fit);
+  EXPECT_EQ(fit->slot, 1u);
+  fit = index_.FindBestFitWhere({0}, 1, {}, Room{0, 0, 2, 1}, yes);
+  ASSERT_TRUE(fit);
+  EXPECT_EQ(fit->slot, 0u);
+}
+
 // The index against a brute-force model: random nodes (inserted in random id order, some
 // sharing a rank), models, moves, removals and lookups.
 TEST(PlacementIndexRandomTest, MatchesBruteForce) {
   std::mt19937 rng(7);
-  for (int round = 0; round < 20; ++round) {
-    const int nodes = 1 + static_cast<int>(rng() % 300);
+  for (int round = 0; round < 22; ++round) {
+    // The last rounds: thousands of nodes, all inserted first, so that lookups skip whole words
+    // and groups of 64 words.
+    const bool big = round >= 20;
+    const int nodes =
+        big ? 5000 + static_cast<int>(rng() % 4000) : 1 + static_cast<int>(rng() % 300);
     std::vector<uint64_t> ranks(nodes);
     for (auto& r : ranks) r = rng() % (nodes * 2);
+    using Room = PlacementIndex::Room;
     struct State {
       bool in = false;
       int model = 0;
       int free = 0;
       int capacity = 0;
+      Room room;  // Unlimited.
+    };
+    // Rooms: from the start in half the rounds, from a later step in the others; some nodes
+    // report none (unlimited), some one of the two.
+    const bool rooms_from_start = round % 2 == 0;
+    auto random_room = [&]() {
+      Room r{static_cast<int32_t>(rng() % 65) * 1000, static_cast<int32_t>(rng() % 9) * 1024,
+             static_cast<int32_t>(rng() % 10) - 1, static_cast<int32_t>(rng() % 10) - 1};
+      if (rng() % 8 == 0) r.cpus = r.cpu_shares = PlacementIndex::kUnlimited;
+      if (rng() % 8 == 0) r.memory = r.memory_shares = PlacementIndex::kUnlimited;
+      return r;
     };
     std::vector<State> state(nodes);
     PlacementIndex index;
     auto less = [&](int a, int b) { return ranks[a] != ranks[b] ? ranks[a] < ranks[b] : a < b; };
+    if (big) {
+      for (int n = 0; n < nodes; ++n) {
+        State& s = state[n];
+        s = State{true, static_cast<int>(rng() % 3), 0, 8, random_room()};
+        s.free = static_cast<int>(rng() % 9);
+        index.Insert(s.model, {&ranks[n], static_cast<uint32_t>(n)}, s.free, s.capacity, s.room);
+      }
+    }
     for (int step = 0; step < 3000; ++step) {
       int n = static_cast<int>(rng() % nodes);
       State& s = state[n];
       PlacementIndex::Entry e{&ranks[n], static_cast<uint32_t>(n)};
-      switch (rng() % 4) {
+      const bool with_rooms = rooms_from_start || step > 1000;
+      switch (rng() % 5) {
         case 0:
           if (s.in) {
             index.Erase(s.model, e, s.free, s.capacity);
@@ -140,7 +209,18 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
           } else {
             s = State{true, static_cast<int>(rng() % 3), 0, 1 + static_cast<int>(rng() % 70)};
             s.free = static_cast<int>(rng() % (s.capacity + 1));
-            index.Insert(s.model, e, s.free, s.capacity);
+            if (with_rooms) {
+              s.room = random_room();
+              index.Insert(s.model, e, s.free, s.capacity, s.room);
+            } else {
+              index.Insert(s.model, e, s.free, s.capacity);
+            }
+          }
+          break;
+        case 4:
+          if (s.in && with_rooms) {
+            s.room = random_room();
+            index.SetRoom(e, s.room);
           }
           break;
         case 1:
@@ -153,13 +233,28 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
         case 2: {
           std::vector<int> models = {static_cast<int>(rng() % 3)};
           if (rng() % 2) models.push_back((models[0] + 1) % 3);
-          int k = 1 + static_cast<int>(rng() % 70);
+          int k = 1 + static_cast<int>(rng() % (big ? 8 : 70));
           std::vector<uint32_t> excluded;
           if (rng() % 2) excluded.push_back(static_cast<uint32_t>(rng() % nodes));
+          // A need of CPUs, memory, both or none.
+          Room need{0, 0, 0, 0};
+          if (rng() % 2) {
+            need.cpus = static_cast<int32_t>(rng() % 65) * 1000;
+          } else {
+            need.cpu_shares = static_cast<int32_t>(rng() % 9);
+          }
+          if (rng() % 2) {
+            need.memory = static_cast<int32_t>(rng() % 9) * 1024;
+          } else {
+            need.memory_shares = static_cast<int32_t>(rng() % 9);
+          }
+          if (rng() % 4 == 0) need = Room{0, 0, 0, 0};
           int want = -1;
+          std::vector<uint32_t> fits;  // In ForEachFitOf's order, for the first model.
           for (int i = 0; i < nodes; ++i) {
             const State& c = state[i];
             if (!c.in || c.free < k || c.free < 1) continue;
+            if (!c.room.Holds(need)) continue;
             if (std::find(models.begin(), models.end(), c.model) == models.end()) continue;
             if (std::find(excluded.begin(), excluded.end(), static_cast<uint32_t>(i)) !=
                 excluded.end()) {
@@ -170,13 +265,35 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
               want = i;
             }
           }
-          auto fit = index.FindBestFit(models, k, excluded);
+          auto fit = index.FindBestFitWhere(models, k, excluded, need, [&](uint32_t slot) {
+            return state[slot].room.Holds(need);
+          });
           ASSERT_EQ(fit.has_value(), want >= 0) << "round " << round << " step " << step;
           if (fit) {
             EXPECT_EQ(fit->slot, static_cast<uint32_t>(want)) << "round " << round;
             EXPECT_EQ(fit->free, state[want].free);
             EXPECT_EQ(fit->model, state[want].model);
           }
+          // Every node of the first model with the GPUs and the room, each once.
+          std::vector<uint32_t> listed;
+          index.ForEachFitOf(models[0], k, excluded, need, [&](uint32_t slot, int m, int f) {
+            EXPECT_EQ(m, models[0]);
+            EXPECT_EQ(f, state[slot].free);
+            listed.push_back(slot);
+            return true;
+          });
+          for (int i = 0; i < nodes; ++i) {
+            const State& c = state[i];
+            // Without a need, every node with the GPUs (the caller checks the rest).
+            if (c.in && c.model == models[0] && c.free >= k &&
+                (!need.Any() || c.room.Holds(need)) &&
+                std::find(excluded.begin(), excluded.end(), static_cast<uint32_t>(i)) ==
+                    excluded.end()) {
+              fits.push_back(static_cast<uint32_t>(i));
+            }
+          }
+          std::sort(listed.begin(), listed.end());
+          EXPECT_EQ(listed, fits) << "round " << round << " step " << step;
           break;
         }
         case 3: {

@@ -2,6 +2,9 @@
 // GPUs' share), placement that checks all three, why a task waits, and what is given back.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <map>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -156,6 +159,77 @@ TEST_F(ResourcesTest, NodesThatReportNothingCountNothing) {
   EXPECT_EQ(T(b).allocation[0].node_id, "old");
   EXPECT_EQ(T(c).allocation[0].node_id, "new");
   EXPECT_EQ(T(c).allocation[0].cpus_milli, 2000);
+}
+
+// Placement against a brute force over the nodes' views: the fullest node (fewest free GPUs that
+// fit, then lowest id) where the task's CPUs and memory (its own, or its GPUs' share) fit too.
+// Nodes of 2, 4 and 8 GPUs, uneven CPUs and memory, some reporting nothing or one of the two;
+// tasks start and end, so the index's rooms go up and down.
+TEST_F(ResourcesTest, PlacementMatchesABruteForceOverNodesOfUnevenRoom) {
+  std::mt19937 rng(11);
+  const int kNodes = 300;
+  for (int i = 0; i < kNodes; ++i) {
+    char id[16];
+    std::snprintf(id, sizeof(id), "n%03d", i);
+    const int gpus = 2 << (rng() % 3);
+    NodeResources r{static_cast<int64_t>(1 + rng() % 64) * 1000,
+                    static_cast<int64_t>(1 + rng() % 64) * 1024, "none"};
+    if (rng() % 10 == 0) r.cpus_milli = 0;
+    if (rng() % 10 == 0) r.memory_mb = 0;
+    ASSERT_TRUE(core_.RegisterNode(id, "", MakeGpus(gpus), r, {}, {}, now_).ok());
+  }
+  std::map<TaskNumber, std::string> running;
+  int placed = 0;
+  int unplaced = 0;
+  for (int step = 0; step < 1500; ++step) {
+    const int k = 1 + static_cast<int>(rng() % 8);
+    const double cpus = rng() % 2 ? static_cast<double>(rng() % 24) : 0;
+    const int64_t memory = rng() % 2 ? static_cast<int64_t>(rng() % 24) * 1024 : 0;
+    // Expected: over the views before the pass.
+    std::string want;
+    int want_free = 0;
+    for (const NodeView& v : core_.Nodes()) {
+      if (v.free_gpus < k) continue;
+      auto given = [&](int64_t asked, int64_t offered) {
+        return asked > 0 ? asked : offered * k / v.gpu_count;
+      };
+      const int64_t free_cpus = v.resources.cpus_milli - v.allocated_cpus_milli;
+      const int64_t free_memory = v.resources.memory_mb - v.allocated_memory_mb;
+      if (v.resources.cpus_milli > 0 &&
+          given(static_cast<int64_t>(cpus * 1000), v.resources.cpus_milli) > free_cpus) {
+        continue;
+      }
+      if (v.resources.memory_mb > 0 && given(memory, v.resources.memory_mb) > free_memory) {
+        continue;
+      }
+      if (want.empty() || v.free_gpus < want_free || (v.free_gpus == want_free && v.id < want)) {
+        want = v.id;
+        want_free = v.free_gpus;
+      }
+    }
+    const TaskNumber t = Submit(k, cpus, memory);
+    const auto d = Pass();
+    if (want.empty()) {
+      ASSERT_TRUE(d.empty()) << "step " << step << ": placed on " << d[0].node_id;
+      ASSERT_TRUE(core_.Cancel(t, now_).ok());
+      ++unplaced;
+    } else {
+      ASSERT_EQ(d.size(), 1u) << "step " << step << ": expected " << want;
+      ASSERT_EQ(d[0].node_id, want) << "step " << step;
+      running[t] = want;
+      ++placed;
+    }
+    // Some end, oldest first in one of two steps, a random one in the other.
+    while (running.size() > 250 || (!running.empty() && rng() % 3 == 0)) {
+      auto it = running.begin();
+      if (rng() % 2) std::advance(it, rng() % running.size());
+      Finish(it->first, it->second);
+      running.erase(it);
+    }
+  }
+  // Both outcomes were exercised.
+  EXPECT_GT(placed, 500);
+  EXPECT_GT(unplaced, 100);
 }
 
 TEST_F(ResourcesTest, AnAdoptedTaskHoldsWhatItWasGivenAndARegistrationWithLessGoesNegative) {
