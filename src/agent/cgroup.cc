@@ -420,6 +420,14 @@ Status TaskCgroups::Create(const std::string& task_id, const TaskCgroupLimits& l
   return OkStatus();
 }
 
+Status TaskCgroups::SetCpus(const std::string& task_id, const std::vector<int>& cpus) {
+  if (!cpuset_) return Unavailable("no cpuset cgroup controller: CPUs cannot be bound");
+  const CgroupHierarchy* h = Find("cpuset");
+  const std::string dir = h->parent + "/" + task_id;
+  if (!IsDir(dir)) return NotFound("no cpuset cgroup " + dir);
+  return WriteFile(dir + "/cpuset.cpus", FormatCpuList(cpus));
+}
+
 std::vector<std::pair<std::string, std::string>> TaskCgroups::JoinFiles(
     const std::string& task_id, const TaskCgroupLimits& limits) const {
   std::vector<std::pair<std::string, std::string>> files;

@@ -88,6 +88,9 @@ class TaskCgroups {
   // Makes the task's cgroup (an empty one of an earlier run is made anew) and sets its limits.
   // Nothing is left behind when it fails.
   Status Create(const std::string& task_id, const TaskCgroupLimits& limits);
+  // Rewrites the CPUs of a task's cgroup made with TaskCgroupLimits::cpus (the kernel moves its
+  // processes off the CPUs it loses). NotFound when it has no cpuset cgroup.
+  Status SetCpus(const std::string& task_id, const std::vector<int>& cpus);
   // The task's cgroup directory of its first hierarchy (v1: memory's when mounted), for logs.
   std::string PathOf(const std::string& task_id) const;
   // For the shim (task_shim.h): v1, per hierarchy, the task's cgroup.procs and the agent's own

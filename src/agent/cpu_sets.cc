@@ -105,6 +105,14 @@ bool CpuPool::Hold(const std::vector<int>& cpus) {
   return all_free;
 }
 
+std::vector<int> CpuPool::Taken() const {
+  std::vector<int> taken;
+  for (int cpu : cpus_) {
+    if (free_.count(cpu) == 0) taken.push_back(cpu);
+  }
+  return taken;
+}
+
 void CpuPool::Give(const std::vector<int>& cpus) {
   for (int cpu : cpus) {
     if (std::binary_search(cpus_.begin(), cpus_.end(), cpu)) free_.insert(cpu);

@@ -46,6 +46,8 @@ class CpuPool {
 
   const std::vector<int>& cpus() const { return cpus_; }
   size_t free_count() const { return free_.size(); }
+  // The CPUs of the pool bound to tasks (not free), sorted.
+  std::vector<int> Taken() const;
 
  private:
   std::vector<int> cpus_;

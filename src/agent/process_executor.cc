@@ -84,6 +84,10 @@ Status ProcessExecutor::Start(const TaskLaunch& launch) {
     if (supervisor_.BindCpus(launch, &plan)) {
       plan.cgroup->cpus = plan.cpus;
       plan.cgroup->cpu_quota_milli = 0;
+    } else if (options_.cpu_pool.has_value()) {
+      // Not bound: it runs on the CPUs no task is bound to, and follows them.
+      plan.cgroup->cpus = supervisor_.SharedCpus();
+      plan.shares_cpus = true;
     }
   }
   return supervisor_.Start(launch, plan);

@@ -121,6 +121,10 @@ TaskSupervisor::TaskSupervisor(SupervisorOptions options) : options_(std::move(o
   if (options_.child_subreaper) {
     subreaper_active_ = prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
   }
+  if (options_.cpu_pool.has_value()) {
+    node_cpus_ = AllowedCpus();
+    shared_cpus_ = SharedCpus();
+  }
 }
 
 TaskSupervisor::~TaskSupervisor() {
@@ -248,7 +252,39 @@ std::vector<int> TaskSupervisor::CpuSet(const std::string& task_id) const {
 }
 
 void TaskSupervisor::GiveCpus(const std::vector<int>& cpus) {
-  if (options_.cpu_pool.has_value()) options_.cpu_pool->Give(cpus);
+  if (!options_.cpu_pool.has_value() || cpus.empty()) return;
+  options_.cpu_pool->Give(cpus);
+  UpdateSharedCpus();
+}
+
+std::vector<int> TaskSupervisor::SharedCpus() const {
+  if (!options_.cpu_pool.has_value()) return {};
+  std::vector<int> shared;
+  std::ranges::set_difference(node_cpus_, options_.cpu_pool->Taken(), std::back_inserter(shared));
+  return shared.empty() ? node_cpus_ : shared;
+}
+
+void TaskSupervisor::UpdateSharedCpus(bool force) {
+  if (!options_.cpu_pool.has_value() || options_.cgroups == nullptr) return;
+  std::vector<int> shared = SharedCpus();
+  if (shared == shared_cpus_ && !force) return;
+  if (shared.size() == node_cpus_.size() && options_.cpu_pool->Taken().size() > 0) {
+    spdlog::warn(
+        "every CPU is bound to a task: the tasks not bound to CPUs of their own share them all "
+        "until one ends");
+  }
+  shared_cpus_ = std::move(shared);
+  for (auto& [id, task] : tasks_) {
+    if (!task.shares_cpus) continue;
+    if (Status s = options_.cgroups->SetCpus(id, shared_cpus_); !s.ok()) {
+      // Gone with its task, or made without a cpuset (an adopted task of an earlier agent).
+      if (s.code() != StatusCode::kNotFound) {
+        spdlog::warn("{}: cannot give it the shared CPUs {}: {}", id, FormatCpuList(shared_cpus_),
+                     s.message());
+      }
+      task.shares_cpus = false;
+    }
+  }
 }
 
 Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
@@ -259,6 +295,8 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
     GiveCpus(cpus);
     return accept;
   }
+  // The tasks that share CPUs leave this one's before it starts.
+  if (!cpus.empty()) UpdateSharedCpus();
   const int64_t now = options_.clock();
   auto start_failed = [&](const std::string& reason) {
     GiveCpus(cpus);
@@ -329,6 +367,7 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
     started = options_.cgroups->Create(launch.task_id, *plan.cgroup);
     if (started.ok()) {
       task.cgroup = true;
+      task.shares_cpus = plan.shares_cpus;
       const TaskCgroupLimits& limits = *plan.cgroup;
       spdlog::info(
           "{}: cgroup {} (memory {}, pids {}, CPU quota {}, CPUs {}, {} GPU device(s) "
@@ -819,6 +858,7 @@ std::map<std::string, TaskSupervisor::Task>::iterator TaskSupervisor::Erase(
   if (it->second.shim_pidfd >= 0) close(it->second.shim_pidfd);
   // A kept shim still busy with the task: its socket closed, it exits once the task has ended.
   if (it->second.shim_control >= 0) close(it->second.shim_control);
+  it->second.shares_cpus = false;
   GiveCpus(it->second.cpus);
   return tasks_.erase(it);
 }
@@ -984,6 +1024,8 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
     if (options_.cpu_pool.has_value() && !options_.cpu_pool->Hold(task.cpus)) {
       spdlog::warn("{}: CPUs {} are another adopted task's too", id, FormatCpuList(task.cpus));
     }
+    // Not bound: its cgroup's CPUs follow the shared ones (written below, once all are held).
+    task.shares_cpus = options_.cpu_pool.has_value() && task.cgroup && task.cpus.empty();
     held.push_back({id, task.launch.gpu_indices, task.launch.run, task.started_micros});
     tasks_.emplace(id, std::move(task));
   }
@@ -1025,6 +1067,8 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
     }
     RemoveCgroups(std::move(leftovers));
   }
+  // The adopted tasks that share CPUs get those left by the adopted bound ones.
+  UpdateSharedCpus(/*force=*/true);
   return held;
 }
 

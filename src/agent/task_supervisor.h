@@ -96,6 +96,9 @@ struct LaunchPlan {
   // The CPUs the task is bound to, taken with BindCpus: the pool's again once the task has
   // ended (or when Start refuses it).
   std::vector<int> cpus;
+  // Not bound (cpu_binding: cpuset): its cgroup's CPUs are the shared ones (SharedCpus), and
+  // follow them as bound tasks start and end.
+  bool shares_cpus = false;
   // Lines for the task's log before it starts ("dgpu: ...", without the newline).
   std::vector<std::string> notes;
 };
@@ -121,6 +124,10 @@ class TaskSupervisor {
   bool BindCpus(const TaskLaunch& launch, LaunchPlan* plan);
   // The CPUs a task is bound to; empty when none.
   std::vector<int> CpuSet(const std::string& task_id) const;
+  // With a CPU pool: the CPUs of the tasks not bound to CPUs of their own, those the agent may
+  // run on less the bound ones (as the Kubernetes CPU manager's shared pool); all of them when
+  // every one is bound. Empty without a pool.
+  std::vector<int> SharedCpus() const;
   // Returns a refusal (AlreadyExists / FailedPrecondition) or OK without starting anything.
   Status CheckAccept(const TaskLaunch& launch) const;
   std::vector<int> WakeFds() const;
@@ -178,8 +185,9 @@ class TaskSupervisor {
     std::map<pid_t, uint64_t> members;  // Tracked processes other than the leader.
     // An error that ends the task whatever its leader did ("supervisor_lost: ...").
     std::string lost;
-    bool cgroup = false;    // It has a cgroup of its own (SupervisorOptions::cgroups).
-    std::vector<int> cpus;  // The CPUs of the pool it holds (cpu_binding: cpuset).
+    bool cgroup = false;       // It has a cgroup of its own (SupervisorOptions::cgroups).
+    std::vector<int> cpus;     // The CPUs of the pool it holds (cpu_binding: cpuset).
+    bool shares_cpus = false;  // Its cgroup's CPUs follow SharedCpus.
   };
   struct Helper {
     pid_t pid;
@@ -249,8 +257,14 @@ class TaskSupervisor {
   std::vector<std::string> CgroupArguments(const Task& task) const;
   std::vector<TaskExit> Step(int64_t now_micros, bool apply_deadlines);
 
+  // Gives a task's CPUs back to the pool; the tasks that share CPUs get them.
   void GiveCpus(const std::vector<int>& cpus);
+  // Writes SharedCpus to the cgroup of every task that shares CPUs, when they changed (`force`:
+  // whether or not). Before a bound task starts (they leave its CPUs) and after one ends.
+  void UpdateSharedCpus(bool force = false);
   SupervisorOptions options_;
+  std::vector<int> node_cpus_;    // With a CPU pool: the CPUs this process may run on.
+  std::vector<int> shared_cpus_;  // SharedCpus as last written.
   bool subreaper_active_ = false;
   bool detached_ = false;
   std::map<std::string, Task> tasks_;

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <sstream>
+#include <string>
 
 #include "agent/log_writer.h"
 #include "agent/proc_table.h"
@@ -1270,8 +1272,12 @@ TEST_P(IsolatedExecutorTest, TasksAreBoundToCpusOfTheirOwnWhileEnoughAreFree) {
     EXPECT_TRUE(exit->success) << exit->error;
     EXPECT_EQ(ReadFile(executor.LogPath("task-quota")),
               "dgpu: 1 CPU(s) to bind the task to and 0 free: a CPU quota of 1 instead\n");
+    // Not bound, it shares the CPUs no task is bound to: all but the bound one's (all of them
+    // on a machine of one CPU).
+    std::vector<int> shared = AllowedCpus();
+    if (shared.size() > 1) shared.pop_back();
     EXPECT_EQ(ReadFile(TaskFile("task-quota", "cpus")),
-              "Cpus_allowed_list:" + FormatCpuList(AllowedCpus()) + "\n");
+              "Cpus_allowed_list:" + FormatCpuList(shared) + "\n");
     ASSERT_TRUE(
         WaitUntil([&] { return (pid = ReadPidFile(TaskFile("task-bound", "pid"))).has_value(); }));
     EXPECT_EQ(ReadFile(TaskFile("task-bound", "cpus")),
@@ -1296,6 +1302,55 @@ TEST_P(IsolatedExecutorTest, TasksAreBoundToCpusOfTheirOwnWhileEnoughAreFree) {
   ASSERT_TRUE(second.Start(next).ok());
   EXPECT_EQ(second.CpuSet("task-next"), std::vector<int>{cpu});
   ASSERT_TRUE(PollUntilExit(second, "task-next", std::chrono::seconds(10)).has_value());
+}
+
+// The tasks not bound to CPUs of their own run on those no task is bound to, and follow them:
+// off a bound task's CPUs before it starts, back on them once it has ended, and the same after
+// an agent restart for the tasks it adopts.
+TEST_P(IsolatedExecutorTest, TasksNotBoundRunOnTheCpusNoTaskIsBoundToAndFollowThem) {
+  const std::vector<int> all = AllowedCpus();
+  if (all.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  const int cpu = all.back();
+  const std::vector<int> rest(all.begin(), all.end() - 1);
+  ProcessExecutorOptions options = IsolatedOptions();
+  options.cpu_pool = CpuPool({cpu}, {});
+  auto allowed = [](pid_t pid) {
+    std::istringstream status(ReadFile("/proc/" + std::to_string(pid) + "/status"));
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("Cpus_allowed_list:", 0) == 0) {
+        return std::string(line.substr(line.find_first_not_of(" \t", 18)));
+      }
+    }
+    return std::string("?");
+  };
+  std::optional<pid_t> pid;
+  {
+    ProcessExecutor executor(options);
+    ASSERT_TRUE(executor.Start(Launch("task-shared", WaitForGo(0), {0})).ok());
+    ASSERT_TRUE(
+        WaitUntil([&] { return (pid = ReadPidFile(TaskFile("task-shared", "pid"))).has_value(); }));
+    EXPECT_EQ(executor.CpuSet("task-shared"), std::vector<int>{});
+    EXPECT_EQ(allowed(*pid), FormatCpuList(all));
+    TaskLaunch bound = Launch("task-bound", WaitForGo(0), {1});
+    bound.cpus_milli = 1000;
+    ASSERT_TRUE(executor.Start(bound).ok());
+    EXPECT_EQ(executor.CpuSet("task-bound"), std::vector<int>{cpu});
+    EXPECT_EQ(allowed(*pid), FormatCpuList(rest));
+    executor.Detach();
+  }
+  ProcessExecutor second(options);
+  std::vector<std::string> lost;
+  ASSERT_EQ(second.Reattach(&lost).size(), 2u);
+  EXPECT_EQ(allowed(*pid), FormatCpuList(rest));
+  testing::WriteFile(TaskFile("task-bound", "go"), "");
+  auto exit = PollUntilExit(second, "task-bound", std::chrono::seconds(10));
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success) << exit->error;
+  EXPECT_EQ(allowed(*pid), FormatCpuList(all));
+  testing::WriteFile(TaskFile("task-shared", "go"), "");
+  exit = PollUntilExit(second, "task-shared", std::chrono::seconds(10));
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success) << exit->error;
 }
 
 INSTANTIATE_TEST_SUITE_P(Shims, IsolatedExecutorTest, ::testing::Values(size_t{0}, size_t{16}),

@@ -44,6 +44,17 @@ for k in kids:
 """
 
 
+def cpu_list(cpus):
+    """Sorted CPU ids in the kernel's list format: [0, 1, 2, 5] -> "0-2,5"."""
+    ranges = []
+    for c in cpus:
+        if ranges and ranges[-1][1] == c - 1:
+            ranges[-1][1] = c
+        else:
+            ranges.append([c, c])
+    return ",".join(str(a) if a == b else "%d-%d" % (a, b) for a, b in ranges)
+
+
 def agent_parents(cluster, agent_id, controllers=("memory", "pids")):
     """The agent's cgroup parents that exist (dgpu-<node>-<hash of its work_dir>)."""
     name = agent_cgroup_name(agent_id, cluster.work_dir(agent_id))
@@ -140,6 +151,11 @@ class IsolationTest(IsolatedCluster):
                          "dgpu: 1 CPU(s) to bind the task to and 0 free: a CPU quota of 1 "
                          "instead")
         self.assertIsNone(self.c.task(tid)["cpu_set"])
+        # Not bound, it runs on the CPUs no task is bound to (all of them while every one is).
+        allowed = sorted(os.sched_getaffinity(0))
+        shared = [c for c in allowed if c not in node_cpus] or allowed
+        self.assertEqual(read_text(self.c.task_log("a1", tid)).split()[-2:],
+                         ["Cpus_allowed_list:", cpu_list(shared)])
         parents = agent_parents(self.c, "a1")
         self.assertEqual(len(parents), len(own_cgroup_dirs(("memory", "pids"))), parents)
         task_dirs = [os.path.join(p, tid) for p in parents]
@@ -160,8 +176,8 @@ class IsolationTest(IsolatedCluster):
         with open(os.path.join(cpu[0], name)) as f:
             self.assertEqual(f.read().split()[0], "100000")
         cpusets = [os.path.join(p, t) for p in agent_parents(self.c, "a1", ("cpuset",))
-                   for t in first]
-        self.assertEqual(len(cpusets), 2 if agent_parents(self.c, "a1", ("cpuset",)) else 0)
+                   for t in first + [tid]]
+        self.assertEqual(len(cpusets), 3 if agent_parents(self.c, "a1", ("cpuset",)) else 0)
         for t in first + [tid]:
             self.assertEqual(self.c.cancel(t).status, 200)
         for t in first + [tid]:
