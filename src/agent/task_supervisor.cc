@@ -268,7 +268,7 @@ void TaskSupervisor::UpdateSharedCpus(bool force) {
   if (!options_.cpu_pool.has_value() || options_.cgroups == nullptr) return;
   std::vector<int> shared = SharedCpus();
   if (shared == shared_cpus_ && !force) return;
-  if (shared.size() == node_cpus_.size() && options_.cpu_pool->Taken().size() > 0) {
+  if (shared.size() == node_cpus_.size() && !options_.cpu_pool->Taken().empty()) {
     spdlog::warn(
         "every CPU is bound to a task: the tasks not bound to CPUs of their own share them all "
         "until one ends");
