@@ -43,11 +43,9 @@ TaskLaunch WithoutLimits(const TaskLaunch& launch) {
 
 }  // namespace
 
-StatusOr<std::vector<std::string>> BuildDockerRunArgv(const TaskLaunch& launch,
-                                                      const std::string& default_image,
-                                                      const std::string& docker_binary,
-                                                      int64_t pids_limit,
-                                                      const std::vector<int>& cpus) {
+StatusOr<std::vector<std::string>> BuildDockerRunArgv(
+    const TaskLaunch& launch, const std::string& default_image, const std::string& docker_binary,
+    int64_t pids_limit, const std::vector<int>& cpus, const std::vector<int>& shared_cpus) {
   Status valid = ValidateLaunch(launch);
   if (!valid.ok()) return valid;
   const std::string& image = launch.image.empty() ? default_image : launch.image;
@@ -65,8 +63,13 @@ StatusOr<std::vector<std::string>> BuildDockerRunArgv(const TaskLaunch& launch,
   }
   if (!cpus.empty()) {
     argv.insert(argv.end(), {"--cpuset-cpus", FormatCpuList(cpus)});
-  } else if (launch.cpus_milli > 0) {
-    argv.insert(argv.end(), {"--cpus", fmt::format("{}", core::CpusOfMilli(launch.cpus_milli))});
+  } else {
+    if (launch.cpus_milli > 0) {
+      argv.insert(argv.end(), {"--cpus", fmt::format("{}", core::CpusOfMilli(launch.cpus_milli))});
+    }
+    if (!shared_cpus.empty()) {
+      argv.insert(argv.end(), {"--cpuset-cpus", FormatCpuList(shared_cpus)});
+    }
   }
   if (pids_limit > 0) argv.insert(argv.end(), {"--pids-limit", std::to_string(pids_limit)});
   for (const auto& [key, value] : ContainerTaskEnv(launch)) {
@@ -102,6 +105,11 @@ Status DockerExecutor::Start(const TaskLaunch& launch) {
   if (options_.limits && supervisor_.BindCpus(launch, &plan)) {
     argv = BuildDockerRunArgv(launch, options_.default_image, options_.docker_binary,
                               options_.max_pids_per_task, plan.cpus);
+  } else if (options_.limits && options_.cpu_pool.has_value()) {
+    // Not bound: on the CPUs no task is bound to, moved with docker update as they change.
+    argv = BuildDockerRunArgv(launch, options_.default_image, options_.docker_binary,
+                              options_.max_pids_per_task, {}, supervisor_.SharedCpus());
+    plan.shares_cpus = true;
   }
   plan.argv = std::move(*argv);
   if (options_.run_as_submitter) {
@@ -136,6 +144,13 @@ void DockerExecutor::SetStopCommands(const TaskLaunch& launch, LaunchPlan* plan)
     return BuildDockerStopArgv(task_id, grace, docker);
   };
   plan->kill_argv = {options_.docker_binary, "kill", DockerContainerName(launch.task_id)};
+  if (options_.limits && options_.cpu_pool.has_value()) {
+    plan->set_cpus_argv = [task_id = launch.task_id,
+                           docker = options_.docker_binary](const std::vector<int>& cpus) {
+      return std::vector<std::string>{docker, "update", "--cpuset-cpus", FormatCpuList(cpus),
+                                      DockerContainerName(task_id)};
+    };
+  }
 }
 
 LaunchPlan DockerExecutor::AdoptionPlan(const TaskLaunch& launch) const {

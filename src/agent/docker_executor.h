@@ -67,13 +67,14 @@ std::vector<std::pair<std::string, std::string>> ContainerTaskEnv(const TaskLaun
 // The complete `docker run` argv (argv[0] = docker_binary). InvalidArgument for an invalid
 // launch or when neither launch.image nor default_image is set. With no GPUs, --gpus is omitted.
 // The task's limits, where it has them: --memory and --memory-swap (memory_mb, no swap beyond
-// it), --cpuset-cpus (`cpus` not empty) or else --cpus (cpus_milli), and --pids-limit
-// (`pids_limit` > 0).
+// it), --cpuset-cpus (`cpus`, its own, not empty) or else --cpus (cpus_milli) and, when the
+// container shares CPUs, --cpuset-cpus `shared_cpus`, and --pids-limit (`pids_limit` > 0).
 StatusOr<std::vector<std::string>> BuildDockerRunArgv(const TaskLaunch& launch,
                                                       const std::string& default_image,
                                                       const std::string& docker_binary = "docker",
                                                       int64_t pids_limit = 0,
-                                                      const std::vector<int>& cpus = {});
+                                                      const std::vector<int>& cpus = {},
+                                                      const std::vector<int>& shared_cpus = {});
 
 // {docker_binary, "stop", "-t", "<grace_seconds>", "dgpu-<task_id>"}.
 std::vector<std::string> BuildDockerStopArgv(const std::string& task_id, int64_t grace_seconds,

@@ -265,7 +265,7 @@ std::vector<int> TaskSupervisor::SharedCpus() const {
 }
 
 void TaskSupervisor::UpdateSharedCpus(bool force) {
-  if (!options_.cpu_pool.has_value() || options_.cgroups == nullptr) return;
+  if (!options_.cpu_pool.has_value()) return;
   std::vector<int> shared = SharedCpus();
   if (shared == shared_cpus_ && !force) return;
   if (shared.size() == node_cpus_.size() && !options_.cpu_pool->Taken().empty()) {
@@ -276,6 +276,13 @@ void TaskSupervisor::UpdateSharedCpus(bool force) {
   shared_cpus_ = std::move(shared);
   for (auto& [id, task] : tasks_) {
     if (!task.shares_cpus) continue;
+    if (!task.cgroup) {
+      // docker update: best effort, after the fact (it runs beside the agent).
+      if (task.plan.set_cpus_argv && !task.leader_status.has_value()) {
+        RunHelper(task, task.plan.set_cpus_argv(shared_cpus_), options_.clock(), /*quiet=*/true);
+      }
+      continue;
+    }
     if (Status s = options_.cgroups->SetCpus(id, shared_cpus_); !s.ok()) {
       // Gone with its task, or made without a cpuset (an adopted task of an earlier agent).
       if (s.code() != StatusCode::kNotFound) {
@@ -355,6 +362,7 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
   task.plan = plan;
   task.started_micros = now;
   task.cpus = cpus;
+  task.shares_cpus = plan.shares_cpus;
   // A record of an earlier run of this id is not this run's.
   RemoveRecords(launch.task_id);
   collected_.erase(std::remove(collected_.begin(), collected_.end(), launch.task_id),
@@ -367,7 +375,6 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
     started = options_.cgroups->Create(launch.task_id, *plan.cgroup);
     if (started.ok()) {
       task.cgroup = true;
-      task.shares_cpus = plan.shares_cpus;
       const TaskCgroupLimits& limits = *plan.cgroup;
       spdlog::info(
           "{}: cgroup {} (memory {}, pids {}, CPU quota {}, CPUs {}, {} GPU device(s) "
@@ -606,17 +613,19 @@ void TaskSupervisor::Signal(Task& task, int sig) {
 }
 
 bool TaskSupervisor::RunHelper(const Task& task, const std::vector<std::string>& argv,
-                               int64_t now_micros) {
+                               int64_t now_micros, bool quiet) {
   int log_fd =
       open(LogPath(task.launch.task_id).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int null_fd = quiet ? open("/dev/null", O_WRONLY | O_CLOEXEC) : -1;
   common::SpawnOptions spawn;
   spawn.argv = argv;
   if (!task.plan.helper_env.empty()) spawn.env = task.plan.helper_env;
-  spawn.stdout_fd = log_fd;
+  spawn.stdout_fd = quiet ? null_fd : log_fd;
   spawn.stderr_fd = log_fd;
   StatusOr<pid_t> pid = common::SpawnChild(spawn);
   if (!pid.ok() && log_fd >= 0) AppendLine(log_fd, "dgpu: " + pid.status().message());
   if (log_fd >= 0) close(log_fd);
+  if (null_fd >= 0) close(null_fd);
   if (!pid.ok()) return false;
   helpers_.push_back({*pid, task.launch.task_id, now_micros});
   return true;
@@ -1024,8 +1033,10 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
     if (options_.cpu_pool.has_value() && !options_.cpu_pool->Hold(task.cpus)) {
       spdlog::warn("{}: CPUs {} are another adopted task's too", id, FormatCpuList(task.cpus));
     }
-    // Not bound: its cgroup's CPUs follow the shared ones (written below, once all are held).
-    task.shares_cpus = options_.cpu_pool.has_value() && task.cgroup && task.cpus.empty();
+    // Not bound: its CPUs follow the shared ones (its cgroup's, or through docker update;
+    // written below, once all are held).
+    task.shares_cpus = options_.cpu_pool.has_value() && task.cpus.empty() &&
+                       (task.cgroup || static_cast<bool>(task.plan.set_cpus_argv));
     held.push_back({id, task.launch.gpu_indices, task.launch.run, task.started_micros});
     tasks_.emplace(id, std::move(task));
   }

@@ -96,9 +96,12 @@ struct LaunchPlan {
   // The CPUs the task is bound to, taken with BindCpus: the pool's again once the task has
   // ended (or when Start refuses it).
   std::vector<int> cpus;
-  // Not bound (cpu_binding: cpuset): its cgroup's CPUs are the shared ones (SharedCpus), and
-  // follow them as bound tasks start and end.
+  // Not bound (cpu_binding: cpuset): its CPUs are the shared ones (SharedCpus), and follow
+  // them as bound tasks start and end: its cgroup's, or through set_cpus_argv.
   bool shares_cpus = false;
+  // The command that moves the task to other CPUs where the agent has no cgroup of it (docker
+  // update --cpuset-cpus); empty: none.
+  std::function<std::vector<std::string>(const std::vector<int>& cpus)> set_cpus_argv;
   // Lines for the task's log before it starts ("dgpu: ...", without the newline).
   std::vector<std::string> notes;
 };
@@ -187,7 +190,7 @@ class TaskSupervisor {
     std::string lost;
     bool cgroup = false;       // It has a cgroup of its own (SupervisorOptions::cgroups).
     std::vector<int> cpus;     // The CPUs of the pool it holds (cpu_binding: cpuset).
-    bool shares_cpus = false;  // Its cgroup's CPUs follow SharedCpus.
+    bool shares_cpus = false;  // Its CPUs follow SharedCpus (its cgroup, or set_cpus_argv).
   };
   struct Helper {
     pid_t pid;
@@ -221,8 +224,10 @@ class TaskSupervisor {
   void Signal(Task& task, int sig);
   // Appends one line to the task's log (best effort: a log that cannot be opened is skipped).
   void AppendToLog(const Task& task, const std::string& line) const;
-  // Spawns a stop/kill command with output appended to the task log. False if it cannot start.
-  bool RunHelper(const Task& task, const std::vector<std::string>& argv, int64_t now_micros);
+  // Spawns a stop/kill command with output appended to the task log (`quiet`: its errors only).
+  // False if it cannot start.
+  bool RunHelper(const Task& task, const std::vector<std::string>& argv, int64_t now_micros,
+                 bool quiet = false);
   void ReapHelpers(int64_t now_micros, bool force);
   TaskExit MakeExit(const Task& task, int64_t now_micros) const;
   // Starts the task's shim and reads its handshake: the leader's pid and start time, or why the

@@ -13,6 +13,7 @@
 namespace dgpu::agent {
 namespace {
 
+using common::FormatCpuList;
 using testing::PollUntilExit;
 using testing::ReadFile;
 using testing::TempDir;
@@ -128,7 +129,8 @@ TEST(BuildDockerStopArgvTest, ExactArgv) {
 }
 
 // A `docker` stub first on PATH: it writes its arguments (one per line) to <stub dir>/<cmd>.argv.
-// `run` blocks until `stop` has run when DGPU_DOCKER_STUB_BLOCK is set.
+// `run` blocks until `stop` has run when DGPU_DOCKER_STUB_BLOCK is set (or until the file
+// <stub dir>/end-<container name> exists, then exits 0).
 class DockerExecutorTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -143,8 +145,12 @@ class DockerExecutorTest : public ::testing::Test {
               "printf '%s\\n' \"$(basename \"$0\")\" \"$@\" > \"$DGPU_DOCKER_STUB_DIR/$cmd.argv\"\n"
               "case \"$cmd\" in\n"
               "  run)\n"
+              "    name=; prev=; for a; do [ \"$prev\" = --name ] && name=$a; prev=$a; done\n"
               "    if [ -n \"${DGPU_DOCKER_STUB_BLOCK:-}\" ]; then\n"
-              "      while [ ! -e \"$DGPU_DOCKER_STUB_DIR/stopped\" ]; do sleep 0.02; done\n"
+              "      while [ ! -e \"$DGPU_DOCKER_STUB_DIR/stopped\" ]; do\n"
+              "        [ -e \"$DGPU_DOCKER_STUB_DIR/end-$name\" ] && exit 0\n"
+              "        sleep 0.02\n"
+              "      done\n"
               "      exit 143\n"
               "    fi\n"
               "    exit 0 ;;\n"
@@ -223,6 +229,50 @@ TEST_F(DockerExecutorTest, StopOrderGraceGoesToDockerStop) {
   ASSERT_TRUE(exit.has_value());
   EXPECT_EQ(exit->error, "preempted");
   EXPECT_EQ(ReadFile(stub_dir_ + "/stop.argv"), "docker\nstop\n-t\n7\ndgpu-task-10\n");
+}
+
+// executor.cpu_binding: cpuset: a container not bound to CPUs of its own runs on those no task
+// is bound to (--cpuset-cpus at its run, beside its --cpus quota), and docker update moves it as
+// a bound one starts and ends.
+TEST_F(DockerExecutorTest, ContainersNotBoundShareTheCpusNoTaskIsBoundTo) {
+  const std::vector<int> all = AllowedCpus();
+  if (all.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  const int cpu = all.back();
+  const std::vector<int> rest(all.begin(), all.end() - 1);
+  setenv("DGPU_DOCKER_STUB_BLOCK", "1", 1);
+  DockerExecutorOptions options = Options();
+  options.cpu_pool = CpuPool({cpu}, {});
+  DockerExecutor executor(options);
+  TaskLaunch shared = Launch("task-shared", "sleep 100", {0});
+  shared.cpus_milli = 2000;  // More than the pool has: a quota, and the shared CPUs.
+  ASSERT_TRUE(executor.Start(shared).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    return ReadFile(stub_dir_ + "/run.argv").find("dgpu-task-shared") != std::string::npos;
+  }));
+  EXPECT_THAT(ReadFile(stub_dir_ + "/run.argv"),
+              ::testing::HasSubstr("--cpus\n2\n--cpuset-cpus\n" + FormatCpuList(all) + "\n"));
+  EXPECT_EQ(executor.CpuSet("task-shared"), std::vector<int>{});
+  auto update_to = [&](const std::vector<int>& cpus) {
+    return "docker\nupdate\n--cpuset-cpus\n" + FormatCpuList(cpus) + "\ndgpu-task-shared\n";
+  };
+  TaskLaunch bound = Launch("task-bound", "sleep 100", {1});
+  bound.cpus_milli = 1000;
+  ASSERT_TRUE(executor.Start(bound).ok());
+  EXPECT_EQ(executor.CpuSet("task-bound"), std::vector<int>{cpu});
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(stub_dir_ + "/update.argv") == update_to(rest); }))
+      << ReadFile(stub_dir_ + "/update.argv");
+  WriteFile(stub_dir_ + "/end-dgpu-task-bound", "");
+  auto exit = PollUntilExit(executor, "task-bound");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success) << exit->error;
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(stub_dir_ + "/update.argv") == update_to(all); }))
+      << ReadFile(stub_dir_ + "/update.argv");
+  // docker update's output (the container's name) stays out of the task's log.
+  EXPECT_EQ(ReadFile(executor.LogPath("task-shared")),
+            "dgpu: 2 CPU(s) to bind the task to and 1 free: a CPU quota of 2 instead\n"
+            "container says hi\n");
+  ASSERT_TRUE(executor.Stop("task-shared", StopOrder{}).ok());
+  ASSERT_TRUE(PollUntilExit(executor, "task-shared").has_value());
 }
 
 TEST_F(DockerExecutorTest, MissingDockerIsAStartFailure) {
