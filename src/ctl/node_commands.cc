@@ -196,8 +196,8 @@ int GetAgents(const CtlContext& ctx) {
   if (!reply->is_object() || !reply->contains("agents") || !(*reply)["agents"].is_array()) {
     return BadResponse(ctx, "GET /api/v1/agents did not return an agents array");
   }
-  Table table(
-      {"id", "address", "status", "gpus", "free", "cpus", "memory", "tasks", "last heartbeat"});
+  Table table({"id", "address", "status", "gpus", "free", "cpus", "memory", "isolation", "tasks",
+               "last heartbeat"});
   // Given to tasks of what the node offers ("-" where it reports none).
   const auto used_of = [](const json& agent, const char* used, const char* total,
                           const char* unit) -> std::string {
@@ -215,11 +215,11 @@ int GetAgents(const CtlContext& ctx) {
       gpus = Field(agent, "gpus");
     }
     std::string heartbeat = AgeOf(agent, "last_heartbeat", now);
-    table.AddRow({Cell(Field(agent, "id")), Cell(Field(agent, "address")),
-                  Cell(Field(agent, "status")), Cell(gpus), Cell(Field(agent, "free_gpus")),
-                  used_of(agent, "allocated_cpus", "cpus", ""),
-                  used_of(agent, "allocated_memory_mb", "memory_mb", "MB"),
-                  Cell(Field(agent, "tasks")), heartbeat == "-" ? "-" : heartbeat + " ago"});
+    table.AddRow(
+        {Cell(Field(agent, "id")), Cell(Field(agent, "address")), Cell(Field(agent, "status")),
+         Cell(gpus), Cell(Field(agent, "free_gpus")), used_of(agent, "allocated_cpus", "cpus", ""),
+         used_of(agent, "allocated_memory_mb", "memory_mb", "MB"), Cell(Field(agent, "isolation")),
+         Cell(Field(agent, "tasks")), heartbeat == "-" ? "-" : heartbeat + " ago"});
   }
   if (table.size() == 0) {
     *ctx.err << "no agents found\n";

@@ -358,11 +358,13 @@ TEST_F(DgpuctlProcessTest, GetGpus) {
 TEST_F(DgpuctlProcessTest, GetAgents) {
   ProcessResult r = Ctl({"get", "agents"});
   EXPECT_EQ(r.code, 0);
-  EXPECT_EQ(
-      r.out,
-      "ID      ADDRESS         STATUS   GPUS  FREE  CPUS   MEMORY         TASKS  LAST HEARTBEAT\n"
-      "node-a  10.0.0.1:50051  online   2     0     6.5/8  32768/65536MB  1      3s ago\n"
-      "node-b  10.0.0.2:50051  offline  2     -     -      -              -      20m ago\n");
+  EXPECT_EQ(r.out,
+            "ID      ADDRESS         STATUS   GPUS  FREE  CPUS   MEMORY         ISOLATION  TASKS  "
+            "LAST HEARTBEAT\n"
+            "node-a  10.0.0.1:50051  online   2     0     6.5/8  32768/65536MB  cgroup_v1  1      "
+            "3s ago\n"
+            "node-b  10.0.0.2:50051  offline  2     -     -      -              -          -      "
+            "20m ago\n");
 }
 
 TEST_F(DgpuctlProcessTest, Quota) {

@@ -96,9 +96,12 @@ class ResourcesTest(ClusterTestCase):
         self.assertRegex(p.stdout, r"(?m)^CPUs / Memory: +0\.5 / 1024 MiB$")
         p = ctl("get", "agents")
         self.assertEqual(p.returncode, 0, p)
-        self.assertRegex(p.stdout, r"(?m)^ID +ADDRESS +STATUS +GPUS +FREE +CPUS +MEMORY +TASKS")
-        self.assertRegex(p.stdout, r"(?m)^%s +\S+ +online +2 +1 +0\.5/2\.0 +1024/4096MB +1 "
-                         % t["node_id"])
+        self.assertRegex(p.stdout,
+                         r"(?m)^ID +ADDRESS +STATUS +GPUS +FREE +CPUS +MEMORY +ISOLATION +TASKS")
+        isolation = self.c.agents_view()[t["node_id"]]["isolation"]
+        self.assertIn(isolation, ("cgroup_v1", "cgroup_v2", "none"))
+        self.assertRegex(p.stdout, r"(?m)^%s +\S+ +online +2 +1 +0\.5/2\.0 +1024/4096MB +%s +1 "
+                         % (t["node_id"], isolation))
 
 
 if __name__ == "__main__":
