@@ -115,6 +115,12 @@ class DashboardTest(BrowserCase):
                    what="the task's log")
         self.until(lambda b: "started" in self.text("#events"), what="the started event")
         self.assertIn("running", self.text(".kv"))
+        # What it was given beside its GPUs (its GPUs' share of the node).
+        t = self.c.task(tid)
+        self.assertIsNotNone(t["cpus"], t)
+        self.until(lambda b: "%g / %d MiB" % (t["cpus"], t["memory_mb"]) in self.text(".kv"),
+                   what="the task's CPUs and memory")
+        self.assertIn("CPUs / memory", self.text(".kv"))
         self.shot("task")
 
         # Cancelled from outside: the page follows.
@@ -151,6 +157,12 @@ class DashboardTest(BrowserCase):
         self.open("#/agents")
         self.until(lambda b: self.count("table tr") == 3, what="two agents")
         self.assertIn("online", self.text("table"))
+        # Each node's CPUs and memory given to tasks of what it offers, and its isolation.
+        for agent in self.c.agents_view().values():
+            row = self.text("table tr:nth-child(%d)" % (2 if agent["id"] == "a1" else 3))
+            self.assertIn("%g/%g" % (agent["allocated_cpus"], agent["cpus"]), row)
+            self.assertIn("%d/%d MiB" % (agent["allocated_memory_mb"], agent["memory_mb"]), row)
+            self.assertIn(agent["isolation"], row)
         self.shot("agents")
 
     def test_static_files_and_unknown_ones(self):

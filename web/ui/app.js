@@ -504,11 +504,16 @@ function pageTasks(params) {
 function pageAgents() {
   const nodes = Array.from(state.nodes.values()).sort((a, b) => a.id.localeCompare(b.id, undefined, { numeric: true }));
   if (!nodes.length) return '<h1>Agents</h1><p class="muted">No agent has registered.</p>';
+  // Given to tasks of what the node offers ('' where it reports none).
+  const given = (n, used, total, unit) => (n[total] == null ? '' : esc(n[used]) + '/' + esc(n[total]) + unit);
   return '<h1>Agents <span class="muted">(' + nodes.length + ')</span></h1><table><tr><th>node</th>' +
-    '<th>status</th><th>address</th><th>GPUs</th><th>free</th><th>tasks</th><th>labels</th>' +
+    '<th>status</th><th>address</th><th>GPUs</th><th>free</th><th>CPUs</th><th>memory</th>' +
+    '<th>isolation</th><th>tasks</th><th>labels</th>' +
     '<th>last heartbeat</th></tr>' + nodes.map((n) => '<tr><td>' + esc(n.id) + '</td><td>' +
       status(n.status) + '</td><td>' + esc(n.address) + '</td><td>' + n.gpus + '</td><td>' +
-      n.free_gpus + '</td><td>' + n.tasks + '</td><td>' +
+      n.free_gpus + '</td><td>' + given(n, 'allocated_cpus', 'cpus', '') + '</td><td>' +
+      given(n, 'allocated_memory_mb', 'memory_mb', ' MiB') + '</td><td>' + esc(n.isolation || '') +
+      '</td><td>' + n.tasks + '</td><td>' +
       esc(Object.entries(n.labels || {}).map(([k, v]) => k + '=' + v).join(', ')) + '</td><td>' +
       esc(ago(n.last_heartbeat)) + '</td></tr>').join('') + '</table>';
 }
@@ -584,6 +589,16 @@ function renderLog() {
   if (note) note.textContent = taskPage.logNote || '';
 }
 
+// CPU ids as the kernel lists them: [0, 1, 2, 5] -> "0-2,5".
+function cpuList(cpus) {
+  const ranges = [];
+  for (const c of cpus) {
+    const last = ranges[ranges.length - 1];
+    if (last && last[1] === c - 1) last[1] = c; else ranges.push([c, c]);
+  }
+  return ranges.map(([a, b]) => (a === b ? String(a) : a + '-' + b)).join(',');
+}
+
 function pageTask(id) {
   openTask(id);
   const live = state.tasks.get(id);
@@ -594,7 +609,12 @@ function pageTask(id) {
     ['status', status(t.status) + (t.pending_reason ? ' <span class="muted">' + esc(t.pending_reason) + '</span>' : '')],
     ['name', esc(t.name)], ['priority', esc(t.priority)], ['team', esc(t.team)], ['user', esc(t.user)],
     ['GPUs', esc(t.gpu_count) + (t.gpu_model ? ' × ' + esc(t.gpu_model) : '')],
-    ['allocation', esc((t.allocation || []).map((a) => a.node_id + ': GPU ' + a.gpu_indices.join(',')).join('; '))],
+    ['allocation', esc((t.allocation || []).map((a) => a.node_id + ': GPU ' + a.gpu_indices.join(',') +
+      (a.cpu_set ? ', CPUs ' + cpuList(a.cpu_set) : '')).join('; '))],
+    ['CPUs / memory', t.cpus == null && t.memory_mb == null ? '' :
+      esc(t.cpus == null ? '-' : t.cpus) + ' / ' + esc(t.memory_mb == null ? '-' : t.memory_mb + ' MiB') +
+      (t.cpu_set ? ' <span class="muted">bound to CPUs ' + esc(cpuList(t.cpu_set)) + '</span>' : '')],
+    ['usage', t.usage ? esc(t.usage.cpu_seconds.toFixed(1) + ' CPU seconds, peak ' + t.usage.max_memory_mb + ' MiB') : ''],
     ['command', '<code>' + esc(t.command) + '</code>'],
     ['created', esc(t.created_at || '') + ' <span class="muted">' + esc(ago(t.created_at)) + '</span>'],
     ['started', esc(t.started_at || '')], ['finished', esc(t.finished_at || '')],
