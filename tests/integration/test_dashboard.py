@@ -159,10 +159,13 @@ class DashboardTest(BrowserCase):
         self.assertIn("online", self.text("table"))
         # Each node's CPUs and memory given to tasks of what it offers, and its isolation.
         for agent in self.c.agents_view().values():
-            row = self.text("table tr:nth-child(%d)" % (2 if agent["id"] == "a1" else 3))
-            self.assertIn("%g/%g" % (agent["allocated_cpus"], agent["cpus"]), row)
-            self.assertIn("%d/%d MiB" % (agent["allocated_memory_mb"], agent["memory_mb"]), row)
-            self.assertIn(agent["isolation"], row)
+            selector = "table tr:nth-child(%d)" % (2 if agent["id"] == "a1" else 3)
+            want = ["%g/%g" % (agent["allocated_cpus"], agent["cpus"]),
+                    "%d/%d MiB" % (agent["allocated_memory_mb"], agent["memory_mb"]),
+                    agent["isolation"]]
+            # The page follows the feed: it may show the node a moment after the API does.
+            self.until(lambda b, s=selector, w=want: all(x in self.text(s) for x in w),
+                       what="%s's CPUs, memory and isolation" % agent["id"])
         self.shot("agents")
 
     def test_static_files_and_unknown_ones(self):
