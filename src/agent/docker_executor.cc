@@ -102,14 +102,16 @@ Status DockerExecutor::Start(const TaskLaunch& launch) {
                          options_.docker_binary, options_.limits ? options_.max_pids_per_task : 0);
   if (!argv.ok()) return argv.status();
   LaunchPlan plan;
-  if (options_.limits && supervisor_.BindCpus(launch, &plan)) {
+  if (options_.limits && options_.cpu_pool.has_value()) {
+    // Bound to CPUs of its own, or else on those no task is bound to, moved with docker update
+    // as they change.
+    std::vector<int> shared;
+    if (!supervisor_.BindCpus(launch, &plan)) {
+      shared = supervisor_.SharedCpus();
+      plan.shares_cpus = true;
+    }
     argv = BuildDockerRunArgv(launch, options_.default_image, options_.docker_binary,
-                              options_.max_pids_per_task, plan.cpus);
-  } else if (options_.limits && options_.cpu_pool.has_value()) {
-    // Not bound: on the CPUs no task is bound to, moved with docker update as they change.
-    argv = BuildDockerRunArgv(launch, options_.default_image, options_.docker_binary,
-                              options_.max_pids_per_task, {}, supervisor_.SharedCpus());
-    plan.shares_cpus = true;
+                              options_.max_pids_per_task, plan.cpus, shared);
   }
   plan.argv = std::move(*argv);
   if (options_.run_as_submitter) {

@@ -257,23 +257,32 @@ void TaskSupervisor::GiveCpus(const std::vector<int>& cpus) {
   UpdateSharedCpus();
 }
 
+std::vector<int> TaskSupervisor::UnboundCpus() const {
+  std::vector<int> unbound;
+  if (options_.cpu_pool.has_value()) {
+    std::ranges::set_difference(node_cpus_, options_.cpu_pool->Taken(),
+                                std::back_inserter(unbound));
+  }
+  return unbound;
+}
+
 std::vector<int> TaskSupervisor::SharedCpus() const {
-  if (!options_.cpu_pool.has_value()) return {};
-  std::vector<int> shared;
-  std::ranges::set_difference(node_cpus_, options_.cpu_pool->Taken(), std::back_inserter(shared));
-  return shared.empty() ? node_cpus_ : shared;
+  std::vector<int> unbound = UnboundCpus();
+  return unbound.empty() ? node_cpus_ : unbound;
 }
 
 void TaskSupervisor::UpdateSharedCpus(bool force) {
   if (!options_.cpu_pool.has_value()) return;
-  std::vector<int> shared = SharedCpus();
-  if (shared == shared_cpus_ && !force) return;
-  if (shared.size() == node_cpus_.size() && !options_.cpu_pool->Taken().empty()) {
+  std::vector<int> unbound = UnboundCpus();
+  const bool all_bound = unbound.empty();
+  if (all_bound) unbound = node_cpus_;
+  if (unbound == shared_cpus_ && !force) return;
+  if (all_bound) {
     spdlog::warn(
         "every CPU is bound to a task: the tasks not bound to CPUs of their own share them all "
         "until one ends");
   }
-  shared_cpus_ = std::move(shared);
+  shared_cpus_ = std::move(unbound);
   for (auto& [id, task] : tasks_) {
     if (!task.shares_cpus) continue;
     if (!task.cgroup) {

@@ -267,6 +267,8 @@ class TaskSupervisor {
   // Writes SharedCpus to the cgroup of every task that shares CPUs, when they changed (`force`:
   // whether or not). Before a bound task starts (they leave its CPUs) and after one ends.
   void UpdateSharedCpus(bool force = false);
+  // The CPUs this process may run on that no task is bound to (empty without a pool).
+  std::vector<int> UnboundCpus() const;
   SupervisorOptions options_;
   std::vector<int> node_cpus_;    // With a CPU pool: the CPUs this process may run on.
   std::vector<int> shared_cpus_;  // SharedCpus as last written.

@@ -5,6 +5,21 @@
 
 namespace dgpu::core {
 
+namespace {
+
+// A node's room changed: the one bucket of a model's that holds it (if any) follows.
+template <typename Buckets, typename Room, typename Rooms>
+void RoomChangedWhereHeld(Buckets& by_free, uint32_t pos, const Room& old, const Rooms& rooms) {
+  for (auto& bucket : by_free) {
+    if (bucket.Has(pos)) {
+      bucket.RoomChanged(pos, old, rooms);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
 PlacementIndex::ModelBuckets& PlacementIndex::Buckets(int model, int size) {
   if (model >= static_cast<int>(models_.size())) models_.resize(model + 1);
   auto& mb = models_[model];
@@ -83,15 +98,7 @@ void PlacementIndex::UpdateRoom(uint32_t pos, const Room& room) {
     }
     return;
   }
-  // The buckets that hold the node: one per model it has.
-  for (auto& mb : models_) {
-    for (auto& bucket : mb.by_free) {
-      if (bucket.Has(pos)) {
-        bucket.RoomChanged(pos, old, rooms_);
-        break;
-      }
-    }
-  }
+  for (auto& mb : models_) RoomChangedWhereHeld(mb.by_free, pos, old, rooms_);
 }
 
 void PlacementIndex::Move(int model, Entry e, int old_free, int new_free, const Room& room) {
@@ -110,15 +117,8 @@ void PlacementIndex::Move(int model, Entry e, int old_free, int new_free, const 
   mb.by_free[old_free].Clear(pos, &rooms_);
   rooms_[pos] = room;
   mb.by_free[new_free].Set(pos, &rooms_);
-  if (models_.size() == 1) return;
   for (size_t m = 0; m < models_.size(); ++m) {
-    if (static_cast<int>(m) == model) continue;
-    for (auto& bucket : models_[m].by_free) {
-      if (bucket.Has(pos)) {
-        bucket.RoomChanged(pos, old, rooms_);
-        break;
-      }
-    }
+    if (static_cast<int>(m) != model) RoomChangedWhereHeld(models_[m].by_free, pos, old, rooms_);
   }
 }
 
