@@ -135,11 +135,7 @@ void SchedulerCore::ReleaseOnNode(NodeState& node, TaskNumber id, const NodeAllo
     resource_seq_ = ++change_seq_;
   }
   if (slice != nullptr && node.in_index) {
-    if (gives_room) {
-      index_.Move(slice->model, node.Entry(), slice->free - freed, slice->free, node.Room());
-    } else {
-      index_.Move(slice->model, node.Entry(), slice->free - freed, slice->free);
-    }
+    index_.Move(slice->model, node.Entry(), slice->free - freed, slice->free, node.Room());
     // Shapes of this model asking for more than the node had free, and at most what it has now,
     // may have room again.
     auto& seqs = room_seq_[static_cast<size_t>(slice->model)];

@@ -40,11 +40,10 @@ inline void SchedulerCore::TakeGpus(NodeState& node, const Task& t, int model, i
     na.memory_mb = node.GivenMemory(t.spec);
     node.free_cpus_milli -= na.cpus_milli;
     node.free_memory_mb -= na.memory_mb;
-    if (node.in_index) index_.Move(model, node.Entry(), old_free, slice->free, node.Room());
   } else {
     na.cpus_milli = na.memory_mb = 0;
-    if (node.in_index) index_.Move(model, node.Entry(), old_free, slice->free);
   }
+  if (node.in_index) index_.Move(model, node.Entry(), old_free, slice->free, node.Room());
 }
 
 void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now) {
