@@ -420,6 +420,141 @@ Status TaskCgroups::Create(const std::string& task_id, const TaskCgroupLimits& l
   return OkStatus();
 }
 
+Status TaskCgroups::CreateSlot(const std::string& name) {
+  if (version_ != CgroupVersion::kV1) return FailedPrecondition("slots are for cgroup v1");
+  std::vector<std::string> made;
+  auto fail = [&](const Status& why) {
+    for (const std::string& dir : made) rmdir(dir.c_str());
+    return why;
+  };
+  for (const CgroupHierarchy& h : hierarchies_) {
+    const std::string dir = h.parent + "/" + name;
+    if (mkdir(dir.c_str(), 0755) != 0) {
+      const int saved = errno;
+      return fail(Status(saved == EEXIST ? StatusCode::kAlreadyExists : StatusCode::kUnavailable,
+                         "cannot create " + dir + ": " + strerror(saved)));
+    }
+    made.push_back(dir);
+    if (Contains(h.controllers, "cpuset") && cpuset_) {
+      // A v1 cpuset cgroup takes no process before it has memory nodes and CPUs.
+      Status s = WriteFile(dir + "/cpuset.mems", cpuset_mems_);
+      if (s.ok()) s = WriteFile(dir + "/cpuset.cpus", Trimmed(ReadAll(h.parent + "/cpuset.cpus")));
+      if (!s.ok()) return fail(s);
+    }
+    if (Contains(h.controllers, "cpu")) {
+      if (Status s = WriteFile(dir + "/cpu.cfs_period_us", std::to_string(kCpuPeriodMicros));
+          !s.ok()) {
+        return fail(s);
+      }
+    }
+  }
+  return OkStatus();
+}
+
+Status TaskCgroups::Enter(const std::string& name, pid_t pid) {
+  for (const CgroupHierarchy& h : hierarchies_) {
+    if (Status s = WriteFile(h.parent + "/" + name + "/cgroup.procs", std::to_string(pid));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return OkStatus();
+}
+
+Status TaskCgroups::Apply(const std::string& name, const TaskCgroupLimits& limits,
+                          const std::optional<TaskCgroupLimits>& previous) {
+  if (version_ != CgroupVersion::kV1) return FailedPrecondition("slots are for cgroup v1");
+  const TaskCgroupLimits was = previous.value_or(TaskCgroupLimits{});
+  auto dir_of = [&](const char* controller) -> std::optional<std::string> {
+    const CgroupHierarchy* h = Find(controller);
+    if (h == nullptr) return std::nullopt;
+    return h->parent + "/" + name + "/";
+  };
+  if (limits.memory_bytes != was.memory_bytes) {
+    if (auto dir = dir_of("memory")) {
+      const std::string value =
+          limits.memory_bytes > 0 ? std::to_string(limits.memory_bytes) : std::string("-1");
+      // memory.memsw (swap counted too, where the kernel accounts it) is never below
+      // memory.limit: the larger goes first when the limit rises, last when it falls.
+      const bool swap = access((*dir + "memory.memsw.limit_in_bytes").c_str(), F_OK) == 0;
+      const bool rises = limits.memory_bytes <= 0 ||
+                         (was.memory_bytes > 0 && limits.memory_bytes > was.memory_bytes);
+      Status s = OkStatus();
+      if (swap && rises) s = WriteFile(*dir + "memory.memsw.limit_in_bytes", value);
+      if (s.ok()) s = WriteFile(*dir + "memory.limit_in_bytes", value);
+      if (s.ok() && swap && !rises) s = WriteFile(*dir + "memory.memsw.limit_in_bytes", value);
+      if (!s.ok()) return s;
+    }
+  }
+  if (limits.pids_max != was.pids_max) {
+    if (auto dir = dir_of("pids")) {
+      const std::string value =
+          limits.pids_max > 0 ? std::to_string(limits.pids_max + 1) : std::string("max");
+      if (Status s = WriteFile(*dir + "pids.max", value); !s.ok()) return s;
+    }
+  }
+  if (limits.cpu_quota_milli != was.cpu_quota_milli) {
+    if (auto dir = dir_of("cpu")) {
+      const std::string value =
+          limits.cpu_quota_milli > 0
+              ? std::to_string(
+                    std::max(kMinCpuQuotaMicros, limits.cpu_quota_milli * kCpuPeriodMicros / 1000))
+              : std::string("-1");
+      if (Status s = WriteFile(*dir + "cpu.cfs_quota_us", value); !s.ok()) return s;
+    }
+  }
+  if (limits.cpus != was.cpus) {
+    if (!limits.cpus.empty() && !cpuset_) {
+      return Unavailable("no cpuset cgroup controller: CPUs cannot be bound");
+    }
+    if (cpuset_) {
+      const CgroupHierarchy* h = Find("cpuset");
+      const std::string value = limits.cpus.empty() ? Trimmed(ReadAll(h->parent + "/cpuset.cpus"))
+                                                    : FormatCpuList(limits.cpus);
+      if (Status s = WriteFile(h->parent + "/" + name + "/cpuset.cpus", value); !s.ok()) return s;
+    }
+  }
+  if (limits.denied_devices != was.denied_devices) {
+    auto dir = dir_of("devices");
+    if (!dir.has_value() && !limits.denied_devices.empty()) {
+      return Unavailable(
+          "no devices cgroup is mounted: GPU device files cannot be kept from other tasks");
+    }
+    if (dir.has_value()) {
+      // The last task's denials that this one does not have are allowed again (which removes
+      // them), then this one's are added.
+      auto has = [](const std::vector<dev_t>& list, dev_t d) {
+        return std::find(list.begin(), list.end(), d) != list.end();
+      };
+      auto rule = [](dev_t d) {
+        return "c " + std::to_string(major(d)) + ":" + std::to_string(minor(d)) + " rwm";
+      };
+      for (dev_t d : was.denied_devices) {
+        if (has(limits.denied_devices, d)) continue;
+        if (Status s = WriteFile(*dir + "devices.allow", rule(d)); !s.ok()) return s;
+      }
+      for (dev_t d : limits.denied_devices) {
+        if (has(was.denied_devices, d)) continue;
+        if (Status s = WriteFile(*dir + "devices.deny", rule(d)); !s.ok()) return s;
+      }
+    }
+  }
+  // The counters start again from what the slot holds now (its shim).
+  if (auto dir = dir_of("memory")) {
+    if (Status s = WriteFile(*dir + "memory.max_usage_in_bytes", "0"); !s.ok()) return s;
+  }
+  if (auto dir = dir_of("cpuacct")) {
+    if (Status s = WriteFile(*dir + "cpuacct.usage", "0"); !s.ok()) return s;
+  }
+  return OkStatus();
+}
+
+void TaskCgroups::Recycle(const std::string& name) {
+  if (const CgroupHierarchy* h = Find("memory"); h != nullptr && version_ == CgroupVersion::kV1) {
+    (void)WriteFile(h->parent + "/" + name + "/memory.force_empty", "0");
+  }
+}
+
 Status TaskCgroups::SetCpus(const std::string& task_id, const std::vector<int>& cpus) {
   if (!cpuset_) return Unavailable("no cpuset cgroup controller: CPUs cannot be bound");
   const CgroupHierarchy* h = Find("cpuset");

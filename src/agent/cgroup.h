@@ -8,11 +8,13 @@
 //     whose own cgroup does not already delegate them moves itself into a leaf beside the parent
 //     (`<own>/<name>-agent`) first. Devices: a BPF_PROG_TYPE_CGROUP_DEVICE program attached to the
 //     task's cgroup (there are no device files in v2).
-//   - cgroup v1 otherwise: one directory per task in each mounted hierarchy it needs (memory and
-//     cpuacct for every task, pids, cpu, cpuset and devices for their limits); devices through
-//     devices.deny.
-// The task's processes join it through the task's shim (task_shim.h): the shim moves itself into
-// the task's cgroups, starts the task's first process there, and moves back to its own (the
+//   - cgroup v1 otherwise: slots (see slots() below), `<own>/<name>/slot-<n>` in every mounted
+//     hierarchy, kept from task to task with their shim living in them; a task too large for a
+//     kept shim gets one directory of its own in each hierarchy it needs (memory and cpuacct for
+//     every task, pids, cpu, cpuset and devices for their limits). Devices through devices.deny.
+// The task's processes join it through the task's shim (task_shim.h): v2, the shim starts the
+// task's first process there; v1, a slot's shim lives there, and a shim of a task's own moves
+// itself into the task's cgroups, starts the task's first process and moves back to its own (the
 // agent's), so that a kill of the cgroup and its out-of-memory killer reach the task alone.
 //
 // The device rule is a deny list: of the node's GPU device files, those of the other tasks' GPUs
@@ -27,6 +29,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,6 +91,27 @@ class TaskCgroups {
   // Makes the task's cgroup (an empty one of an earlier run is made anew) and sets its limits.
   // Nothing is left behind when it fails.
   Status Create(const std::string& task_id, const TaskCgroupLimits& limits);
+  // Slots (v1): cgroups kept from one task to the next with the task's kept shim living in them
+  // (task_shim.h, --resident), so that a start makes no cgroup and moves no process: a v1 move
+  // waits for an RCU grace period whenever no other move happened just before (milliseconds),
+  // and v1 memory cgroups are costly to make and remove. Per task, only the limits that differ
+  // from the slot's last task's are written, and the usage counters are reset. v2 starts a task
+  // in a cgroup of its own without a move (clone3), and keeps one per task.
+  bool slots() const { return version_ == CgroupVersion::kV1; }
+  // Makes the slot `name` in every hierarchy, without limits. Nothing is left behind when it
+  // fails; AlreadyExists when a cgroup of that name is there.
+  Status CreateSlot(const std::string& name);
+  // Moves process `pid` (a slot's shim) into the slot, in every hierarchy.
+  Status Enter(const std::string& name, pid_t pid);
+  // Gives the slot `limits` for its next task: those that differ from `previous` (the last
+  // task's; nullopt: none since CreateSlot) are written, the pids limit one above the task's
+  // (the shim counts); the peak memory and CPU time are reset. On a failure the slot's limits
+  // are unknown (it is not to be used again).
+  Status Apply(const std::string& name, const TaskCgroupLimits& limits,
+               const std::optional<TaskCgroupLimits>& previous);
+  // After a slot's task: the memory it still holds charged (its files' page cache) is given
+  // back, so that the next task's peak starts from the shim's few pages. Best effort.
+  void Recycle(const std::string& name);
   // Rewrites the CPUs of a task's cgroup made with TaskCgroupLimits::cpus (the kernel moves its
   // processes off the CPUs it loses). NotFound when it has no cpuset cgroup.
   Status SetCpus(const std::string& task_id, const std::vector<int>& cpus);
@@ -107,7 +131,8 @@ class TaskCgroups {
   // not leave): v2 cgroup.kill, or frozen first so that nothing forks meanwhile (not when
   // `spare` is inside); v1 round after round until none is left. Best effort.
   void Kill(const std::string& task_id, pid_t spare = 0);
-  // The out-of-memory kills in the task's cgroup (memory.oom_control or memory.events).
+  // The out-of-memory kills in the task's cgroup (memory.oom_control or memory.events), since
+  // the cgroup was made: a slot's count goes on from task to task.
   int64_t OomKills(const std::string& task_id) const;
   // What the task's processes used: CPU time (cpuacct.usage, cpu.stat usage_usec) and peak
   // memory (memory.max_usage_in_bytes, memory.peak; 0 on a v2 kernel before 5.19). nullopt when

@@ -321,6 +321,39 @@ static int leave_cgroups(const struct shim_task* t, int joined) {
   return ok;
 }
 
+/* A resident shim (--task-shim-server 2 --resident) lives in its tasks' cgroups (the agent's
+ * slots, cgroup.h): out of their out-of-memory killer's reach (oom_score_adj -1000) but while it
+ * spawns a task's leader, which inherits the value it had at its start. */
+static int resident = 0;
+static char resident_adj[32];
+
+/* Writes `value` to /proc/self/oom_score_adj; best effort (a shim that cannot lower it is still
+ * the smallest process of its cgroup). */
+static void set_oom_score_adj(const char* value) {
+  const int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t ignored = write(fd, value, strlen(value));
+  (void)ignored;
+  close(fd);
+}
+
+static void become_resident(void) {
+  resident = 1;
+  snprintf(resident_adj, sizeof(resident_adj), "0");
+  const int fd = open("/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char value[32];
+    const ssize_t n = read(fd, value, sizeof(value) - 1);
+    close(fd);
+    if (n > 0) {
+      value[n] = '\0';
+      value[strcspn(value, "\n")] = '\0';
+      snprintf(resident_adj, sizeof(resident_adj), "%s", value);
+    }
+  }
+  set_oom_score_adj("-1000");
+}
+
 /* The process's part, once: a child subreaper that no signal of the agent's ends, SIGCHLD read
  * from a signalfd. The signalfd, or -1 (errno set). */
 static int prepare_process(void) {
@@ -385,9 +418,11 @@ static int run_task(const struct shim_task* t, int sfd) {
   }
   pid_t leader = 0;
   const int out = log_pipe[1] >= 0 ? log_pipe[1] : t->log_fd;
+  if (resident) set_oom_score_adj(resident_adj);
   const int spawn_error = clone_into
                               ? spawn_leader_in(t->argv, t->envp, t->cwd, out, cgroup_fd, &leader)
                               : spawn_leader(t->argv, t->envp, t->cwd, out, &leader);
+  if (resident) set_oom_score_adj("-1000");
   if (cgroup_fd >= 0) close(cgroup_fd);
   if (!clone_into && t->ncgroups > 0 && !leave_cgroups(t, t->ncgroups)) {
     char line[4300];
@@ -549,17 +584,20 @@ static int parse_request(char* data, size_t size, struct shim_task* t) {
   return 1;
 }
 
-/* dgpu-task-shim --task-shim-server 2: fd 0 a SOCK_SEQPACKET socket to the agent. Runs the tasks
- * it is sent, one after the other (task_shim.h). */
+/* dgpu-task-shim --task-shim-server 2 [--resident]: fd 0 a SOCK_SEQPACKET socket to the agent.
+ * Runs the tasks it is sent, one after the other (task_shim.h). */
 static int serve(int argc, char** argv) {
   int64_t version = 0;
-  if (argc != 3 || !parse_count(argv[2], &version) || version != SHIM_START_PROTOCOL) {
-    write_text(2, "usage: dgpu-task-shim --task-shim-server 2 (started by dgpu-agent)\n");
+  if ((argc != 3 && (argc != 4 || strcmp(argv[3], "--resident") != 0)) ||
+      !parse_count(argv[2], &version) || version != SHIM_START_PROTOCOL) {
+    write_text(2,
+               "usage: dgpu-task-shim --task-shim-server 2 [--resident] (started by dgpu-agent)\n");
     return 2;
   }
   const int control = 0;
   const int sfd = prepare_process();
   if (sfd < 0) return 1;
+  if (argc == 4) become_resident();
   static char request[MAX_REQUEST];
   for (;;) {
     union {
@@ -606,6 +644,6 @@ int dgpu_task_shim_run(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "--task-shim-server") == 0) return serve(argc, argv);
   if (argc >= 2 && strcmp(argv[1], "--task-shim") == 0) return run_one(argc, argv);
   write_text(2, "usage: dgpu-task-shim --task-shim 2 RECORDS MAX_LOG_BYTES NCGROUPS [JOIN HOME]... "
-                "-- ARGV... | --task-shim-server 2 (started by dgpu-agent)\n");
+                "-- ARGV... | --task-shim-server 2 [--resident] (started by dgpu-agent)\n");
   return 2;
 }

@@ -56,6 +56,14 @@
 // it, or died) ends it once it has no task. So a task outlives its agent alike: its shim, busy,
 // finishes it and exits, and a new agent adopts it through its records like any other.
 //
+// Resident shims (cgroup v1; cgroup.h, "slots"):
+//   dgpu-task-shim --task-shim-server 2 --resident
+// The agent moves the shim into a slot, cgroups kept from task to task, once; its requests name
+// no cgroup, and each task's leader starts where the shim lives, without a move. The shim keeps
+// itself out of the reach of the slot's out-of-memory killer (oom_score_adj -1000, read at its
+// start and given back to each leader for its spawn), and the agent's kill of the slot spares
+// it. It counts in the slot's usage and pids (the agent sets the pids limit one higher).
+//
 // The shim's process is C (shim_runtime.h: linked against musl where it is installed, for a
 // cheaper start); this header is the agent's side of the protocol.
 //
@@ -78,6 +86,8 @@ namespace dgpu::agent {
 inline constexpr const char* kTaskShimFlag = "--task-shim";
 // A shim that runs the tasks it is sent, one after the other (see "Shims kept for the next task").
 inline constexpr const char* kTaskShimServerFlag = "--task-shim-server";
+// After the server's protocol: the shim lives in its tasks' cgroups (see "Resident shims").
+inline constexpr const char* kTaskShimResidentFlag = "--resident";
 inline constexpr int kTaskShimProtocol = 1;       // Handshake, records, "done".
 inline constexpr int kTaskShimStartProtocol = 2;  // Arguments and requests.
 

@@ -37,7 +37,10 @@ constexpr int64_t kHelperLimitMicros = 60 * kMicrosPerSecond;
 // How long StopAll waits for processes after SIGKILL before giving up on them.
 constexpr auto kStopAllKillWait = std::chrono::seconds(5);
 // Run records this agent reads (task_shim.h: the protocol of the shims it adopts).
+// Run records: 1; 2 adds the task's cgroup when it is a slot's ("cgroup", "oom_base"), which an
+// agent that knows only 1 would take for a leftover and kill (records without stay 1).
 constexpr int kRunRecordVersion = 1;
+constexpr int kSlotRunRecordVersion = 2;
 // The largest request a kept shim takes in one message (shim_runtime.c's MAX_REQUEST).
 constexpr size_t kMaxShimRequest = 256 << 10;
 
@@ -128,7 +131,8 @@ TaskSupervisor::TaskSupervisor(SupervisorOptions options) : options_(std::move(o
 }
 
 TaskSupervisor::~TaskSupervisor() {
-  if (!detached_ && (!tasks_.empty() || !helpers_.empty() || !idle_shims_.empty())) {
+  if (!detached_ &&
+      (!tasks_.empty() || !helpers_.empty() || !idle_shims_.empty() || !stale_cgroups_.empty())) {
     StopAll(std::chrono::milliseconds(0));
   }
 }
@@ -143,11 +147,15 @@ void TaskSupervisor::WaitForHelpers(std::chrono::milliseconds limit) {
 
 void TaskSupervisor::EndIdleShims() {
   // Their sockets' end ends them (they wait for a request); then they are reaped as helpers.
+  std::vector<std::string> slots;
   for (const KeptShim& shim : idle_shims_) {
     close(shim.control);
     helpers_.push_back({shim.pid, "", options_.clock()});
+    if (!shim.slot.empty()) slots.push_back(shim.slot);
   }
   idle_shims_.clear();
+  // Removed once their shims have left them.
+  if (!slots.empty()) RemoveCgroups(std::move(slots));
 }
 
 std::string TaskSupervisor::LogPath(const std::string& task_id) const {
@@ -188,6 +196,12 @@ void TaskSupervisor::WriteRunRecord(const Task& task) const {
                       {"memory_mb", l.memory_mb},
                       {"cpu_set", task.cpus},
                       {"started_at", task.started_micros}};
+  if (task.cgroup && task.cgroup_name != l.task_id) {
+    // A slot's (kept from task to task): its name, and its out-of-memory kills before.
+    j["version"] = kSlotRunRecordVersion;
+    j["cgroup"] = task.cgroup_name;
+    j["oom_base"] = task.oom_base;
+  }
   // Not synced: the record has to outlive the agent process, not the machine (a task does not
   // outlive its machine either). Written in place, at once: a record cut short by the agent's
   // death was written before its shim started, so its task never ran.
@@ -204,7 +218,7 @@ void TaskSupervisor::WriteRunRecord(const Task& task) const {
 std::optional<core::ResourceUsage> TaskSupervisor::Usage(const std::string& task_id) const {
   auto it = tasks_.find(task_id);
   if (it == tasks_.end() || !it->second.cgroup) return std::nullopt;
-  return options_.cgroups->Usage(task_id);
+  return options_.cgroups->Usage(it->second.cgroup_name);
 }
 
 Status TaskSupervisor::CheckAccept(const TaskLaunch& launch) const {
@@ -292,7 +306,10 @@ void TaskSupervisor::UpdateSharedCpus(bool force) {
       }
       continue;
     }
-    if (Status s = options_.cgroups->SetCpus(id, shared_cpus_); !s.ok()) {
+    if (Status s = options_.cgroups->SetCpus(task.cgroup_name, shared_cpus_); s.ok()) {
+      // A slot's next task gets its limits from these.
+      if (task.plan.cgroup.has_value()) task.plan.cgroup->cpus = shared_cpus_;
+    } else {
       // Gone with its task, or made without a cpuset (an adopted task of an earlier agent).
       if (s.code() != StatusCode::kNotFound) {
         spdlog::warn("{}: cannot give it the shared CPUs {}: {}", id, FormatCpuList(shared_cpus_),
@@ -376,37 +393,16 @@ Status TaskSupervisor::Start(const TaskLaunch& launch, const LaunchPlan& plan) {
   RemoveRecords(launch.task_id);
   collected_.erase(std::remove(collected_.begin(), collected_.end(), launch.task_id),
                    collected_.end());
-  // Before the shim: its task's command runs only once the shim has noted who runs it, so an
-  // agent started later finds both records for every command that ran.
-  WriteRunRecord(task);
-  Status started = OkStatus();
-  if (options_.cgroups != nullptr && plan.cgroup.has_value()) {
-    started = options_.cgroups->Create(launch.task_id, *plan.cgroup);
-    if (started.ok()) {
-      task.cgroup = true;
-      const TaskCgroupLimits& limits = *plan.cgroup;
-      spdlog::info(
-          "{}: cgroup {} (memory {}, pids {}, CPU quota {}, CPUs {}, {} GPU device(s) "
-          "denied)",
-          launch.task_id, options_.cgroups->PathOf(launch.task_id),
-          limits.memory_bytes > 0 ? std::to_string(limits.memory_bytes >> 20) + " MiB"
-                                  : std::string("unlimited"),
-          limits.pids_max > 0 ? std::to_string(limits.pids_max) : "unlimited",
-          limits.cpu_quota_milli > 0
-              ? fmt::format("{} CPUs", core::CpusOfMilli(limits.cpu_quota_milli))
-              : std::string("none"),
-          limits.cpus.empty() ? std::string("any") : FormatCpuList(limits.cpus),
-          limits.denied_devices.size());
-    } else {
-      started = Status(started.code(), "cannot make the task's cgroup: " + started.message());
-    }
-  }
-  if (started.ok()) started = StartShim(task, task_dir, log_fd);
+  // The run record is written (by StartShim) before the shim starts its command: that runs only
+  // once the shim has noted who runs it, so an agent started later finds both records for every
+  // command that ran.
+  Status started = StartShim(task, task_dir, log_fd);
   if (!started.ok()) AppendLine(log_fd, "dgpu: task did not start: " + started.message());
   close(log_fd);
   if (!started.ok()) {
     RemoveRecords(launch.task_id);
-    if (task.cgroup) RemoveCgroups({launch.task_id});
+    // A slot went back to the idle ones, or to be removed, with its shim.
+    if (task.cgroup && !task.in_slot) RemoveCgroups({task.cgroup_name});
     return start_failed(started.message());
   }
   ObservePid(task.leader);  // A pid just handed out is itself a reading of the counter.
@@ -657,7 +653,7 @@ void TaskSupervisor::SendKill(Task& task, int64_t now_micros) {
   Scan();
   Signal(task, SIGKILL);
   // Every process in the task's cgroup, also those that escaped the tracking.
-  if (task.cgroup) options_.cgroups->Kill(task.launch.task_id, task.shim);
+  if (task.cgroup) options_.cgroups->Kill(task.cgroup_name, task.shim);
   if (!task.plan.kill_argv.empty() && !task.leader_status.has_value()) {
     RunHelper(task, task.plan.kill_argv, now_micros);
   }
@@ -715,6 +711,8 @@ Status TaskSupervisor::StartShim(Task& task, const std::string& task_dir, int lo
       return *started;
     }
   }
+  if (Status made = MakeTaskCgroup(task); !made.ok()) return made;
+  WriteRunRecord(task);
   int hello[2];
   if (pipe2(hello, O_CLOEXEC) != 0) {
     return Internal(std::string("cannot make the shim's pipe: ") + strerror(errno));
@@ -757,11 +755,42 @@ Status TaskSupervisor::StartShim(Task& task, const std::string& task_dir, int lo
   return OkStatus();
 }
 
-std::optional<TaskSupervisor::KeptShim> TaskSupervisor::SpawnKeptShim() {
+Status TaskSupervisor::MakeTaskCgroup(Task& task) {
+  if (task.cgroup || options_.cgroups == nullptr || !task.plan.cgroup.has_value()) {
+    return OkStatus();
+  }
+  Status made = options_.cgroups->Create(task.launch.task_id, *task.plan.cgroup);
+  if (!made.ok()) {
+    return Status(made.code(), "cannot make the task's cgroup: " + made.message());
+  }
+  task.cgroup = true;
+  task.cgroup_name = task.launch.task_id;
+  task.in_slot = false;
+  task.oom_base = 0;
+  LogCgroup(task);
+  return OkStatus();
+}
+
+void TaskSupervisor::LogCgroup(const Task& task) const {
+  const TaskCgroupLimits& limits = *task.plan.cgroup;
+  spdlog::info("{}: cgroup {} (memory {}, pids {}, CPU quota {}, CPUs {}, {} GPU device(s) denied)",
+               task.launch.task_id, options_.cgroups->PathOf(task.cgroup_name),
+               limits.memory_bytes > 0 ? std::to_string(limits.memory_bytes >> 20) + " MiB"
+                                       : std::string("unlimited"),
+               limits.pids_max > 0 ? std::to_string(limits.pids_max) : "unlimited",
+               limits.cpu_quota_milli > 0
+                   ? fmt::format("{} CPUs", core::CpusOfMilli(limits.cpu_quota_milli))
+                   : std::string("none"),
+               limits.cpus.empty() ? std::string("any") : FormatCpuList(limits.cpus),
+               limits.denied_devices.size());
+}
+
+std::optional<TaskSupervisor::KeptShim> TaskSupervisor::SpawnKeptShim(bool resident) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return std::nullopt;
   common::SpawnOptions spawn;
   spawn.argv = {options_.shim, kTaskShimServerFlag, std::to_string(kTaskShimStartProtocol)};
+  if (resident) spawn.argv.push_back(kTaskShimResidentFlag);
   // An empty environment: each task brings its own, and nothing of the agent's (its
   // credentials, say) sits in a process that runs other users' tasks.
   spawn.env = std::vector<std::string>{};
@@ -775,23 +804,82 @@ std::optional<TaskSupervisor::KeptShim> TaskSupervisor::SpawnKeptShim() {
                  pid.status().message());
     return std::nullopt;
   }
-  KeptShim shim{*pid, sv[0], 0};
+  KeptShim shim{*pid, sv[0], 0, {}, std::nullopt};
   if (auto stat = ReadProcStat(*pid)) shim.start_time = stat->start_time;
   return shim;
+}
+
+StatusOr<TaskSupervisor::KeptShim> TaskSupervisor::TakeSlot(const TaskCgroupLimits& limits,
+                                                            bool* fresh) {
+  *fresh = false;
+  // An idle slot, the one whose last task had these limits first (nothing to write then).
+  std::optional<size_t> pick;
+  for (size_t i = idle_shims_.size(); i-- > 0;) {
+    if (idle_shims_[i].slot.empty()) continue;
+    if (!pick.has_value()) pick = i;
+    if (idle_shims_[i].limits == limits) {
+      pick = i;
+      break;
+    }
+  }
+  if (pick.has_value()) {
+    KeptShim shim = std::move(idle_shims_[*pick]);
+    idle_shims_.erase(idle_shims_.begin() + static_cast<std::ptrdiff_t>(*pick));
+    Status applied = options_.cgroups->Apply(shim.slot, limits, shim.limits);
+    if (applied.ok()) {
+      shim.limits = limits;
+      return shim;
+    }
+    // Its limits are not known any more: a new slot instead.
+    spdlog::warn("cannot give the cgroup {} its next task's limits ({}): a new one instead",
+                 options_.cgroups->PathOf(shim.slot), applied.message());
+    ReleaseShim(shim, /*reusable=*/false, options_.clock());
+  }
+  std::string name;
+  do {
+    name = "slot-" + std::to_string(next_slot_++);
+  } while (options_.cgroups->Exists(name));
+  if (Status made = options_.cgroups->CreateSlot(name); !made.ok()) return made;
+  std::optional<KeptShim> shim = SpawnKeptShim(/*resident=*/true);
+  if (!shim.has_value()) {
+    (void)options_.cgroups->Remove(name);
+    return Unavailable("no shim server starts");
+  }
+  shim->slot = name;
+  // Its one move: every task it runs starts where it lives.
+  Status ready = options_.cgroups->Enter(name, shim->pid);
+  if (ready.ok()) ready = options_.cgroups->Apply(name, limits, std::nullopt);
+  if (!ready.ok()) {
+    ReleaseShim(*shim, /*reusable=*/false, options_.clock());
+    return ready;
+  }
+  shim->limits = limits;
+  *fresh = true;
+  return *shim;
 }
 
 void TaskSupervisor::ReleaseShim(const KeptShim& shim, bool reusable, int64_t now_micros) {
   if (reusable && idle_shims_.size() < options_.max_idle_shims && !detached_) {
     idle_shims_.push_back(shim);
+    if (!shim.slot.empty()) options_.cgroups->Recycle(shim.slot);
     return;
   }
   close(shim.control);  // Its end: the shim exits, and is reaped as a helper.
   helpers_.push_back({shim.pid, "", now_micros});
+  // Its slot goes once the shim has left it.
+  if (!shim.slot.empty()) RemoveCgroups({shim.slot});
 }
 
 std::optional<Status> TaskSupervisor::StartOnKeptShim(Task& task, const std::string& task_dir,
                                                       int log_fd,
                                                       const std::vector<std::string>& argv) {
+  // With cgroup v1, the task's cgroup is a slot's whose shim lives in it (the request names no
+  // cgroup); otherwise (v2) one of its own, which the shim starts the task in.
+  const bool in_slot =
+      options_.cgroups != nullptr && task.plan.cgroup.has_value() && options_.cgroups->slots();
+  if (!in_slot) {
+    if (Status made = MakeTaskCgroup(task); !made.ok()) return made;
+  }
   // The request (shim_runtime.c): "2", RECORDS, MAX_LOG_BYTES, CWD, NCGROUPS, the cgroup paths,
   // ARGC, the arguments, the environment, each NUL-terminated; the log passed with it.
   std::string request;
@@ -803,7 +891,8 @@ std::optional<Status> TaskSupervisor::StartOnKeptShim(Task& task, const std::str
   field(RecordPrefix(task.launch.task_id));
   field(std::to_string(options_.max_log_bytes));
   field(task_dir);
-  const std::vector<std::string> cgroups = CgroupArguments(task);
+  const std::vector<std::string> cgroups =
+      in_slot ? std::vector<std::string>{} : CgroupArguments(task);
   field(std::to_string(cgroups.size() / 2));
   for (const auto& c : cgroups) field(c);
   field(std::to_string(argv.size()));
@@ -815,14 +904,29 @@ std::optional<Status> TaskSupervisor::StartOnKeptShim(Task& task, const std::str
   while (true) {
     std::optional<KeptShim> shim;
     bool fresh = false;
-    if (!idle_shims_.empty()) {
-      shim = idle_shims_.back();
-      idle_shims_.pop_back();
+    if (in_slot) {
+      StatusOr<KeptShim> slot = TakeSlot(*task.plan.cgroup, &fresh);
+      if (!slot.ok()) {
+        return Status(slot.status().code(),
+                      "cannot make the task's cgroup: " + slot.status().message());
+      }
+      shim = std::move(*slot);
+      task.cgroup = true;
+      task.in_slot = true;
+      task.cgroup_name = shim->slot;
+      task.oom_base = options_.cgroups->OomKills(shim->slot);
+      LogCgroup(task);
+    } else if (auto idle = std::find_if(idle_shims_.rbegin(), idle_shims_.rend(),
+                                        [](const KeptShim& k) { return k.slot.empty(); });
+               idle != idle_shims_.rend()) {
+      shim = *idle;
+      idle_shims_.erase(std::next(idle).base());
     } else {
       shim = SpawnKeptShim();
       fresh = true;
       if (!shim.has_value()) return std::nullopt;
     }
+    WriteRunRecord(task);
     iovec iov{request.data(), request.size()};
     union {
       cmsghdr header;
@@ -842,9 +946,14 @@ std::optional<Status> TaskSupervisor::StartOnKeptShim(Task& task, const std::str
     do {
       sent = sendmsg(shim->control, &msg, MSG_NOSIGNAL);
     } while (sent < 0 && errno == EINTR);
+    // A shim done with the task at once: its slot is no longer the task's.
+    auto leave = [&](bool reusable) {
+      ReleaseShim(*shim, reusable, now);
+      if (in_slot) task.cgroup = false;
+    };
     if (sent != static_cast<ssize_t>(request.size())) {
       const int error = errno;
-      ReleaseShim(*shim, /*reusable=*/false, now);
+      leave(/*reusable=*/false);
       if (error == EMSGSIZE || fresh) return std::nullopt;
       continue;  // It died while idle.
     }
@@ -853,13 +962,13 @@ std::optional<Status> TaskSupervisor::StartOnKeptShim(Task& task, const std::str
     if (!parsed.has_value()) {
       // Dead, or stuck: it may have started the command, so the task does not start elsewhere.
       kill(shim->pid, SIGKILL);
-      ReleaseShim(*shim, /*reusable=*/false, now);
+      leave(/*reusable=*/false);
       return Unavailable("the task's shim (" + options_.shim + ", pid " +
                          std::to_string(shim->pid) + ") did not answer within " +
                          std::to_string(options_.shim_answer_timeout.count()) + " ms");
     }
     if (!parsed->ok) {
-      ReleaseShim(*shim, /*reusable=*/true, now);
+      leave(/*reusable=*/true);
       return FailedPrecondition(parsed->error);
     }
     task.shim = shim->pid;
@@ -873,12 +982,25 @@ std::optional<Status> TaskSupervisor::StartOnKeptShim(Task& task, const std::str
 
 std::map<std::string, TaskSupervisor::Task>::iterator TaskSupervisor::Erase(
     std::map<std::string, Task>::iterator it) {
-  if (it->second.shim_pidfd >= 0) close(it->second.shim_pidfd);
-  // A kept shim still busy with the task: its socket closed, it exits once the task has ended.
-  if (it->second.shim_control >= 0) close(it->second.shim_control);
-  it->second.shares_cpus = false;
-  GiveCpus(it->second.cpus);
-  return tasks_.erase(it);
+  // Out of the map first: its cgroup is no task's from here (RemoveCgroups, CgroupInUse).
+  Task task = std::move(it->second);
+  auto next = tasks_.erase(it);
+  if (task.shim_pidfd >= 0) close(task.shim_pidfd);
+  const bool slot = task.in_slot && task.cgroup;
+  if (task.shim_control >= 0 && task.shim_done) {
+    // Done with the task: it (and its slot) can take the next one.
+    ReleaseShim(
+        KeptShim{task.shim, task.shim_control, task.shim_start_time,
+                 slot ? task.cgroup_name : std::string(), slot ? task.plan.cgroup : std::nullopt},
+        task.shim_reusable && (slot || !task.in_slot), options_.clock());
+  } else {
+    // Still busy with the task, its socket closed, it exits once the task has ended; an adopted
+    // task's was an earlier agent process's and ends with it. Its slot goes after it.
+    if (task.shim_control >= 0) close(task.shim_control);
+    if (slot) RemoveCgroups({task.cgroup_name});
+  }
+  GiveCpus(task.cpus);
+  return next;
 }
 
 std::vector<int> TaskSupervisor::WakeFds() const {
@@ -931,10 +1053,8 @@ bool TaskSupervisor::ShimDone(Task& task) {
     } while (r < 0 && errno == EINTR);
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
     const std::string done = std::to_string(kTaskShimProtocol) + " done\n";
-    const bool reusable = r > 0 && std::string_view(buffer, static_cast<size_t>(r)) == done;
-    ReleaseShim(KeptShim{task.shim, task.shim_control, task.shim_start_time}, reusable,
-                options_.clock());
-    task.shim_control = -1;
+    // Handed back once the task is forgotten (Erase): its slot is the task's until then.
+    task.shim_reusable = r > 0 && std::string_view(buffer, static_cast<size_t>(r)) == done;
     task.shim_done = true;
     return true;
   }
@@ -972,7 +1092,8 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
       if (f == nullptr) continue;
       nlohmann::json j = nlohmann::json::parse(f);
       std::fclose(f);
-      if (j.at("version").get<int>() != kRunRecordVersion) {
+      if (const int version = j.at("version").get<int>();
+          version != kRunRecordVersion && version != kSlotRunRecordVersion) {
         throw std::runtime_error("version " + j.at("version").dump() + " is not known");
       }
       TaskLaunch& l = task.launch;
@@ -991,6 +1112,10 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
       l.memory_mb = j.value("memory_mb", int64_t{0});
       task.cpus = j.value("cpu_set", std::vector<int>{});
       task.started_micros = j.at("started_at").get<int64_t>();
+      // A slot's cgroup (absent: one named by the task's id).
+      task.cgroup_name = j.value("cgroup", id);
+      task.in_slot = task.cgroup_name != id;
+      task.oom_base = j.value("oom_base", int64_t{0});
     } catch (const std::exception& e) {
       spdlog::error("run record {} cannot be read ({}): removed; the task is not adopted",
                     RunRecordPath(id), e.what());
@@ -1034,7 +1159,7 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
       if (task.shim_done) task.finished_at_micros = record->unix_micros;
     }
     task.plan = plan(task.launch);
-    task.cgroup = options_.cgroups != nullptr && options_.cgroups->Exists(id);
+    task.cgroup = options_.cgroups != nullptr && options_.cgroups->Exists(task.cgroup_name);
     task.pid_epoch = pid_epoch_ + 1;  // Unknown: only full scans find its processes.
     if (task.launch.timeout_seconds > 0) {
       task.deadline_micros = task.started_micros + task.launch.timeout_seconds * kMicrosPerSecond;
@@ -1068,6 +1193,10 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
     Task* earlier = &task;
     if (later(task, *it->second)) std::swap(earlier, it->second);
     earlier->shim_done = true;
+    // Its slot is the later task's now: what is in it is not the earlier one's.
+    if (earlier->in_slot && earlier->cgroup_name == it->second->cgroup_name) {
+      earlier->cgroup = false;
+    }
     if (auto record = ReadShimExitRecord(ExitRecordPath(earlier->launch.task_id))) {
       earlier->finished_at_micros = record->unix_micros;
     }
@@ -1076,14 +1205,14 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
   if (options_.cgroups != nullptr) {
     // Cgroups no adopted task owns: their processes (if any) are stopped, the cgroups removed.
     std::vector<std::string> leftovers;
-    for (const std::string& id : options_.cgroups->List()) {
-      if (tasks_.count(id) > 0) continue;
-      const size_t processes = options_.cgroups->Pids(id).size();
+    for (const std::string& name : options_.cgroups->List()) {
+      if (CgroupInUse(name)) continue;
+      const size_t processes = options_.cgroups->Pids(name).size();
       spdlog::warn("cgroup {} was left by an earlier agent process with {} process(es): {}",
-                   options_.cgroups->PathOf(id), processes,
+                   options_.cgroups->PathOf(name), processes,
                    processes > 0 ? "killed and removed" : "removed");
-      options_.cgroups->Kill(id);
-      leftovers.push_back(id);
+      options_.cgroups->Kill(name);
+      leftovers.push_back(name);
     }
     RemoveCgroups(std::move(leftovers));
   }
@@ -1094,25 +1223,34 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
 
 bool TaskSupervisor::CgroupEmpty(Task& task) {
   if (!task.cgroup) return true;
-  const std::string& id = task.launch.task_id;
-  std::vector<pid_t> pids = options_.cgroups->Pids(id);
-  // The shim has left (it may fail to, and then stays until its task is done).
+  const std::string& name = task.cgroup_name;
+  std::vector<pid_t> pids = options_.cgroups->Pids(name);
+  // The shim lives there (a slot's), or has left (it may fail to, and then stays until its task
+  // is done).
   pids.erase(std::remove(pids.begin(), pids.end(), task.shim), pids.end());
   if (pids.empty()) return true;
   // Processes of the task that nothing else found: they end with the task.
-  options_.cgroups->Kill(id, task.shim);
+  options_.cgroups->Kill(name, task.shim);
   return false;
 }
 
-void TaskSupervisor::RemoveCgroups(std::vector<std::string> task_ids) {
-  for (std::string& id : task_ids) {
-    if (std::find(stale_cgroups_.begin(), stale_cgroups_.end(), id) == stale_cgroups_.end()) {
-      stale_cgroups_.push_back(std::move(id));
+bool TaskSupervisor::CgroupInUse(const std::string& name) const {
+  for (const auto& [id, task] : tasks_) {
+    if (task.cgroup && task.cgroup_name == name) return true;
+  }
+  return std::any_of(idle_shims_.begin(), idle_shims_.end(),
+                     [&](const KeptShim& k) { return k.slot == name; });
+}
+
+void TaskSupervisor::RemoveCgroups(std::vector<std::string> names) {
+  for (std::string& name : names) {
+    if (std::find(stale_cgroups_.begin(), stale_cgroups_.end(), name) == stale_cgroups_.end()) {
+      stale_cgroups_.push_back(std::move(name));
     }
   }
   for (auto it = stale_cgroups_.begin(); it != stale_cgroups_.end();) {
     // A task started again under the same id owns the cgroup now.
-    if (tasks_.count(*it) > 0) {
+    if (CgroupInUse(*it)) {
       it = stale_cgroups_.erase(it);
       continue;
     }
@@ -1129,7 +1267,7 @@ void TaskSupervisor::RemoveCgroups(std::vector<std::string> task_ids) {
 std::vector<std::string> TaskSupervisor::CgroupArguments(const Task& task) const {
   std::vector<std::string> args;
   if (!task.cgroup || !task.plan.cgroup.has_value()) return args;  // Adopted: started already.
-  for (auto& [join, home] : options_.cgroups->JoinFiles(task.launch.task_id, *task.plan.cgroup)) {
+  for (auto& [join, home] : options_.cgroups->JoinFiles(task.cgroup_name, *task.plan.cgroup)) {
     args.push_back(join);
     args.push_back(home);
   }
@@ -1141,7 +1279,7 @@ TaskExit TaskSupervisor::MakeExit(const Task& task, int64_t now_micros) const {
   exit.task_id = task.launch.task_id;
   exit.run = task.launch.run;
   exit.finished_at_unix_micros = task.finished_at_micros.value_or(now_micros);
-  if (task.cgroup) exit.usage = options_.cgroups->Usage(task.launch.task_id);
+  if (task.cgroup) exit.usage = options_.cgroups->Usage(task.cgroup_name);
   if (!task.lost.empty()) {
     exit.error = task.lost;
     return exit;
@@ -1158,7 +1296,7 @@ TaskExit TaskSupervisor::MakeExit(const Task& task, int64_t now_micros) const {
   if (task.stop_reason.has_value()) {
     exit.error = StopErrorOf(*task.stop_reason);
   } else if (exit.exit_code != 0 && task.cgroup &&
-             options_.cgroups->OomKills(task.launch.task_id) > 0) {
+             options_.cgroups->OomKills(task.cgroup_name) > task.oom_base) {
     exit.error = "out_of_memory: killed at its memory limit of " +
                  std::to_string(task.launch.memory_mb) + " MiB (memory_mb)";
   } else if (exit.signal != 0) {
@@ -1252,10 +1390,11 @@ std::vector<TaskExit> TaskSupervisor::Step(int64_t now_micros, bool apply_deadli
         AppendToLog(task, "dgpu: task failed: " + exits.back().error);
       }
       collected_.push_back(it->first);
-      const bool cgroup = task.cgroup;
-      const std::string id = it->first;
+      // A cgroup of its own goes; a slot's stays for the next task (Erase hands it back).
+      const bool cgroup = task.cgroup && !task.in_slot;
+      const std::string name = task.cgroup_name;
       it = Erase(it);
-      if (cgroup) RemoveCgroups({id});
+      if (cgroup) RemoveCgroups({name});
     } else {
       ++it;
     }
@@ -1292,10 +1431,10 @@ std::vector<TaskExit> TaskSupervisor::StopAll(std::chrono::milliseconds grace) {
       for (auto it = tasks_.begin(); it != tasks_.end();) {
         exits.push_back(MakeExit(it->second, options_.clock()));
         collected_.push_back(it->first);
-        const bool cgroup = it->second.cgroup;
-        const std::string id = it->first;
+        const bool cgroup = it->second.cgroup && !it->second.in_slot;
+        const std::string name = it->second.cgroup_name;
         it = Erase(it);
-        if (cgroup) RemoveCgroups({id});
+        if (cgroup) RemoveCgroups({name});
       }
       break;
     }
@@ -1304,6 +1443,7 @@ std::vector<TaskExit> TaskSupervisor::StopAll(std::chrono::milliseconds grace) {
   EndIdleShims();
   WaitForHelpers(std::chrono::seconds(2));
   ReapHelpers(options_.clock(), /*force=*/true);
+  if (!stale_cgroups_.empty()) RemoveCgroups({});
   for (const auto& id : collected_) RemoveRecords(id);
   collected_.clear();
   return exits;
@@ -1320,6 +1460,8 @@ void TaskSupervisor::Detach() {
   EndIdleShims();
   WaitForHelpers(std::chrono::seconds(1));
   helpers_.clear();
+  // The idle slots (those of tasks left running stay: the next agent process adopts them).
+  if (!stale_cgroups_.empty()) RemoveCgroups({});
   pending_exits_.clear();
 }
 

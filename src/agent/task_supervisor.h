@@ -67,7 +67,8 @@ struct SupervisorOptions {
   // executor.isolation: the task cgroups (cgroup.h), owned by the executor; nullptr: none. A
   // plan with limits gets a cgroup of its own, which its processes join at their start, which
   // kills them all at SIGKILL time, whose out-of-memory kills fail the task with out_of_memory,
-  // and which is removed once they are gone.
+  // and which is removed once they are gone. With cgroup v1 and kept shims, the cgroup is a
+  // slot's (TaskCgroups::slots): its kept shim lives in it and it is kept for the next task.
   TaskCgroups* cgroups = nullptr;
   // executor.cpu_binding: cpuset: the CPUs tasks are bound to (BindCpus); nullopt: none.
   std::optional<CpuPool> cpu_pool;
@@ -188,20 +189,27 @@ class TaskSupervisor {
     std::map<pid_t, uint64_t> members;  // Tracked processes other than the leader.
     // An error that ends the task whatever its leader did ("supervisor_lost: ...").
     std::string lost;
-    bool cgroup = false;       // It has a cgroup of its own (SupervisorOptions::cgroups).
-    std::vector<int> cpus;     // The CPUs of the pool it holds (cpu_binding: cpuset).
-    bool shares_cpus = false;  // Its CPUs follow SharedCpus (its cgroup, or set_cpus_argv).
+    bool cgroup = false;         // It has a cgroup of its own (SupervisorOptions::cgroups).
+    std::string cgroup_name;     // Its directory's name: the task id, or its slot's.
+    bool in_slot = false;        // The cgroup is its kept shim's slot (kept after the task).
+    int64_t oom_base = 0;        // The cgroup's out-of-memory kills before the task started.
+    bool shim_reusable = false;  // Its kept shim said "done": it can take the next task.
+    std::vector<int> cpus;       // The CPUs of the pool it holds (cpu_binding: cpuset).
+    bool shares_cpus = false;    // Its CPUs follow SharedCpus (its cgroup, or set_cpus_argv).
   };
   struct Helper {
     pid_t pid;
     std::string task_id;
     int64_t started_micros;
   };
-  // A shim run with kTaskShimServerFlag: this process's child, its socket, its start time.
+  // A shim run with kTaskShimServerFlag: this process's child, its socket, its start time; a
+  // resident one lives in its slot (a cgroup, TaskCgroups::slots) with the limits last given.
   struct KeptShim {
     pid_t pid = 0;
     int control = -1;
     uint64_t start_time = 0;
+    std::string slot;
+    std::optional<TaskCgroupLimits> limits;
   };
 
   // Reads /proc and updates every task's members. A partial scan reads only processes created
@@ -233,11 +241,22 @@ class TaskSupervisor {
   // Starts the task's shim and reads its handshake: the leader's pid and start time, or why the
   // task could not start (the error's message).
   Status StartShim(Task& task, const std::string& task_dir, int log_fd);
-  // The start on a kept shim (an idle one, else a new one); nullopt when that cannot be tried
-  // (the request is too large for one message, no shim server starts), for a shim of its own.
+  // The start on a kept shim (an idle one, else a new one; in a slot when the task's cgroup is
+  // one); nullopt when that cannot be tried (the request is too large for one message, no shim
+  // server starts), for a shim of its own.
   std::optional<Status> StartOnKeptShim(Task& task, const std::string& task_dir, int log_fd,
                                         const std::vector<std::string>& argv);
-  std::optional<KeptShim> SpawnKeptShim();
+  // `resident`: it is to live in a slot (--resident).
+  std::optional<KeptShim> SpawnKeptShim(bool resident = false);
+  // An idle slot given `limits` (one with the same limits first), else a new one (`fresh`);
+  // why not.
+  StatusOr<KeptShim> TakeSlot(const TaskCgroupLimits& limits, bool* fresh);
+  // The task's cgroup of its own (named by its id), unless it has one: made, and logged.
+  Status MakeTaskCgroup(Task& task);
+  // Logs the task's cgroup and limits.
+  void LogCgroup(const Task& task) const;
+  // Whether a task or an idle slot holds the cgroup `name`.
+  bool CgroupInUse(const std::string& name) const;
   // A kept shim done with its task: back to the idle ones, or (the pool full, or not `reusable`)
   // its socket closed, which ends it; it is reaped as a helper.
   void ReleaseShim(const KeptShim& shim, bool reusable, int64_t now_micros);
@@ -256,8 +275,9 @@ class TaskSupervisor {
   // A task's cgroup is empty (processes found there are killed, and it is not); nothing but
   // true without a cgroup.
   bool CgroupEmpty(Task& task);
-  // Removes the cgroups of ended tasks; one that cannot go yet stays for the next call.
-  void RemoveCgroups(std::vector<std::string> task_ids);
+  // Removes the cgroups (by name) of ended tasks and ended slots; one that cannot go yet stays
+  // for the next call.
+  void RemoveCgroups(std::vector<std::string> names);
   // The shim's cgroup.procs pairs for the start of `task` (empty without a cgroup).
   std::vector<std::string> CgroupArguments(const Task& task) const;
   std::vector<TaskExit> Step(int64_t now_micros, bool apply_deadlines);
@@ -279,6 +299,7 @@ class TaskSupervisor {
   std::vector<Helper> helpers_;
   std::vector<KeptShim> idle_shims_;
   std::vector<std::string> stale_cgroups_;  // Cgroups of ended tasks not removed yet.
+  uint64_t next_slot_ = 0;                  // The number of the next slot made.
   // Tasks whose exit was returned: their records go at the next Poll (the exit is in the
   // caller's hands by then).
   std::vector<std::string> collected_;

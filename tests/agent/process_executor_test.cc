@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -783,6 +784,23 @@ TEST_F(ProcessExecutorTest, IdleShimsEndWhenTheExecutorDetachesAndBusyOnesAfterT
   }));
 }
 
+// Detaches `executor` as an agent killed now would leave it: `task_id`'s records (its exit not
+// handed over yet) stay in `run_dir` (Detach removes them; they are copied to `scratch` and back).
+void DetachLeavingRecordsOf(ProcessExecutor& executor, const std::string& run_dir,
+                            const std::string& task_id, const std::string& scratch) {
+  std::filesystem::create_directory(scratch);
+  for (const auto& e : std::filesystem::directory_iterator(run_dir)) {
+    if (e.path().filename().string().rfind(task_id + ".", 0) == 0) {
+      std::filesystem::copy_file(e.path(), scratch / e.path().filename());
+    }
+  }
+  executor.Detach();
+  for (const auto& e : std::filesystem::directory_iterator(scratch)) {
+    std::filesystem::copy_file(e.path(), run_dir / e.path().filename(),
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+}
+
 // A kept shim runs one task after another: after a restart, an earlier task whose records were
 // still there (its exit not yet handed over) names the same shim as the task it runs now. The
 // shim's other children belong to the task it runs now, not to the earlier one: the earlier
@@ -800,18 +818,7 @@ TEST_F(ProcessExecutorTest, AnAdoptedTaskThatHadEndedLeavesTheNextTaskOnItsShimA
     ASSERT_TRUE(
         WaitUntil([&] { return (pid = ReadPidFile(TaskFile("task-s2", "pid"))).has_value(); }));
     // An agent killed now leaves task-s1's records as they are; Detach would remove them.
-    const std::string saved = dir_.path() + "/saved";
-    std::filesystem::create_directory(saved);
-    for (const auto& e : std::filesystem::directory_iterator(run_dir)) {
-      if (e.path().filename().string().rfind("task-s1.", 0) == 0) {
-        std::filesystem::copy_file(e.path(), saved / e.path().filename());
-      }
-    }
-    first.Detach();
-    for (const auto& e : std::filesystem::directory_iterator(saved)) {
-      std::filesystem::copy_file(e.path(), run_dir / e.path().filename(),
-                                 std::filesystem::copy_options::overwrite_existing);
-    }
+    DetachLeavingRecordsOf(first, run_dir, "task-s1", dir_.path() + "/saved");
   }
   ProcessExecutor second(Options());
   std::vector<std::string> lost;
@@ -1173,6 +1180,17 @@ TEST_F(RunAsSubmitterTest, UnknownUserNoUserAndRootFailTheTaskNamingWhy) {
   EXPECT_EQ(ReadFile(rooted.LogPath("task-root2")), "0\n");
 }
 
+// Whether this process has `capability` in its effective set (/proc/self/status CapEff).
+bool HasCapability(int capability) {
+  std::istringstream status(ReadFile("/proc/self/status"));
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("CapEff:", 0) == 0) {
+      return ((std::stoull(line.substr(7), nullptr, 16) >> capability) & 1) != 0;
+    }
+  }
+  return false;
+}
+
 // Tasks in cgroups of their own (executor.isolation), through kept shims (the parameter: idle
 // shims kept) and through a shim of each task's own alike: an allocation above memory_mb fails
 // out_of_memory, the other GPU's device file does not open, a stop kills what left the task's
@@ -1352,6 +1370,157 @@ TEST_P(IsolatedExecutorTest, TasksNotBoundRunOnTheCpusNoTaskIsBoundToAndFollowTh
   ASSERT_TRUE(exit.has_value());
   EXPECT_TRUE(exit->success) << exit->error;
 }
+
+// Slots: cgroup v1 and kept shims.
+class SlotExecutorTest : public IsolatedExecutorTest {
+ protected:
+  void SetUp() override {
+    IsolatedExecutorTest::SetUp();
+    if (cgroups_ != nullptr && !cgroups_->slots()) GTEST_SKIP() << "slots are cgroup v1's";
+  }
+};
+
+// cgroup v1 with kept shims: a task runs in a slot, cgroups kept from task to task with the
+// kept shim living in them. The next task gets the same slot with its own limits (devices,
+// memory, pids) and usage counted from zero; the shim stays out of the out-of-memory killer's
+// reach and survives the kill of a stopped task; an earlier task's out-of-memory kill is not
+// the next one's.
+TEST_P(SlotExecutorTest, ASlotIsKeptFromTaskToTaskWithEachTasksOwnLimitsAndUsage) {
+  ProcessExecutorOptions options = IsolatedOptions();
+  options.max_pids_per_task = 20;
+  ProcessExecutor executor(options);
+  const std::string slot = "slot-0";
+  auto memory_dir = [&] {
+    for (const auto& h : cgroups_->hierarchies()) {
+      if (std::find(h.controllers.begin(), h.controllers.end(), "memory") != h.controllers.end()) {
+        return h.parent + "/" + slot;
+      }
+    }
+    return std::string();
+  };
+  auto run = [&](const TaskLaunch& launch) {
+    EXPECT_TRUE(executor.Start(launch).ok());
+    auto exit = PollUntilExit(executor, launch.task_id, std::chrono::seconds(20));
+    EXPECT_TRUE(exit.has_value());
+    EXPECT_EQ(cgroups_->List(), std::vector<std::string>{slot});
+    return exit.value_or(TaskExit{});
+  };
+  // Where it runs, its and its shim's oom_score_adj, the GPU device files it may open, and how
+  // many processes it may start: 20 in all (the shell and python are two of them).
+  const std::string probe =
+      "grep -c " + slot +
+      " /proc/self/cgroup; cat /proc/self/oom_score_adj /proc/$PPID/"
+      "oom_score_adj; python3 -c \"import errno, os\nfor i in (0, 1):\n try: os.open('" +
+      dir_.path() +
+      "/nvidia%d' % i, os.O_RDWR)\n except OSError as e: print(i, errno.errorcode[e.errno])\"; "
+      "python3 -c \"import os, time\nkids = []\ntry:\n while len(kids) < 30:\n  p = "
+      "os.fork()\n  if p == 0:\n   time.sleep(30)\n   os._exit(0)\n  kids.append(p)\nexcept "
+      "OSError: pass\nprint('started', len(kids))\nfor p in kids: os.kill(p, 9); "
+      "os.waitpid(p, 0)\"";
+  TaskLaunch first = Launch("task-a", probe + "; python3 -c 'b = b\"x\" * (40 << 20)'", {0});
+  first.memory_mb = 64;
+  TaskExit exit = run(first);
+  EXPECT_TRUE(exit.success) << exit.error;
+  const std::string hierarchies = std::to_string(cgroups_->hierarchies().size());
+  // Lowering it takes CAP_SYS_RESOURCE, which root may lack in a container.
+  const std::string shim_adj = HasCapability(CAP_SYS_RESOURCE) ? "-1000" : "0";
+  EXPECT_EQ(ReadFile(executor.LogPath("task-a")),
+            hierarchies + "\n0\n" + shim_adj + "\n0 ENXIO\n1 EPERM\nstarted 18\n");
+  ASSERT_TRUE(exit.usage.has_value());
+  EXPECT_GT(exit.usage->max_memory_bytes, int64_t{40} << 20);
+  EXPECT_EQ(ReadFile(memory_dir() + "/memory.limit_in_bytes"), std::to_string(64 << 20) + "\n");
+
+  // The other GPU, another memory limit: the slot follows, and counts from zero.
+  TaskLaunch second = Launch("task-b", probe, {1});
+  second.memory_mb = 128;
+  exit = run(second);
+  EXPECT_TRUE(exit.success) << exit.error;
+  EXPECT_EQ(ReadFile(executor.LogPath("task-b")),
+            hierarchies + "\n0\n" + shim_adj + "\n0 EPERM\n1 ENXIO\nstarted 18\n");
+  ASSERT_TRUE(exit.usage.has_value());
+  EXPECT_LT(exit.usage->max_memory_bytes, int64_t{40} << 20);
+  EXPECT_EQ(ReadFile(memory_dir() + "/memory.limit_in_bytes"), std::to_string(128 << 20) + "\n");
+
+  // Out of memory in the slot; the shim lives on, and the next task's failure is its own.
+  TaskLaunch oom = Launch("task-oom", "exec python3 -c 'b = b\"x\" * (300 << 20)'", {0});
+  oom.memory_mb = 64;
+  exit = run(oom);
+  EXPECT_EQ(exit.error, "out_of_memory: killed at its memory limit of 64 MiB (memory_mb)");
+  TaskLaunch failing = Launch("task-fail", "exit 3", {0});
+  failing.memory_mb = 64;
+  exit = run(failing);
+  EXPECT_EQ(exit.exit_code, 3);
+  EXPECT_EQ(exit.error, "");
+
+  // A stop kills everything in the slot but the shim, which takes the next task.
+  ASSERT_TRUE(executor.Start(Launch("task-stop", "sleep 300 & exec sleep 300", {0})).ok());
+  ASSERT_TRUE(WaitUntil([&] { return cgroups_->Pids(slot).size() == 3; }));
+  ASSERT_TRUE(executor.Stop("task-stop", StopOrder{}).ok());
+  auto stopped = PollUntilExit(executor, "task-stop", std::chrono::seconds(10));
+  ASSERT_TRUE(stopped.has_value());
+  EXPECT_EQ(stopped->error, "cancelled");
+  EXPECT_EQ(cgroups_->Pids(slot).size(), 1u);
+  exit = run(Launch("task-after", "grep -c " + slot + " /proc/self/cgroup", {0}));
+  EXPECT_TRUE(exit.success) << exit.error;
+  EXPECT_EQ(ReadFile(executor.LogPath("task-after")), hierarchies + "\n");
+  // Without memory_mb: no limit again.
+  EXPECT_GT(std::stoll(ReadFile(memory_dir() + "/memory.limit_in_bytes")), int64_t{1} << 50);
+}
+
+// After a restart, a task in a slot is adopted in it: an earlier task whose records were still
+// there names the same slot, and its end kills nothing of the task that runs there now; the
+// slot's out-of-memory kill before the task (in its run record) is not the task's.
+TEST_P(SlotExecutorTest, AnAdoptedTaskInASlotKeepsItAndAnEarlierTaskOfTheSlotLeavesItAlone) {
+  const std::string run_dir = dir_.path() + "/work/.run";
+  std::optional<pid_t> pid;
+  {
+    ProcessExecutor first(IsolatedOptions());
+    TaskLaunch oom = Launch("task-oom", "exec python3 -c 'b = b\"x\" * (300 << 20)'", {0});
+    oom.memory_mb = 64;
+    ASSERT_TRUE(first.Start(oom).ok());
+    auto exit = PollUntilExit(first, "task-oom", std::chrono::seconds(20));
+    ASSERT_TRUE(exit.has_value());
+    EXPECT_EQ(exit->error, "out_of_memory: killed at its memory limit of 64 MiB (memory_mb)");
+    ASSERT_TRUE(first.Start(Launch("task-s1", "echo one", {0})).ok());
+    ASSERT_TRUE(PollUntilExit(first, "task-s1").has_value());
+    ASSERT_TRUE(first.Start(Launch("task-s2", WaitForGo(3), {0})).ok());
+    ASSERT_EQ(ShimOf(run_dir, "task-s2"), ShimOf(run_dir, "task-s1"));
+    ASSERT_TRUE(
+        WaitUntil([&] { return (pid = ReadPidFile(TaskFile("task-s2", "pid"))).has_value(); }));
+    DetachLeavingRecordsOf(first, run_dir, "task-s1", dir_.path() + "/saved");
+  }
+  EXPECT_EQ(cgroups_->List(), std::vector<std::string>{"slot-0"});
+  ProcessExecutor second(IsolatedOptions());
+  std::vector<std::string> lost;
+  ASSERT_EQ(second.Reattach(&lost).size(), 2u);
+  EXPECT_TRUE(lost.empty());
+  auto exit = PollUntilExit(second, "task-s1");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(exit->success) << exit->error;
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(second.Poll(testing::UnixMicros()).empty());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(kill(*pid, 0), 0);
+  EXPECT_EQ(cgroups_->List(), std::vector<std::string>{"slot-0"});
+  testing::WriteFile(TaskFile("task-s2", "go"), "");
+  exit = PollUntilExit(second, "task-s2");
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code, 3);
+  EXPECT_EQ(exit->error, "");
+  // The slot goes with its earlier agent process's shim; the next task gets one of this one's
+  // (the name is free again).
+  EXPECT_TRUE(WaitUntil([&] {
+    second.Poll(testing::UnixMicros());
+    return cgroups_->List().empty();
+  }));
+  ASSERT_TRUE(second.Start(Launch("task-next", "true", {0})).ok());
+  ASSERT_TRUE(PollUntilExit(second, "task-next").has_value());
+  EXPECT_EQ(cgroups_->List().size(), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shims, SlotExecutorTest, ::testing::Values(size_t{16}),
+                         [](const auto&) { return std::string("KeptShims"); });
 
 INSTANTIATE_TEST_SUITE_P(Shims, IsolatedExecutorTest, ::testing::Values(size_t{0}, size_t{16}),
                          [](const auto& info) {

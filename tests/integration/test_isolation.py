@@ -6,6 +6,7 @@ free); a cancelled task leaves no process and no cgroup, and a stopped agent rem
 parent. With isolation none every GPU device file opens, as before. The cgroups are made below the test's own (the agents inherit it)."""
 
 import os
+import re
 import stat
 import subprocess
 import unittest
@@ -60,6 +61,36 @@ def agent_parents(cluster, agent_id, controllers=("memory", "pids")):
     name = agent_cgroup_name(agent_id, cluster.work_dir(agent_id))
     return sorted(p for p in (os.path.join(d, name) for d in own_cgroup_dirs(controllers))
                   if os.path.isdir(p))
+
+
+def task_cgroup_name(cluster, agent_id, tid):
+    """The name of the task's cgroup, from the agent's log line ("<id>: cgroup <path> (...)"):
+    its id, or (cgroup v1, kept shims) the slot it runs in."""
+    pattern = re.compile(r"%s: cgroup (\S+) \(" % re.escape(tid))
+
+    def named():
+        found = pattern.findall(read_text(cluster.agents[agent_id].stdout_path))
+        return os.path.basename(found[-1]) if found else None
+    return wait_until(named, 10, what="the agent's log line of %s's cgroup" % tid)
+
+
+SHIMS = ("dgpu-task-shim", "dgpu-agent")  # How a task's shim is named in /proc/<pid>/comm.
+
+
+def task_pids(directory):
+    """The processes in the cgroup `directory` but a slot's shim (none when it is gone)."""
+    try:
+        pids = [int(x) for x in read_text(os.path.join(directory, "cgroup.procs")).split()]
+    except FileNotFoundError:
+        return []
+    kept = []
+    for pid in pids:
+        try:
+            if read_text("/proc/%d/comm" % pid).strip() not in SHIMS:
+                kept.append(pid)
+        except FileNotFoundError:
+            pass
+    return kept
 
 
 class IsolatedCluster(ClusterTestCase):
@@ -158,32 +189,36 @@ class IsolationTest(IsolatedCluster):
                          ["Cpus_allowed_list:", cpu_list(shared)])
         parents = agent_parents(self.c, "a1")
         self.assertEqual(len(parents), len(own_cgroup_dirs(("memory", "pids"))), parents)
-        task_dirs = [os.path.join(p, tid) for p in parents]
+        task_dirs = [os.path.join(p, task_cgroup_name(self.c, "a1", tid)) for p in parents]
 
-        def procs():
-            with open(os.path.join(task_dirs[0], "cgroup.procs")) as f:
-                return [int(x) for x in f.read().split()]
         def the_task():
-            # The shell and its two sleeps (the shim passes through the cgroup at the start).
-            pids = procs()
+            # The shell and its two sleeps (the shim passes through the cgroup at the start, or
+            # lives in it: a slot's).
+            pids = task_pids(task_dirs[0])
             names = sorted(read_text("/proc/%d/comm" % p).strip() for p in pids)
             return pids if names == ["sh", "sleep", "sleep"] else None
         pids = wait_until(the_task, 10, what="the shell and its two sleeps in the task's cgroup")
-        cpu = [os.path.join(p, tid) for p in agent_parents(self.c, "a1", ("cpu",))]
+        cpu = [os.path.join(p, task_cgroup_name(self.c, "a1", tid))
+               for p in agent_parents(self.c, "a1", ("cpu",))]
         self.assertEqual(len(cpu), 1, cpu)
         name = "cpu.max" if os.path.exists(os.path.join(cpu[0], "cpu.max")) else \
             "cpu.cfs_quota_us"
         with open(os.path.join(cpu[0], name)) as f:
             self.assertEqual(f.read().split()[0], "100000")
-        cpusets = [os.path.join(p, t) for p in agent_parents(self.c, "a1", ("cpuset",))
-                   for t in first + [tid]]
-        self.assertEqual(len(cpusets), 3 if agent_parents(self.c, "a1", ("cpuset",)) else 0)
+        # Each in a cgroup of its own, in every hierarchy of the agent's.
+        names = {t: task_cgroup_name(self.c, "a1", t) for t in first + [tid]}
+        self.assertEqual(len(set(names.values())), 3, names)
+        everywhere = agent_parents(self.c, "a1", ("memory", "pids", "cpu", "devices", "cpuset"))
+        dirs = {t: [os.path.join(p, n) for p in everywhere] for t, n in names.items()}
         for t in first + [tid]:
             self.assertEqual(self.c.cancel(t).status, 200)
         for t in first + [tid]:
             self.c.wait_status(t, "cancelled")
-        wait_until(lambda: not any(os.path.exists(d) for d in task_dirs + cpu + cpusets), 10,
-                   what="the tasks' cgroups to be removed")
+        # A cgroup of a task's own goes with it; a slot (cgroup v1: kept for the next task) is
+        # left with its shim alone.
+        wait_until(lambda: not any(task_pids(d) or (os.path.exists(d) and n == t)
+                                   for t, n in names.items() for d in dirs[t]), 10,
+                   what="the tasks' processes gone and the cgroups of their own removed")
         for pid in pids:
             self.assertFalse(os.path.exists("/proc/%d" % pid), pid)
         # Their CPUs are free again.
@@ -198,12 +233,12 @@ class IsolationTest(IsolatedCluster):
         tid = self.c.submit("exec sleep 300", memory_mb=256)
         self.c.wait_status(tid, "running")
         parents = agent_parents(self.c, "a1")
-        task_dirs = [os.path.join(p, tid) for p in parents]
-        procs = os.path.join(task_dirs[0], "cgroup.procs")
+        task_dirs = [os.path.join(p, task_cgroup_name(self.c, "a1", tid)) for p in parents]
 
         def the_sleep():
-            # Its one process (the shim passes through the cgroup around the start).
-            pids = read_text(procs).split()
+            # Its one process (the shim passes through the cgroup around the start, or lives in
+            # it: a slot's).
+            pids = task_pids(task_dirs[0])
             return pids if len(pids) == 1 and \
                 read_text("/proc/%s/comm" % pids[0]).strip() == "sleep" else None
         pids = wait_until(the_sleep, 10, what="the task alone in its cgroup")
@@ -221,7 +256,7 @@ class IsolationTest(IsolatedCluster):
         # The task runs on in its cgroup, adopted; its end removes the cgroup.
         t = self.c.task(tid)
         self.assertEqual((t["status"], t["attempts"]), ("running", 1), t)
-        self.assertEqual(read_text(procs).split(), pids)
+        self.assertEqual(task_pids(task_dirs[0]), pids)
         self.assertEqual(self.c.cancel(tid).status, 200)
         self.c.wait_status(tid, "cancelled")
         wait_until(lambda: not any(os.path.exists(d) for d in task_dirs), 10,
