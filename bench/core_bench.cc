@@ -5,6 +5,7 @@
 // nodes report 64 CPUs and 512,000 MiB each and half the tasks ask for CPUs (the rest take their
 // GPUs' share): 1, three quarters of the share; 2, one CPU more than the share (8-GPU tasks:
 // the whole node's 64).
+// BM_DecisionSelector: BM_Decision on nodes in 12 racks, half the tasks selecting one.
 // BM_GangDecision: one gang of M members x 8 GPUs placed whole and ended, on that cluster.
 // BM_DecisionTeams: BM_Decision with borrowing on and 15 teams, each with a guarantee in both
 // classes (together the class quotas, online_percent 0.7); each task names a random team.
@@ -64,6 +65,15 @@ std::string NodeName(int i) {
   return buf;
 }
 
+// The benchmarks' core: online_percent 0.5, changes and events recorded or not.
+CoreConfig HalfOnlineConfig(bool record) {
+  CoreConfig cfg;
+  cfg.online_percent = 0.5;
+  cfg.record_changes = record;
+  cfg.record_events = record;
+  return cfg;
+}
+
 // Registers `nodes` nodes x 8 GPUs and fills about half of the GPUs with long-running tasks of
 // 1, 2, 4 and 8 GPUs (`running`: each task and its node, in start order).
 void FillHalf(SchedulerCore& core, int nodes, std::mt19937& rng,
@@ -83,40 +93,26 @@ void FillHalf(SchedulerCore& core, int nodes, std::mt19937& rng,
   }
 }
 
-void BM_Decision(benchmark::State& state) {
-  const int nodes = static_cast<int>(state.range(0));
-  const bool record = state.range(1) != 0;
-  const int64_t resources = state.range(2);
-  CoreConfig cfg;
-  cfg.online_percent = 0.5;
-  cfg.record_changes = record;
-  cfg.record_events = record;
-  SchedulerCore core(cfg);
-  std::mt19937 rng(42);
-  std::deque<std::pair<TaskNumber, std::string>> running;
-  FillHalf(core, nodes, rng, running,
-           resources > 0 ? NodeResources{64000, 512000, "none"} : NodeResources{});
-  core.TakeChanges();
-  core.TakeEvents();
+// One decision per iteration: a task of 1-8 GPUs (`adjust` may change its spec) is submitted and
+// a pass run; once placed, the oldest running task ends, so the cluster stays about half busy;
+// else it is cancelled. `record`: the changes and events are taken as the daemon does.
+template <typename Adjust>
+void DecisionLoop(benchmark::State& state, SchedulerCore& core, std::mt19937& rng,
+                  std::deque<std::pair<TaskNumber, std::string>>& running, bool record,
+                  Adjust&& adjust) {
   TimeMicros now = 1;
   uint64_t placed = 0;
   for (auto _ : state) {
     int k = kSizes[rng() % 8];
     auto p = (rng() & 1) ? Priority::kHigh : Priority::kLow;
     TaskSpec spec = SpecOf(p, k);
-    if (resources > 0 && (rng() & 1)) {
-      // 1: within the share (a node with the GPUs has the CPUs); 2: one CPU more than the
-      // share (a whole node's for 8 GPUs), so that only nodes with more free GPUs than it asks
-      // for have the CPUs.
-      spec.cpus_milli = resources == 1 ? k * 6000 : k * 8000 + (k < 8 ? 1000 : 0);
-    }
+    adjust(spec, k);
     auto id = core.Submit(spec, now);
     core.Schedule(now);
     auto d = core.TakeDecisions();
     if (!d.empty()) {
       placed++;
       running.emplace_back(d[0].task, d[0].node_id);
-      // Release the oldest running task, so the cluster stays about half busy.
       auto [old, node] = running.front();
       running.pop_front();
       (void)core.TaskFinished(node, {old, true, 0, "", now}, now);
@@ -125,7 +121,6 @@ void BM_Decision(benchmark::State& state) {
       (void)core.Cancel(*id, now);
       core.Forget(*id);
     }
-    // As the daemon does after every batch.
     if (record) {
       benchmark::DoNotOptimize(core.TakeChanges());
       benchmark::DoNotOptimize(core.TakeEvents());
@@ -134,6 +129,27 @@ void BM_Decision(benchmark::State& state) {
   }
   state.counters["placed_ratio"] =
       static_cast<double>(placed) / static_cast<double>(state.iterations());
+}
+
+void BM_Decision(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  const bool record = state.range(1) != 0;
+  const int64_t resources = state.range(2);
+  SchedulerCore core(HalfOnlineConfig(record));
+  std::mt19937 rng(42);
+  std::deque<std::pair<TaskNumber, std::string>> running;
+  FillHalf(core, nodes, rng, running,
+           resources > 0 ? NodeResources{64000, 512000, "none"} : NodeResources{});
+  core.TakeChanges();
+  core.TakeEvents();
+  DecisionLoop(state, core, rng, running, record, [&](TaskSpec& spec, int k) {
+    if (resources > 0 && (rng() & 1)) {
+      // 1: within the share (a node with the GPUs has the CPUs); 2: one CPU more than the
+      // share (a whole node's for 8 GPUs), so that only nodes with more free GPUs than it asks
+      // for have the CPUs.
+      spec.cpus_milli = resources == 1 ? k * 6000 : k * 8000 + (k < 8 ? 1000 : 0);
+    }
+  });
 }
 BENCHMARK(BM_Decision)
     ->ArgNames({"nodes", "record_changes", "resources"})
@@ -147,6 +163,30 @@ BENCHMARK(BM_Decision)
     ->ReportAggregatesOnly(true)
     ->Unit(benchmark::kNanosecond);
 
+// BM_Decision's loop on nodes labelled in racks (rack r<i mod 12>): half the tasks select one
+// rack (node_selector), so a twelfth of the nodes may take them.
+void BM_DecisionSelector(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  SchedulerCore core(HalfOnlineConfig(/*record=*/false));
+  std::mt19937 rng(42);
+  std::deque<std::pair<TaskNumber, std::string>> running;
+  FillHalf(core, nodes, rng, running);
+  std::vector<std::vector<std::pair<std::string, std::string>>> racks;
+  for (int r = 0; r < 12; ++r) racks.push_back({{"rack", "r" + std::to_string(r)}});
+  for (int i = 0; i < nodes; ++i) {
+    (void)core.SetNodeLabels(NodeName(i), {racks[static_cast<size_t>(i % 12)][0]});
+  }
+  DecisionLoop(state, core, rng, running, /*record=*/false, [&](TaskSpec& spec, int) {
+    if (rng() & 1) spec.node_selector = racks[rng() % 12];
+  });
+}
+BENCHMARK(BM_DecisionSelector)
+    ->ArgNames({"nodes"})
+    ->Arg(10000)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true)
+    ->Unit(benchmark::kNanosecond);
+
 // One gang decision: a gang of M members x 8 GPUs is submitted to the cluster of BM_Decision
 // (N nodes x 8 GPUs, about half busy with the same mix), placed whole in one pass, and then
 // ended member by member (each member's finish is part of the iteration, as it is of a task's
@@ -155,11 +195,7 @@ void BM_GangDecision(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0));
   const int members = static_cast<int>(state.range(1));
   const bool record = state.range(2) != 0;
-  CoreConfig cfg;
-  cfg.online_percent = 0.5;
-  cfg.record_changes = record;
-  cfg.record_events = record;
-  SchedulerCore core(cfg);
+  SchedulerCore core(HalfOnlineConfig(record));
   std::mt19937 rng(42);
   std::deque<std::pair<TaskNumber, std::string>> running;
   FillHalf(core, nodes, rng, running);
@@ -495,11 +531,7 @@ BENCHMARK(BM_PassWhilePreemptorsWait)
 void BM_PlaceRelease(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0));
   constexpr int kBatch = 256;
-  CoreConfig cfg;
-  cfg.online_percent = 0.5;
-  cfg.record_changes = false;
-  cfg.record_events = false;
-  SchedulerCore core(cfg);
+  SchedulerCore core(HalfOnlineConfig(/*record=*/false));
   for (int i = 0; i < nodes; ++i) (void)core.RegisterNode(NodeName(i), "", Gpus8(), {}, {}, 0);
   std::mt19937 rng(7);
   const int sizes[] = {1, 1, 1, 1, 2, 2, 4, 8};
@@ -549,11 +581,7 @@ BENCHMARK(BM_PlaceRelease)
 
 void BM_NoFitPass(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0));
-  CoreConfig cfg;
-  cfg.online_percent = 0.5;
-  cfg.record_changes = false;
-  cfg.record_events = false;
-  SchedulerCore core(cfg);
+  SchedulerCore core(HalfOnlineConfig(/*record=*/false));
   for (int i = 0; i < nodes; ++i) (void)core.RegisterNode(NodeName(i), "", Gpus8(), {}, {}, 0);
   // Fill every GPU, then queue 100,000 tasks of mixed sizes and both priorities.
   for (int i = 0; i < nodes; ++i) {

@@ -261,6 +261,7 @@ bool AgentSession::Connect() {
   req.set_cpus_milli(offered_cpus_milli_);
   req.set_memory_mb(offered_memory_mb_);
   req.set_isolation(isolation_);
+  for (const auto& [key, value] : config_.agent.labels) (*req.mutable_labels())[key] = value;
   for (const auto& d : devices_) FillGpu(d, req.add_gpus());
   for (const auto& [id, running] : task_gpus_) {
     auto* r = req.add_running();

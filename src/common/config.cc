@@ -917,13 +917,41 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
 
   DGPU_OPEN_SECTION(agent, root, "agent",
                     {"id", "heartbeat_interval", "stop_tasks_after_disconnect", "node_group",
-                     "advertise_address"});
+                     "advertise_address", "labels"});
   DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadString("id", &c.agent.id));
   if (!c.agent.id.empty()) {
     if (Status id = CheckAgentId(c.agent.id); !id.ok()) return Invalid("agent.id", id.message());
   }
   DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadString("node_group", &c.agent.node_group));
   DGPU_CONFIG_RETURN_IF_ERROR(agent.ReadString("advertise_address", &c.agent.advertise_address));
+  if (agent.Has("labels")) {
+    const YAML::Node labels = agent.Get("labels");
+    if (!labels.IsMap()) {
+      return Invalid("agent.labels", "must be a mapping of label keys to values (rack: r1), got " +
+                                         Describe(labels));
+    }
+    if (labels.size() > core::kMaxSelectorEntries) {
+      return Invalid("agent.labels", "has " + std::to_string(labels.size()) +
+                                         " labels; the limit is " +
+                                         std::to_string(core::kMaxSelectorEntries));
+    }
+    for (const auto& entry : labels) {
+      const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : std::string();
+      if (std::string why = core::CheckLabelKey(key); !why.empty()) {
+        return Invalid("agent.labels", "key " + Quote(key) + " is not valid: " + why);
+      }
+      if (!entry.second.IsScalar()) {
+        return Invalid("agent.labels." + key, "must be a string, got " + Describe(entry.second));
+      }
+      const std::string& value = entry.second.Scalar();
+      if (std::string why = core::CheckLabelValue(value); !why.empty()) {
+        return Invalid("agent.labels." + key, Quote(value) + " is not valid: " + why);
+      }
+      if (!c.agent.labels.emplace(key, value).second) {
+        return Invalid("agent.labels", "key " + Quote(key) + " is given twice");
+      }
+    }
+  }
   if (!c.agent.node_group.empty()) {
     DGPU_CONFIG_RETURN_IF_ERROR(CheckGroupName("agent.node_group", c.agent.node_group));
   }

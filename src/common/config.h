@@ -288,6 +288,9 @@ struct AgentIdentityConfig {
   // The address other nodes reach this one at: a gang whose rank 0 runs here gives it to its
   // members as DGPU_MASTER_ADDR / MASTER_ADDR. Empty: the host name.
   std::string advertise_address;
+  // The node's labels (`rack: r1`), sent at registration: tasks select nodes by them
+  // (node_selector). Keys and values as core::CheckLabelKey / CheckLabelValue say.
+  std::map<std::string, std::string> labels;
   bool operator==(const AgentIdentityConfig&) const = default;
 };
 

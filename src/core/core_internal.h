@@ -149,9 +149,9 @@ class TaskQueue {
 };
 
 // Pending tasks of one priority with the same (team, preemptible, model, GPU count, nodes, CPUs,
-// memory), in queue order: every task of a shape is admitted by the same quota nodes and fits the
-// same nodes. A shape stays (empty) when its last task leaves, since the same shape usually comes
-// back soon; empty shapes are dropped once they outnumber the others.
+// memory, node selector), in queue order: every task of a shape is admitted by the same quota nodes
+// and fits the same nodes. A shape stays (empty) when its last task leaves, since the same shape
+// usually comes back soon; empty shapes are dropped once they outnumber the others.
 struct SchedulerCore::Shape {
   std::string model;
   int gpu_count = 0;  // In all (a gang's members together).
@@ -161,6 +161,7 @@ struct SchedulerCore::Shape {
   bool preemptible = true;
   int64_t cpus_milli = 0;  // TaskSpec::cpus_milli and memory_mb: as asked (0: the GPUs' share).
   int64_t memory_mb = 0;
+  std::vector<std::pair<std::string, std::string>> node_selector;  // TaskSpec::node_selector.
   TaskQueue tasks;
   PendingReason reason = PendingReason::kQueued;  // Why its head did not start last pass.
   // ModelsFor(model), kept while no new model appears (model_generation_ unchanged).
@@ -186,19 +187,32 @@ struct SchedulerCore::Shape {
   }
 };
 
-// Orders shape keys (team, preemptible, model, GPU count, nodes, CPUs, memory), and finds them
-// from a task's spec without building a key string.
+// Orders shape keys (team, preemptible, model, GPU count, nodes, CPUs, memory, node selector),
+// and finds them from a task's spec without copying its strings. Which fields make a shape:
+// Key, View, ViewOf, KeyOf here and PriorityQueue::Same, kept together.
 struct ShapeKeyLess {
   using is_transparent = void;
-  using Key = std::tuple<int, bool, std::string, int, int, int64_t, int64_t>;
-  using View = std::tuple<int, bool, std::string_view, int, int, int64_t, int64_t>;
+  using Selector = std::vector<std::pair<std::string, std::string>>;
+  // The selector by address, ordered by value (tuples compare their elements with <).
+  struct SelectorRef {
+    const Selector* selector;
+    friend bool operator<(const SelectorRef& a, const SelectorRef& b) {
+      return *a.selector < *b.selector;
+    }
+  };
+  using Key = std::tuple<int, bool, std::string, int, int, int64_t, int64_t, Selector>;
+  using View = std::tuple<int, bool, std::string_view, int, int, int64_t, int64_t, SelectorRef>;
   static View AsView(const Key& k) {
     return {std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k),
-            std::get<4>(k), std::get<5>(k), std::get<6>(k)};
+            std::get<4>(k), std::get<5>(k), std::get<6>(k), SelectorRef{&std::get<7>(k)}};
   }
   static View ViewOf(int team, const TaskSpec& spec) {
     return {team,       spec.preemptible, spec.gpu_model, spec.gpu_count,
-            spec.nodes, spec.cpus_milli,  spec.memory_mb};
+            spec.nodes, spec.cpus_milli,  spec.memory_mb, SelectorRef{&spec.node_selector}};
+  }
+  static Key KeyOf(int team, const TaskSpec& spec) {
+    return {team,       spec.preemptible, spec.gpu_model, spec.gpu_count,
+            spec.nodes, spec.cpus_milli,  spec.memory_mb, spec.node_selector};
   }
   bool operator()(const Key& a, const Key& b) const { return a < b; }
   bool operator()(const Key& a, const View& b) const { return AsView(a) < b; }
@@ -224,18 +238,11 @@ struct SchedulerCore::PriorityQueue {
   bool empty() const { return active.empty(); }
 
   Shape& ShapeFor(int team, const TaskSpec& spec) {
-    if (last_used != nullptr && last_used->gpu_count == spec.gpu_count && last_used->team == team &&
-        last_used->preemptible == spec.preemptible && last_used->nodes == spec.nodes &&
-        last_used->cpus_milli == spec.cpus_milli && last_used->memory_mb == spec.memory_mb &&
-        last_used->model == spec.gpu_model) {
-      return *last_used;
-    }
+    if (last_used != nullptr && Same(*last_used, team, spec)) return *last_used;
     Shape* s = FindShape(team, spec);
     if (s == nullptr) {
       if (shapes.size() >= 2 * active.size() + 64) DropEmptyShapes();
-      const ShapeKeyLess::View v = ShapeKeyLess::ViewOf(team, spec);
-      auto& slot = shapes[{std::get<0>(v), std::get<1>(v), std::string(std::get<2>(v)),
-                           std::get<3>(v), std::get<4>(v), std::get<5>(v), std::get<6>(v)}];
+      auto& slot = shapes[ShapeKeyLess::KeyOf(team, spec)];
       slot = std::make_unique<Shape>();
       slot->model = spec.gpu_model;
       slot->gpu_count = spec.gpu_count;
@@ -245,10 +252,18 @@ struct SchedulerCore::PriorityQueue {
       slot->preemptible = spec.preemptible;
       slot->cpus_milli = spec.cpus_milli;
       slot->memory_mb = spec.memory_mb;
+      slot->node_selector = spec.node_selector;
       s = slot.get();
     }
     last_used = s;
     return *s;
+  }
+  // Whether a shape holds tasks of this key (the last one used, checked before a lookup).
+  static bool Same(const Shape& s, int team, const TaskSpec& spec) {
+    return s.gpu_count == spec.gpu_count && s.team == team && s.preemptible == spec.preemptible &&
+           s.nodes == spec.nodes && s.cpus_milli == spec.cpus_milli &&
+           s.memory_mb == spec.memory_mb && s.model == spec.gpu_model &&
+           s.node_selector == spec.node_selector;
   }
   Shape* FindShape(int team, const TaskSpec& spec) const {
     auto it = shapes.find(ShapeKeyLess::ViewOf(team, spec));
@@ -443,5 +458,23 @@ struct alignas(64) SchedulerCore::NodeState {
   }
   PlacementIndex::Entry Entry() const { return {&rank, slot}; }
 };
+
+template <typename Ok>
+bool SchedulerCore::EnoughNodesWhere(const Task& t, const std::vector<int>& models, Ok&& ok) const {
+  const int per_node = GpusPerNode(t.spec);
+  int found = 0;
+  for (const auto& ptr : nodes_) {
+    NodeState& n = *ptr;
+    if (!n.in_index || !ok(static_cast<const NodeState&>(n))) continue;
+    for (int m : models) {
+      const NodeState::ModelSlice* s = n.Slice(m);
+      if (s != nullptr && s->capacity >= per_node) {
+        if (++found >= t.spec.nodes) return true;
+        break;
+      }
+    }
+  }
+  return false;
+}
 
 }  // namespace dgpu::core

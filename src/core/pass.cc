@@ -181,6 +181,9 @@ PendingReason SchedulerCore::Diagnose(const Task& t, const std::vector<int>& mod
     for (int m : models) most = std::max(most, index_.NodesWithCapacity(m, per_node));
     if (most < t.spec.nodes) return PendingReason::kExceedsCluster;
   }
+  if (!t.spec.node_selector.empty() && !EnoughNodesMatch(t, models)) {
+    return PendingReason::kNoNodeMatches;
+  }
   if (any_node_resources_ && !CouldEverHold(t, models)) return PendingReason::kExceedsCluster;
   const QuotaTree::NodeId leaf = QuotaLeaf(t);
   if (!quota_tree_.Admits(leaf, t.spec.gpu_count)) {
@@ -206,26 +209,20 @@ PendingReason SchedulerCore::Diagnose(const Task& t, const std::vector<int>& mod
   return PendingReason::kNoNodeFits;
 }
 
+bool SchedulerCore::EnoughNodesMatch(const Task& t, const std::vector<int>& models) const {
+  // Online schedulable nodes of its model with the labels it asks for, large enough for a member.
+  return EnoughNodesWhere(t, models, [&](const NodeState& n) {
+    return MatchesSelector(t.spec.node_selector, n.labels);
+  });
+}
+
 bool SchedulerCore::CouldEverHold(const Task& t, const std::vector<int>& models) const {
   // Only a request of its own can be larger than every node: a share of a node that has the
   // GPUs always fits there.
   if (t.spec.cpus_milli <= 0 && t.spec.memory_mb <= 0) return true;
-  const int per_node = GpusPerNode(t.spec);
-  int could_hold = 0;
-  for (const auto& ptr : nodes_) {
-    const NodeState& n = *ptr;
-    if (!n.in_index || n.ResourceShortage(t.spec, /*empty=*/true) != PendingReason::kNone) {
-      continue;
-    }
-    for (int m : models) {
-      const auto* s = const_cast<NodeState&>(n).Slice(m);
-      if (s != nullptr && s->capacity >= per_node) {
-        if (++could_hold >= t.spec.nodes) return true;
-        break;
-      }
-    }
-  }
-  return false;
+  return EnoughNodesWhere(t, models, [&](const NodeState& n) {
+    return n.ResourceShortage(t.spec, /*empty=*/true) == PendingReason::kNone;
+  });
 }
 
 PendingReason SchedulerCore::ShortageWhereGpusFit(const Task& t,
@@ -310,12 +307,19 @@ std::optional<PlacementIndex::Fit> SchedulerCore::FindNode(
     const std::vector<uint32_t>& excluded) const {
   // Model, node state and GPU health are filters the index applies by holding only placeable
   // nodes, and only their usable GPUs; best fit is its order.
-  if (config_.policies.filters.empty() && !any_node_resources_) {
+  if (config_.policies.filters.empty() && !any_node_resources_ && t.spec.node_selector.empty()) {
     return index_.FindBestFit(models, shape.gpu_count, excluded);
   }
-  // The index passes over nodes short of what the task asks for of its own.
-  return index_.FindBestFitWhere(models, shape.gpu_count, excluded, NodeState::Need(t.spec),
-                                 [&](uint32_t slot) { return Fits(t, *nodes_[slot]); });
+  // The index passes over nodes short of what the task asks for of its own; a selector's labels
+  // are tested on bits before any node is read.
+  SelectorBits bits;
+  if (!t.spec.node_selector.empty() && !SelectorSlots(t.spec.node_selector, &bits)) {
+    return std::nullopt;
+  }
+  return index_.FindBestFitWhere(
+      models, shape.gpu_count, excluded, NodeState::Need(t.spec), [&](uint32_t slot) {
+        return HasAll(bits, slot) && Fits(t, *nodes_[slot], /*selector_checked=*/true);
+      });
 }
 
 int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector<int>& models,
@@ -323,14 +327,21 @@ int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector
   // Model by model (one model for all members), best fit per member: the nodes with the fewest
   // free GPUs that still fit, then by id.
   const auto wanted = static_cast<size_t>(shape.nodes);
+  SelectorBits bits;
+  if (!t.spec.node_selector.empty() && !SelectorSlots(t.spec.node_selector, &bits)) {
+    slots.clear();
+    return -1;
+  }
   for (int m : models) {
     slots.clear();
-    index_.ForEachFitOf(m, shape.per_node, excluded, NodeState::Need(t.spec),
-                        [&](uint32_t slot, int, int) {
-                          if (!Fits(t, *nodes_[slot])) return true;
-                          slots.push_back(slot);
-                          return slots.size() < wanted;
-                        });
+    index_.ForEachFitOf(
+        m, shape.per_node, excluded, NodeState::Need(t.spec), [&](uint32_t slot, int, int) {
+          if (!HasAll(bits, slot) || !Fits(t, *nodes_[slot], /*selector_checked=*/true)) {
+            return true;
+          }
+          slots.push_back(slot);
+          return slots.size() < wanted;
+        });
     if (!Permit(shape, m, slots)) continue;
     // Ranks in best-fit order: fewest free first, then node id (the index lists nodes that
     // registered out of id order after the others until it renumbers them).

@@ -311,12 +311,18 @@ const std::vector<uint32_t>& SchedulerCore::GuardedForOthers(TaskNumber task) {
   return reclaim_excluded_;
 }
 
-bool SchedulerCore::Fits(const Task& t, const NodeState& node) const {
+bool SchedulerCore::Fits(const Task& t, const NodeState& node, bool selector_checked) const {
   return (!any_node_resources_ || node.ResourceShortage(t.spec) == PendingReason::kNone) &&
-         PassesFilters(t, node);
+         PassesFilters(t, node, selector_checked);
 }
 
-bool SchedulerCore::PassesFilters(const Task& t, const NodeState& node) const {
+bool SchedulerCore::PassesFilters(const Task& t, const NodeState& node,
+                                  bool selector_checked) const {
+  // The built-in one: the task's node selector.
+  if (!selector_checked && !t.spec.node_selector.empty() &&
+      !MatchesSelector(t.spec.node_selector, node.labels)) {
+    return false;
+  }
   if (config_.policies.filters.empty()) return true;
   const NodeFacts facts{node.id, node.labels};
   for (const auto& f : config_.policies.filters) {

@@ -206,6 +206,9 @@ Status SchedulerCore::CheckSpec(const TaskSpec& spec) const {
         "array_index must be in [0, array_size) for an array's member, -1 "
         "otherwise");
   }
+  if (std::string why = CheckSelector(spec.node_selector); !why.empty()) {
+    return InvalidArgument("node_selector: " + why);
+  }
   return OkStatus();
 }
 

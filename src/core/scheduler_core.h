@@ -432,10 +432,11 @@ class SchedulerCore {
   // The nodes the starvation guard keeps for tasks other than `task` (in reclaim_excluded_).
   const std::vector<uint32_t>& GuardedForOthers(TaskNumber task);
   // Whether every configured filter lets t run on `node`.
-  bool PassesFilters(const Task& t, const NodeState& node) const;
+  // `selector_checked`: the caller tested the node selector already (HasAll).
+  bool PassesFilters(const Task& t, const NodeState& node, bool selector_checked = false) const;
   // Whether a member of t fits on `node` for its CPUs and memory (NodeState::ResourceShortage)
   // and the configured filters; its GPUs are the caller's to check.
-  bool Fits(const Task& t, const NodeState& node) const;
+  bool Fits(const Task& t, const NodeState& node, bool selector_checked = false) const;
   // Where nodes report CPUs and memory: whether enough placeable nodes (one per member) could
   // hold t's own request with nothing else running (a look at every node, only for a task that
   // asks for CPUs or memory and found no node)...
@@ -548,6 +549,13 @@ class SchedulerCore {
   Status ApplyFinish(Task& t, const FinishReport& report, TimeMicros now);
   // The pass's stages (pass.cc).
   bool Admit(int prio, const Shape& shape) const;
+  // Whether enough online schedulable nodes (one per gang member) of one of `models`, large
+  // enough for a member, have the labels of the task's node selector.
+  bool EnoughNodesMatch(const Task& t, const std::vector<int>& models) const;
+  // Whether at least one node per member of t is in the index, passes ok(node) and has a model
+  // of `models` with room for a member when empty (a walk of every node).
+  template <typename Ok>
+  bool EnoughNodesWhere(const Task& t, const std::vector<int>& models, Ok&& ok) const;
   std::optional<PlacementIndex::Fit> FindNode(const Shape& shape, const Task& t,
                                               const std::vector<int>& models,
                                               const std::vector<uint32_t>& excluded) const;
@@ -559,6 +567,19 @@ class SchedulerCore {
   PendingReason TryStartHead(int prio, Shape& shape, Task& t, const std::vector<uint32_t>& excluded,
                              TimeMicros now, Phase phase);
   std::vector<uint32_t> own_excluded_;  // Scratch: excluded nodes minus a task's own.
+  // Per label ("key\0value"), the slots of the nodes that have it (bit `slot`): a node selector
+  // checked by a few bit tests instead of each node's label map.
+  absl::flat_hash_map<std::string, std::vector<uint64_t>> label_slots_;
+  using SelectorBits = std::vector<const std::vector<uint64_t>*>;
+  // The bit sets of the selector's labels into `bits`; false when a label is on no node.
+  bool SelectorSlots(const std::vector<std::pair<std::string, std::string>>& selector,
+                     SelectorBits* bits) const;
+  static bool HasAll(const SelectorBits& bits, uint32_t slot) {
+    for (const std::vector<uint64_t>* b : bits) {
+      if (slot / 64 >= b->size() || (((*b)[slot / 64] >> (slot % 64)) & 1) == 0) return false;
+    }
+    return true;
+  }
   // A place for each member of the gang at the head of `shape`, in rank order, into `slots`:
   // the model they share, or -1 (slots then empty) when they do not all fit.
   int FindGang(const Shape& shape, const Task& t, const std::vector<int>& models,

@@ -110,7 +110,8 @@ inline constexpr auto kTaskFields = std::make_tuple(
                   DGPU_TASK_MEMBER(master_port)),
     MakeTaskField({"cpus_milli", kLater, ApiForm::kHidden, 0},  // REST cpus
                   DGPU_TASK_MEMBER(spec.cpus_milli)),
-    MakeTaskField({"memory_mb", kLater, ApiForm::kComputed, 0}, DGPU_TASK_MEMBER(spec.memory_mb)));
+    MakeTaskField({"memory_mb", kLater, ApiForm::kComputed, 0}, DGPU_TASK_MEMBER(spec.memory_mb)),
+    MakeTaskField({"node_selector", kLater}, DGPU_TASK_MEMBER(spec.node_selector)));
 
 #undef DGPU_TASK_MEMBER
 

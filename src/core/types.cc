@@ -47,6 +47,8 @@ std::string_view ToString(PendingReason r) {
       return "insufficient_cpu";
     case PendingReason::kInsufficientMemory:
       return "insufficient_memory";
+    case PendingReason::kNoNodeMatches:
+      return "no_node_matches";
   }
   return "";
 }
@@ -188,11 +190,12 @@ std::optional<TaskStatus> ParseTaskStatus(std::string_view s) {
 }
 
 std::optional<PendingReason> ParsePendingReason(std::string_view s) {
-  for (auto r : {PendingReason::kNone, PendingReason::kQueued, PendingReason::kQuotaExhausted,
-                 PendingReason::kNoNodeFits, PendingReason::kNoGpuModel,
-                 PendingReason::kExceedsCluster, PendingReason::kTeamLimit,
-                 PendingReason::kWaitingForPreemption, PendingReason::kRetryBackoff,
-                 PendingReason::kInsufficientCpu, PendingReason::kInsufficientMemory}) {
+  for (auto r :
+       {PendingReason::kNone, PendingReason::kQueued, PendingReason::kQuotaExhausted,
+        PendingReason::kNoNodeFits, PendingReason::kNoGpuModel, PendingReason::kExceedsCluster,
+        PendingReason::kTeamLimit, PendingReason::kWaitingForPreemption,
+        PendingReason::kRetryBackoff, PendingReason::kInsufficientCpu,
+        PendingReason::kInsufficientMemory, PendingReason::kNoNodeMatches}) {
     if (ToString(r) == s) return r;
   }
   return std::nullopt;
@@ -269,6 +272,94 @@ std::optional<TaskNumber> ParseTaskId(std::string_view id) {
   auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
   if (ec != std::errc() || ptr != digits.data() + digits.size() || n == 0) return std::nullopt;
   return n;
+}
+
+namespace {
+
+// A name segment: 1-63 of [A-Za-z0-9-_.], beginning and ending with a letter or digit.
+bool IsLabelName(std::string_view s) {
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  if (s.empty() || s.size() > 63 || !alnum(s.front()) || !alnum(s.back())) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [&](char c) { return alnum(c) || c == '-' || c == '_' || c == '.'; });
+}
+
+// A DNS subdomain: at most 253 characters, dot-separated lowercase labels of [a-z0-9-].
+bool IsDnsSubdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = s.find('.', start);
+    const std::string_view part =
+        s.substr(start, dot == std::string_view::npos ? s.npos : dot - start);
+    if (part.empty() || part.size() > 63 || part.front() == '-' || part.back() == '-') return false;
+    for (char c : part) {
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+    }
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
+
+}  // namespace
+
+std::string CheckLabelKey(std::string_view key) {
+  const size_t slash = key.find('/');
+  if (slash != std::string_view::npos) {
+    if (!IsDnsSubdomain(key.substr(0, slash))) {
+      return "the prefix before '/' must be a DNS subdomain (lowercase letters, digits, '-' and "
+             "'.', at most 253 characters)";
+    }
+    key = key.substr(slash + 1);
+  }
+  if (!IsLabelName(key)) {
+    return "a label key is 1 to 63 letters, digits, '-', '_' or '.', beginning and ending with a "
+           "letter or digit (optionally after a DNS prefix and '/')";
+  }
+  return "";
+}
+
+std::string CheckLabelValue(std::string_view value) {
+  if (value.empty() || IsLabelName(value)) return "";
+  return "a label value is at most 63 letters, digits, '-', '_' or '.', beginning and ending with "
+         "a letter or digit";
+}
+
+std::string CheckSelector(const std::vector<std::pair<std::string, std::string>>& selector) {
+  if (selector.size() > kMaxSelectorEntries) {
+    return "more than " + std::to_string(kMaxSelectorEntries) + " labels";
+  }
+  for (size_t i = 0; i < selector.size(); ++i) {
+    const auto& [key, value] = selector[i];
+    if (i > 0 && !(selector[i - 1].first < key)) return "keys not sorted, or one given twice";
+    if (std::string why = CheckLabelKey(key); !why.empty()) return "key \"" + key + "\": " + why;
+    if (std::string why = CheckLabelValue(value); !why.empty()) {
+      return "value \"" + value + "\" of " + key + ": " + why;
+    }
+  }
+  return "";
+}
+
+bool MatchesSelector(const std::vector<std::pair<std::string, std::string>>& selector,
+                     const Labels& labels) {
+  for (const auto& [key, value] : selector) {
+    auto it = labels.find(key);
+    if (it == labels.end() || it->second != value) return false;
+  }
+  return true;
+}
+
+std::string FormatSelector(const std::vector<std::pair<std::string, std::string>>& selector) {
+  std::string out;
+  for (const auto& [key, value] : selector) {
+    if (!out.empty()) out += ',';
+    out += key;
+    out += '=';
+    out += value;
+  }
+  return out;
 }
 
 }  // namespace dgpu::core

@@ -43,6 +43,8 @@ enum class PendingReason : uint8_t {
   // with the CPUs, the memory) it asks for free.
   kInsufficientCpu,
   kInsufficientMemory,
+  // No online node of its GPU model that could hold it has the labels of its node_selector.
+  kNoNodeMatches,
 };
 
 enum class GpuStatus : uint8_t { kIdle, kBusy, kOffline, kUnhealthy };
@@ -55,6 +57,23 @@ enum class NodeMode : uint8_t { kSchedulable, kCordoned, kDraining, kReleasing }
 
 // A node's labels (`rack: r1`), for filters such as node selectors.
 using Labels = std::map<std::string, std::string>;
+
+// Label keys and values, as Kubernetes spells them: a key is a name of at most 63 characters
+// (letters, digits, '-', '_' and '.', beginning and ending with a letter or digit), optionally
+// after a DNS-subdomain prefix and '/' ("topology.example.com/rack"); a value is such a name or
+// empty. Why not, or an empty string.
+std::string CheckLabelKey(std::string_view key);
+std::string CheckLabelValue(std::string_view value);
+// The most pairs a node selector, and labels a node, may have.
+inline constexpr size_t kMaxSelectorEntries = 32;
+// What is wrong with a node selector (a key or value, too many pairs, not sorted by key or a
+// key twice), or an empty string.
+std::string CheckSelector(const std::vector<std::pair<std::string, std::string>>& selector);
+// Whether `labels` has every pair of `selector`.
+bool MatchesSelector(const std::vector<std::pair<std::string, std::string>>& selector,
+                     const Labels& labels);
+// "rack=r1,zone=a".
+std::string FormatSelector(const std::vector<std::pair<std::string, std::string>>& selector);
 
 // Why a task that holds GPUs is being stopped (Task::stop_reason while Task::stopping, and the
 // reason carried by a stop order).
@@ -155,6 +174,9 @@ struct TaskSpec {
   std::string command;
   std::vector<std::pair<std::string, std::string>> env;  // Sorted by key, keys unique.
   std::string image;                                     // Docker executor only.
+  // Only nodes with every one of these labels (agent.labels) take it. Sorted by key, keys
+  // unique (IsValidLabelKey, IsValidLabelValue); empty: any node.
+  std::vector<std::pair<std::string, std::string>> node_selector;
   // A member of a job array (POST /tasks with "array": N): its index in [0, array_size), which
   // its agent gives it as DGPU_ARRAY_INDEX. array_size 0: not an array (index -1).
   int32_t array_index = -1;

@@ -166,6 +166,10 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   submit_cmd->add_option("--name", submit.name, "Task name");
   submit_cmd->add_option("--env", submit.env, "Environment variable KEY=VALUE (repeatable)")
       ->allow_extra_args(false);
+  submit_cmd
+      ->add_option("--selector", submit.selector,
+                   "Only nodes with the label KEY=VALUE (agent.labels) take it (repeatable)")
+      ->allow_extra_args(false);
   submit_cmd->add_option("--timeout", submit.timeout,
                          "Run time limit: seconds or a duration like 30s, 5m, 2h");
   submit_cmd->add_option("--image", submit.image, "Container image (docker executor)");

@@ -72,6 +72,7 @@ struct SubmitOptions {
   std::string name;
   std::string image;
   std::vector<std::string> env;         // KEY=VALUE
+  std::vector<std::string> selector;    // KEY=VALUE: node labels the task asks for
   std::string timeout;                  // empty: none
   std::string team;                     // empty: the server's default team
   bool no_preempt = false;              // sends "preemptible": false

@@ -197,7 +197,7 @@ int GetAgents(const CtlContext& ctx) {
     return BadResponse(ctx, "GET /api/v1/agents did not return an agents array");
   }
   Table table({"id", "address", "status", "gpus", "free", "cpus", "memory", "isolation", "tasks",
-               "last heartbeat"});
+               "last heartbeat", "labels"});
   // Given to tasks of what the node offers ("-" where it reports none).
   const auto used_of = [](const json& agent, const char* used, const char* total,
                           const char* unit) -> std::string {
@@ -215,11 +215,18 @@ int GetAgents(const CtlContext& ctx) {
       gpus = Field(agent, "gpus");
     }
     std::string heartbeat = AgeOf(agent, "last_heartbeat", now);
+    std::string labels;  // rack=r1,zone=a
+    if (auto l = agent.find("labels"); l != agent.end() && l->is_object()) {
+      for (const auto& [key, value] : l->items()) {
+        if (!labels.empty()) labels += ',';
+        labels += key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
+      }
+    }
     table.AddRow(
         {Cell(Field(agent, "id")), Cell(Field(agent, "address")), Cell(Field(agent, "status")),
          Cell(gpus), Cell(Field(agent, "free_gpus")), used_of(agent, "allocated_cpus", "cpus", ""),
          used_of(agent, "allocated_memory_mb", "memory_mb", "MB"), Cell(Field(agent, "isolation")),
-         Cell(Field(agent, "tasks")), heartbeat == "-" ? "-" : heartbeat + " ago"});
+         Cell(Field(agent, "tasks")), heartbeat == "-" ? "-" : heartbeat + " ago", Cell(labels)});
   }
   if (table.size() == 0) {
     *ctx.err << "no agents found\n";

@@ -89,17 +89,25 @@ std::optional<json> BuildSubmitBody(const SubmitOptions& options, std::string* e
   if (!options.model.empty()) body["gpu_model"] = options.model;
   if (!options.name.empty()) body["name"] = options.name;
   if (!options.image.empty()) body["image"] = options.image;
-  if (!options.env.empty()) {
-    json env = json::object();
-    for (const std::string& pair : options.env) {
+  // KEY=VALUE flags into an object (the scheduler checks the keys and values).
+  const auto pairs = [&](const std::vector<std::string>& flags, const std::string& what,
+                         const char* key) {
+    if (flags.empty()) return true;
+    json object = json::object();
+    for (const std::string& pair : flags) {
       size_t eq = pair.find('=');
       if (eq == std::string::npos || eq == 0) {
-        *error = "--env expects KEY=VALUE, got '" + pair + "'";
-        return std::nullopt;
+        *error = what + ", got '" + pair + "'";
+        return false;
       }
-      env[pair.substr(0, eq)] = pair.substr(eq + 1);
+      object[pair.substr(0, eq)] = pair.substr(eq + 1);
     }
-    body["env"] = std::move(env);
+    body[key] = std::move(object);
+    return true;
+  };
+  if (!pairs(options.env, "--env expects KEY=VALUE", "env") ||
+      !pairs(options.selector, "--selector expects KEY=VALUE (a node label)", "node_selector")) {
+    return std::nullopt;
   }
   if (!options.timeout.empty()) {
     auto timeout = common::ParseDuration(options.timeout);

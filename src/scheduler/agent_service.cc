@@ -346,6 +346,7 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
   r.instance_id = req->instance_id();
   r.node_group = req->node_group();
   r.resources = {req->cpus_milli(), req->memory_mb(), req->isolation()};
+  r.labels.insert(req->labels().begin(), req->labels().end());
   r.address = req->address();
   r.epoch = req->epoch();
   for (const auto& g : req->gpus()) {

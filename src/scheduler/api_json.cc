@@ -133,7 +133,8 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
                                  "nodes",
                                  "gpus_per_node",
                                  "cpus",
-                                 "memory_mb"};
+                                 "memory_mb",
+                                 "node_selector"};
   for (const auto& [key, value] : doc.items()) {
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return ApiError{400, "unknown_field", "unknown field \"" + key + "\""};
@@ -247,6 +248,30 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
       s.env.emplace_back(key, std::move(v));
     }
     std::sort(s.env.begin(), s.env.end());
+  }
+  if (it = doc.find("node_selector"); it != doc.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return InvalidField("node_selector must be an object of label keys to values, got " +
+                          TypeName(*it));
+    }
+    if (it->size() > core::kMaxSelectorEntries) {
+      return InvalidField("node_selector has " + std::to_string(it->size()) +
+                          " entries; the limit is " + std::to_string(core::kMaxSelectorEntries));
+    }
+    for (const auto& [key, value] : it->items()) {
+      if (std::string why = core::CheckLabelKey(key); !why.empty()) {
+        return InvalidField("node_selector key \"" + key + "\" is not valid: " + why);
+      }
+      if (!value.is_string()) {
+        return InvalidField("node_selector." + key + " must be a string, got " + TypeName(value));
+      }
+      const std::string& v = value.get_ref<const std::string&>();
+      if (std::string why = core::CheckLabelValue(v); !why.empty()) {
+        return InvalidField("node_selector." + key + " \"" + v + "\" is not valid: " + why);
+      }
+      s.node_selector.emplace_back(key, v);
+    }
+    std::sort(s.node_selector.begin(), s.node_selector.end());
   }
   if (it = doc.find("max_retries"); it != doc.end() && !it->is_null()) {
     int64_t n = 0;

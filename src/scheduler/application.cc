@@ -742,6 +742,18 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
   if (auto e = CheckRegisteredGpus(request.agent_id, request.gpus, d_.max_gpus_per_node)) {
     return reply(*e);
   }
+  // Labels as agent.labels allows them (an agent checks its own; this keeps the core's clean).
+  if (request.labels.size() > core::kMaxSelectorEntries) {
+    return reply(InvalidArgumentError(
+        "labels", "more than " + std::to_string(core::kMaxSelectorEntries) + " labels"));
+  }
+  for (const auto& [key, value] : request.labels) {
+    std::string why = core::CheckLabelKey(key);
+    if (why.empty()) why = core::CheckLabelValue(value);
+    if (!why.empty()) {
+      return reply(InvalidArgumentError("labels", "label " + key + "=" + value + ": " + why));
+    }
+  }
   std::vector<core::RunningReport> running;
   std::vector<std::string> unparsable;  // Not ours: stopped.
   for (auto& r : request.running) {
@@ -772,9 +784,9 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
   d_.loop->Post([this, id = std::move(request.agent_id), address = std::move(address),
                  instance = std::move(request.instance_id), where = std::move(where),
                  group = std::move(request.node_group), gpus = std::move(request.gpus),
-                 resources = std::move(request.resources), running = std::move(running),
-                 finished = std::move(finished), unparsable = std::move(unparsable),
-                 registered = std::move(registered),
+                 resources = std::move(request.resources), labels = std::move(request.labels),
+                 running = std::move(running), finished = std::move(finished),
+                 unparsable = std::move(unparsable), registered = std::move(registered),
                  reply = std::move(reply)](CoreLoop::Context& c) mutable {
     // Another agent under the id of a node whose session is alive (a copied configuration or
     // machine image): refused, so that it cannot take over the node's GPUs and tasks.
@@ -794,6 +806,7 @@ void Application::RegisterNode(const Caller& caller, RegisterRequest request,
     if (!instance.empty()) node_instances_[id] = {instance, where};
     d_.agents->BeginSession(id);
     Status s = c.core.RegisterNode(id, address, gpus, resources, running, finished, c.now);
+    if (s.ok()) s = c.core.SetNodeLabels(id, std::move(labels));
     if (!s.ok()) return reply(ErrorFromStatus(s));
     if (d_.autoscale != nullptr) d_.autoscale->NodeRegistered(id, group, gpus);
     if (!unparsable.empty()) d_.agents->OrderStops(id, unparsable, core::StopReason::kReconcile);

@@ -283,6 +283,7 @@ struct RegisterRequest {
   uint64_t epoch = 0;
   std::vector<core::GpuInfo> gpus;
   core::NodeResources resources;  // None reported: nothing counted.
+  core::Labels labels;            // agent.labels.
   std::vector<Running> running;
   std::vector<Finished> finished;
 };

@@ -38,10 +38,12 @@ std::string ExpectedProto(const FieldDescriptor* fd) {
   } else if constexpr (std::is_same_v<T, std::string> || std::is_enum_v<T>) {
     return scalar(FieldDescriptor::CPPTYPE_STRING, "string");
   } else if constexpr (std::is_same_v<T, EnvList>) {
-    const bool ok = fd->number() == dgpu::v1::TaskRecord::kEnvFieldNumber && fd->is_map() &&
+    const bool ok = (fd->number() == dgpu::v1::TaskRecord::kEnvFieldNumber ||
+                     fd->number() == dgpu::v1::TaskRecord::kNodeSelectorFieldNumber) &&
+                    fd->is_map() &&
                     fd->message_type()->map_key()->cpp_type() == FieldDescriptor::CPPTYPE_STRING &&
                     fd->message_type()->map_value()->cpp_type() == FieldDescriptor::CPPTYPE_STRING;
-    return ok ? "" : "env, a map<string, string>";
+    return ok ? "" : "env or node_selector, a map<string, string>";
   } else {
     static_assert(std::is_same_v<T, core::Allocation>, "a task field of a new type");
     const bool ok = fd->number() == dgpu::v1::TaskRecord::kAllocationFieldNumber &&
@@ -121,8 +123,11 @@ void WriteField(const T& v, const T& def, Message* r, const Reflection* refl,
   } else if constexpr (std::is_same_v<T, EnvList>) {
     // The generated accessors of the one field of each of these types (Mismatches checks the
     // numbers): reflection over a map costs more than the rest of the record.
-    auto* env = static_cast<dgpu::v1::TaskRecord*>(r)->mutable_env();
-    for (const auto& [key, value] : v) (*env)[key] = value;
+    auto* record = static_cast<dgpu::v1::TaskRecord*>(r);
+    auto* map = fd->number() == dgpu::v1::TaskRecord::kEnvFieldNumber
+                    ? record->mutable_env()
+                    : record->mutable_node_selector();
+    for (const auto& [key, value] : v) (*map)[key] = value;
   } else {
     auto* allocation = static_cast<dgpu::v1::TaskRecord*>(r)->mutable_allocation();
     for (const core::NodeAllocation& na : v) {
@@ -161,10 +166,13 @@ void ReadField(const Message& r, const Reflection* refl, const FieldDescriptor* 
     std::string scratch;
     *out = core::ParseName<T>(refl->GetStringReference(r, fd, &scratch)).value_or(def);
   } else if constexpr (std::is_same_v<T, EnvList>) {
-    const auto& env = static_cast<const dgpu::v1::TaskRecord&>(r).env();
-    out->reserve(env.size());
-    for (const auto& [key, value] : env) out->emplace_back(key, value);
-    std::sort(out->begin(), out->end());  // A map's order is not kept; the core's env is sorted.
+    const auto& record = static_cast<const dgpu::v1::TaskRecord&>(r);
+    const auto& map = fd->number() == dgpu::v1::TaskRecord::kEnvFieldNumber
+                          ? record.env()
+                          : record.node_selector();
+    out->reserve(map.size());
+    for (const auto& [key, value] : map) out->emplace_back(key, value);
+    std::sort(out->begin(), out->end());  // A map's order is not kept; the core's are sorted.
   } else {
     for (const auto& a : static_cast<const dgpu::v1::TaskRecord&>(r).allocation()) {
       out->push_back({a.node_id(),

@@ -173,6 +173,11 @@ ALTER TABLE tasks ADD COLUMN master_port INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tasks ADD COLUMN cpus_milli INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tasks ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;
 )sql"},
+    // Node selectors (core::TaskSpec::node_selector, a JSON list of pairs as env is): tasks stored
+    // before take any node.
+    {11, "add node selectors", R"sql(
+ALTER TABLE tasks ADD COLUMN node_selector TEXT NOT NULL DEFAULT '[]';
+)sql"},
 };
 
 // The version this build writes, and the newest it reads.

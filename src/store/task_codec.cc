@@ -57,7 +57,7 @@ Status ReadValue(const json& v, const core::TaskFieldInfo& info, T* out) {
   } else {
     StatusOr<T> value = [&] {
       if constexpr (std::is_same_v<T, EnvList>) {
-        return EnvFromJson(v);
+        return EnvFromJson(v, name);
       } else {
         static_assert(std::is_same_v<T, core::Allocation>, "a task field of a new type");
         return AllocationFromJson(v);
@@ -90,13 +90,13 @@ json EnvToJson(const EnvList& env) {
   return out;
 }
 
-StatusOr<EnvList> EnvFromJson(const json& j) {
-  if (!j.is_array()) return Malformed("env", "an array");
+StatusOr<EnvList> EnvFromJson(const json& j, std::string_view name) {
+  if (!j.is_array()) return Malformed(name, "an array");
   EnvList env;
   env.reserve(j.size());
   for (const json& pair : j) {
     if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_string()) {
-      return Malformed("env", "a list of [key, value] string pairs");
+      return Malformed(name, "a list of [key, value] string pairs");
     }
     env.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
   }

@@ -24,7 +24,7 @@ using EnvList = std::vector<std::pair<std::string, std::string>>;
 
 // env: [["KEY","VALUE"], ...] in the task's order.
 nlohmann::json EnvToJson(const EnvList& env);
-StatusOr<EnvList> EnvFromJson(const nlohmann::json& json);
+StatusOr<EnvList> EnvFromJson(const nlohmann::json& json, std::string_view name = "env");
 
 // allocation: [{"node_id":"n1","gpu_indices":[0,1]}, ...].
 nlohmann::json AllocationToJson(const core::Allocation& allocation);

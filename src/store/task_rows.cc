@@ -99,7 +99,7 @@ std::string ReadValue(sqlite3_stmt* stmt, int col, const core::TaskFieldInfo& in
     if (!json.ok()) return std::string(json.status().message());
     StatusOr<T> value = [&] {
       if constexpr (std::is_same_v<T, EnvList>) {
-        return EnvFromJson(*json);
+        return EnvFromJson(*json, info.name);
       } else {
         return AllocationFromJson(*json);
       }

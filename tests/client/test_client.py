@@ -42,7 +42,7 @@ def test_the_task_model_reads_every_property_of_the_described_task_object():
         if "datetime" in hint:
             doc[name] = "2026-01-01T00:00:%02dZ" % i
             want[name] = datetime.datetime(2026, 1, 1, 0, 0, i, tzinfo=UTC)
-        elif name == "env":
+        elif name in ("env", "node_selector"):
             doc[name] = {"K": str(i)}
         elif name == "allocation":
             doc[name] = [{"node_id": "n%d" % i, "gpu_indices": [i], "cpu_set": [i, i + 1]}]
@@ -764,3 +764,14 @@ def test_submit_sends_cpus_and_memory_and_the_model_reads_them():
         "created_at": "2026-01-05T10:00:00Z", "started_at": None, "finished_at": None,
         "cpus": 1.5, "memory_mb": None})
     assert (task.cpus, task.memory_mb, task.pending_reason) == (1.5, None, "insufficient_cpu")
+    assert task.node_selector == {}
+
+
+def test_submit_sends_a_node_selector():
+    c = ScriptedClient([(201, {"task_id": "task-3", "status": "pending",
+                               "created_at": "2026-01-05T10:00:00Z"})])
+    c.submit("python eval.py", priority="low", gpu_count=1, node_selector={"rack": "r1"})
+    assert c.requests == [
+        ("POST", URL + "/tasks",
+         '{"priority": "low", "gpu_count": 1, "command": "python eval.py", '
+         '"node_selector": {"rack": "r1"}}', "application/json")]

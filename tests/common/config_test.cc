@@ -964,6 +964,25 @@ TEST(AgentConfigTest, NodeGroup) {
             "with a letter or digit, got \"A100\"");
 }
 
+TEST(AgentConfigTest, LabelsAreAMappingOfValidKeysAndValues) {
+  EXPECT_TRUE(AgentConfig{}.agent.labels.empty());
+  EXPECT_EQ(
+      MustLoadAgent("agent: {labels: {rack: r1, example.com/ib: 'yes', gpu: ''}}").agent.labels,
+      (std::map<std::string, std::string>{{"example.com/ib", "yes"}, {"gpu", ""}, {"rack", "r1"}}));
+  ExpectAgentError("agent: {labels: [rack]}",
+                   "agent.labels: must be a mapping of label keys to values (rack: r1), got a "
+                   "list");
+  ExpectAgentError("agent: {labels: {'-rack': r1}}",
+                   "agent.labels: key \"-rack\" is not valid: a label key is 1 to 63 letters, "
+                   "digits, '-', '_' or '.', beginning and ending with a letter or digit "
+                   "(optionally after a DNS prefix and '/')");
+  ExpectAgentError("agent: {labels: {rack: 'r 1'}}",
+                   "agent.labels.rack: \"r 1\" is not valid: a label value is at most 63 "
+                   "letters, digits, '-', '_' or '.', beginning and ending with a letter or digit");
+  ExpectAgentError("agent: {labels: {rack: [r1]}}",
+                   "agent.labels.rack: must be a string, got a list");
+}
+
 TEST(AgentConfigTest, ResourcesAreAutoOrNumbersWithReserves) {
   const NodeResourcesConfig defaults;
   EXPECT_EQ(std::make_tuple(defaults.cpus_milli, defaults.memory_mb, defaults.reserved_cpus_milli,

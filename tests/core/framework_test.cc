@@ -282,6 +282,90 @@ TEST_F(FilterTest, AConfiguredFilterRestrictsPlacementToTheNodesItAccepts) {
   EXPECT_EQ(core_.SetNodeLabels("nope", {}).code(), StatusCode::kNotFound);
 }
 
+// node_selector: only nodes with every label of it take the task; a selector no node of its
+// model matches waits no_node_matches, one whose nodes are full no_node_fits; tasks of two
+// selectors queue apart (the shape holds the selector), so one that waits does not hold back
+// the other; labels that change bring the waiting one on.
+class SelectorTest : public FrameworkTest {
+ protected:
+  TaskNumber SubmitSelecting(int gpus, std::vector<std::pair<std::string, std::string>> selector,
+                             int nodes = 1) {
+    TaskSpec spec = Spec(Priority::kHigh, gpus, "");
+    spec.node_selector = std::move(selector);
+    spec.nodes = nodes;
+    auto r = core_.Submit(spec, now_);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : 0;
+  }
+};
+
+TEST_F(SelectorTest, OnlyNodesWithEveryLabelTakeTheTask) {
+  Register("n1", MakeGpus(1));  // The best fit, without the labels.
+  Register("n2", MakeGpus(4));
+  Register("n3", MakeGpus(2));
+  ASSERT_TRUE(core_.SetNodeLabels("n1", {{"rack", "r1"}}).ok());
+  ASSERT_TRUE(core_.SetNodeLabels("n2", {{"rack", "r2"}, {"zone", "a"}}).ok());
+  ASSERT_TRUE(core_.SetNodeLabels("n3", {{"rack", "r2"}}).ok());
+  // Both labels: n2 alone.
+  TaskNumber a = SubmitSelecting(1, {{"rack", "r2"}, {"zone", "a"}});
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(a, "n2", {0})}));
+  // rack r2: the best fit of n2 (3 free) and n3 (2 free).
+  TaskNumber b = SubmitSelecting(1, {{"rack", "r2"}});
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(b, "n3", {0})}));
+  EXPECT_EQ(T(b).spec.node_selector,
+            (std::vector<std::pair<std::string, std::string>>{{"rack", "r2"}}));
+  // No node has rack r3: no_node_matches, and the task without a selector behind it starts.
+  TaskNumber c = SubmitSelecting(1, {{"rack", "r3"}});
+  TaskNumber d = Submit(1);
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(d, "n1", {0})}));
+  EXPECT_EQ(core_.ReasonOf(T(c)), PendingReason::kNoNodeMatches);
+  // A value differs: no match either.
+  TaskNumber e = SubmitSelecting(1, {{"zone", "b"}});
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(core_.ReasonOf(T(e)), PendingReason::kNoNodeMatches);
+  // Matching nodes that are full: no_node_fits.
+  TaskNumber f = SubmitSelecting(4, {{"rack", "r2"}});
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(core_.ReasonOf(T(f)), PendingReason::kNoNodeFits);
+  // A node that gains the label takes the waiting task.
+  ASSERT_TRUE(core_.SetNodeLabels("n1", {{"rack", "r3"}}).ok());
+  EXPECT_TRUE(core_.TaskFinished("n1", {d, true, 0, "", now_}, now_).ok());
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(c, "n1", {0})}));
+  EXPECT_EQ(core_.ReasonOf(T(e)), PendingReason::kNoNodeMatches);
+}
+
+TEST_F(SelectorTest, AGangTakesOnlyNodesThatMatchAndWaitsWhenTooFewDo) {
+  for (const char* n : {"n1", "n2", "n3"}) Register(n, MakeGpus(2));
+  ASSERT_TRUE(core_.SetNodeLabels("n1", {{"ib", "yes"}}).ok());
+  ASSERT_TRUE(core_.SetNodeLabels("n3", {{"ib", "yes"}}).ok());
+  TaskNumber three = SubmitSelecting(6, {{"ib", "yes"}}, 3);
+  TaskNumber two = SubmitSelecting(4, {{"ib", "yes"}}, 2);
+  const std::vector<Decision> started = Pass();  // One start per member.
+  ASSERT_EQ(started.size(), 2u);
+  std::set<std::string> nodes;
+  for (const Decision& d : started) {
+    EXPECT_EQ(d.task, two);
+    nodes.insert(d.node_id);
+  }
+  EXPECT_EQ(nodes, (std::set<std::string>{"n1", "n3"}));
+  EXPECT_EQ(core_.ReasonOf(T(three)), PendingReason::kNoNodeMatches) << "2 of 3 nodes match";
+}
+
+TEST_F(SelectorTest, ABadSelectorIsRefusedNamingWhy) {
+  Register("n1", MakeGpus(1));
+  TaskSpec spec = Spec(Priority::kHigh, 1, "");
+  spec.node_selector = {{"rack", "r 1"}};
+  auto r = core_.Submit(spec, now_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message().substr(0, 38), "node_selector: value \"r 1\" of rack: a ");
+  spec.node_selector = {{"zone", "a"}, {"rack", "r1"}};
+  EXPECT_EQ(core_.Submit(spec, now_).status().message(),
+            "node_selector: keys not sorted, or one given twice");
+  spec.node_selector = {{"-rack", "r1"}};
+  EXPECT_EQ(core_.Submit(spec, now_).status().code(), StatusCode::kInvalidArgument);
+}
+
 // Names the first running task it is asked about as the victim, once per waiting task.
 class TakeFirstRunning : public PostFilterHook {
  public:

@@ -80,6 +80,7 @@ class DashboardTest(BrowserCase):
     AGENTS = 2
     GPUS = 4
     SCHEDULER = {"online_percent": 0.5}
+    AGENT_KWARGS = {"extra": {"agent": {"labels": {"rack": "r1"}}}}
 
     def test_the_overview_shows_every_gpu_and_a_new_task_without_a_reload(self):
         self.open()
@@ -93,7 +94,7 @@ class DashboardTest(BrowserCase):
         self.js("window.dgpuMarker = 1")  # Gone if the page reloads.
 
         tid = self.c.submit("echo hello from the task; sleep 30", gpu_count=2, priority="high",
-                            name="hello")
+                            name="hello", node_selector={"rack": "r1"})
         self.until(lambda b: self.count('#nodes .g.busy[data-task="%s"]' % tid) == 2,
                    what="the task's two GPUs busy")
         self.assertEqual(self.js("return window.dgpuMarker"), 1, "the page was reloaded")
@@ -121,6 +122,7 @@ class DashboardTest(BrowserCase):
         self.until(lambda b: "%g / %d MiB" % (t["cpus"], t["memory_mb"]) in self.text(".kv"),
                    what="the task's CPUs and memory")
         self.assertIn("CPUs / memory", self.text(".kv"))
+        self.assertRegex(self.text(".kv"), r"node selector\s+rack=r1")
         self.shot("task")
 
         # Cancelled from outside: the page follows.
@@ -162,10 +164,10 @@ class DashboardTest(BrowserCase):
             selector = "table tr:nth-child(%d)" % (2 if agent["id"] == "a1" else 3)
             want = ["%g/%g" % (agent["allocated_cpus"], agent["cpus"]),
                     "%d/%d MiB" % (agent["allocated_memory_mb"], agent["memory_mb"]),
-                    agent["isolation"]]
+                    agent["isolation"], "rack=r1"]
             # The page follows the feed: it may show the node a moment after the API does.
             self.until(lambda b, s=selector, w=want: all(x in self.text(s) for x in w),
-                       what="%s's CPUs, memory and isolation" % agent["id"])
+                       what="%s's CPUs, memory, isolation and labels" % agent["id"])
         self.shot("agents")
 
     def test_static_files_and_unknown_ones(self):

@@ -220,13 +220,30 @@ TEST(ApiJsonTest, SubmitReadsAGangAsNodesTimesGpusPerNode) {
   EXPECT_EQ(e->message, "nodes x gpus_per_node must be at most 1024 GPUs, got 2 x 1000");
 }
 
+// A submission of `body` plus the required fields (priority low, command true, one GPU).
+std::optional<ApiError> ParseWithRequiredFields(json body, core::TaskSpec* spec) {
+  body["priority"] = "low";
+  body["command"] = "true";
+  body["gpu_count"] = 1;
+  return ParseSubmitRequest(body.dump(), spec);
+}
+
+// Each of `bad` (fields, message) is refused as invalid_field with exactly that message, and
+// leaves the spec as it was.
+template <typename Parse, size_t N>
+void ExpectInvalidFields(Parse parse, const std::pair<json, std::string> (&bad)[N]) {
+  for (const auto& [fields, message] : bad) {
+    core::TaskSpec untouched;
+    auto e = parse(fields, &untouched);
+    ASSERT_TRUE(e.has_value()) << fields.dump();
+    EXPECT_EQ(std::make_pair(e->code, e->message),
+              std::make_pair(std::string("invalid_field"), message));
+    EXPECT_EQ(untouched, core::TaskSpec{});
+  }
+}
+
 TEST(ApiJsonTest, SubmitReadsCpusAndMemoryAndTheTaskObjectShowsThem) {
-  auto parse = [](json body, core::TaskSpec* spec) {
-    body["priority"] = "low";
-    body["command"] = "true";
-    body["gpu_count"] = 1;
-    return ParseSubmitRequest(body.dump(), spec);
-  };
+  auto parse = ParseWithRequiredFields;
   core::TaskSpec spec;
   ASSERT_EQ(parse({{"cpus", 1.5}, {"memory_mb", 16384}}, &spec), std::nullopt);
   EXPECT_EQ(std::make_pair(spec.cpus_milli, spec.memory_mb),
@@ -245,14 +262,7 @@ TEST(ApiJsonTest, SubmitReadsCpusAndMemoryAndTheTaskObjectShowsThem) {
       {{{"memory_mb", 0}}, "memory_mb must be between 1 and 67108864, got 0"},
       {{{"memory_mb", 1.5}}, "memory_mb must be an integer, got a non-integer number"},
   };
-  for (const auto& [fields, message] : bad) {
-    core::TaskSpec untouched;
-    auto e = parse(fields, &untouched);
-    ASSERT_TRUE(e.has_value()) << fields.dump();
-    EXPECT_EQ(std::make_pair(e->code, e->message),
-              std::make_pair(std::string("invalid_field"), message));
-    EXPECT_EQ(untouched, core::TaskSpec{});
-  }
+  ExpectInvalidFields(parse, bad);
   // The object: as asked; else what rank 0 was given; else null.
   core::Task t = store::testing::FullTask(5);
   t.spec.cpus_milli = 1500;
@@ -264,6 +274,47 @@ TEST(ApiJsonTest, SubmitReadsCpusAndMemoryAndTheTaskObjectShowsThem) {
   j = TaskToJson(t, core::PendingReason::kInsufficientMemory);
   EXPECT_EQ(std::make_pair(j["cpus"], j["memory_mb"]), std::make_pair(json(1.5), json(nullptr)));
   EXPECT_EQ(j["pending_reason"], "insufficient_memory");
+}
+
+TEST(ApiJsonTest, SubmitReadsANodeSelectorSortedAndRefusesBadLabelsNamingThem) {
+  auto parse = ParseWithRequiredFields;
+  core::TaskSpec spec;
+  ASSERT_EQ(parse({{"node_selector", {{"zone", "a"}, {"example.com/rack", "r-1.b_2"}}}}, &spec),
+            std::nullopt);
+  EXPECT_EQ(spec.node_selector, (std::vector<std::pair<std::string, std::string>>{
+                                    {"example.com/rack", "r-1.b_2"}, {"zone", "a"}}));
+  ASSERT_EQ(parse({{"node_selector", {{"gpu", ""}}}}, &spec), std::nullopt);
+  ASSERT_EQ(parse({{"node_selector", nullptr}}, &spec), std::nullopt);
+  EXPECT_TRUE(spec.node_selector.empty());
+  json many = json::object();
+  for (int i = 0; i < 33; ++i) many["k" + std::to_string(i)] = "v";
+  const std::pair<json, std::string> bad[] = {
+      {{{"node_selector", "rack=r1"}},
+       "node_selector must be an object of label keys to values, got string"},
+      {{{"node_selector", {{"rack", 1}}}}, "node_selector.rack must be a string, got number"},
+      {{{"node_selector", {{"rack", "r 1"}}}},
+       "node_selector.rack \"r 1\" is not valid: a label value is at most 63 letters, digits, "
+       "'-', '_' or '.', beginning and ending with a letter or digit"},
+      {{{"node_selector", {{"-rack", "r1"}}}},
+       "node_selector key \"-rack\" is not valid: a label key is 1 to 63 letters, digits, '-', "
+       "'_' or '.', beginning and ending with a letter or digit (optionally after a DNS prefix "
+       "and '/')"},
+      {{{"node_selector", {{"Example.com/rack", "r1"}}}},
+       "node_selector key \"Example.com/rack\" is not valid: the prefix before '/' must be a DNS "
+       "subdomain (lowercase letters, digits, '-' and '.', at most 253 characters)"},
+      {{{"node_selector", {{std::string(64, 'k'), "v"}}}},
+       "node_selector key \"" + std::string(64, 'k') +
+           "\" is not valid: a label key is 1 to 63 letters, digits, '-', '_' or '.', beginning "
+           "and ending with a letter or digit (optionally after a DNS prefix and '/')"},
+      {{{"node_selector", many}}, "node_selector has 33 entries; the limit is 32"},
+  };
+  ExpectInvalidFields(parse, bad);
+  // The object shows it as an object.
+  core::Task t = store::testing::FullTask(5);
+  EXPECT_EQ(TaskToJson(t, core::PendingReason::kNone)["node_selector"],
+            (json{{"rack", "r1"}, {"topology.example.com/zone", "a"}}));
+  EXPECT_EQ(TaskToJson(t, core::PendingReason::kNoNodeMatches)["pending_reason"],
+            "no_node_matches");
 }
 
 TEST(ApiJsonTest, SubmitReadsAnArraySizeWithinItsBounds) {
@@ -583,6 +634,7 @@ TEST(ApiJsonTest, TaskObjectCarriesTeamUserPreemptibleBorrowedAndPreemptions) {
       {"memory_mb", nullptr},
       {"cpu_set", nullptr},
       {"usage", nullptr},
+      {"node_selector", nlohmann::json::object()},
   };
   // The whole object: preempted_by is the core's (and the agent's) business, not the API's.
   EXPECT_EQ(TaskToJson(RunningTask(), core::PendingReason::kNone), expected);

@@ -142,7 +142,7 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   ASSERT_NE(db, nullptr);
   ASSERT_TRUE(db->upgrade().has_value());
   EXPECT_EQ(db->upgrade()->from_version, 1);
-  EXPECT_EQ(db->upgrade()->to_version, 11);
+  EXPECT_EQ(db->upgrade()->to_version, 12);
   EXPECT_EQ(db->upgrade()->backup_path, path + ".v1.bak");
 
   StatusOr<std::vector<core::Task>> tasks = db->AllTasks();
@@ -194,8 +194,8 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   EXPECT_EQ(loaded->online_percent, 0.25);
   db.reset();
 
-  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("11"));
-  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("11"));
+  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("12"));
+  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("12"));
   EXPECT_THAT(Rows(path, "SELECT count(*) FROM teams"), ElementsAre("0"));
   // Tasks stored before have no history (but "submitted", which is the task's created_at).
   EXPECT_THAT(Rows(path, "SELECT count(*) FROM task_events"), ElementsAre("0"));
@@ -265,11 +265,11 @@ TEST(MigrationTest, NewDatabaseIsAtTheLatestVersionWithoutBackup) {
   ASSERT_NE(db, nullptr);
   EXPECT_FALSE(db->upgrade().has_value());
   db.reset();
-  EXPECT_EQ(kSchemaVersion, 11);
-  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("11"));
+  EXPECT_EQ(kSchemaVersion, 12);
+  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("12"));
   EXPECT_THAT(
       Rows(dir.Sub(kDatabaseFileName), "SELECT value FROM meta WHERE key = 'schema_version'"),
-      ElementsAre("11"));
+      ElementsAre("12"));
   EXPECT_TRUE(BackupFiles(dir).empty());
 }
 
@@ -298,7 +298,7 @@ TEST(MigrationTest, V4DatabaseGainsAnEmptyNodesTableAndKeepsItsRows) {
       "ON CONFLICT (status, priority) DO UPDATE SET n = n + 1; END;";
   for (const char* column :
        {"array_index", "array_size", "max_retries", "retry_backoff_seconds", "retries", "retry_at",
-        "nodes", "master_port", "cpus_milli", "memory_mb"}) {
+        "nodes", "master_port", "cpus_milli", "memory_mb", "node_selector"}) {
     sql += std::string(" ALTER TABLE tasks DROP COLUMN ") + column + ";";
   }
   RunSql(path, sql +
@@ -380,8 +380,8 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
   ASSERT_FALSE(db.ok());
   EXPECT_EQ(db.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(db.status().message(), path +
-                                       " has schema version 12; this dgpu-scheduler reads "
-                                       "versions up to 11: use a newer binary");
+                                       " has schema version 13; this dgpu-scheduler reads "
+                                       "versions up to 12: use a newer binary");
   EXPECT_EQ(ReadBytes(path), before);
   // The read-only check of a WAL-mode file may leave an empty WAL beside it, never content.
   EXPECT_EQ(ReadBytes(path + "-wal"), "");
@@ -391,11 +391,11 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
 INSTANTIATE_TEST_SUITE_P(
     Versions, NewerDatabaseTest,
     ::testing::Values(NewerCase{"Both",
-                                "UPDATE meta SET value = 12 WHERE key = 'schema_version'; "
-                                "PRAGMA user_version = 12;"},
-                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 12;"},
+                                "UPDATE meta SET value = 13 WHERE key = 'schema_version'; "
+                                "PRAGMA user_version = 13;"},
+                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 13;"},
                       NewerCase{"MetaOnly",
-                                "UPDATE meta SET value = 12 WHERE key = 'schema_version';"}),
+                                "UPDATE meta SET value = 13 WHERE key = 'schema_version';"}),
     [](const ::testing::TestParamInfo<NewerCase>& info) { return info.param.name; });
 
 TEST(MigrationTest, DisagreeingVersionsAreRefusedUnmodified) {
@@ -415,9 +415,10 @@ TEST(MigrationTest, UnknownStopReasonInARowIsDataLossNamingTheTask) {
   TempDir dir;
   OpenOrDie(dir.path());
   const std::string path = dir.Sub(kDatabaseFileName);
-  RunSql(path, std::string("INSERT INTO tasks VALUES (7, 'x', 'low', 1, '', 'true', '[]', 0, '', "
-                           "'running', 7, '[]', 0, 0, '', 1, 0, 0, 1, 'sleepy', "
-                           "'default', '', 1, -1, 0, 0, 0, -1, 0, 0, 10, 0, 0, 1, 0, 0, 0);"));
+  RunSql(path,
+         std::string("INSERT INTO tasks VALUES (7, 'x', 'low', 1, '', 'true', '[]', 0, '', "
+                     "'running', 7, '[]', 0, 0, '', 1, 0, 0, 1, 'sleepy', "
+                     "'default', '', 1, -1, 0, 0, 0, -1, 0, 0, 10, 0, 0, 1, 0, 0, 0, '[]');"));
   auto db = OpenOrDie(dir.path());
   ASSERT_NE(db, nullptr);
   EXPECT_THAT(db->GetTask(7), StatusIs(StatusCode::kDataLoss,

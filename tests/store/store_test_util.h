@@ -171,6 +171,7 @@ inline core::Task FullTask(core::TaskNumber id) {
   t.master_port = 29501;
   t.spec.cpus_milli = 2500;
   t.spec.memory_mb = 16384;
+  t.spec.node_selector = {{"rack", "r1"}, {"topology.example.com/zone", "a"}};
   // retry_at stays 0: only a pending task has one (FullPendingTask).
   return t;
 }

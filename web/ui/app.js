@@ -615,6 +615,7 @@ function pageTask(id) {
       esc(t.cpus == null ? '-' : t.cpus) + ' / ' + esc(t.memory_mb == null ? '-' : t.memory_mb + ' MiB') +
       (t.cpu_set ? ' <span class="muted">bound to CPUs ' + esc(cpuList(t.cpu_set)) + '</span>' : '')],
     ['usage', t.usage ? esc(t.usage.cpu_seconds.toFixed(1) + ' CPU seconds, peak ' + t.usage.max_memory_mb + ' MiB') : ''],
+    ['node selector', esc(Object.entries(t.node_selector || {}).map(([k, v]) => k + '=' + v).join(', '))],
     ['command', '<code>' + esc(t.command) + '</code>'],
     ['created', esc(t.created_at || '') + ' <span class="muted">' + esc(ago(t.created_at)) + '</span>'],
     ['started', esc(t.started_at || '')], ['finished', esc(t.finished_at || '')],

@@ -36,7 +36,7 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 SUBMIT_FIELDS = ("priority", "gpu_count", "command", "gpu_model", "env", "name",
                  "timeout_seconds", "image", "team", "user", "preemptible",
                  "preemption_grace_seconds", "array", "max_retries", "retry_backoff_seconds",
-                 "nodes", "gpus_per_node", "cpus", "memory_mb")
+                 "nodes", "gpus_per_node", "cpus", "memory_mb", "node_selector")
 TEAM_FIELDS = ("online", "batch", "max_gpus", "weight")
 
 
@@ -133,7 +133,8 @@ class Client:
                max_retries: Optional[int] = None,
                retry_backoff_seconds: Optional[int] = None, nodes: Optional[int] = None,
                gpus_per_node: Optional[int] = None, cpus: Optional[float] = None,
-               memory_mb: Optional[int] = None) -> Submitted:
+               memory_mb: Optional[int] = None,
+               node_selector: Optional[Mapping[str, str]] = None) -> Submitted:
         """Submits a task (``POST /api/v1/tasks``); returns its id, status and creation time.
 
         `priority` is ``"high"`` (online quota) or ``"low"`` (batch quota). `team` is the team
@@ -147,7 +148,9 @@ class Client:
         members, one per node, started together (`gpu_count`, if given too, must be their
         product); each member sees DGPU_NODE_RANK, MASTER_ADDR, MASTER_PORT and the rest.
         `cpus` (at most 3 decimals) and `memory_mb` are what each member asks for besides its
-        GPUs (without them: its GPUs' share of the node it lands on). Optional fields left None are not sent. Never retried: a ConnectionFailed leaves it
+        GPUs (without them: its GPUs' share of the node it lands on). `node_selector` (label
+        key to value) lets only nodes with all of those labels (``agent.labels``) take it.
+        Optional fields left None are not sent. Never retried: a ConnectionFailed leaves it
         unknown whether the task was accepted."""
         body: Dict[str, Any] = {"priority": priority}
         if gpu_count is not None:
@@ -160,9 +163,9 @@ class Client:
                            ("preemption_grace_seconds", preemption_grace_seconds),
                            ("array", array), ("max_retries", max_retries),
                            ("retry_backoff_seconds", retry_backoff_seconds), ("cpus", cpus),
-                           ("memory_mb", memory_mb)):
+                           ("memory_mb", memory_mb), ("node_selector", node_selector)):
             if value is not None:
-                body[key] = dict(value) if key == "env" else value
+                body[key] = dict(value) if key in ("env", "node_selector") else value
         doc = self._call("POST", API + "/tasks", body=body, idempotent=False,
                          fields=SUBMIT_FIELDS)
         return Submitted.from_json(doc)

@@ -114,6 +114,7 @@ class Task:
     memory_mb: Optional[int] = None    # Each member's memory in MiB, the same way.
     cpu_set: Optional[List[int]] = None  # The CPUs it is bound to (cpu_binding cpuset); None: not.
     usage: Optional[Usage] = None      # What it used (agents with isolation); None: not measured.
+    node_selector: Dict[str, str] = field(default_factory=dict)  # Labels its nodes must have.
 
     @property
     def finished(self) -> bool:
@@ -142,7 +143,8 @@ class Task:
             nodes=d.get("nodes", 1), gpus_per_node=d.get("gpus_per_node", d["gpu_count"]),
             master_port=d.get("master_port"), cpus=d.get("cpus"), memory_mb=d.get("memory_mb"),
             cpu_set=None if d.get("cpu_set") is None else list(d["cpu_set"]),
-            usage=Usage.from_json(d.get("usage")))
+            usage=Usage.from_json(d.get("usage")),
+            node_selector=dict(d.get("node_selector") or {}))
 
 
 @dataclass(frozen=True)

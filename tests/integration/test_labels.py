@@ -1,0 +1,107 @@
+"""Node labels and selectors with real agents: three agents of 2 fake GPUs labelled by their
+configuration (agent key `agent.labels`): a1 rack r1, a2 rack r1 with ib yes, a3 rack r2. /agents
+and dgpuctl get agents show the labels; a task with a node_selector runs on a matching node only;
+a gang selecting rack r1 takes a1 and a2; a selector no node matches waits no_node_matches until
+an agent registers with the label; dgpuctl submits --selector; bad selectors and bad labels get
+a clear error and create nothing."""
+
+import os
+import subprocess
+import unittest
+
+from harness import API, CTL_BIN, ClusterTestCase, wait_until
+
+LABELS = {"a1": {"rack": "r1"}, "a2": {"rack": "r1", "ib": "yes"}, "a3": {"rack": "r2"}}
+
+
+class LabelsTest(ClusterTestCase):
+    def start_cluster(self):
+        self.c.start_scheduler(online_percent=1.0)
+        for agent, labels in LABELS.items():
+            self.c.start_agent(agent, gpus=2, extra={"agent": {"labels": labels}})
+        self.c.wait_agents_online(list(LABELS))
+
+    def submit(self, selector, gpus=1, command="sleep 60", **fields):
+        body = {"priority": "high", "gpu_count": gpus, "command": command,
+                "node_selector": selector}
+        body.update(fields)
+        r = self.c.request("POST", API + "/tasks", body)
+        self.assertEqual(r.status, 201, r)
+        return r.json["task_id"]
+
+    def pending_reason(self, tid, reason):
+        return wait_until(lambda: (lambda t: t if t["pending_reason"] == reason else None)(
+            self.c.task(tid)), 10, what="%s to wait %s" % (tid, reason))
+
+    def test_a_selector_places_on_matching_nodes_and_waits_while_none_matches(self):
+        view = self.c.agents_view()
+        self.assertEqual({a: view[a]["labels"] for a in LABELS}, LABELS)
+        ib = self.submit({"ib": "yes"})
+        t = self.c.wait_status(ib, "running")
+        self.assertEqual((t["node_id"], t["node_selector"]), ("a2", {"ib": "yes"}))
+        # Rack r1 has a1 (2 free) and a2 (1 free): a gang of two members of 1 GPU takes both.
+        gang = self.submit({"rack": "r1"}, gpus=2, nodes=2, gpus_per_node=1)
+        t = self.c.wait_status(gang, "running")
+        self.assertEqual(sorted(m["node_id"] for m in t["allocation"]), ["a1", "a2"])
+        # No node is in rack r9: it waits, and the tasks behind it start.
+        nowhere = self.submit({"rack": "r9"})
+        t = self.pending_reason(nowhere, "no_node_matches")
+        self.assertEqual((t["status"], t["allocation"]), ("pending", []))
+        r2 = self.submit({"rack": "r2"}, gpus=2)
+        self.assertEqual(self.c.wait_status(r2, "running")["node_id"], "a3")
+        # Rack r2's one node is full (a1's GPU is free, in rack r1).
+        full = self.submit({"rack": "r2"})
+        self.pending_reason(full, "no_node_fits")
+        # An agent that registers with the label takes the waiting task.
+        self.c.agents["a1"].stop()
+        self.c.start_agent("a4", gpus=1, extra={"agent": {"labels": {"rack": "r9"}}})
+        t = self.c.wait_status(nowhere, "running", timeout=20)
+        self.assertEqual(t["node_id"], "a4")
+        self.assertEqual(self.c.agents_view()["a4"]["labels"], {"rack": "r9"})
+
+    def test_bad_selectors_name_the_field_and_create_nothing(self):
+        before = self.c.tasks()["total"]
+        for selector, mentions in (("rack=r1", "node_selector must be an object"),
+                                   ({"rack": 1}, "node_selector.rack must be a string"),
+                                   ({"rack": "r 1"}, 'node_selector.rack "r 1" is not valid'),
+                                   ({"-rack": "r1"}, 'node_selector key "-rack" is not valid')):
+            r = self.c.request("POST", API + "/tasks", {"priority": "high", "gpu_count": 1,
+                                                        "command": "true",
+                                                        "node_selector": selector})
+            self.assertApiError(r, 400, "invalid_field", mentions)
+        self.assertEqual(self.c.tasks()["total"], before)
+
+    def test_an_agent_with_a_bad_label_says_so_and_does_not_start(self):
+        self.c.agents["a3"].stop()
+        d = self.c.start_agent("a3", gpus=2, extra={"agent": {"labels": {"rack": "r 2"}}})
+        wait_until(lambda: not d.running(), 10, what="the agent to refuse its configuration")
+        self.assertNotEqual(d.proc.returncode, 0)
+        self.assertIn('agent.labels.rack: "r 2" is not valid', d.log_tails())
+
+    @unittest.skipUnless(os.access(CTL_BIN, os.X_OK), "dgpuctl not built")
+    def test_dgpuctl_submits_a_selector_and_shows_the_labels(self):
+        env = dict(os.environ)
+        env.pop("DGPU_SERVER", None)
+
+        def ctl(*args):
+            return subprocess.run([CTL_BIN, "--server", self.c.base] + list(args),
+                                  capture_output=True, text=True, timeout=30, env=env)
+        p = ctl("submit", "--gpus", "1", "--priority", "high", "--selector", "rack=r1",
+                "--selector", "ib=yes", "--", "sleep", "30")
+        self.assertEqual(p.returncode, 0, p)
+        tid = p.stdout.strip()
+        t = self.c.wait_status(tid, "running")
+        self.assertEqual((t["node_id"], t["node_selector"]), ("a2", {"ib": "yes", "rack": "r1"}))
+        p = ctl("get", "agents")
+        self.assertEqual(p.returncode, 0, p)
+        self.assertRegex(p.stdout, r"(?m)^ID .* LAST HEARTBEAT +LABELS$")
+        self.assertRegex(p.stdout, r"(?m)^a2 .* ib=yes,rack=r1$")
+        self.assertRegex(p.stdout, r"(?m)^a3 .* rack=r2$")
+        p = ctl("submit", "--gpus", "1", "--priority", "high", "--selector", "rack", "--", "true")
+        self.assertEqual(p.returncode, 2, p)
+        self.assertEqual(p.stderr, "error: --selector expects KEY=VALUE (a node label), got "
+                                   "'rack'\n")
+
+
+if __name__ == "__main__":
+    unittest.main()
