@@ -1193,13 +1193,21 @@ std::vector<HeldTask> TaskSupervisor::Reattach(
     Task* earlier = &task;
     if (later(task, *it->second)) std::swap(earlier, it->second);
     earlier->shim_done = true;
-    // Its slot is the later task's now: what is in it is not the earlier one's.
-    if (earlier->in_slot && earlier->cgroup_name == it->second->cgroup_name) {
-      earlier->cgroup = false;
-    }
     if (auto record = ReadShimExitRecord(ExitRecordPath(earlier->launch.task_id))) {
       earlier->finished_at_micros = record->unix_micros;
     }
+  }
+  // Of the adopted tasks that name one slot (an earlier task whose exit had not been handed
+  // over, and the one after it there), only the one started last owns what is in it now: its
+  // counters were reset at its start, and out-of-memory kills after it are its own.
+  std::map<std::string, Task*> in_slot;
+  for (auto& [id, task] : tasks_) {
+    if (!task.in_slot || !task.cgroup) continue;
+    auto [it, inserted] = in_slot.emplace(task.cgroup_name, &task);
+    if (inserted) continue;
+    Task* earlier = &task;
+    if (task.started_micros > it->second->started_micros) std::swap(earlier, it->second);
+    earlier->cgroup = false;
   }
   force_scan_ = !tasks_.empty();
   if (options_.cgroups != nullptr) {

@@ -184,6 +184,8 @@ PendingReason SchedulerCore::Diagnose(const Task& t, const std::vector<int>& mod
   if (!t.spec.node_selector.empty() && !EnoughNodesMatch(t, models)) {
     return PendingReason::kNoNodeMatches;
   }
+  // Among the nodes it selects: one that waits for CPUs or memory no such node has waits for
+  // ever, not for room.
   if (any_node_resources_ && !CouldEverHold(t, models)) return PendingReason::kExceedsCluster;
   const QuotaTree::NodeId leaf = QuotaLeaf(t);
   if (!quota_tree_.Admits(leaf, t.spec.gpu_count)) {
@@ -221,7 +223,8 @@ bool SchedulerCore::CouldEverHold(const Task& t, const std::vector<int>& models)
   // GPUs always fits there.
   if (t.spec.cpus_milli <= 0 && t.spec.memory_mb <= 0) return true;
   return EnoughNodesWhere(t, models, [&](const NodeState& n) {
-    return n.ResourceShortage(t.spec, /*empty=*/true) == PendingReason::kNone;
+    return n.ResourceShortage(t.spec, /*empty=*/true) == PendingReason::kNone &&
+           MatchesSelector(t.spec.node_selector, n.labels);
   });
 }
 
@@ -598,10 +601,13 @@ bool SchedulerCore::HoldForOldest(int prio, Shape& head_shape, PendingReason rea
     if (t.spec.nodes > 1) {
       own = ReserveForGang(static_cast<Priority>(prio), t);
     } else {
-      // Not a node kept for another task: neither could use it.
+      // Not a node kept for another task, nor one its filters (its selector) turn away:
+      // neither could use it.
       auto fit = index_.FindMostFree(
           ModelsFor(head_shape.model), t.spec.gpu_count, [&](uint32_t slot, int model) {
-            return ReservedForOther(slot, t.id) ? 0 : nodes_[slot]->Slice(model)->capacity;
+            return ReservedForOther(slot, t.id) || !PassesFilters(t, *nodes_[slot])
+                       ? 0
+                       : nodes_[slot]->Slice(model)->capacity;
           });
       if (fit) own = &Reserve(static_cast<Priority>(prio), t.id, fit->slot);
     }
@@ -625,7 +631,10 @@ const SchedulerCore::Reservation* SchedulerCore::ReserveForGang(Priority p, cons
     chosen.clear();
     index_.ForEachMostFree(m, [&](uint32_t slot, int) {
       const NodeState::ModelSlice* s = nodes_[slot]->Slice(m);
-      if (s->capacity >= per_node && !ReservedForOther(slot, t.id)) chosen.push_back(slot);
+      if (s->capacity >= per_node && !ReservedForOther(slot, t.id) &&
+          PassesFilters(t, *nodes_[slot])) {
+        chosen.push_back(slot);
+      }
       return std::ssize(chosen) < t.spec.nodes;
     });
     if (std::ssize(chosen) < t.spec.nodes) continue;

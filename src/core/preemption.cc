@@ -221,7 +221,13 @@ PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
     }
     return false;
   };
-  auto passes_filters = [&](const NodeState& node) { return PassesFilters(t, node); };
+  // A selector's labels on bits first: the search walks past the nodes it turns away.
+  SelectorBits bits;
+  const bool any_match = t.spec.node_selector.empty() || SelectorSlots(t.spec.node_selector, &bits);
+  auto passes_filters = [&](const NodeState& node) {
+    return any_match && HasAll(bits, node.slot) &&
+           PassesFilters(t, node, /*selector_checked=*/true);
+  };
   // Already waiting: while the node kept for it will have room once its victims (or those it
   // shares them with) are gone, it waits for them.
   if (const Reservation* own = reservations_.empty() ? nullptr : ReservationOf(t.id);
@@ -282,9 +288,10 @@ PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
     int examined = 0;
     int plans = 0;
     reclaim_[index].ForEachFit(models, t.spec.gpu_count, skip, [&](uint32_t slot, int model, int) {
-      if (++examined > kMaxNodesExamined) return false;
+      // Nodes its filters turn away do not count towards the search's bound.
       const NodeState& node = *nodes_[slot];
       if (!passes_filters(node)) return true;
+      if (++examined > kMaxNodesExamined) return false;
       auto plan = PlanVictims(t, node, model, victim_class, now);
       if (!plan) return true;
       if (!best || better(*plan, *best)) best = std::move(plan);
@@ -353,6 +360,8 @@ PendingReason SchedulerCore::ReclaimGang(TaskRecord& t, PendingReason why, TimeM
   }
   if (unclaimed_tasks_ > 0) return why;
   stats_.reclaim_searches++;
+  SelectorBits bits;
+  if (!t.spec.node_selector.empty() && !SelectorSlots(t.spec.node_selector, &bits)) return why;
   const std::vector<uint32_t>& skip = GuardedForOthers(t.id);
   // One member per node, all of one model: on each node that can make room for a member, the
   // fewest victims (PlanVictims, as for a single node), then the best `nodes` of those plans.
@@ -366,9 +375,10 @@ PendingReason SchedulerCore::ReclaimGang(TaskRecord& t, PendingReason why, TimeM
       plans.clear();
       int examined = 0;
       reclaim_[index].ForEachFitOf(m, per_node, skip, [&](uint32_t slot, int, int) {
-        if (++examined > limit) return false;
+        if (!HasAll(bits, slot)) return true;
         const NodeState& node = *nodes_[slot];
-        if (!PassesFilters(t, node)) return true;
+        if (!PassesFilters(t, node, /*selector_checked=*/true)) return true;
+        if (++examined > limit) return false;
         if (auto plan = PlanVictims(t, node, m, victim_class, now)) plans.push_back(*plan);
         return true;
       });

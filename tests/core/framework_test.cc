@@ -351,6 +351,58 @@ TEST_F(SelectorTest, AGangTakesOnlyNodesThatMatchAndWaitsWhenTooFewDo) {
   EXPECT_EQ(core_.ReasonOf(T(three)), PendingReason::kNoNodeMatches) << "2 of 3 nodes match";
 }
 
+// The starvation guard keeps for a starving task only a node its selector accepts: the node with
+// the most free GPUs is in another rack, and kept for it, it would stay idle.
+TEST(SelectorGuardTest, TheGuardReservesANodeTheSelectorAccepts) {
+  CoreConfig c;
+  c.max_bypass = 1;
+  c.online_percent = 1.0;
+  SchedulerCore core(c);
+  const TimeMicros now = 100 * kSec;
+  ASSERT_TRUE(core.RegisterNode("n1", "", MakeGpus(4), {}, {}, now).ok());
+  ASSERT_TRUE(core.RegisterNode("n2", "", MakeGpus(2), {}, {}, now).ok());
+  ASSERT_TRUE(core.SetNodeLabels("n1", {{"rack", "r1"}}).ok());
+  ASSERT_TRUE(core.SetNodeLabels("n2", {{"rack", "r2"}}).ok());
+  auto submit = [&](int gpus, std::vector<std::pair<std::string, std::string>> selector) {
+    TaskSpec spec = Spec(Priority::kHigh, gpus, "");
+    spec.node_selector = std::move(selector);
+    return *core.Submit(spec, now);
+  };
+  const TaskNumber busy = submit(2, {{"rack", "r2"}});
+  core.Schedule(now);
+  ASSERT_EQ(core.FindTask(busy)->allocation.at(0).node_id, "n2");
+  const TaskNumber starving = submit(1, {{"rack", "r2"}});  // n2 is full.
+  submit(1, {});  // Overtakes it on n1: the bypass bound (1) is reached.
+  submit(1, {});
+  core.Schedule(now);
+  ASSERT_EQ(core.Reservations().size(), 1u);
+  EXPECT_EQ(core.Reservations()[0].task, starving);
+  EXPECT_EQ(core.Reservations()[0].nodes, std::vector<std::string>{"n2"});
+  ASSERT_TRUE(core.TaskFinished("n2", {busy, true, 0, "", now}, now).ok());
+  core.Schedule(now);
+  EXPECT_EQ(core.FindTask(starving)->status, TaskStatus::kRunning)
+      << ToString(core.ReasonOf(*core.FindTask(starving)));
+  EXPECT_TRUE(core.CheckInvariants().ok()) << core.CheckInvariants().ToString();
+}
+
+// A request larger than every node the selector accepts can never start (exceeds_cluster), even
+// when a node it does not select could hold it.
+TEST(SelectorGuardTest, ARequestNoSelectedNodeCouldHoldExceedsTheCluster) {
+  CoreConfig c;
+  c.online_percent = 1.0;
+  SchedulerCore core(c);
+  const TimeMicros now = 100 * kSec;
+  ASSERT_TRUE(core.RegisterNode("small", "", MakeGpus(2), {8000, 64000, "none"}, {}, {}, now).ok());
+  ASSERT_TRUE(core.RegisterNode("big", "", MakeGpus(2), {64000, 512000, "none"}, {}, {}, now).ok());
+  ASSERT_TRUE(core.SetNodeLabels("small", {{"ib", "yes"}}).ok());
+  TaskSpec spec = Spec(Priority::kHigh, 1, "");
+  spec.cpus_milli = 16000;
+  spec.node_selector = {{"ib", "yes"}};
+  const TaskNumber t = *core.Submit(spec, now);
+  core.Schedule(now);
+  EXPECT_EQ(core.ReasonOf(*core.FindTask(t)), PendingReason::kExceedsCluster);
+}
+
 TEST_F(SelectorTest, ABadSelectorIsRefusedNamingWhy) {
   Register("n1", MakeGpus(1));
   TaskSpec spec = Spec(Priority::kHigh, 1, "");
