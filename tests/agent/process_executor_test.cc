@@ -1191,6 +1191,15 @@ bool HasCapability(int capability) {
   return false;
 }
 
+// A task on GPU 0 that allocates 300 MiB under memory_mb 64, and the error it fails with.
+TaskLaunch OutOfMemoryLaunch() {
+  TaskLaunch oom = Launch("task-oom", "exec python3 -c 'b = b\"x\" * (300 << 20)'", {0});
+  oom.memory_mb = 64;
+  return oom;
+}
+constexpr const char* kOutOfMemoryError =
+    "out_of_memory: killed at its memory limit of 64 MiB (memory_mb)";
+
 // Tasks in cgroups of their own (executor.isolation), through kept shims (the parameter: idle
 // shims kept) and through a shim of each task's own alike: an allocation above memory_mb fails
 // out_of_memory, the other GPU's device file does not open, a stop kills what left the task's
@@ -1226,12 +1235,11 @@ class IsolatedExecutorTest : public ProcessExecutorTest,
 
 TEST_P(IsolatedExecutorTest, LimitsApplyAndTheCgroupGoesWithTheTask) {
   ProcessExecutor executor(IsolatedOptions());
-  TaskLaunch oom = Launch("task-oom", "exec python3 -c 'b = b\"x\" * (300 << 20)'", {0});
-  oom.memory_mb = 64;
+  const TaskLaunch oom = OutOfMemoryLaunch();
   ASSERT_TRUE(executor.Start(oom).ok());
   auto exit = PollUntilExit(executor, "task-oom", std::chrono::seconds(20));
   ASSERT_TRUE(exit.has_value());
-  EXPECT_EQ(exit->error, "out_of_memory: killed at its memory limit of 64 MiB (memory_mb)");
+  EXPECT_EQ(exit->error, kOutOfMemoryError);
   EXPECT_EQ(exit->exit_code, 137);
   EXPECT_FALSE(cgroups_->Exists("task-oom"));
   EXPECT_THAT(ReadFile(executor.LogPath("task-oom")),
@@ -1442,10 +1450,9 @@ TEST_P(SlotExecutorTest, ASlotIsKeptFromTaskToTaskWithEachTasksOwnLimitsAndUsage
   EXPECT_EQ(ReadFile(memory_dir() + "/memory.limit_in_bytes"), std::to_string(128 << 20) + "\n");
 
   // Out of memory in the slot; the shim lives on, and the next task's failure is its own.
-  TaskLaunch oom = Launch("task-oom", "exec python3 -c 'b = b\"x\" * (300 << 20)'", {0});
-  oom.memory_mb = 64;
+  const TaskLaunch oom = OutOfMemoryLaunch();
   exit = run(oom);
-  EXPECT_EQ(exit.error, "out_of_memory: killed at its memory limit of 64 MiB (memory_mb)");
+  EXPECT_EQ(exit.error, kOutOfMemoryError);
   TaskLaunch failing = Launch("task-fail", "exit 3", {0});
   failing.memory_mb = 64;
   exit = run(failing);
@@ -1475,12 +1482,11 @@ TEST_P(SlotExecutorTest, AnAdoptedTaskInASlotKeepsItAndAnEarlierTaskOfTheSlotLea
   std::optional<pid_t> pid;
   {
     ProcessExecutor first(IsolatedOptions());
-    TaskLaunch oom = Launch("task-oom", "exec python3 -c 'b = b\"x\" * (300 << 20)'", {0});
-    oom.memory_mb = 64;
+    const TaskLaunch oom = OutOfMemoryLaunch();
     ASSERT_TRUE(first.Start(oom).ok());
     auto exit = PollUntilExit(first, "task-oom", std::chrono::seconds(20));
     ASSERT_TRUE(exit.has_value());
-    EXPECT_EQ(exit->error, "out_of_memory: killed at its memory limit of 64 MiB (memory_mb)");
+    EXPECT_EQ(exit->error, kOutOfMemoryError);
     ASSERT_TRUE(first.Start(Launch("task-s1", "echo one", {0})).ok());
     ASSERT_TRUE(PollUntilExit(first, "task-s1").has_value());
     ASSERT_TRUE(first.Start(Launch("task-s2", WaitForGo(3), {0})).ok());
