@@ -274,36 +274,46 @@ Status SchedulerCore::SetNodeLabels(const std::string& node_id, Labels labels) {
   NodeState* node = FindNodeState(node_id);
   if (node == nullptr) return NotFound("node " + node_id + " is not registered");
   if (node->labels == labels) return OkStatus();
-  auto bit = [&](const std::string& key, const std::string& value, bool on) {
+  auto put = [&](const std::string& key, const std::string& value, bool in) {
     std::string name = key;
     name.push_back('\0');
     name += value;
-    std::vector<uint64_t>& bits = label_slots_[name];
-    if (bits.size() <= node->slot / 64) bits.resize(node->slot / 64 + 1, 0);
-    const uint64_t mask = uint64_t{1} << (node->slot % 64);
-    bits[node->slot / 64] = on ? (bits[node->slot / 64] | mask) : (bits[node->slot / 64] & ~mask);
+    auto [it, added] = label_sets_.try_emplace(std::move(name), 0);
+    if (added) {
+      it->second = index_.NewSet();
+      ++label_generation_;
+    }
+    index_.PutInSet(it->second, node->slot, in);
   };
-  for (const auto& [key, value] : node->labels) bit(key, value, false);
-  for (const auto& [key, value] : labels) bit(key, value, true);
+  for (const auto& [key, value] : node->labels) put(key, value, false);
+  for (const auto& [key, value] : labels) put(key, value, true);
   node->labels = std::move(labels);
   pass_needed_ = true;
   structure_seq_ = ++change_seq_;  // Filters may answer differently.
   return OkStatus();
 }
 
-bool SchedulerCore::SelectorSlots(const std::vector<std::pair<std::string, std::string>>& selector,
-                                  SelectorBits* bits) const {
-  bits->clear();
+bool SchedulerCore::SetsOf(const std::vector<std::pair<std::string, std::string>>& selector,
+                           SelectorSets* sets) const {
+  sets->clear();
   std::string name;
   for (const auto& [key, value] : selector) {
     name = key;
     name.push_back('\0');
     name += value;
-    auto it = label_slots_.find(name);
-    if (it == label_slots_.end()) return false;
-    bits->push_back(&it->second);
+    auto it = label_sets_.find(name);
+    if (it == label_sets_.end()) return false;
+    sets->push_back(it->second);
   }
   return true;
+}
+
+const SchedulerCore::SelectorSets* SchedulerCore::ShapeSets(const Shape& shape) const {
+  if (shape.sets_generation != label_generation_) {
+    shape.sets_found = SetsOf(shape.node_selector, &shape.sets);
+    shape.sets_generation = label_generation_;
+  }
+  return shape.sets_found ? &shape.sets : nullptr;
 }
 
 QuotaView SchedulerCore::Quota() const {

@@ -23,7 +23,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/hash/hash.h"
 #include "core/scheduler_core.h"
 
 namespace dgpu::core {
@@ -148,25 +150,71 @@ class TaskQueue {
   size_t live_ = 0;
 };
 
-// Pending tasks of one priority with the same (team, preemptible, model, GPU count, nodes, CPUs,
-// memory, node selector), in queue order: every task of a shape is admitted by the same quota nodes
-// and fits the same nodes. A shape stays (empty) when its last task leaves, since the same shape
-// usually comes back soon; empty shapes are dropped once they outnumber the others.
-struct SchedulerCore::Shape {
-  std::string model;
-  int gpu_count = 0;  // In all (a gang's members together).
-  int nodes = 1;      // A gang's members (TaskSpec::nodes).
-  int per_node = 0;   // GPUs per member: gpu_count / nodes.
-  int team = 0;       // Index in SchedulerCore::teams_.
+// What makes a shape: tasks of one priority with equal keys are admitted by the same quota nodes
+// and fit the same nodes, so one test of the head answers for all. The fields are listed here
+// only (a field a new filter reads joins them): Fields (what hashing and equality use), Of (from
+// a task) and the owning copy's constructor. The key of the shapes map is a view (strings by
+// reference) into the shape itself; a lookup's, into the task's spec.
+template <typename Model, typename Selector>
+struct ShapeKeyOf {
+  int team = 0;  // Index in SchedulerCore::teams_.
   bool preemptible = true;
+  Model model{};
+  int gpu_count = 0;       // In all (a gang's members together).
+  int nodes = 1;           // A gang's members (TaskSpec::nodes).
   int64_t cpus_milli = 0;  // TaskSpec::cpus_milli and memory_mb: as asked (0: the GPUs' share).
   int64_t memory_mb = 0;
-  std::vector<std::pair<std::string, std::string>> node_selector;  // TaskSpec::node_selector.
+  Selector node_selector{};  // TaskSpec::node_selector (in a view: its address).
+
+  using NodeSelector = std::vector<std::pair<std::string, std::string>>;
+  static const NodeSelector& Deref(const NodeSelector& s) { return s; }
+  static const NodeSelector& Deref(const NodeSelector* s) { return *s; }
+  auto Fields() const {
+    return std::tuple<int, bool, std::string_view, int, int, int64_t, int64_t, const NodeSelector&>(
+        team, preemptible, model, gpu_count, nodes, cpus_milli, memory_mb, Deref(node_selector));
+  }
+};
+using ShapeKeyView =
+    ShapeKeyOf<std::string_view, const std::vector<std::pair<std::string, std::string>>*>;
+using ShapeKey = ShapeKeyOf<std::string, std::vector<std::pair<std::string, std::string>>>;
+
+inline ShapeKeyView ShapeKeyFor(int team, const TaskSpec& spec) {
+  return {team,       spec.preemptible, spec.gpu_model, spec.gpu_count,
+          spec.nodes, spec.cpus_milli,  spec.memory_mb, &spec.node_selector};
+}
+inline ShapeKeyView KeyViewOf(const ShapeKey& k) {
+  return {k.team,  k.preemptible, k.model,     k.gpu_count,
+          k.nodes, k.cpus_milli,  k.memory_mb, &k.node_selector};
+}
+inline ShapeKey Owned(const ShapeKeyView& k) {
+  return {k.team,  k.preemptible, std::string(k.model), k.gpu_count,
+          k.nodes, k.cpus_milli,  k.memory_mb,          *k.node_selector};
+}
+struct ShapeKeyHash {
+  size_t operator()(const ShapeKeyView& k) const { return absl::HashOf(k.Fields()); }
+};
+struct ShapeKeyEq {
+  bool operator()(const ShapeKeyView& a, const ShapeKeyView& b) const {
+    return a.Fields() == b.Fields();
+  }
+};
+
+// Pending tasks of one priority with the same key, in queue order. A shape stays (empty) when
+// its last task leaves, since the same shape usually comes back soon; empty shapes are dropped
+// once they outnumber the others.
+struct SchedulerCore::Shape : ShapeKey {
+  explicit Shape(const ShapeKeyView& key) : ShapeKey(Owned(key)), per_node(gpu_count / nodes) {}
+  int per_node = 0;  // GPUs per member: gpu_count / nodes.
   TaskQueue tasks;
   PendingReason reason = PendingReason::kQueued;  // Why its head did not start last pass.
   // ModelsFor(model), kept while no new model appears (model_generation_ unchanged).
   const std::vector<int>* models = nullptr;
   uint64_t models_generation = 0;
+  // The index's sets of node_selector's labels (SchedulerCore::ShapeSets), kept while no new
+  // label appears (label_generation_ unchanged); sets_found: every label is on some node.
+  mutable SelectorSets sets;
+  mutable uint64_t sets_generation = 0;
+  mutable bool sets_found = false;
   int active_at = -1;  // Position in PriorityQueue::active while it has tasks; -1 when empty.
   // With borrowing: the pass in which its head was tried by the guaranteed phase (the borrowing
   // phase skips it then).
@@ -187,41 +235,10 @@ struct SchedulerCore::Shape {
   }
 };
 
-// Orders shape keys (team, preemptible, model, GPU count, nodes, CPUs, memory, node selector),
-// and finds them from a task's spec without copying its strings. Which fields make a shape:
-// Key, View, ViewOf, KeyOf here and PriorityQueue::Same, kept together.
-struct ShapeKeyLess {
-  using is_transparent = void;
-  using Selector = std::vector<std::pair<std::string, std::string>>;
-  // The selector by address, ordered by value (tuples compare their elements with <).
-  struct SelectorRef {
-    const Selector* selector;
-    friend bool operator<(const SelectorRef& a, const SelectorRef& b) {
-      return *a.selector < *b.selector;
-    }
-  };
-  using Key = std::tuple<int, bool, std::string, int, int, int64_t, int64_t, Selector>;
-  using View = std::tuple<int, bool, std::string_view, int, int, int64_t, int64_t, SelectorRef>;
-  static View AsView(const Key& k) {
-    return {std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k),
-            std::get<4>(k), std::get<5>(k), std::get<6>(k), SelectorRef{&std::get<7>(k)}};
-  }
-  static View ViewOf(int team, const TaskSpec& spec) {
-    return {team,       spec.preemptible, spec.gpu_model, spec.gpu_count,
-            spec.nodes, spec.cpus_milli,  spec.memory_mb, SelectorRef{&spec.node_selector}};
-  }
-  static Key KeyOf(int team, const TaskSpec& spec) {
-    return {team,       spec.preemptible, spec.gpu_model, spec.gpu_count,
-            spec.nodes, spec.cpus_milli,  spec.memory_mb, spec.node_selector};
-  }
-  bool operator()(const Key& a, const Key& b) const { return a < b; }
-  bool operator()(const Key& a, const View& b) const { return AsView(a) < b; }
-  bool operator()(const View& a, const Key& b) const { return a < AsView(b); }
-};
-
 struct SchedulerCore::PriorityQueue {
-  // Every shape, by key; a pending task also points at its own (TaskRecord::shape).
-  std::map<ShapeKeyLess::Key, std::unique_ptr<Shape>, ShapeKeyLess> shapes;
+  // Every shape, by key (a view into the shape); a pending task also points at its own
+  // (TaskRecord::shape).
+  absl::flat_hash_map<ShapeKeyView, std::unique_ptr<Shape>, ShapeKeyHash, ShapeKeyEq> shapes;
   // The shapes that have tasks, in no particular order: what a pass iterates over.
   std::vector<Shape*> active;
   Shape* last_used = nullptr;  // The shape of the last submission: most are like the one before.
@@ -238,35 +255,21 @@ struct SchedulerCore::PriorityQueue {
   bool empty() const { return active.empty(); }
 
   Shape& ShapeFor(int team, const TaskSpec& spec) {
-    if (last_used != nullptr && Same(*last_used, team, spec)) return *last_used;
-    Shape* s = FindShape(team, spec);
+    const ShapeKeyView key = ShapeKeyFor(team, spec);
+    if (last_used != nullptr && ShapeKeyEq{}(KeyViewOf(*last_used), key)) return *last_used;
+    auto it = shapes.find(key);
+    Shape* s = it == shapes.end() ? nullptr : it->second.get();
     if (s == nullptr) {
       if (shapes.size() >= 2 * active.size() + 64) DropEmptyShapes();
-      auto& slot = shapes[ShapeKeyLess::KeyOf(team, spec)];
-      slot = std::make_unique<Shape>();
-      slot->model = spec.gpu_model;
-      slot->gpu_count = spec.gpu_count;
-      slot->nodes = spec.nodes;
-      slot->per_node = GpusPerNode(spec);
-      slot->team = team;
-      slot->preemptible = spec.preemptible;
-      slot->cpus_milli = spec.cpus_milli;
-      slot->memory_mb = spec.memory_mb;
-      slot->node_selector = spec.node_selector;
-      s = slot.get();
+      auto shape = std::make_unique<Shape>(key);
+      s = shape.get();
+      shapes.emplace(KeyViewOf(*s), std::move(shape));
     }
     last_used = s;
     return *s;
   }
-  // Whether a shape holds tasks of this key (the last one used, checked before a lookup).
-  static bool Same(const Shape& s, int team, const TaskSpec& spec) {
-    return s.gpu_count == spec.gpu_count && s.team == team && s.preemptible == spec.preemptible &&
-           s.nodes == spec.nodes && s.cpus_milli == spec.cpus_milli &&
-           s.memory_mb == spec.memory_mb && s.model == spec.gpu_model &&
-           s.node_selector == spec.node_selector;
-  }
   Shape* FindShape(int team, const TaskSpec& spec) const {
-    auto it = shapes.find(ShapeKeyLess::ViewOf(team, spec));
+    auto it = shapes.find(ShapeKeyFor(team, spec));
     return it == shapes.end() ? nullptr : it->second.get();
   }
   void Insert(Shape& shape, int64_t seq, Task* task) {
@@ -293,7 +296,11 @@ struct SchedulerCore::PriorityQueue {
   // No task points at an empty shape, so they can go.
   void DropEmptyShapes() {
     for (auto it = shapes.begin(); it != shapes.end();) {
-      it = it->second->tasks.empty() ? shapes.erase(it) : std::next(it);
+      if (it->second->tasks.empty()) {
+        shapes.erase(it++);
+      } else {
+        ++it;
+      }
     }
     last_used = nullptr;
   }

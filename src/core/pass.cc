@@ -313,16 +313,13 @@ std::optional<PlacementIndex::Fit> SchedulerCore::FindNode(
   if (config_.policies.filters.empty() && !any_node_resources_ && t.spec.node_selector.empty()) {
     return index_.FindBestFit(models, shape.gpu_count, excluded);
   }
-  // The index passes over nodes short of what the task asks for of its own; a selector's labels
-  // are tested on bits before any node is read.
-  SelectorBits bits;
-  if (!t.spec.node_selector.empty() && !SelectorSlots(t.spec.node_selector, &bits)) {
-    return std::nullopt;
-  }
+  // The index passes over nodes short of what the task asks for of its own, and over the nodes
+  // without a selector's labels (its sets) a word of 64 at a time.
+  const SelectorSets* sets = ShapeSets(shape);
+  if (sets == nullptr) return std::nullopt;
   return index_.FindBestFitWhere(
-      models, shape.gpu_count, excluded, NodeState::Need(t.spec), [&](uint32_t slot) {
-        return HasAll(bits, slot) && Fits(t, *nodes_[slot], /*selector_checked=*/true);
-      });
+      models, shape.gpu_count, excluded, NodeState::Need(t.spec), *sets,
+      [&](uint32_t slot) { return Fits(t, *nodes_[slot], /*selector_checked=*/true); });
 }
 
 int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector<int>& models,
@@ -330,21 +327,19 @@ int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector
   // Model by model (one model for all members), best fit per member: the nodes with the fewest
   // free GPUs that still fit, then by id.
   const auto wanted = static_cast<size_t>(shape.nodes);
-  SelectorBits bits;
-  if (!t.spec.node_selector.empty() && !SelectorSlots(t.spec.node_selector, &bits)) {
+  const SelectorSets* sets = ShapeSets(shape);
+  if (sets == nullptr) {
     slots.clear();
     return -1;
   }
   for (int m : models) {
     slots.clear();
-    index_.ForEachFitOf(
-        m, shape.per_node, excluded, NodeState::Need(t.spec), [&](uint32_t slot, int, int) {
-          if (!HasAll(bits, slot) || !Fits(t, *nodes_[slot], /*selector_checked=*/true)) {
-            return true;
-          }
-          slots.push_back(slot);
-          return slots.size() < wanted;
-        });
+    index_.ForEachFitOf(m, shape.per_node, excluded, NodeState::Need(t.spec), *sets,
+                        [&](uint32_t slot, int, int) {
+                          if (!Fits(t, *nodes_[slot], /*selector_checked=*/true)) return true;
+                          slots.push_back(slot);
+                          return slots.size() < wanted;
+                        });
     if (!Permit(shape, m, slots)) continue;
     // Ranks in best-fit order: fewest free first, then node id (the index lists nodes that
     // registered out of id order after the others until it renumbers them).

@@ -46,6 +46,9 @@ uint32_t PlacementIndex::PositionOf(Entry e) {
   pos = static_cast<uint32_t>(slot_of_pos_.size());
   slot_of_pos_.push_back(e.slot);
   rooms_.emplace_back();
+  if (e.slot < sets_of_slot_.size()) {
+    for (SetId set : sets_of_slot_[e.slot]) sets_[set].Put(pos, true);
+  }
   if (in_order) {
     ordered_ = pos + 1;
   } else if (slot_of_pos_.size() - ordered_ > 64 + slot_of_pos_.size() / 16) {
@@ -83,6 +86,41 @@ void PlacementIndex::Renumber() {
       bucket = std::move(rebuilt);
     }
   }
+  for (NodeSet& set : sets_) set = NodeSet{};
+  for (uint32_t slot = 0; slot < sets_of_slot_.size(); ++slot) {
+    if (slot >= pos_of_slot_.size() || pos_of_slot_[slot] == kNone) continue;
+    for (SetId set : sets_of_slot_[slot]) sets_[set].Put(pos_of_slot_[slot], true);
+  }
+}
+
+PlacementIndex::SetId PlacementIndex::NewSet() {
+  sets_.emplace_back();
+  return static_cast<SetId>(sets_.size() - 1);
+}
+
+void PlacementIndex::PutInSet(SetId set, uint32_t slot, bool in) {
+  assert(set < sets_.size());
+  if (slot >= sets_of_slot_.size()) sets_of_slot_.resize(slot + 1);
+  auto& of_slot = sets_of_slot_[slot];
+  auto it = std::find(of_slot.begin(), of_slot.end(), set);
+  if ((it != of_slot.end()) == in) return;
+  if (in) {
+    of_slot.push_back(set);
+  } else {
+    of_slot.erase(it);
+  }
+  if (slot < pos_of_slot_.size() && pos_of_slot_[slot] != kNone) {
+    sets_[set].Put(pos_of_slot_[slot], in);
+  }
+}
+
+bool PlacementIndex::InSet(SetId set, uint32_t slot) const {
+  if (slot < pos_of_slot_.size() && pos_of_slot_[slot] != kNone) {
+    return sets_[set].Has(pos_of_slot_[slot]);
+  }
+  if (slot >= sets_of_slot_.size()) return false;
+  const auto& of_slot = sets_of_slot_[slot];
+  return std::find(of_slot.begin(), of_slot.end(), set) != of_slot.end();
 }
 
 void PlacementIndex::UpdateRoom(uint32_t pos, const Room& room) {

@@ -21,6 +21,10 @@
 // CPUs or memory of its own skips the words and groups of words where no node has them: the
 // walk over a bucket's nodes short of CPUs becomes a scan of its summaries. An update recomputes
 // one word's maxima (and its group's) only when the node that held one lost it.
+//
+// Sets of nodes (the nodes with one label, say) are kept by position too, one bit per position
+// with a summary bit per non-zero word: a lookup for the nodes in some sets ANDs their words with
+// the bucket's, so the words and groups of words where no such node is are skipped whole.
 #pragma once
 
 #include <algorithm>
@@ -31,6 +35,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace dgpu::core {
@@ -87,6 +92,18 @@ class PlacementIndex {
                : Room{kUnlimited, kUnlimited, kUnlimited, kUnlimited};
   }
 
+  // Sets of nodes, by slot, whether or not the node is in the index (one that joins later is in
+  // its sets): made once, never removed. A lookup given set ids considers only the nodes in
+  // every one of them.
+  using SetId = uint32_t;
+  using Sets = std::span<const SetId>;
+  SetId NewSet();
+  void PutInSet(SetId set, uint32_t slot, bool in);
+  bool InSet(SetId set, uint32_t slot) const;
+  bool InAllSets(Sets sets, uint32_t slot) const {
+    return std::all_of(sets.begin(), sets.end(), [&](SetId s) { return InSet(s, slot); });
+  }
+
   // Best fit for k GPUs among `models`: fewest free GPUs that still fit, then lowest node id.
   // Nodes whose slot is in `excluded` (reservations, a handful at most) are skipped.
   std::optional<Fit> FindBestFit(const std::vector<int>& models, int k,
@@ -104,7 +121,14 @@ class PlacementIndex {
   std::optional<Fit> FindBestFitWhere(const std::vector<int>& models, int k,
                                       const std::vector<uint32_t>& excluded, const Room& need,
                                       Ok&& ok) const {
-    const Room* room_need = Prunes(need) ? &need : nullptr;
+    return FindBestFitWhere(models, k, excluded, need, Sets{}, ok);
+  }
+  // The same among the nodes in every one of `sets`.
+  template <typename Ok>
+  std::optional<Fit> FindBestFitWhere(const std::vector<int>& models, int k,
+                                      const std::vector<uint32_t>& excluded, const Room& need,
+                                      Sets sets, Ok&& ok) const {
+    const Filter filter = FilterOf(need, sets);
     std::optional<Fit> best;
     uint32_t best_pos = 0;
     for (int m : models) {
@@ -121,7 +145,7 @@ class PlacementIndex {
                       std::find(excluded.begin(), excluded.end(), slot) == excluded.end()) &&
                      ok(slot);
             },
-            room_need);
+            filter);
         if (p == kNone) continue;
         if (!best || f < best->free || Before(p, best_pos)) {
           best = Fit{slot_of_pos_[p], m, f};
@@ -144,7 +168,7 @@ class PlacementIndex {
     }
   }
   // The same for one model; returns false when fn did. With a need, only the nodes whose Room
-  // holds it.
+  // holds it; with sets, only the nodes in every one.
   template <typename Fn>
   bool ForEachFitOf(int m, int k, const std::vector<uint32_t>& excluded, Fn&& fn) const {
     return ForEachFitOf(m, k, excluded, Room{0, 0, 0, 0}, fn);
@@ -152,13 +176,17 @@ class PlacementIndex {
   template <typename Fn>
   bool ForEachFitOf(int m, int k, const std::vector<uint32_t>& excluded, const Room& need,
                     Fn&& fn) const {
+    return ForEachFitOf(m, k, excluded, need, Sets{}, fn);
+  }
+  template <typename Fn>
+  bool ForEachFitOf(int m, int k, const std::vector<uint32_t>& excluded, const Room& need,
+                    Sets sets, Fn&& fn) const {
     if (m >= static_cast<int>(models_.size())) return true;
-    const Room* room_need = Prunes(need) ? &need : nullptr;
+    const Filter filter = FilterOf(need, sets);
     const auto& buckets = models_[m].by_free;
     for (int f = std::max(k, 1); f < static_cast<int>(buckets.size()); ++f) {
       const Bitset& b = buckets[f];
-      for (uint32_t p = b.FindFrom(0, room_need, rooms_); p != kNone;
-           p = b.FindFrom(p + 1, room_need, rooms_)) {
+      for (uint32_t p = b.FindFrom(0, filter); p != kNone; p = b.FindFrom(p + 1, filter)) {
         const uint32_t slot = slot_of_pos_[p];
         if (!excluded.empty() &&
             std::find(excluded.begin(), excluded.end(), slot) != excluded.end()) {
@@ -196,8 +224,9 @@ class PlacementIndex {
       const auto& buckets = models_[m].by_free;
       for (int f = static_cast<int>(buckets.size()) - 1; f >= 0; --f) {
         if (best && f < best->free) break;
-        uint32_t p =
-            First(buckets[f], [&](uint32_t pos) { return capacity_of(slot_of_pos_[pos], m) >= k; });
+        uint32_t p = First(
+            buckets[f], [&](uint32_t pos) { return capacity_of(slot_of_pos_[pos], m) >= k; },
+            Filter{});
         if (p == kNone) continue;
         if (!best || f > best->free || Before(p, best_pos)) {
           best = Fit{slot_of_pos_[p], m, f};
@@ -260,6 +289,48 @@ class PlacementIndex {
     }
   };
 
+  // A set of nodes by position (see SetId): a bit per position, a summary bit per non-zero word.
+  struct NodeSet {
+    std::vector<uint64_t> words;
+    std::vector<uint64_t> summary;
+    uint64_t Word(size_t w) const { return w < words.size() ? words[w] : 0; }
+    uint64_t Summary(size_t s) const { return s < summary.size() ? summary[s] : 0; }
+    bool Has(uint32_t p) const { return (Word(p >> 6) >> (p & 63) & 1) != 0; }
+    void Put(uint32_t p, bool in) {
+      const size_t w = p >> 6;
+      if (w >= words.size()) {
+        if (!in) return;
+        words.resize(w + 1, 0);
+        summary.resize((words.size() + 63) >> 6, 0);
+      }
+      const uint64_t bit = uint64_t{1} << (p & 63);
+      words[w] = in ? words[w] | bit : words[w] & ~bit;
+      const uint64_t sbit = uint64_t{1} << (w & 63);
+      summary[w >> 6] = words[w] != 0 ? summary[w >> 6] | sbit : summary[w >> 6] & ~sbit;
+    }
+  };
+  // What a lookup asks of a position beside being in a bucket: a room that holds `need` (when
+  // not null: rooms are tracked) and being in every set of `in`.
+  struct Filter {
+    const Room* need = nullptr;
+    const std::vector<Room>* rooms = nullptr;
+    const std::vector<NodeSet>* sets = nullptr;
+    Sets in;
+    bool Any() const { return need != nullptr || !in.empty(); }
+    // `bits` (of word w) that are in every set, and summary bits (of entry s) likewise.
+    uint64_t Word(size_t w, uint64_t bits) const {
+      for (SetId id : in) bits &= (*sets)[id].Word(w);
+      return bits;
+    }
+    uint64_t Summary(size_t s, uint64_t bits) const {
+      for (SetId id : in) bits &= (*sets)[id].Summary(s);
+      return bits;
+    }
+  };
+  Filter FilterOf(const Room& need, Sets sets) const {
+    return Filter{Prunes(need) ? &need : nullptr, &rooms_, &sets_, sets};
+  }
+
   // Set of positions: one bit per position, plus one summary bit per non-zero word, so finding
   // the next set bit scans at most one word and then the summary (positions / 4096 words). With
   // rooms (`rooms` not null: the Room of each position), also the most CPUs and memory free per
@@ -306,7 +377,7 @@ class PlacementIndex {
       for (size_t w = 0; w < words_.size(); ++w) word_room_[w] = WordRoom(w, rooms);
       for (size_t g = 0; g < summary_.size(); ++g) group_room_[g] = GroupRoom(g);
     }
-    // The first set position >= p, or kNone; with a need, the first whose room holds it.
+    // The first set position >= p, or kNone; with a filter, the first that passes it.
     uint32_t FindFrom(uint32_t p) const {
       if (count_ == 0) return kNone;
       size_t w = p >> 6;
@@ -317,37 +388,47 @@ class PlacementIndex {
       if (word == kNoWord) return kNone;
       return static_cast<uint32_t>((word << 6) + std::countr_zero(words_[word]));
     }
-    uint32_t FindFrom(uint32_t p, const Room* need, const std::vector<Room>& rooms) const {
-      if (need == nullptr) return FindFrom(p);
+    uint32_t FindFrom(uint32_t p, const Filter& f) const {
+      if (!f.Any()) return FindFrom(p);
       if (count_ == 0) return kNone;
       size_t w = p >> 6;
       if (w >= words_.size()) return kNone;
-      uint64_t bits = words_[w] & (~uint64_t{0} << (p & 63));
+      uint64_t bits = f.Word(w, words_[w] & (~uint64_t{0} << (p & 63)));
       for (;;) {
-        if (bits != 0 && word_room_[w].room.Holds(*need)) {
-          for (; bits != 0; bits &= bits - 1) {
-            const auto q = static_cast<uint32_t>((w << 6) + std::countr_zero(bits));
-            if (rooms[q].Holds(*need)) return q;
+        if (bits != 0) {
+          if (f.need == nullptr) return static_cast<uint32_t>((w << 6) + std::countr_zero(bits));
+          if (word_room_[w].room.Holds(*f.need)) {
+            for (; bits != 0; bits &= bits - 1) {
+              const auto q = static_cast<uint32_t>((w << 6) + std::countr_zero(bits));
+              if ((*f.rooms)[q].Holds(*f.need)) return q;
+            }
           }
         }
-        w = NextWord(w + 1, need);
+        w = NextWord(w + 1, &f);
         if (w == kNoWord) return kNone;
-        bits = words_[w];
+        bits = f.Word(w, words_[w]);
       }
     }
 
    private:
     static constexpr size_t kNoWord = ~size_t{0};
-    // The first non-empty word >= w (whose room holds `need`, if given), from the summary.
-    size_t NextWord(size_t w, const Room* need) const {
+    // The first non-empty word >= w (with a position that may pass the filter, if given), from
+    // the summary.
+    size_t NextWord(size_t w, const Filter* f) const {
       size_t s = w >> 6;
       if (s >= summary_.size()) return kNoWord;
       uint64_t sbits = summary_[s] & (~uint64_t{0} << (w & 63));
       for (;;) {
-        if (need != nullptr && !group_room_[s].Holds(*need)) sbits = 0;
+        if (f != nullptr) {
+          sbits = f->need != nullptr && !group_room_[s].Holds(*f->need) ? 0 : f->Summary(s, sbits);
+        }
         for (; sbits != 0; sbits &= sbits - 1) {
           const size_t word = (s << 6) + std::countr_zero(sbits);
-          if (need == nullptr || word_room_[word].room.Holds(*need)) return word;
+          if (f == nullptr) return word;
+          if ((f->need == nullptr || word_room_[word].room.Holds(*f->need)) &&
+              f->Word(word, words_[word]) != 0) {
+            return word;
+          }
         }
         if (++s >= summary_.size()) return kNoWord;
         sbits = summary_[s];
@@ -414,20 +495,20 @@ class PlacementIndex {
 
   // The lowest-id position of a bucket that satisfies ok(position), or kNone: the first one in the
   // ordered part, then the extras (after it, in no order) compared by rank.
-  // With a need, only positions whose Room holds it.
+  // Only positions that pass the filter.
   template <typename Ok>
-  uint32_t First(const Bitset& bucket, Ok&& ok, const Room* need = nullptr) const {
+  uint32_t First(const Bitset& bucket, Ok&& ok, const Filter& filter) const {
     uint32_t best = kNone;
-    for (uint32_t p = bucket.FindFrom(0, need, rooms_); p != kNone && p < ordered_;
-         p = bucket.FindFrom(p + 1, need, rooms_)) {
+    for (uint32_t p = bucket.FindFrom(0, filter); p != kNone && p < ordered_;
+         p = bucket.FindFrom(p + 1, filter)) {
       if (ok(p)) {
         best = p;
         break;
       }
     }
     if (ordered_ == slot_of_pos_.size()) return best;
-    for (uint32_t p = bucket.FindFrom(ordered_, need, rooms_); p != kNone;
-         p = bucket.FindFrom(p + 1, need, rooms_)) {
+    for (uint32_t p = bucket.FindFrom(ordered_, filter); p != kNone;
+         p = bucket.FindFrom(p + 1, filter)) {
       if (ok(p) && (best == kNone || Before(p, best))) best = p;
     }
     return best;
@@ -438,6 +519,8 @@ class PlacementIndex {
   std::vector<uint32_t> slot_of_pos_;
   std::vector<const uint64_t*> rank_of_slot_;
   std::vector<Room> rooms_;  // By position.
+  std::vector<NodeSet> sets_;
+  std::vector<std::vector<SetId>> sets_of_slot_;  // The sets each slot is in.
   bool tracking_rooms_ = false;
   // Positions [0, ordered_) follow id order; the rest are extras, appended out of order.
   uint32_t ordered_ = 0;

@@ -222,10 +222,10 @@ PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
     return false;
   };
   // A selector's labels on bits first: the search walks past the nodes it turns away.
-  SelectorBits bits;
-  const bool any_match = t.spec.node_selector.empty() || SelectorSlots(t.spec.node_selector, &bits);
+  SelectorSets sets;
+  const bool any_match = t.spec.node_selector.empty() || SetsOf(t.spec.node_selector, &sets);
   auto passes_filters = [&](const NodeState& node) {
-    return any_match && HasAll(bits, node.slot) &&
+    return any_match && HasAll(sets, node.slot) &&
            PassesFilters(t, node, /*selector_checked=*/true);
   };
   // Already waiting: while the node kept for it will have room once its victims (or those it
@@ -360,8 +360,8 @@ PendingReason SchedulerCore::ReclaimGang(TaskRecord& t, PendingReason why, TimeM
   }
   if (unclaimed_tasks_ > 0) return why;
   stats_.reclaim_searches++;
-  SelectorBits bits;
-  if (!t.spec.node_selector.empty() && !SelectorSlots(t.spec.node_selector, &bits)) return why;
+  SelectorSets sets;
+  if (!t.spec.node_selector.empty() && !SetsOf(t.spec.node_selector, &sets)) return why;
   const std::vector<uint32_t>& skip = GuardedForOthers(t.id);
   // One member per node, all of one model: on each node that can make room for a member, the
   // fewest victims (PlanVictims, as for a single node), then the best `nodes` of those plans.
@@ -375,7 +375,7 @@ PendingReason SchedulerCore::ReclaimGang(TaskRecord& t, PendingReason why, TimeM
       plans.clear();
       int examined = 0;
       reclaim_[index].ForEachFitOf(m, per_node, skip, [&](uint32_t slot, int, int) {
-        if (!HasAll(bits, slot)) return true;
+        if (!HasAll(sets, slot)) return true;
         const NodeState& node = *nodes_[slot];
         if (!PassesFilters(t, node, /*selector_checked=*/true)) return true;
         if (++examined > limit) return false;

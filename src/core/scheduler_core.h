@@ -567,18 +567,18 @@ class SchedulerCore {
   PendingReason TryStartHead(int prio, Shape& shape, Task& t, const std::vector<uint32_t>& excluded,
                              TimeMicros now, Phase phase);
   std::vector<uint32_t> own_excluded_;  // Scratch: excluded nodes minus a task's own.
-  // Per label ("key\0value"), the slots of the nodes that have it (bit `slot`): a node selector
-  // checked by a few bit tests instead of each node's label map.
-  absl::flat_hash_map<std::string, std::vector<uint64_t>> label_slots_;
-  using SelectorBits = std::vector<const std::vector<uint64_t>*>;
-  // The bit sets of the selector's labels into `bits`; false when a label is on no node.
-  bool SelectorSlots(const std::vector<std::pair<std::string, std::string>>& selector,
-                     SelectorBits* bits) const;
-  static bool HasAll(const SelectorBits& bits, uint32_t slot) {
-    for (const std::vector<uint64_t>* b : bits) {
-      if (slot / 64 >= b->size() || (((*b)[slot / 64] >> (slot % 64)) & 1) == 0) return false;
-    }
-    return true;
+  // Per label ("key\0value"), the placement index's set of the nodes that have it: a node
+  // selector is tested on bits, and the index skips whole words of nodes without the labels.
+  absl::flat_hash_map<std::string, PlacementIndex::SetId> label_sets_;
+  using SelectorSets = absl::InlinedVector<PlacementIndex::SetId, 4>;
+  // The sets of the selector's labels into `sets`; false when a label is on no node.
+  bool SetsOf(const std::vector<std::pair<std::string, std::string>>& selector,
+              SelectorSets* sets) const;
+  // The same for a shape's selector, kept in the shape; null when a label is on no node.
+  const SelectorSets* ShapeSets(const Shape& shape) const;
+  uint64_t label_generation_ = 1;  // Moves on when a label appears on a node for the first time.
+  bool HasAll(const SelectorSets& sets, uint32_t slot) const {
+    return index_.InAllSets(sets, slot);
   }
   // A place for each member of the gang at the head of `shape`, in rank order, into `slots`:
   // the model they share, or -1 (slots then empty) when they do not all fit.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <random>
 #include <string>
 #include <vector>
@@ -156,7 +157,8 @@ TEST_F(PlacementIndexTest, ANeedOfCpusOrMemoryPassesOverNodesShortOfThem) {
 }
 
 // The index against a brute-force model: random nodes (inserted in random id order, some
-// sharing a rank), models, moves, removals and lookups.
+// sharing a rank), models, moves, removals, sets of nodes (changed in and out of the index) and
+// lookups.
 TEST(PlacementIndexRandomTest, MatchesBruteForce) {
   std::mt19937 rng(7);
   for (int round = 0; round < 22; ++round) {
@@ -187,6 +189,17 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
     };
     std::vector<State> state(nodes);
     PlacementIndex index;
+    // Three sets: a node is in each with probability 1/2, 1/8 and 1/64, before it joins.
+    constexpr int kSets = 3;
+    std::vector<std::array<bool, kSets>> in_set(nodes);
+    std::vector<PlacementIndex::SetId> set_ids;
+    for (int i = 0; i < kSets; ++i) set_ids.push_back(index.NewSet());
+    for (int n = 0; n < nodes; ++n) {
+      for (int i = 0; i < kSets; ++i) {
+        in_set[n][i] = rng() % (2u << (3 * i)) == 0;
+        index.PutInSet(set_ids[i], static_cast<uint32_t>(n), in_set[n][i]);
+      }
+    }
     auto less = [&](int a, int b) { return ranks[a] != ranks[b] ? ranks[a] < ranks[b] : a < b; };
     if (big) {
       for (int n = 0; n < nodes; ++n) {
@@ -201,7 +214,16 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
       State& s = state[n];
       PlacementIndex::Entry e{&ranks[n], static_cast<uint32_t>(n)};
       const bool with_rooms = rooms_from_start || step > 1000;
-      switch (rng() % 5) {
+      switch (rng() % 6) {
+        case 5: {
+          const int i = static_cast<int>(rng() % kSets);
+          in_set[n][i] = !in_set[n][i];
+          index.PutInSet(set_ids[i], static_cast<uint32_t>(n), in_set[n][i]);
+          for (int j = 0; j < kSets; ++j) {
+            EXPECT_EQ(index.InSet(set_ids[j], static_cast<uint32_t>(n)), in_set[n][j]);
+          }
+          break;
+        }
         case 0:
           if (s.in) {
             index.Erase(s.model, e, s.free, s.capacity);
@@ -249,12 +271,24 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
             need.memory_shares = static_cast<int32_t>(rng() % 9);
           }
           if (rng() % 4 == 0) need = Room{0, 0, 0, 0};
+          // In none, one or two of the sets.
+          std::vector<int> chosen;
+          for (int i = 0; i < kSets; ++i) {
+            if (rng() % 3 == 0) chosen.push_back(i);
+          }
+          if (chosen.size() > 2) chosen.pop_back();
+          std::vector<PlacementIndex::SetId> sets;
+          for (int i : chosen) sets.push_back(set_ids[i]);
+          auto in_sets = [&](int node) {
+            return std::all_of(chosen.begin(), chosen.end(),
+                               [&](int i) { return in_set[node][i]; });
+          };
           int want = -1;
           std::vector<uint32_t> fits;  // In ForEachFitOf's order, for the first model.
           for (int i = 0; i < nodes; ++i) {
             const State& c = state[i];
             if (!c.in || c.free < k || c.free < 1) continue;
-            if (!c.room.Holds(need)) continue;
+            if (!c.room.Holds(need) || !in_sets(i)) continue;
             if (std::find(models.begin(), models.end(), c.model) == models.end()) continue;
             if (std::find(excluded.begin(), excluded.end(), static_cast<uint32_t>(i)) !=
                 excluded.end()) {
@@ -265,7 +299,7 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
               want = i;
             }
           }
-          auto fit = index.FindBestFitWhere(models, k, excluded, need, [&](uint32_t slot) {
+          auto fit = index.FindBestFitWhere(models, k, excluded, need, sets, [&](uint32_t slot) {
             return state[slot].room.Holds(need);
           });
           ASSERT_EQ(fit.has_value(), want >= 0) << "round " << round << " step " << step;
@@ -276,7 +310,7 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
           }
           // Every node of the first model with the GPUs and the room, each once.
           std::vector<uint32_t> listed;
-          index.ForEachFitOf(models[0], k, excluded, need, [&](uint32_t slot, int m, int f) {
+          index.ForEachFitOf(models[0], k, excluded, need, sets, [&](uint32_t slot, int m, int f) {
             EXPECT_EQ(m, models[0]);
             EXPECT_EQ(f, state[slot].free);
             listed.push_back(slot);
@@ -286,7 +320,7 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
             const State& c = state[i];
             // Without a need, every node with the GPUs (the caller checks the rest).
             if (c.in && c.model == models[0] && c.free >= k &&
-                (!need.Any() || c.room.Holds(need)) &&
+                (!need.Any() || c.room.Holds(need)) && in_sets(i) &&
                 std::find(excluded.begin(), excluded.end(), static_cast<uint32_t>(i)) ==
                     excluded.end()) {
               fits.push_back(static_cast<uint32_t>(i));
