@@ -6,6 +6,7 @@
 // GPUs' share): 1, three quarters of the share; 2, one CPU more than the share (8-GPU tasks:
 // the whole node's 64).
 // BM_DecisionSelector: BM_Decision on nodes in 12 racks, half the tasks selecting one.
+// BM_ExplainPending: why a pending task waits, every node looked at (GET /tasks/{id}).
 // BM_GangDecision: one gang of M members x 8 GPUs placed whole and ended, on that cluster.
 // BM_DecisionTeams: BM_Decision with borrowing on and 15 teams, each with a guarantee in both
 // classes (together the class quotas, online_percent 0.7); each task names a random team.
@@ -163,19 +164,26 @@ BENCHMARK(BM_Decision)
     ->ReportAggregatesOnly(true)
     ->Unit(benchmark::kNanosecond);
 
-// BM_Decision's loop on nodes labelled in racks (rack r<i mod 12>): half the tasks select one
-// rack (node_selector), so a twelfth of the nodes may take them.
+// The 12 racks' selectors, rack r<i mod 12> labelling each of `nodes` nodes.
+std::vector<std::vector<std::pair<std::string, std::string>>> LabelRacks(SchedulerCore& core,
+                                                                         int nodes) {
+  std::vector<std::vector<std::pair<std::string, std::string>>> racks;
+  for (int r = 0; r < 12; ++r) racks.push_back({{"rack", "r" + std::to_string(r)}});
+  for (int i = 0; i < nodes; ++i) {
+    (void)core.SetNodeLabels(NodeName(i), {racks[static_cast<size_t>(i % 12)][0]});
+  }
+  return racks;
+}
+
+// BM_Decision's loop on nodes labelled in racks (LabelRacks): half the tasks select one rack
+// (node_selector), so a twelfth of the nodes may take them.
 void BM_DecisionSelector(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0));
   SchedulerCore core(HalfOnlineConfig(/*record=*/false));
   std::mt19937 rng(42);
   std::deque<std::pair<TaskNumber, std::string>> running;
   FillHalf(core, nodes, rng, running);
-  std::vector<std::vector<std::pair<std::string, std::string>>> racks;
-  for (int r = 0; r < 12; ++r) racks.push_back({{"rack", "r" + std::to_string(r)}});
-  for (int i = 0; i < nodes; ++i) {
-    (void)core.SetNodeLabels(NodeName(i), {racks[static_cast<size_t>(i % 12)][0]});
-  }
+  const auto racks = LabelRacks(core, nodes);
   DecisionLoop(state, core, rng, running, /*record=*/false, [&](TaskSpec& spec, int) {
     if (rng() & 1) spec.node_selector = racks[rng() % 12];
   });
@@ -186,6 +194,24 @@ BENCHMARK(BM_DecisionSelector)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true)
     ->Unit(benchmark::kNanosecond);
+
+// What GET /tasks/{id} of a pending task costs the core: ExplainPending of a 4-GPU task selecting
+// one of 12 racks on BM_Decision's half-busy cluster (every node looked at once).
+void BM_ExplainPending(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  SchedulerCore core(HalfOnlineConfig(/*record=*/false));
+  std::mt19937 rng(42);
+  std::deque<std::pair<TaskNumber, std::string>> running;
+  FillHalf(core, nodes, rng, running);
+  TaskSpec spec = SpecOf(Priority::kLow, 4);
+  spec.node_selector = LabelRacks(core, nodes)[3];
+  const TaskNumber id = *core.Submit(spec, 1);
+  for (auto _ : state) {
+    auto detail = core.ExplainPending(id);
+    benchmark::DoNotOptimize(detail);
+  }
+}
+BENCHMARK(BM_ExplainPending)->Arg(10000)->Unit(benchmark::kMicrosecond);
 
 // One gang decision: a gang of M members x 8 GPUs is submitted to the cluster of BM_Decision
 // (N nodes x 8 GPUs, about half busy with the same mix), placed whole in one pass, and then

@@ -9,6 +9,7 @@
 //   pass.cc            the scheduling pass: admission, filtering, best fit, starts
 //   reconcile.cc       node registration with reconciliation, restoring saved state
 //   invariants.cc      CheckInvariants
+//   explain.cc         ExplainPending: why a pending task waits, node by node
 #pragma once
 
 #include <algorithm>

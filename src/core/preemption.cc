@@ -323,19 +323,26 @@ bool SchedulerCore::Fits(const Task& t, const NodeState& node, bool selector_che
          PassesFilters(t, node, selector_checked);
 }
 
-bool SchedulerCore::PassesFilters(const Task& t, const NodeState& node,
-                                  bool selector_checked) const {
+SchedulerCore::FilterVerdict SchedulerCore::CheckFilters(const Task& t, const NodeState& node,
+                                                         bool selector_checked) const {
   // The built-in one: the task's node selector.
-  if (!selector_checked && !t.spec.node_selector.empty() &&
-      !MatchesSelector(t.spec.node_selector, node.labels)) {
-    return false;
+  if (!selector_checked) {
+    const auto& selector = t.spec.node_selector;
+    for (size_t i = 0; i < selector.size(); ++i) {
+      auto it = node.labels.find(selector[i].first);
+      if (it == node.labels.end() || it->second != selector[i].second) {
+        return {FilterVerdict::kSelector, static_cast<uint32_t>(i)};
+      }
+    }
   }
-  if (config_.policies.filters.empty()) return true;
+  if (config_.policies.filters.empty()) return {};
   const NodeFacts facts{node.id, node.labels};
-  for (const auto& f : config_.policies.filters) {
-    if (!f->Feasible(t, facts)) return false;
+  for (size_t i = 0; i < config_.policies.filters.size(); ++i) {
+    if (!config_.policies.filters[i]->Feasible(t, facts)) {
+      return {FilterVerdict::kFilter, static_cast<uint32_t>(i)};
+    }
   }
-  return true;
+  return {};
 }
 
 PendingReason SchedulerCore::ReclaimGang(TaskRecord& t, PendingReason why, TimeMicros now) {

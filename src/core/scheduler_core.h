@@ -325,6 +325,21 @@ class SchedulerCore {
     size_t tasks = 0;  // Pending in its shape, the head included.
   };
   void QueueHeads(std::vector<QueueHead>& out) const;
+  // Why a pending task's nodes cannot take it: every registered node counted by the first rule
+  // that turns it away, in the order a pass applies them (online, schedulable, GPU model, GPU
+  // count, node selector, each configured filter, CPUs and memory it could ever have, kept for
+  // another task, free GPUs, free CPUs and memory), or as one that could take it (a member of
+  // it) now. O(nodes): for a look at one task, not for lists.
+  struct PendingDetail {
+    int nodes = 0;                                      // Registered.
+    int available = 0;                                  // Could take it (a member) now.
+    int needed = 1;                                     // Its members: one node each.
+    std::vector<std::pair<std::string, int>> rejected;  // Rule, nodes; in the pass's order.
+    // "2 of 12 nodes can take it; 4 without label rack=r2, 3 cordoned, 3 with fewer than 4 free
+    // GPUs" ("can take a member (it needs 4)" for a gang).
+    std::string Text() const;
+  };
+  std::optional<PendingDetail> ExplainPending(TaskNumber task) const;
   // Pending task numbers of one priority in queue order (O(pending); for tests and snapshots).
   std::vector<TaskNumber> QueueOrder(Priority p) const;
 
@@ -431,9 +446,19 @@ class SchedulerCore {
   PendingReason ReclaimGang(TaskRecord& t, PendingReason why, TimeMicros now);
   // The nodes the starvation guard keeps for tasks other than `task` (in reclaim_excluded_).
   const std::vector<uint32_t>& GuardedForOthers(TaskNumber task);
-  // Whether every configured filter lets t run on `node`.
+  // The first of t's filters that turns `node` away: the built-in node selector (`which`: the
+  // selector's entry the node lacks), then each configured filter (`which`: its position in
+  // policies.filters). What PassesFilters tests and ExplainPending counts.
+  struct FilterVerdict {
+    enum Kind : uint8_t { kPasses, kSelector, kFilter } kind = kPasses;
+    uint32_t which = 0;
+  };
+  FilterVerdict CheckFilters(const Task& t, const NodeState& node, bool selector_checked) const;
+  // Whether every filter lets t run on `node`.
   // `selector_checked`: the caller tested the node selector already (HasAll).
-  bool PassesFilters(const Task& t, const NodeState& node, bool selector_checked = false) const;
+  bool PassesFilters(const Task& t, const NodeState& node, bool selector_checked = false) const {
+    return CheckFilters(t, node, selector_checked).kind == FilterVerdict::kPasses;
+  }
   // Whether a member of t fits on `node` for its CPUs and memory (NodeState::ResourceShortage)
   // and the configured filters; its GPUs are the caller's to check.
   bool Fits(const Task& t, const NodeState& node, bool selector_checked = false) const;

@@ -412,6 +412,12 @@ std::string DescribeTask(const json& task, Clock::time_point now) {
     lines.emplace(lines.begin() + 2, "Array Index",
                   Field(task, "array_index") + " of " + Field(task, "array_size"));
   }
+  if (const std::string detail = Field(task, "pending_detail"); !detail.empty()) {
+    // A pending task: which nodes could take it, and why the others cannot.
+    auto reason = std::find_if(lines.begin(), lines.end(),
+                               [](const auto& line) { return line.first == "Pending Reason"; });
+    lines.emplace(reason == lines.end() ? reason : reason + 1, "Placement", detail);
+  }
   auto started = common::ParseRfc3339TimePoint(Field(task, "started_at"));
   if (started) {
     auto finished = common::ParseRfc3339TimePoint(Field(task, "finished_at"));

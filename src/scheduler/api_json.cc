@@ -394,7 +394,7 @@ json ApiValue(const T& v) {
 
 }  // namespace
 
-json TaskToJson(const core::Task& t, core::PendingReason reason) {
+json TaskToJson(const core::Task& t, core::PendingReason reason, std::string_view pending_detail) {
   json out = json::object();
   core::ForEachTaskField([&](int, const auto& field) {
     using T = core::TaskFieldType<decltype(field)>;
@@ -459,6 +459,7 @@ json TaskToJson(const core::Task& t, core::PendingReason reason) {
                       : json(nullptr);
   out["pending_reason"] =
       reason == core::PendingReason::kNone ? json(nullptr) : json(core::ToString(reason));
+  out["pending_detail"] = pending_detail.empty() ? json(nullptr) : json(pending_detail);
   return out;
 }
 

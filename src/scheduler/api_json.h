@@ -90,11 +90,13 @@ ApiError ToApiError(const Error& e);
 std::string GpuId(const std::string& node_id, int index);
 
 // The task object of the contract: every field of the task table (core/task_fields.h) the API
-// shows, and kTaskApiKeys.
-nlohmann::json TaskToJson(const core::Task& task, core::PendingReason reason);
+// shows, and kTaskApiKeys. `pending_detail`: why a pending task's nodes cannot take it (GET
+// /tasks/{id} only; null when empty).
+nlohmann::json TaskToJson(const core::Task& task, core::PendingReason reason,
+                          std::string_view pending_detail = {});
 // The task object's keys that are no field of the task table.
 inline constexpr std::string_view kTaskApiKeys[] = {
-    "task_id",       "node_id", "allocated_gpus", "pending_reason",
+    "task_id",       "node_id", "allocated_gpus", "pending_reason", "pending_detail",
     "gpus_per_node", "cpus",    "usage",          "cpu_set"};
 // GET /tasks/{id}/events: {events: [{time, type, node_id (when there is one), message}]}.
 nlohmann::json TaskEventsToJson(const std::vector<core::TaskEventRecord>& events);

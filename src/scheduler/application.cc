@@ -513,12 +513,15 @@ void Application::Usage(const Caller& caller, const UsageRequest& request,
 void Application::GetTask(const Caller& caller, core::TaskNumber n, Reply<TaskView> reply) {
   if (auto e = Authorize(caller, Action::kReadTasks, TaskTarget(n))) return reply(*e);
   d_.loop->Post([this, n, reply = std::move(reply)](CoreLoop::Context& c) mutable {
-    if (const core::Task* t = c.core.FindTask(n)) return reply(TaskView{t, c.core.ReasonOf(*t)});
+    if (const core::Task* t = c.core.FindTask(n)) {
+      const auto detail = c.core.ExplainPending(n);
+      return reply(TaskView{t, c.core.ReasonOf(*t), detail ? detail->Text() : std::string()});
+    }
     // Not in memory: finished and durable (a task leaves memory only then), or unknown.
     d_.readers->Post([db = d_.db, n, reply = std::move(reply)] {
       Result<core::Task> stored = StoredTask(*db, n);
       if (!stored.ok()) return reply(stored.error());
-      reply(TaskView{&stored.value(), core::PendingReason::kNone});
+      reply(TaskView{&stored.value(), core::PendingReason::kNone, {}});
     });
   });
 }
@@ -539,8 +542,8 @@ void Application::ListTasks(const Caller& caller, const ListTasksRequest& reques
       out.tasks.reserve(stored.tasks.size());
       for (const auto& t : stored.tasks) {
         const core::Task* live = c.core.FindTask(t.id);
-        out.tasks.push_back(live != nullptr ? TaskView{live, c.core.ReasonOf(*live)}
-                                            : TaskView{&t, core::PendingReason::kNone});
+        out.tasks.push_back(live != nullptr ? TaskView{live, c.core.ReasonOf(*live), {}}
+                                            : TaskView{&t, core::PendingReason::kNone, {}});
       }
       reply(out);
     });

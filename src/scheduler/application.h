@@ -170,6 +170,8 @@ struct CancelRequest {
 struct TaskView {
   const core::Task* task = nullptr;
   core::PendingReason reason = core::PendingReason::kNone;
+  // GetTask's, for a pending task: why its nodes cannot take it (ExplainPending); else empty.
+  std::string pending_detail;
 };
 
 // Where a task's log is: the node that ran (or runs) the member of the given rank.

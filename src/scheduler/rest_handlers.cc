@@ -60,7 +60,7 @@ Handling RestServer::Impl::Submit(const req_t& req, const Caller& caller, const 
 }
 
 std::pair<int, std::string> RestServer::Impl::TaskBody(const TaskView& v) {
-  return {200, Dump(TaskToJson(*v.task, v.reason))};
+  return {200, Dump(TaskToJson(*v.task, v.reason, v.pending_detail))};
 }
 
 Handling RestServer::Impl::GetTask(const req_t& req, const Caller& caller, const params_t& params,

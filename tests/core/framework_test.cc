@@ -378,6 +378,11 @@ TEST(SelectorGuardTest, TheGuardReservesANodeTheSelectorAccepts) {
   ASSERT_EQ(core.Reservations().size(), 1u);
   EXPECT_EQ(core.Reservations()[0].task, starving);
   EXPECT_EQ(core.Reservations()[0].nodes, std::vector<std::string>{"n2"});
+  // Another task of the rack: the node is kept for the starving one.
+  const TaskNumber later = submit(1, {{"rack", "r2"}});
+  EXPECT_EQ(
+      core.ExplainPending(later)->Text(),
+      "0 of 2 nodes can take it; 1 without label rack=r2, 1 kept for " + FormatTaskId(starving));
   ASSERT_TRUE(core.TaskFinished("n2", {busy, true, 0, "", now}, now).ok());
   core.Schedule(now);
   EXPECT_EQ(core.FindTask(starving)->status, TaskStatus::kRunning)
@@ -385,15 +390,25 @@ TEST(SelectorGuardTest, TheGuardReservesANodeTheSelectorAccepts) {
   EXPECT_TRUE(core.CheckInvariants().ok()) << core.CheckInvariants().ToString();
 }
 
+// A core (every GPU online) with two nodes of 2 GPUs: "small" (8 CPUs, 64,000 MiB) and "big"
+// (64 CPUs, 512,000 MiB).
+std::unique_ptr<SchedulerCore> SmallAndBig(TimeMicros now) {
+  CoreConfig c;
+  c.online_percent = 1.0;
+  auto core = std::make_unique<SchedulerCore>(c);
+  EXPECT_TRUE(
+      core->RegisterNode("small", "", MakeGpus(2), {8000, 64000, "none"}, {}, {}, now).ok());
+  EXPECT_TRUE(
+      core->RegisterNode("big", "", MakeGpus(2), {64000, 512000, "none"}, {}, {}, now).ok());
+  return core;
+}
+
 // A request larger than every node the selector accepts can never start (exceeds_cluster), even
 // when a node it does not select could hold it.
 TEST(SelectorGuardTest, ARequestNoSelectedNodeCouldHoldExceedsTheCluster) {
-  CoreConfig c;
-  c.online_percent = 1.0;
-  SchedulerCore core(c);
   const TimeMicros now = 100 * kSec;
-  ASSERT_TRUE(core.RegisterNode("small", "", MakeGpus(2), {8000, 64000, "none"}, {}, {}, now).ok());
-  ASSERT_TRUE(core.RegisterNode("big", "", MakeGpus(2), {64000, 512000, "none"}, {}, {}, now).ok());
+  auto owned = SmallAndBig(now);
+  SchedulerCore& core = *owned;
   ASSERT_TRUE(core.SetNodeLabels("small", {{"ib", "yes"}}).ok());
   TaskSpec spec = Spec(Priority::kHigh, 1, "");
   spec.cpus_milli = 16000;
@@ -401,6 +416,93 @@ TEST(SelectorGuardTest, ARequestNoSelectedNodeCouldHoldExceedsTheCluster) {
   const TaskNumber t = *core.Submit(spec, now);
   core.Schedule(now);
   EXPECT_EQ(core.ReasonOf(*core.FindTask(t)), PendingReason::kExceedsCluster);
+}
+
+// ExplainPending counts every node by the first rule that turns the task away, in the pass's
+// order, and says it in one line.
+TEST_F(SelectorTest, APendingTaskIsExplainedNodeByNodeByTheFirstRuleEachFails) {
+  Register("off", MakeGpus(2));
+  Register("cordoned", MakeGpus(2));
+  Register("draining", MakeGpus(2));
+  Register("v100", MakeGpus(2, "V100"));
+  Register("small", MakeGpus(1));
+  Register("sick", MakeGpus(2));
+  Register("r1", MakeGpus(2));
+  Register("busy", MakeGpus(2));
+  Register("free-a", MakeGpus(2));
+  Register("free-b", MakeGpus(4));
+  ASSERT_TRUE(core_.NodeLost("off", now_).ok());
+  ASSERT_TRUE(core_.SetNodeMode("cordoned", NodeMode::kCordoned, now_).ok());
+  ASSERT_TRUE(core_.SetNodeMode("draining", NodeMode::kDraining, now_).ok());
+  ASSERT_TRUE(core_.SetGpuHealth("sick", 1, false, "xid 79", now_).ok());
+  for (const char* n :
+       {"off", "cordoned", "draining", "v100", "small", "sick", "busy", "free-a", "free-b"}) {
+    ASSERT_TRUE(core_.SetNodeLabels(n, {{"rack", "r2"}}).ok());
+  }
+  ASSERT_TRUE(core_.SetNodeLabels("r1", {{"rack", "r1"}}).ok());
+  ASSERT_TRUE(core_.SetNodeLabels("busy", {{"rack", "r2"}, {"x", "busy"}}).ok());
+  const TaskNumber big = SubmitSelecting(4, {{"rack", "r2"}});  // free-b, the only 4-GPU node.
+  const TaskNumber one = SubmitSelecting(1, {{"x", "busy"}});   // Half of busy.
+  ASSERT_EQ(Pass().size(), 2u);
+  ASSERT_EQ(T(big).allocation.at(0).node_id, "free-b");
+  ASSERT_EQ(T(one).allocation.at(0).node_id, "busy");
+
+  TaskSpec spec = Spec(Priority::kHigh, 2, "A100");
+  spec.node_selector = {{"rack", "r2"}};
+  const TaskNumber t = *core_.Submit(spec, now_);
+  const auto detail = core_.ExplainPending(t);
+  ASSERT_TRUE(detail.has_value());
+  EXPECT_EQ(detail->nodes, 10);
+  EXPECT_EQ(detail->available, 1);  // free-a
+  EXPECT_EQ(detail->needed, 1);
+  EXPECT_EQ(detail->Text(),
+            "1 of 10 nodes can take it; 1 offline, 1 cordoned, 1 draining, 1 without A100 GPUs, "
+            "1 with fewer than 2 A100 GPUs, 1 with fewer than 2 healthy A100 GPUs, 1 without "
+            "label rack=r2, 2 with fewer than 2 free A100 GPUs");
+  // Started: no longer pending, nothing to explain; an unknown task neither.
+  EXPECT_EQ(Pass().size(), 1u);
+  EXPECT_FALSE(core_.ExplainPending(t).has_value());
+  EXPECT_FALSE(core_.ExplainPending(987654).has_value());
+  // A gang of three 2-GPU members: one node can take a member.
+  const TaskNumber gang = SubmitSelecting(6, {{"rack", "r1"}}, 3);
+  EXPECT_EQ(core_.ExplainPending(gang)->Text().substr(0, 46),
+            "1 of 10 nodes can take a member (it needs 3); ");
+}
+
+TEST_F(FilterTest, AnExplanationNamesTheConfiguredFilterThatTurnsANodeAway) {
+  Register("n1", MakeGpus(2));
+  Register("n2", MakeGpus(2));
+  ASSERT_TRUE(core_.SetNodeLabels("n2", {{"rack", "r2"}}).ok());
+  const TaskNumber a = Submit(2);
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(a, "n2", {0, 1})}));
+  const TaskNumber b = Submit(2);
+  EXPECT_TRUE(Pass().empty());
+  EXPECT_EQ(core_.ExplainPending(b)->Text(),
+            "0 of 2 nodes can take it; 1 rejected by filter rack, 1 with fewer than 2 free GPUs");
+}
+
+// CPUs and memory: what a node could never give, then what it has free.
+TEST(ExplainTest, NodesShortOfCpusAreCountedApartFromNodesShortOfFreeCpus) {
+  const TimeMicros now = 100 * kSec;
+  auto owned = SmallAndBig(now);
+  SchedulerCore& core = *owned;
+  TaskSpec spec = Spec(Priority::kHigh, 1, "");
+  spec.cpus_milli = 60000;
+  const TaskNumber x = *core.Submit(spec, now);
+  core.Schedule(now);
+  ASSERT_EQ(core.FindTask(x)->allocation.at(0).node_id, "big");
+  spec.cpus_milli = 16000;
+  const TaskNumber t = *core.Submit(spec, now);
+  core.Schedule(now);
+  EXPECT_EQ(core.FindTask(t)->status, TaskStatus::kPending);
+  EXPECT_EQ(core.ExplainPending(t)->Text(),
+            "0 of 2 nodes can take it; 1 with too little CPU, 1 with too little free CPU");
+  spec.cpus_milli = 0;
+  spec.memory_mb = 100000;
+  const TaskNumber m = *core.Submit(spec, now);
+  // Without CPUs of its own it takes its GPU's share (half of big's 64), which big lacks.
+  EXPECT_EQ(core.ExplainPending(m)->Text(),
+            "0 of 2 nodes can take it; 1 with too little memory, 1 with too little free CPU");
 }
 
 TEST_F(SelectorTest, ABadSelectorIsRefusedNamingWhy) {

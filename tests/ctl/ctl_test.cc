@@ -542,6 +542,28 @@ TEST_F(CtlTest, GetTaskDescribesAPendingTask) {
   EXPECT_EQ(Run({"get", "tasks", "task-2"}).out, r.out);
 }
 
+// A pending task's pending_detail follows its reason, wherever other rows were added above.
+TEST_F(CtlTest, GetTaskSaysWhichNodesCouldTakeAPendingTask) {
+  http_.Answer(Method::kGet, Url("/tasks/task-2"), 200, R"({"task_id":"task-2","name":"x",
+    "priority":"low","gpu_count":4,"gpu_model":"","command":"run","env":{},
+    "timeout_seconds":0,"image":"","status":"pending","node_id":"","allocated_gpus":[],
+    "pending_reason":"no_node_matches",
+    "pending_detail":"0 of 3 nodes can take it; 1 cordoned, 2 without label rack=r9",
+    "attempts":0,"exit_code":null,"error":"","array_index":1,"array_size":4,
+    "created_at":"2024-05-01T11:58:00Z","started_at":null,"finished_at":null,
+    "team":"vision","user":"","preemptible":true,"preemption_grace_seconds":-1,
+    "borrowed":false,"preemptions":0})");
+  Outcome r = Run({"get", "task", "task-2"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_NE(r.out.find("Array Index:       1 of 4\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Pending Reason:    no_node_matches\n"
+                       "Placement:         0 of 3 nodes can take it; 1 cordoned, 2 without label "
+                       "rack=r9\n"
+                       "GPUs:              4\n"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST_F(CtlTest, GetTaskShowsPreemptionAndBorrowing) {
   // Preempted twice and requeued.
   http_.Answer(Method::kGet, Url("/tasks/task-5"), 200, R"({"task_id":"task-5","name":"sweep",

@@ -143,6 +143,12 @@ class DashboardTest(BrowserCase):
         self.assertTrue(reason)
         self.assertIn(reason, row)
         self.shot("queue")
+        # Its page says which nodes could take it and why the others cannot.
+        detail = self.c.task(waiting)["pending_detail"]
+        self.assertRegex(detail, r"^\d+ of 2 nodes can take it")
+        self.open("#/tasks/" + waiting)
+        self.until(lambda b: "placement\n" + detail in self.text(".kv"),
+                   what="the task's placement detail")
 
         done = self.c.submit("true", gpu_count=1, priority="high", name="quick")
         self.c.wait_status(done, "success")

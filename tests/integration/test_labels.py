@@ -2,8 +2,9 @@
 configuration (agent key `agent.labels`): a1 rack r1, a2 rack r1 with ib yes, a3 rack r2. /agents
 and dgpuctl get agents show the labels; a task with a node_selector runs on a matching node only;
 a gang selecting rack r1 takes a1 and a2; a selector no node matches waits no_node_matches until
-an agent registers with the label; dgpuctl submits --selector; bad selectors and bad labels get
-a clear error and create nothing."""
+an agent registers with the label, and GET /tasks/{id} and dgpuctl get task say which nodes
+could take a pending task and why the others cannot; dgpuctl submits --selector; bad selectors
+and bad labels get a clear error and create nothing."""
 
 import os
 import subprocess
@@ -47,11 +48,18 @@ class LabelsTest(ClusterTestCase):
         nowhere = self.submit({"rack": "r9"})
         t = self.pending_reason(nowhere, "no_node_matches")
         self.assertEqual((t["status"], t["allocation"]), ("pending", []))
+        # Which nodes could take it and why not, on GET /tasks/{id} only.
+        self.assertEqual(t["pending_detail"],
+                         "0 of 3 nodes can take it; 3 without label rack=r9")
+        listed = self.c.request("GET", API + "/tasks?status=pending").json["tasks"]
+        self.assertEqual([(x["task_id"], x["pending_detail"]) for x in listed], [(nowhere, None)])
         r2 = self.submit({"rack": "r2"}, gpus=2)
         self.assertEqual(self.c.wait_status(r2, "running")["node_id"], "a3")
         # Rack r2's one node is full (a1's GPU is free, in rack r1).
         full = self.submit({"rack": "r2"})
-        self.pending_reason(full, "no_node_fits")
+        t = self.pending_reason(full, "no_node_fits")
+        self.assertEqual(t["pending_detail"],
+                         "0 of 3 nodes can take it; 2 without label rack=r2, 1 with no free GPU")
         # An agent that registers with the label takes the waiting task.
         self.c.agents["a1"].stop()
         self.c.start_agent("a4", gpus=1, extra={"agent": {"labels": {"rack": "r9"}}})
@@ -92,6 +100,17 @@ class LabelsTest(ClusterTestCase):
         tid = p.stdout.strip()
         t = self.c.wait_status(tid, "running")
         self.assertEqual((t["node_id"], t["node_selector"]), ("a2", {"ib": "yes", "rack": "r1"}))
+        # A task of rack r2 that no node of it can hold: `get task` says which nodes turned it away.
+        p = ctl("submit", "--gpus", "2", "--priority", "high", "--selector", "rack=r2",
+                "--selector", "ib=yes", "--", "true")
+        self.assertEqual(p.returncode, 0, p)
+        waiting = p.stdout.strip()
+        self.pending_reason(waiting, "no_node_matches")
+        p = ctl("get", "task", waiting)
+        self.assertEqual(p.returncode, 0, p)
+        self.assertRegex(p.stdout, r"(?m)^Pending Reason: +no_node_matches\nPlacement: +0 of 3 "
+                                   r"nodes can take it; 2 without label ib=yes, 1 without label "
+                                   r"rack=r2$")
         p = ctl("get", "agents")
         self.assertEqual(p.returncode, 0, p)
         self.assertRegex(p.stdout, r"(?m)^ID .* LAST HEARTBEAT +LABELS$")

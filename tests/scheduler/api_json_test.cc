@@ -609,6 +609,7 @@ TEST(ApiJsonTest, TaskObjectCarriesTeamUserPreemptibleBorrowedAndPreemptions) {
       {"allocated_gpus", {"node-1-gpu-2", "node-1-gpu-3"}},
       {"allocation", {{{"node_id", "node-1"}, {"gpu_indices", {2, 3}}, {"cpu_set", nullptr}}}},
       {"pending_reason", nullptr},
+      {"pending_detail", nullptr},
       {"attempts", 1},
       {"exit_code", nullptr},
       {"error", ""},
@@ -956,6 +957,10 @@ TEST(ApiJsonTest, TheTaskObjectShowsTimesAsTextAndUnsetArrayFieldsAsNull) {
   EXPECT_EQ(j["array_index"], 1);
   EXPECT_EQ(j["env"]["B"], "2");
   EXPECT_EQ(j["pending_reason"], "retry_backoff");
+  EXPECT_EQ(j["pending_detail"], nullptr);  // Only GET /tasks/{id} explains.
+  EXPECT_EQ(TaskToJson(task, core::PendingReason::kNoNodeFits, "0 of 1 node can take it")
+                .at("pending_detail"),
+            "0 of 1 node can take it");
   EXPECT_EQ(j["node_id"], nullptr);
   EXPECT_EQ(j["exit_code"], nullptr);
   EXPECT_EQ(j["borrowed"], false);  // Only a running task shows that it borrows.

@@ -607,6 +607,8 @@ function pageTask(id) {
   if (!t) return '<h1>' + esc(id) + '</h1><p class="muted">' + esc(taskPage.error || 'Loading…') + '</p>';
   const fields = [
     ['status', status(t.status) + (t.pending_reason ? ' <span class="muted">' + esc(t.pending_reason) + '</span>' : '')],
+    // Which nodes could take a pending task and why not the others (GET /tasks/{id} only).
+    ['placement', esc(t.status === 'pending' && t.pending_detail ? t.pending_detail : '')],
     ['name', esc(t.name)], ['priority', esc(t.priority)], ['team', esc(t.team)], ['user', esc(t.user)],
     ['GPUs', esc(t.gpu_count) + (t.gpu_model ? ' × ' + esc(t.gpu_model) : '')],
     ['allocation', esc((t.allocation || []).map((a) => a.node_id + ': GPU ' + a.gpu_indices.join(',') +

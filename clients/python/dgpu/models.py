@@ -115,6 +115,8 @@ class Task:
     cpu_set: Optional[List[int]] = None  # The CPUs it is bound to (cpu_binding cpuset); None: not.
     usage: Optional[Usage] = None      # What it used (agents with isolation); None: not measured.
     node_selector: Dict[str, str] = field(default_factory=dict)  # Labels its nodes must have.
+    # get_task of a pending task: how many nodes could take it and why the others cannot.
+    pending_detail: Optional[str] = None
 
     @property
     def finished(self) -> bool:
@@ -144,7 +146,8 @@ class Task:
             master_port=d.get("master_port"), cpus=d.get("cpus"), memory_mb=d.get("memory_mb"),
             cpu_set=None if d.get("cpu_set") is None else list(d["cpu_set"]),
             usage=Usage.from_json(d.get("usage")),
-            node_selector=dict(d.get("node_selector") or {}))
+            node_selector=dict(d.get("node_selector") or {}),
+            pending_detail=d.get("pending_detail"))
 
 
 @dataclass(frozen=True)
