@@ -194,12 +194,30 @@ bool MatchesListFilters(const json& task, const ListTasksOptions& options) {
          (options.team.empty() || Field(task, "team") == options.team);
 }
 
-// `get tasks --watch`: after the list, one line per change of a matching task, in the list's
-// columns (-o json: the task object, one per line), until interrupted. A broken stream is
-// resumed where it stopped; a reset (events lost) lists again.
-int WatchTasks(const CtlContext& ctx, const ListTasksOptions& options, std::vector<size_t> widths) {
+// The watch feed's sequence now (the id of the `sync` or `reset` it begins with), read before a
+// list so that the watch after the list resumes from it and misses no change made in between;
+// nullopt when not known (the watch then begins live).
+std::optional<uint64_t> WatchSequence(const CtlContext& ctx) {
+  std::optional<uint64_t> seq;
+  SseParser parser;
+  ctx.http->Stream(ctx.server + kApiPrefix + "/watch", {"Accept: text/event-stream"},
+                   [&](std::string_view bytes) {
+                     return parser.Feed(bytes, [&](const SseEvent& e) {
+                       if (e.event != "sync" && e.event != "reset") return true;
+                       seq = e.id;
+                       return false;
+                     });
+                   });
+  return seq;
+}
+
+// `get tasks --watch`: after the list, one line per change of a matching task since `since`
+// (the feed's sequence before the list), in the list's columns (-o json: the task object, one
+// per line), until interrupted. A broken stream is resumed where it stopped; a reset (events
+// lost) lists again.
+int WatchTasks(const CtlContext& ctx, const ListTasksOptions& options, std::vector<size_t> widths,
+               std::optional<uint64_t> since) {
   const bool wide = ctx.output == OutputFormat::kWide;
-  std::optional<uint64_t> since;
   bool connected = false;
   int failures = 0;
   while (true) {
@@ -274,6 +292,9 @@ int GetTasks(const CtlContext& ctx, const ListTasksOptions& options) {
   for (size_t i = 0; i < query.size(); ++i) {
     path += (i == 0 ? '?' : '&') + query[i].first + "=" + UrlEncode(query[i].second);
   }
+  // A watch resumes from the feed's sequence before the list (as an informer does): a change
+  // made between the list and the watch is shown, not lost.
+  const std::optional<uint64_t> since = options.watch ? WatchSequence(ctx) : std::nullopt;
   ApiFailure failure;
   auto reply = CallApi(ctx, HttpMethod::kGet, path, nullptr, &failure);
   if (!reply) return Fail(ctx, failure);
@@ -281,7 +302,7 @@ int GetTasks(const CtlContext& ctx, const ListTasksOptions& options) {
     *ctx.out << DumpJson(*reply) << "\n";
     if (options.watch) {
       *ctx.out << std::flush;
-      return WatchTasks(ctx, options, {});
+      return WatchTasks(ctx, options, {}, since);
     }
     return kExitOk;
   }
@@ -300,7 +321,7 @@ int GetTasks(const CtlContext& ctx, const ListTasksOptions& options) {
   }
   if (options.watch) {
     *ctx.out << std::flush;
-    return WatchTasks(ctx, options, table.Widths(!ctx.no_headers));
+    return WatchTasks(ctx, options, table.Widths(!ctx.no_headers), since);
   }
   auto total_it = reply->find("total");
   auto next_it = reply->find("next");
