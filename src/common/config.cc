@@ -753,9 +753,10 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
       server.ReadInt("max_connections", 1, 1'000'000, &c.server.max_connections));
   DGPU_CONFIG_RETURN_IF_ERROR(ReadServerTls(server, &c.server.tls));
 
-  DGPU_OPEN_SECTION(scheduler, root, "scheduler",
-                    {"role", "schedule_interval", "snapshot_interval", "max_attempts", "max_bypass",
-                     "id", "task_log_lines_per_second", "shutdown_timeout", "gang_port_range"});
+  DGPU_OPEN_SECTION(
+      scheduler, root, "scheduler",
+      {"role", "schedule_interval", "snapshot_interval", "max_attempts", "max_bypass", "id",
+       "task_log_lines_per_second", "shutdown_timeout", "gang_port_range", "topology_key"});
   SchedulingConfig& s = c.scheduler;
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadEnum("role", kRoles, &s.role));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("schedule_interval", &s.schedule_interval));
@@ -782,6 +783,13 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
     }
     s.gang_port_low = low;
     s.gang_port_high = high;
+  }
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadString("topology_key", &s.topology_key));
+  if (!s.topology_key.empty()) {
+    if (std::string why = core::CheckLabelKey(s.topology_key); !why.empty()) {
+      return Invalid("scheduler.topology_key", "must be a node label key (such as rack): " +
+                                                   Quote(s.topology_key) + " is not valid: " + why);
+    }
   }
 
   DGPU_OPEN_SECTION(replication, root, "replication",

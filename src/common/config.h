@@ -147,6 +147,9 @@ struct SchedulingConfig {
   // of these that no other running gang uses on its rank 0's node. 1 <= low <= high <= 65535.
   int gang_port_low = 29500;
   int gang_port_high = 29999;
+  // A node label (such as `rack`): a gang goes to the fewest distinct values of it that can hold
+  // it, ties broken by best fit. Empty: gangs by best fit alone.
+  std::string topology_key;
   bool operator==(const SchedulingConfig&) const = default;
 };
 

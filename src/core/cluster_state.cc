@@ -288,6 +288,15 @@ Status SchedulerCore::SetNodeLabels(const std::string& node_id, Labels labels) {
   for (const auto& [key, value] : node->labels) put(key, value, false);
   for (const auto& [key, value] : labels) put(key, value, true);
   node->labels = std::move(labels);
+  node->topology = -1;
+  if (!config_.topology_key.empty()) {
+    if (auto it = node->labels.find(config_.topology_key); it != node->labels.end()) {
+      auto [value, added] =
+          topology_values_.try_emplace(it->second, static_cast<int32_t>(topology_values_.size()));
+      if (added) by_topology_.emplace_back();
+      node->topology = value->second;
+    }
+  }
   pass_needed_ = true;
   structure_seq_ = ++change_seq_;  // Filters may answer differently.
   return OkStatus();

@@ -348,6 +348,8 @@ struct alignas(64) SchedulerCore::NodeState {
   // free, and does not count in the quota totals (HealthyGpus).
   std::vector<GpuInfo> gpus;
   Labels labels;
+  // Its value of CoreConfig::topology_key, as an index in topology_values_; -1: no such label.
+  int32_t topology = -1;
   std::string isolation;  // NodeResources::isolation.
   // Preemptions under way here: GPUs kept for tasks waiting for victims, and GPUs of victims
   // that are stopping (they will be free once their agents confirm).

@@ -334,12 +334,16 @@ int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector
   }
   for (int m : models) {
     slots.clear();
-    index_.ForEachFitOf(m, shape.per_node, excluded, NodeState::Need(t.spec), *sets,
-                        [&](uint32_t slot, int, int) {
-                          if (!Fits(t, *nodes_[slot], /*selector_checked=*/true)) return true;
-                          slots.push_back(slot);
-                          return slots.size() < wanted;
-                        });
+    if (!config_.topology_key.empty()) {
+      PackByTopology(shape, t, m, excluded, *sets, slots);
+    } else {
+      index_.ForEachFitOf(m, shape.per_node, excluded, NodeState::Need(t.spec), *sets,
+                          [&](uint32_t slot, int, int) {
+                            if (!Fits(t, *nodes_[slot], /*selector_checked=*/true)) return true;
+                            slots.push_back(slot);
+                            return slots.size() < wanted;
+                          });
+    }
     if (!Permit(shape, m, slots)) continue;
     // Ranks in best-fit order: fewest free first, then node id (the index lists nodes that
     // registered out of id order after the others until it renumbers them).
@@ -352,6 +356,69 @@ int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector
   }
   slots.clear();
   return -1;
+}
+
+void SchedulerCore::PackByTopology(const Shape& shape, const Task& t, int model,
+                                   const std::vector<uint32_t>& excluded, const SelectorSets& sets,
+                                   std::vector<uint32_t>& slots) {
+  // The nodes that fit a member, gathered by value in best-fit order until one value has them
+  // all: one value is the fewest, and its nodes came first in best-fit order. A node without the
+  // label is a value of its own.
+  const auto wanted = static_cast<size_t>(shape.nodes);
+  for (auto& nodes : by_topology_) nodes.clear();
+  std::vector<uint32_t> alone;
+  std::vector<int32_t> seen;  // Values in the order their first node came.
+  int32_t whole = -1;
+  index_.ForEachFitOf(model, shape.per_node, excluded, NodeState::Need(t.spec), sets,
+                      [&](uint32_t slot, int, int) {
+                        if (!Fits(t, *nodes_[slot], /*selector_checked=*/true)) return true;
+                        const int32_t value = nodes_[slot]->topology;
+                        if (value < 0) {
+                          alone.push_back(slot);
+                          return true;
+                        }
+                        auto& nodes = by_topology_[static_cast<size_t>(value)];
+                        if (nodes.empty()) seen.push_back(value);
+                        nodes.push_back(slot);
+                        if (nodes.size() < wanted) return true;
+                        whole = value;
+                        return false;
+                      });
+  if (whole >= 0) {
+    slots = by_topology_[static_cast<size_t>(whole)];
+    return;
+  }
+  // No value holds it: as few values as can. Groups (a value's nodes, or a node without the
+  // label), largest first (ties: best fit); the largest whole while no group holds the rest,
+  // then the smallest group that does (best fit), its best nodes.
+  std::vector<const std::vector<uint32_t>*> groups;
+  groups.reserve(seen.size() + alone.size());
+  for (int32_t value : seen) groups.push_back(&by_topology_[static_cast<size_t>(value)]);
+  std::vector<std::vector<uint32_t>> singles;
+  singles.reserve(alone.size());
+  for (uint32_t slot : alone) groups.push_back(&singles.emplace_back(1, slot));
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const auto* a, const auto* b) { return a->size() > b->size(); });
+  slots.clear();
+  size_t next = 0;
+  while (slots.size() < wanted && next < groups.size()) {
+    const size_t rest = wanted - slots.size();
+    // The smallest group from `next` on that holds the rest, the first of that size (sorted by
+    // size: the groups of one size are together, in best-fit order).
+    size_t fits = groups.size();
+    for (size_t i = next; i < groups.size() && groups[i]->size() >= rest; ++i) fits = i;
+    while (fits < groups.size() && fits > next &&
+           groups[fits - 1]->size() == groups[fits]->size()) {
+      --fits;
+    }
+    if (fits < groups.size()) {
+      slots.insert(slots.end(), groups[fits]->begin(),
+                   groups[fits]->begin() + static_cast<std::ptrdiff_t>(rest));
+      return;
+    }
+    slots.insert(slots.end(), groups[next]->begin(), groups[next]->end());
+    ++next;
+  }
 }
 
 // --- Permit and start -------------------------------------------------------------------------

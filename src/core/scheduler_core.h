@@ -50,6 +50,10 @@ struct CoreConfig {
   // rank 0's node (Task::master_port).
   int32_t gang_port_low = 29500;
   int32_t gang_port_high = 29999;
+  // A node label key (scheduler.topology_key): a gang goes to the fewest distinct values of it
+  // that can hold it, ties broken by best fit; a node without the label counts as a value of
+  // its own. Empty: best fit alone.
+  std::string topology_key;
   TimeMicros heartbeat_timeout = 15 * kMicrosPerSecond;  // Node silent this long is lost.
   bool record_changes = true;  // Off in the simulator, which persists nothing.
   bool record_events = true;   // Off in the simulator, which keeps its own statistics.
@@ -613,6 +617,15 @@ class SchedulerCore {
   // distinct placeable nodes, each with room of `model`).
   bool Permit(const Shape& shape, int model, const std::vector<uint32_t>& slots);
   std::vector<uint32_t> gang_slots_;  // Scratch: a gang's nodes.
+  // With a topology key: its values seen on nodes (NodeState::topology indexes them), and the
+  // nodes that fit a gang member, by value, in best-fit order (scratch).
+  absl::flat_hash_map<std::string, int32_t> topology_values_;
+  std::vector<std::vector<uint32_t>> by_topology_;
+  // The nodes of `model` for the gang at the head of `shape` on the fewest values of the
+  // topology key (ties: best fit) into `slots`; fewer than its members when they do not fit.
+  void PackByTopology(const Shape& shape, const Task& t, int model,
+                      const std::vector<uint32_t>& excluded, const SelectorSets& sets,
+                      std::vector<uint32_t>& slots);
   // The lowest gang port no gang holding GPUs uses with its rank 0 on `node`; 0 if none is left.
   int32_t FreeGangPort(const NodeState& node) const;
   void ReclaimBehind(int prio, Shape& shape, TimeMicros now);

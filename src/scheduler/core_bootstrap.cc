@@ -14,6 +14,7 @@ core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::S
   core_cfg.max_bypass = cfg.scheduler.max_bypass;
   core_cfg.gang_port_low = cfg.scheduler.gang_port_low;
   core_cfg.gang_port_high = cfg.scheduler.gang_port_high;
+  core_cfg.topology_key = cfg.scheduler.topology_key;
   core_cfg.heartbeat_timeout = cfg.agent.heartbeat_timeout.count() * 1000;
   core_cfg.borrowing = cfg.quota.borrowing;
   core_cfg.fairshare_half_life = cfg.quota.fairshare_half_life.count() * 1000;

@@ -886,6 +886,19 @@ TEST(AgentConfigTest, Tls) {
             "certificate needs its key)");
 }
 
+TEST(SchedulerConfigTest, TopologyKeyIsANodeLabelKey) {
+  EXPECT_EQ(SchedulerConfig{}.scheduler.topology_key, "");
+  EXPECT_EQ(MustLoadScheduler("scheduler: {topology_key: rack}").scheduler.topology_key, "rack");
+  EXPECT_EQ(
+      MustLoadScheduler("scheduler: {topology_key: example.com/block}").scheduler.topology_key,
+      "example.com/block");
+  ExpectSchedulerError("scheduler: {topology_key: 'my rack'}",
+                       "scheduler.topology_key: must be a node label key (such as rack): \"my "
+                       "rack\" is not valid: a label key is 1 to 63 letters, digits, '-', '_' or "
+                       "'.', beginning and ending with a letter or digit (optionally after a DNS "
+                       "prefix and '/')");
+}
+
 TEST(SchedulerConfigTest, AutoscaleNodeGroups) {
   const AutoscaleConfig off = SchedulerConfig{}.autoscale;
   EXPECT_FALSE(off.enabled);

@@ -3,8 +3,10 @@
 // counting every member; a gang's life once started (multinode_test.cc has more of it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/scheduler_core.h"
@@ -433,6 +435,67 @@ TEST_F(GangTest, SubmissionsNameWhatIsWrong) {
   EXPECT_EQ(core_.Submit(s, now_).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(core_.next_task_number(), 1u);
 }
+
+// scheduler.topology_key: a gang goes to the fewest values of the label that can hold it, ties
+// broken by best fit; without it, best fit alone (which may spread it). Nodes of 4 GPUs and of 8:
+// racks r1 {a1:4, a2:8}, r2 {b1:4, b2:8}, r3 {c1:4, c2:4, c3:4}, and u1:4 without a rack.
+class TopologyTest : public ::testing::TestWithParam<bool> {
+ protected:
+  using Nodes = std::vector<std::string>;
+  TopologyTest() : core_(Config(GetParam())) {
+    const std::vector<std::tuple<std::string, int, std::string>> nodes = {
+        {"a1", 4, "r1"}, {"a2", 8, "r1"}, {"b1", 4, "r2"}, {"b2", 8, "r2"},
+        {"c1", 4, "r3"}, {"c2", 4, "r3"}, {"c3", 4, "r3"}, {"u1", 4, ""}};
+    for (const auto& [id, gpus, rack] : nodes) {
+      EXPECT_TRUE(core_.RegisterNode(id, "", MakeGpus(gpus), {}, {}, now_).ok());
+      if (!rack.empty()) EXPECT_TRUE(core_.SetNodeLabels(id, {{"rack", rack}}).ok());
+    }
+  }
+  static CoreConfig Config(bool topology) {
+    CoreConfig c;
+    c.online_percent = 0.0;
+    if (topology) c.topology_key = "rack";
+    return c;
+  }
+  // The nodes a gang of `members` x `per_node` GPUs started on, sorted.
+  std::vector<std::string> Place(int members, int per_node) {
+    const TaskNumber id = *core_.Submit(GangSpec(Priority::kLow, members, per_node), now_);
+    core_.Schedule(now_);
+    EXPECT_TRUE(core_.CheckInvariants().ok()) << core_.CheckInvariants().ToString();
+    core_.TakeDecisions();
+    std::vector<std::string> out;
+    for (const NodeAllocation& a : core_.FindTask(id)->allocation) out.push_back(a.node_id);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  SchedulerCore core_;
+  TimeMicros now_ = 100 * kSec;
+};
+
+TEST_P(TopologyTest, TwoMembersGoToOneRackWhenOneHoldsThem) {
+  // Best fit: the first two nodes with exactly 4 free, a1 and b1, two racks. With the key: the
+  // first rack to have two nodes in best-fit order, r3 (c1 and c2, exact fits), not r1 (a1 and
+  // the 8-GPU a2).
+  const Nodes want = GetParam() ? Nodes{"c1", "c2"} : Nodes{"a1", "b1"};
+  EXPECT_EQ(Place(2, 4), want);
+}
+
+TEST_P(TopologyTest, FourMembersTakeTheFewestRacksAndTheSmallestThatCompletesThem) {
+  // No rack has four nodes: r3's three, then for the last member the smallest group that holds
+  // it: u1 alone (r1 and r2 have two each). Best fit: the first four exact fits, three racks.
+  const Nodes want = GetParam() ? Nodes{"c1", "c2", "c3", "u1"} : Nodes{"a1", "b1", "c1", "c2"};
+  EXPECT_EQ(Place(4, 4), want);
+}
+
+TEST_P(TopologyTest, AGangLargerThanEveryRackStillStartsOnTheFewest) {
+  // Seven members of 4: the key takes r3 (3), r1 (2), then r2 (2) that holds the rest, leaving
+  // u1; best fit takes the six exact fits and a2.
+  const Nodes want = GetParam() ? Nodes{"a1", "a2", "b1", "b2", "c1", "c2", "c3"}
+                                : Nodes{"a1", "a2", "b1", "c1", "c2", "c3", "u1"};
+  EXPECT_EQ(Place(7, 4), want);
+}
+
+INSTANTIATE_TEST_SUITE_P(WithAndWithoutTheKey, TopologyTest, ::testing::Bool());
 
 }  // namespace
 }  // namespace dgpu::core

@@ -122,5 +122,27 @@ class LabelsTest(ClusterTestCase):
                                    "'rack'\n")
 
 
+class TopologyTest(ClusterTestCase):
+    """scheduler.topology_key: rack r1 has a1 and a2 (2 GPUs each), rack r2 has a3 (1 GPU). A gang
+    of two 1-GPU members would take a3 (the best fit) and a1; with the key it takes rack r1."""
+
+    def start_cluster(self):
+        self.c.start_scheduler(online_percent=1.0, extra={"scheduler": {"topology_key": "rack"}})
+        for agent, gpus, rack in (("a1", 2, "r1"), ("a2", 2, "r1"), ("a3", 1, "r2")):
+            self.c.start_agent(agent, gpus=gpus, extra={"agent": {"labels": {"rack": rack}}})
+        self.c.wait_agents_online(["a1", "a2", "a3"])
+
+    def test_a_gang_is_packed_into_one_rack_when_one_holds_it(self):
+        body = {"priority": "high", "nodes": 2, "gpus_per_node": 1, "command": "sleep 30"}
+        r = self.c.request("POST", API + "/tasks", body)
+        self.assertEqual(r.status, 201, r)
+        t = self.c.wait_status(r.json["task_id"], "running")
+        self.assertEqual(sorted(m["node_id"] for m in t["allocation"]), ["a1", "a2"])
+        # A second one: rack r1 still holds it (a GPU left on a1 and on a2).
+        r = self.c.request("POST", API + "/tasks", body)
+        t = self.c.wait_status(r.json["task_id"], "running")
+        self.assertEqual(sorted(m["node_id"] for m in t["allocation"]), ["a1", "a2"])
+
+
 if __name__ == "__main__":
     unittest.main()
