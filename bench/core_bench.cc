@@ -8,6 +8,7 @@
 // BM_DecisionSelector: BM_Decision on nodes in 12 racks, half the tasks selecting one.
 // BM_ExplainPending: why a pending task waits, every node looked at (GET /tasks/{id}).
 // BM_GangDecision: one gang of M members x 8 GPUs placed whole and ended, on that cluster.
+// BM_GangDecisionTopology: the same with scheduler.topology_key, nodes in R racks.
 // BM_DecisionTeams: BM_Decision with borrowing on and 15 teams, each with a guarantee in both
 // classes (together the class quotas, online_percent 0.7); each task names a random team.
 // BM_ChooseVictims: one reclaim pass on a cluster of N nodes x 8 GPUs filled with 1-GPU batch
@@ -217,16 +218,8 @@ BENCHMARK(BM_ExplainPending)->Arg(10000)->Unit(benchmark::kMicrosecond);
 // (N nodes x 8 GPUs, about half busy with the same mix), placed whole in one pass, and then
 // ended member by member (each member's finish is part of the iteration, as it is of a task's
 // life; the cluster goes back to the same state).
-void BM_GangDecision(benchmark::State& state) {
-  const int nodes = static_cast<int>(state.range(0));
-  const int members = static_cast<int>(state.range(1));
-  const bool record = state.range(2) != 0;
-  SchedulerCore core(HalfOnlineConfig(record));
-  std::mt19937 rng(42);
-  std::deque<std::pair<TaskNumber, std::string>> running;
-  FillHalf(core, nodes, rng, running);
-  core.TakeChanges();
-  core.TakeEvents();
+// BM_GangDecision's loop: a gang of `members` x 8 GPUs submitted, placed, its members ended.
+void GangLoop(benchmark::State& state, SchedulerCore& core, int members, bool record) {
   TaskSpec gang = SpecOf(Priority::kHigh, members * 8);
   gang.nodes = members;
   TimeMicros now = 1;
@@ -253,12 +246,50 @@ void BM_GangDecision(benchmark::State& state) {
   state.counters["placed_ratio"] =
       static_cast<double>(placed) / static_cast<double>(state.iterations());
 }
+
+void BM_GangDecision(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  const int members = static_cast<int>(state.range(1));
+  const bool record = state.range(2) != 0;
+  SchedulerCore core(HalfOnlineConfig(record));
+  std::mt19937 rng(42);
+  std::deque<std::pair<TaskNumber, std::string>> running;
+  FillHalf(core, nodes, rng, running);
+  core.TakeChanges();
+  core.TakeEvents();
+  GangLoop(state, core, members, record);
+}
 BENCHMARK(BM_GangDecision)
     ->ArgNames({"nodes", "members", "record_changes"})
     ->Args({1000, 16, 0})
     ->Args({10000, 16, 0})
     ->Args({10000, 2, 0})
     ->Args({10000, 16, 1})
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true)
+    ->Unit(benchmark::kNanosecond);
+
+// BM_GangDecision with scheduler.topology_key: rack, the nodes in `racks` racks (rack r<i mod
+// racks>): the gang goes to the first rack whose fitting nodes hold it.
+void BM_GangDecisionTopology(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  const int members = static_cast<int>(state.range(1));
+  const int racks = static_cast<int>(state.range(2));
+  CoreConfig config = HalfOnlineConfig(/*record=*/false);
+  config.topology_key = "rack";
+  SchedulerCore core(config);
+  std::mt19937 rng(42);
+  std::deque<std::pair<TaskNumber, std::string>> running;
+  FillHalf(core, nodes, rng, running);
+  for (int i = 0; i < nodes; ++i) {
+    (void)core.SetNodeLabels(NodeName(i), {{"rack", "r" + std::to_string(i % racks)}});
+  }
+  GangLoop(state, core, members, /*record=*/false);
+}
+BENCHMARK(BM_GangDecisionTopology)
+    ->ArgNames({"nodes", "members", "racks"})
+    ->Args({10000, 16, 12})
+    ->Args({10000, 16, 1250})
     ->Repetitions(5)
     ->ReportAggregatesOnly(true)
     ->Unit(benchmark::kNanosecond);
