@@ -305,16 +305,21 @@ Status SchedulerCore::SetNodeLabels(const std::string& node_id, Labels labels) {
 bool SchedulerCore::SetsOf(const std::vector<std::pair<std::string, std::string>>& selector,
                            SelectorSets* sets) const {
   sets->clear();
-  std::string name;
   for (const auto& [key, value] : selector) {
-    name = key;
-    name.push_back('\0');
-    name += value;
-    auto it = label_sets_.find(name);
-    if (it == label_sets_.end()) return false;
-    sets->push_back(it->second);
+    const auto set = LabelSet(key, value);
+    if (!set) return false;
+    sets->push_back(*set);
   }
   return true;
+}
+
+std::optional<PlacementIndex::SetId> SchedulerCore::LabelSet(const std::string& key,
+                                                             const std::string& value) const {
+  std::string name = key;
+  name.push_back('\0');
+  name += value;
+  auto it = label_sets_.find(name);
+  return it == label_sets_.end() ? std::nullopt : std::optional(it->second);
 }
 
 const SchedulerCore::SelectorSets* SchedulerCore::ShapeSets(const Shape& shape) const {

@@ -69,10 +69,8 @@ std::optional<SchedulerCore::PendingDetail> SchedulerCore::ExplainPending(TaskNu
   const std::vector<int>& models = const_cast<SchedulerCore*>(this)->ModelsFor(spec.gpu_model);
   // Each selector entry's set of nodes (none: no node has that label).
   std::vector<std::optional<PlacementIndex::SetId>> label_sets;
-  for (const auto& entry : spec.node_selector) {
-    SelectorSets one;
-    label_sets.push_back(SetsOf({entry}, &one) ? std::optional(one.front()) : std::nullopt);
-  }
+  label_sets.reserve(spec.node_selector.size());
+  for (const auto& [key, value] : spec.node_selector) label_sets.push_back(LabelSet(key, value));
   PendingDetail detail;
   detail.needed = std::max(1, spec.nodes);
   // Counted by rule and what it names (a mode, a selector entry, a filter, a task, whether the

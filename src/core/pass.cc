@@ -365,7 +365,6 @@ void SchedulerCore::PackByTopology(const Shape& shape, const Task& t, int model,
   // all: one value is the fewest, and its nodes came first in best-fit order. A node without the
   // label is a value of its own.
   const auto wanted = static_cast<size_t>(shape.nodes);
-  for (auto& nodes : by_topology_) nodes.clear();
   std::vector<uint32_t> alone;
   std::vector<int32_t> seen;  // Values in the order their first node came.
   int32_t whole = -1;
@@ -384,6 +383,14 @@ void SchedulerCore::PackByTopology(const Shape& shape, const Task& t, int model,
                         whole = value;
                         return false;
                       });
+  // The scratch is left empty for the next gang: only the values filled here are cleared.
+  struct ClearSeen {
+    std::vector<std::vector<uint32_t>>& by_value;
+    const std::vector<int32_t>& seen;
+    ~ClearSeen() {
+      for (int32_t value : seen) by_value[static_cast<size_t>(value)].clear();
+    }
+  } clear_seen{by_topology_, seen};
   if (whole >= 0) {
     slots = by_topology_[static_cast<size_t>(whole)];
     return;

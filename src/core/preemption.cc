@@ -327,12 +327,9 @@ SchedulerCore::FilterVerdict SchedulerCore::CheckFilters(const Task& t, const No
                                                          bool selector_checked) const {
   // The built-in one: the task's node selector.
   if (!selector_checked) {
-    const auto& selector = t.spec.node_selector;
-    for (size_t i = 0; i < selector.size(); ++i) {
-      auto it = node.labels.find(selector[i].first);
-      if (it == node.labels.end() || it->second != selector[i].second) {
-        return {FilterVerdict::kSelector, static_cast<uint32_t>(i)};
-      }
+    if (const size_t i = FirstUnmatched(t.spec.node_selector, node.labels);
+        i < t.spec.node_selector.size()) {
+      return {FilterVerdict::kSelector, static_cast<uint32_t>(i)};
     }
   }
   if (config_.policies.filters.empty()) return {};

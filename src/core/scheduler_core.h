@@ -600,6 +600,9 @@ class SchedulerCore {
   // selector is tested on bits, and the index skips whole words of nodes without the labels.
   absl::flat_hash_map<std::string, PlacementIndex::SetId> label_sets_;
   using SelectorSets = absl::InlinedVector<PlacementIndex::SetId, 4>;
+  // The set of the nodes labelled key=value; nullopt when no node ever was.
+  std::optional<PlacementIndex::SetId> LabelSet(const std::string& key,
+                                                const std::string& value) const;
   // The sets of the selector's labels into `sets`; false when a label is on no node.
   bool SetsOf(const std::vector<std::pair<std::string, std::string>>& selector,
               SelectorSets* sets) const;
@@ -618,7 +621,7 @@ class SchedulerCore {
   bool Permit(const Shape& shape, int model, const std::vector<uint32_t>& slots);
   std::vector<uint32_t> gang_slots_;  // Scratch: a gang's nodes.
   // With a topology key: its values seen on nodes (NodeState::topology indexes them), and the
-  // nodes that fit a gang member, by value, in best-fit order (scratch).
+  // nodes that fit a gang member, by value, in best-fit order (scratch, empty between gangs).
   absl::flat_hash_map<std::string, int32_t> topology_values_;
   std::vector<std::vector<uint32_t>> by_topology_;
   // The nodes of `model` for the gang at the head of `shape` on the fewest values of the

@@ -342,13 +342,18 @@ std::string CheckSelector(const std::vector<std::pair<std::string, std::string>>
   return "";
 }
 
+size_t FirstUnmatched(const std::vector<std::pair<std::string, std::string>>& selector,
+                      const Labels& labels) {
+  for (size_t i = 0; i < selector.size(); ++i) {
+    auto it = labels.find(selector[i].first);
+    if (it == labels.end() || it->second != selector[i].second) return i;
+  }
+  return selector.size();
+}
+
 bool MatchesSelector(const std::vector<std::pair<std::string, std::string>>& selector,
                      const Labels& labels) {
-  for (const auto& [key, value] : selector) {
-    auto it = labels.find(key);
-    if (it == labels.end() || it->second != value) return false;
-  }
-  return true;
+  return FirstUnmatched(selector, labels) == selector.size();
 }
 
 std::string FormatSelector(const std::vector<std::pair<std::string, std::string>>& selector) {

@@ -69,6 +69,9 @@ inline constexpr size_t kMaxSelectorEntries = 32;
 // What is wrong with a node selector (a key or value, too many pairs, not sorted by key or a
 // key twice), or an empty string.
 std::string CheckSelector(const std::vector<std::pair<std::string, std::string>>& selector);
+// The first pair of `selector` that `labels` lacks (its position), or selector.size().
+size_t FirstUnmatched(const std::vector<std::pair<std::string, std::string>>& selector,
+                      const Labels& labels);
 // Whether `labels` has every pair of `selector`.
 bool MatchesSelector(const std::vector<std::pair<std::string, std::string>>& selector,
                      const Labels& labels);
