@@ -40,6 +40,7 @@ SchedulerCore::NodeState& SchedulerCore::AddNodeState(const std::string& id) {
   NodeState& node = *ns;
   node_slots_.emplace(id, ns->slot);
   nodes_.push_back(std::move(ns));
+  if (!config_.topology_key.empty()) index_.PutInSet(unlabelled_set_, node.slot, true);
   // Rank: midway between its neighbours in id order; renumber all (order kept) when no gap.
   constexpr uint64_t kGap = uint64_t{1} << 32;
   auto it = nodes_by_id_.emplace(id, node.slot).first;
@@ -293,9 +294,15 @@ Status SchedulerCore::SetNodeLabels(const std::string& node_id, Labels labels) {
     if (auto it = node->labels.find(config_.topology_key); it != node->labels.end()) {
       auto [value, added] =
           topology_values_.try_emplace(it->second, static_cast<int32_t>(topology_values_.size()));
-      if (added) by_topology_.emplace_back();
+      if (added) {
+        topology_.push_back({it->second, *LabelSet(config_.topology_key, it->second), 0});
+        topology_ranked_ = false;
+        by_topology_.emplace_back();
+      }
       node->topology = value->second;
     }
+    index_.SetGroup(node->slot, node->topology);
+    index_.PutInSet(unlabelled_set_, node->slot, node->topology < 0);
   }
   pass_needed_ = true;
   structure_seq_ = ++change_seq_;  // Filters may answer differently.

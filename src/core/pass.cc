@@ -361,29 +361,31 @@ int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector
 void SchedulerCore::PackByTopology(const Shape& shape, const Task& t, int model,
                                    const std::vector<uint32_t>& excluded, const SelectorSets& sets,
                                    std::vector<uint32_t>& slots) {
-  // The nodes that fit a member, gathered by value in best-fit order until one value has them
-  // all: one value is the fewest, and its nodes came first in best-fit order. A node without the
-  // label is a value of its own.
-  const auto wanted = static_cast<size_t>(shape.nodes);
-  std::vector<uint32_t> alone;
-  std::vector<int32_t> seen;  // Values in the order their first node came.
-  int32_t whole = -1;
-  index_.ForEachFitOf(model, shape.per_node, excluded, NodeState::Need(t.spec), sets,
-                      [&](uint32_t slot, int, int) {
-                        if (!Fits(t, *nodes_[slot], /*selector_checked=*/true)) return true;
-                        const int32_t value = nodes_[slot]->topology;
-                        if (value < 0) {
-                          alone.push_back(slot);
-                          return true;
-                        }
-                        auto& nodes = by_topology_[static_cast<size_t>(value)];
-                        if (nodes.empty()) seen.push_back(value);
-                        nodes.push_back(slot);
-                        if (nodes.size() < wanted) return true;
-                        whole = value;
-                        return false;
-                      });
-  // The scratch is left empty for the next gang: only the values filled here are cleared.
+  const int wanted = shape.nodes;
+  const int k = shape.per_node;
+  slots.clear();
+  // Which nodes of each value fit a member. When only free GPUs decide (no selector, no
+  // configured filter, no CPU or memory asked or reported), the index counts them by value and
+  // free GPUs, and a value's best nodes are found by walking its label set alone. Otherwise
+  // every node that fits is walked once and gathered by value, in best-fit order.
+  const bool counted = sets.empty() && config_.policies.filters.empty() && !any_node_resources_;
+  if (!topology_ranked_) {
+    // Values by name, for ties: computed again only after new values appeared.
+    std::vector<int32_t> order(topology_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return topology_[static_cast<size_t>(a)].name < topology_[static_cast<size_t>(b)].name;
+    });
+    for (size_t i = 0; i < order.size(); ++i) {
+      topology_[static_cast<size_t>(order[i])].rank = static_cast<uint32_t>(i);
+    }
+    topology_ranked_ = true;
+  }
+  auto& groups = topology_groups_;
+  auto& alone = topology_alone_;
+  groups.clear();
+  alone.clear();
+  std::vector<int32_t> seen;  // Values gathered (not counted), for the clearing below.
   struct ClearSeen {
     std::vector<std::vector<uint32_t>>& by_value;
     const std::vector<int32_t>& seen;
@@ -391,40 +393,157 @@ void SchedulerCore::PackByTopology(const Shape& shape, const Task& t, int model,
       for (int32_t value : seen) by_value[static_cast<size_t>(value)].clear();
     }
   } clear_seen{by_topology_, seen};
-  if (whole >= 0) {
-    slots = by_topology_[static_cast<size_t>(whole)];
-    return;
-  }
-  // No value holds it: as few values as can. Groups (a value's nodes, or a node without the
-  // label), largest first (ties: best fit); the largest whole while no group holds the rest,
-  // then the smallest group that does (best fit), its best nodes.
-  std::vector<const std::vector<uint32_t>*> groups;
-  groups.reserve(seen.size() + alone.size());
-  for (int32_t value : seen) groups.push_back(&by_topology_[static_cast<size_t>(value)]);
-  std::vector<std::vector<uint32_t>> singles;
-  singles.reserve(alone.size());
-  for (uint32_t slot : alone) groups.push_back(&singles.emplace_back(1, slot));
-  std::stable_sort(groups.begin(), groups.end(),
-                   [](const auto* a, const auto* b) { return a->size() > b->size(); });
-  slots.clear();
-  size_t next = 0;
-  while (slots.size() < wanted && next < groups.size()) {
-    const size_t rest = wanted - slots.size();
-    // The smallest group from `next` on that holds the rest, the first of that size (sorted by
-    // size: the groups of one size are together, in best-fit order).
-    size_t fits = groups.size();
-    for (size_t i = next; i < groups.size() && groups[i]->size() >= rest; ++i) fits = i;
-    while (fits < groups.size() && fits > next &&
-           groups[fits - 1]->size() == groups[fits]->size()) {
-      --fits;
+  // Nodes in `excluded` that the counts include: (value, free GPUs), at most a handful.
+  absl::InlinedVector<std::pair<int32_t, int>, 8> skipped;
+  const auto free_of = [&](uint32_t slot) { return nodes_[slot]->Slice(model)->free; };
+  if (counted) {
+    for (auto it = excluded.begin(); it != excluded.end(); ++it) {
+      if (std::find(excluded.begin(), it, *it) != it) continue;  // Listed twice: counted once.
+      NodeState& node = *nodes_[*it];
+      const NodeState::ModelSlice* s = node.in_index ? node.Slice(model) : nullptr;
+      if (s == nullptr || s->capacity == 0 || s->free < k || node.topology < 0) continue;
+      skipped.emplace_back(node.topology, s->free);
     }
-    if (fits < groups.size()) {
-      slots.insert(slots.end(), groups[fits]->begin(),
-                   groups[fits]->begin() + static_cast<std::ptrdiff_t>(rest));
+    // Written in place: this loop is the one that visits every value.
+    groups.resize(topology_.size());
+    TopologyGroup* end = groups.data();
+    for (int32_t v = 0; v < static_cast<int32_t>(topology_.size()); ++v) {
+      int32_t count = 0;
+      int64_t whole = 0;
+      const auto counts = index_.GroupCounts(model, v);
+      for (size_t f = static_cast<size_t>(k); f < counts.size(); ++f) {
+        count += counts[f];
+        whole += static_cast<int64_t>(counts[f]) * static_cast<int64_t>(f - static_cast<size_t>(k));
+      }
+      for (const auto& [value, free] : skipped) {
+        if (value != v) continue;
+        --count;
+        whole -= free - k;
+      }
+      if (count > 0) *end++ = {v, count, whole, topology_[static_cast<size_t>(v)].rank};
+    }
+    groups.resize(static_cast<size_t>(end - groups.data()));
+    const PlacementIndex::SetId unlabelled[] = {unlabelled_set_};
+    index_.ForEachFitOf(model, k, excluded, PlacementIndex::Room{0, 0, 0, 0}, unlabelled,
+                        [&](uint32_t slot, int, int) {
+                          alone.push_back(slot);
+                          return std::ssize(alone) < wanted;
+                        });
+  } else {
+    index_.ForEachFitOf(model, k, excluded, NodeState::Need(t.spec), sets,
+                        [&](uint32_t slot, int, int) {
+                          if (!Fits(t, *nodes_[slot], /*selector_checked=*/true)) return true;
+                          const int32_t value = nodes_[slot]->topology;
+                          if (value < 0) {
+                            alone.push_back(slot);
+                            return true;
+                          }
+                          auto& nodes = by_topology_[static_cast<size_t>(value)];
+                          if (nodes.empty()) seen.push_back(value);
+                          nodes.push_back(slot);
+                          return true;
+                        });
+    for (int32_t v : seen) {
+      groups.push_back({v, static_cast<int32_t>(by_topology_[static_cast<size_t>(v)].size()), 0,
+                        topology_[static_cast<size_t>(v)].rank});
+    }
+  }
+  // Ties after the counts and the tightness: values by name, then the nodes without the label
+  // in best-fit order.
+  for (size_t i = 0; i < alone.size(); ++i) {
+    groups.push_back({-static_cast<int32_t>(i) - 1, 1, free_of(alone[i]) - k,
+                      static_cast<uint32_t>(topology_.size() + i)});
+  }
+
+  // The GPUs left free on the best `n` nodes of a group: what "tightest" compares.
+  const auto tight = [&](const TopologyGroup& g, int n) -> int64_t {
+    if (g.value < 0) return free_of(alone[static_cast<size_t>(-g.value - 1)]) - k;
+    int64_t sum = 0;
+    if (!counted) {
+      const auto& nodes = by_topology_[static_cast<size_t>(g.value)];
+      for (int i = 0; i < n; ++i) sum += free_of(nodes[static_cast<size_t>(i)]) - k;
+      return sum;
+    }
+    const auto counts = index_.GroupCounts(model, g.value);
+    for (size_t f = static_cast<size_t>(k); f < counts.size() && n > 0; ++f) {
+      int32_t here = counts[f];
+      for (const auto& [value, free] : skipped)
+        here -= value == g.value && free == static_cast<int>(f);
+      const int taken = std::min(n, here);
+      sum += static_cast<int64_t>(taken) * static_cast<int64_t>(f - static_cast<size_t>(k));
+      n -= taken;
+    }
+    return sum;
+  };
+  const auto named_before = [](const TopologyGroup& a, const TopologyGroup& b) {
+    return a.order < b.order;
+  };
+  const auto take = [&](const TopologyGroup& g, int n) {
+    if (g.value < 0) {
+      slots.push_back(alone[static_cast<size_t>(-g.value - 1)]);
       return;
     }
-    slots.insert(slots.end(), groups[next]->begin(), groups[next]->end());
-    ++next;
+    if (!counted) {
+      const auto& nodes = by_topology_[static_cast<size_t>(g.value)];
+      slots.insert(slots.end(), nodes.begin(), nodes.begin() + n);
+      return;
+    }
+    const PlacementIndex::SetId in_value[] = {topology_[static_cast<size_t>(g.value)].set};
+    int left = n;
+    index_.ForEachFitOf(model, k, excluded, PlacementIndex::Room{0, 0, 0, 0}, in_value,
+                        [&](uint32_t slot, int, int) {
+                          slots.push_back(slot);
+                          return --left > 0;
+                        });
+  };
+
+  // Whole groups, the most nodes first (ties: the tightest, then by name), until one holds the
+  // rest: of those, the tightest for the rest, then the smallest, then by name. At most
+  // `wanted` groups are taken whole: only those are put in order.
+  if (!counted) {
+    for (TopologyGroup& g : groups) g.whole = tight(g, g.count);
+  }
+  const auto larger = [&](const TopologyGroup& a, const TopologyGroup& b) {
+    if (a.count != b.count) return a.count > b.count;
+    if (a.whole != b.whole) return a.whole < b.whole;
+    return named_before(a, b);
+  };
+  const auto ordered = std::min(groups.size(), static_cast<size_t>(wanted));
+  std::partial_sort(groups.begin(), groups.begin() + static_cast<std::ptrdiff_t>(ordered),
+                    groups.end(), larger);
+  int rest = wanted;
+  for (size_t next = 0; next < groups.size() && rest > 0; ++next) {
+    // groups[next] is the largest left: when it holds the rest, so may others after it.
+    if (groups[next].count >= rest) {
+      const TopologyGroup* holds = nullptr;
+      int64_t holds_tight = 0;
+      for (size_t i = next; i < groups.size(); ++i) {
+        const TopologyGroup& g = groups[i];
+        if (g.count < rest) continue;
+        const int64_t gt = g.count == rest ? g.whole : tight(g, rest);
+        if (holds == nullptr || gt < holds_tight ||
+            (gt == holds_tight &&
+             (g.count < holds->count || (g.count == holds->count && named_before(g, *holds))))) {
+          holds = &g;
+          holds_tight = gt;
+        }
+      }
+      take(*holds, rest);
+      return;
+    }
+    take(groups[next], groups[next].count);
+    rest -= groups[next].count;
+  }
+}
+
+void SchedulerCore::FirstValueHolding(std::vector<uint32_t>& slots, int n) const {
+  std::vector<int> seen(topology_.size(), 0);
+  for (uint32_t slot : slots) {
+    const int32_t value = nodes_[slot]->topology;
+    if (value < 0 || ++seen[static_cast<size_t>(value)] < n) continue;
+    std::stable_partition(slots.begin(), slots.end(),
+                          [&](uint32_t s) { return nodes_[s]->topology == value; });
+    return;
   }
 }
 
@@ -694,7 +813,10 @@ bool SchedulerCore::HoldForOldest(int prio, Shape& head_shape, PendingReason rea
 const SchedulerCore::Reservation* SchedulerCore::ReserveForGang(Priority p, const Task& t) {
   // The gang's nodes drain as their tasks end: the nodes with the most free GPUs (of one model,
   // large enough for a member) and kept for nobody else, so that it waits the least.
+  // With a topology key, the first value whose nodes in that order hold every member, else
+  // the same nodes as without.
   const int per_node = GpusPerNode(t.spec);
+  const bool topology = !config_.topology_key.empty();
   std::vector<uint32_t>& chosen = gang_slots_;
   for (int m : ModelsFor(t.spec.gpu_model)) {
     chosen.clear();
@@ -704,9 +826,11 @@ const SchedulerCore::Reservation* SchedulerCore::ReserveForGang(Priority p, cons
           PassesFilters(t, *nodes_[slot])) {
         chosen.push_back(slot);
       }
-      return std::ssize(chosen) < t.spec.nodes;
+      return topology || std::ssize(chosen) < t.spec.nodes;
     });
     if (std::ssize(chosen) < t.spec.nodes) continue;
+    if (topology) FirstValueHolding(chosen, t.spec.nodes);
+    chosen.resize(static_cast<size_t>(t.spec.nodes));
     const Reservation* r = nullptr;
     for (uint32_t slot : chosen) r = &Reserve(p, t.id, slot);
     return r;

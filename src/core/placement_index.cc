@@ -155,6 +155,8 @@ void PlacementIndex::Move(int model, Entry e, int old_free, int new_free, const 
   mb.by_free[old_free].Clear(pos, &rooms_);
   rooms_[pos] = room;
   mb.by_free[new_free].Set(pos, &rooms_);
+  CountInGroup(model, e.slot, old_free, -1);
+  CountInGroup(model, e.slot, new_free, 1);
   for (size_t m = 0; m < models_.size(); ++m) {
     if (static_cast<int>(m) != model) RoomChangedWhereHeld(models_[m].by_free, pos, old, rooms_);
   }
@@ -171,6 +173,7 @@ void PlacementIndex::Insert(int model, Entry e, int free, int capacity, Room roo
   auto& mb = Buckets(model, std::max(free, capacity));
   mb.by_free[free].Set(pos, Tracked());
   mb.capacity_counts[capacity]++;
+  CountInGroup(model, e.slot, free, 1);
 }
 
 void PlacementIndex::Erase(int model, Entry e, int free, int capacity) {
@@ -179,6 +182,7 @@ void PlacementIndex::Erase(int model, Entry e, int free, int capacity) {
   auto& mb = Buckets(model, std::max(free, capacity));
   assert(mb.by_free[free].Has(pos));
   mb.by_free[free].Clear(pos, Tracked());
+  CountInGroup(model, e.slot, free, -1);
   auto it = mb.capacity_counts.find(capacity);
   assert(it != mb.capacity_counts.end());
   if (--it->second == 0) mb.capacity_counts.erase(it);
@@ -192,6 +196,50 @@ void PlacementIndex::Move(int model, Entry e, int old_free, int new_free) {
   assert(mb.by_free[old_free].Has(pos));
   mb.by_free[old_free].Clear(pos, Tracked());
   mb.by_free[new_free].Set(pos, Tracked());
+  CountInGroup(model, e.slot, old_free, -1);
+  CountInGroup(model, e.slot, new_free, 1);
+}
+
+void PlacementIndex::CountGroup(int model, GroupId group, int free, int delta) {
+  if (group_counts_.size() <= static_cast<size_t>(model)) group_counts_.resize(model + 1);
+  GroupCountsOf& of = group_counts_[static_cast<size_t>(model)];
+  if (of.stride <= static_cast<size_t>(free)) {
+    // Wider rows: each row's counts move to their place in the new ones.
+    const size_t stride = static_cast<size_t>(free) + 1;
+    const size_t rows = of.stride == 0 ? 0 : of.counts.size() / of.stride;
+    std::vector<int32_t> wider(rows * stride, 0);
+    for (size_t r = 0; r < rows; ++r) {
+      std::copy_n(of.counts.begin() + static_cast<std::ptrdiff_t>(r * of.stride), of.stride,
+                  wider.begin() + static_cast<std::ptrdiff_t>(r * stride));
+    }
+    of.counts = std::move(wider);
+    of.stride = stride;
+  }
+  const size_t at = static_cast<size_t>(group) * of.stride;
+  if (of.counts.size() <= at) of.counts.resize(at + of.stride, 0);
+  of.counts[at + static_cast<size_t>(free)] += delta;
+  assert(of.counts[at + static_cast<size_t>(free)] >= 0);
+}
+
+void PlacementIndex::SetGroup(uint32_t slot, GroupId group) {
+  const GroupId old = slot < group_of_slot_.size() ? group_of_slot_[slot] : kNoGroup;
+  if (old == group) return;
+  if (slot >= group_of_slot_.size()) group_of_slot_.resize(slot + 1, kNoGroup);
+  // A node in the index moves its counts (one bucket per model holds it).
+  if (slot < pos_of_slot_.size() && pos_of_slot_[slot] != kNone) {
+    const uint32_t pos = pos_of_slot_[slot];
+    for (size_t m = 0; m < models_.size(); ++m) {
+      const auto& by_free = models_[m].by_free;
+      for (size_t f = 0; f < by_free.size(); ++f) {
+        if (!by_free[f].Has(pos)) continue;
+        const int model = static_cast<int>(m);
+        if (old != kNoGroup) CountGroup(model, old, static_cast<int>(f), -1);
+        if (group != kNoGroup) CountGroup(model, group, static_cast<int>(f), 1);
+        break;
+      }
+    }
+  }
+  group_of_slot_[slot] = group;
 }
 
 int PlacementIndex::MaxCapacity(int model) const {

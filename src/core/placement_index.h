@@ -104,6 +104,22 @@ class PlacementIndex {
     return std::all_of(sets.begin(), sets.end(), [&](SetId s) { return InSet(s, slot); });
   }
 
+  // Groups of nodes (the values of a topology label): a node is in at most one, by slot,
+  // whether or not it is in the index. Per model and group the index counts the nodes it holds
+  // by their free GPUs, so how many nodes of each group fit k GPUs is known without a walk.
+  using GroupId = int32_t;
+  static constexpr GroupId kNoGroup = -1;
+  void SetGroup(uint32_t slot, GroupId group);
+  // The nodes of `group` in the index with exactly f free GPUs of `model`, by f; shorter than
+  // the model's buckets where the rest are 0 (empty for none).
+  std::span<const int32_t> GroupCounts(int model, GroupId group) const {
+    if (model < 0 || static_cast<size_t>(model) >= group_counts_.size()) return {};
+    const GroupCountsOf& of = group_counts_[static_cast<size_t>(model)];
+    const size_t at = static_cast<size_t>(group) * of.stride;
+    if (group < 0 || at >= of.counts.size()) return {};
+    return {of.counts.data() + at, of.stride};
+  }
+
   // Best fit for k GPUs among `models`: fewest free GPUs that still fit, then lowest node id.
   // Nodes whose slot is in `excluded` (reservations, a handful at most) are skipped.
   std::optional<Fit> FindBestFit(const std::vector<int>& models, int k,
@@ -521,6 +537,20 @@ class PlacementIndex {
   std::vector<Room> rooms_;  // By position.
   std::vector<NodeSet> sets_;
   std::vector<std::vector<SetId>> sets_of_slot_;  // The sets each slot is in.
+  std::vector<GroupId> group_of_slot_;            // kNoGroup past its end.
+  // By model: nodes in the index by group and free GPUs (see GroupCounts), one row of `stride`
+  // counts per group, the rows together so that counting every group reads one array.
+  struct GroupCountsOf {
+    size_t stride = 0;
+    std::vector<int32_t> counts;
+  };
+  std::vector<GroupCountsOf> group_counts_;
+  // The node at `slot` enters (delta 1) or leaves (-1) the count of `free` of its group.
+  void CountInGroup(int model, uint32_t slot, int free, int delta) {
+    if (slot >= group_of_slot_.size() || group_of_slot_[slot] == kNoGroup) return;
+    CountGroup(model, group_of_slot_[slot], free, delta);
+  }
+  void CountGroup(int model, GroupId group, int free, int delta);
   bool tracking_rooms_ = false;
   // Positions [0, ordered_) follow id order; the rest are extras, appended out of order.
   uint32_t ordered_ = 0;

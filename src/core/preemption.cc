@@ -391,6 +391,7 @@ PendingReason SchedulerCore::ReclaimGang(TaskRecord& t, PendingReason why, TimeM
         return std::make_tuple(a.victims.size(), a.own_class, a.lost, a.freed, a.slot) <
                std::make_tuple(b.victims.size(), b.own_class, b.lost, b.freed, b.slot);
       });
+      if (!config_.topology_key.empty()) OneValueFirst(plans, members);
       plans.resize(members);
       std::vector<uint32_t> slots;
       for (const VictimPlan& plan : plans) {
@@ -408,6 +409,42 @@ PendingReason SchedulerCore::ReclaimGang(TaskRecord& t, PendingReason why, TimeM
     }
   }
   return why;
+}
+
+void SchedulerCore::OneValueFirst(std::vector<VictimPlan>& plans, size_t members) {
+  // Plans are in order, best first. A value's cost: the victims, then the work lost, of its
+  // best `members` plans; the cheapest value that has that many wins (ties: by name).
+  struct Cost {
+    size_t plans = 0;
+    size_t victims = 0;
+    int64_t lost = 0;
+  };
+  std::vector<Cost> costs(topology_.size());
+  int32_t best = -1;
+  for (const VictimPlan& plan : plans) {
+    const int32_t value = nodes_[plan.slot]->topology;
+    if (value < 0) continue;
+    Cost& c = costs[static_cast<size_t>(value)];
+    if (c.plans == members) continue;
+    ++c.plans;
+    c.victims += plan.victims.size();
+    c.lost += plan.lost;
+    if (c.plans < members) continue;
+    if (best < 0) {
+      best = value;
+      continue;
+    }
+    const Cost& b = costs[static_cast<size_t>(best)];
+    if (std::tie(c.victims, c.lost) < std::tie(b.victims, b.lost) ||
+        (std::tie(c.victims, c.lost) == std::tie(b.victims, b.lost) &&
+         topology_[static_cast<size_t>(value)].name < topology_[static_cast<size_t>(best)].name)) {
+      best = value;
+    }
+  }
+  if (best < 0) return;
+  std::stable_partition(plans.begin(), plans.end(), [&](const VictimPlan& plan) {
+    return nodes_[plan.slot]->topology == best;
+  });
 }
 
 void SchedulerCore::Preempt(TaskRecord& v, const TaskRecord& t, const NodeState& node,

@@ -19,6 +19,7 @@ SchedulerCore::SchedulerCore(CoreConfig config) : config_(std::move(config)) {
   }
   RebuildQuotaTree();
   last_team_ = 0;
+  if (!config_.topology_key.empty()) unlabelled_set_ = index_.NewSet();
 }
 
 SchedulerCore::~SchedulerCore() = default;

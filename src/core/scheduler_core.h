@@ -495,6 +495,9 @@ class SchedulerCore {
   // nullopt. `victim_class`: only that class's tasks (-1: any).
   std::optional<VictimPlan> PlanVictims(const TaskRecord& t, const NodeState& node, int model,
                                         int victim_class, TimeMicros now);
+  // With a topology key: puts first the plans of the value whose best `members` plans stop the
+  // fewest tasks (then lose the least work; then by name), when a value has that many.
+  void OneValueFirst(std::vector<VictimPlan>& plans, size_t members);
   // Victims stopping for a preemptor: the node they free is kept for it; one that does not
   // confirm within grace + heartbeat_timeout is handled by the node-loss rule.
   struct PendingPreemption {
@@ -620,15 +623,41 @@ class SchedulerCore {
   // distinct placeable nodes, each with room of `model`).
   bool Permit(const Shape& shape, int model, const std::vector<uint32_t>& slots);
   std::vector<uint32_t> gang_slots_;  // Scratch: a gang's nodes.
-  // With a topology key: its values seen on nodes (NodeState::topology indexes them), and the
-  // nodes that fit a gang member, by value, in best-fit order (scratch, empty between gangs).
+  // With a topology key: its values seen on nodes (NodeState::topology indexes them, and is
+  // the node's group in the index), each value's name and label set, and the set of the nodes
+  // without the label.
+  struct TopologyValue {
+    std::string name;
+    PlacementIndex::SetId set = 0;
+    uint32_t rank = 0;  // In name order, once topology_ranked_.
+  };
   absl::flat_hash_map<std::string, int32_t> topology_values_;
+  std::vector<TopologyValue> topology_;
+  bool topology_ranked_ = true;
+  PlacementIndex::SetId unlabelled_set_ = 0;
+  // Scratch for PackByTopology, empty between gangs: the nodes that fit a member by value, in
+  // best-fit order, where the index's counts are not exact (a selector, a filter, CPU or
+  // memory); the groups it weighs; the nodes without the label that fit.
   std::vector<std::vector<uint32_t>> by_topology_;
+  struct TopologyGroup {
+    int32_t value;       // >= 0: a value; < 0: the node without the label at -value - 1 of `alone`.
+    int32_t count;       // Nodes that fit a member.
+    int64_t whole = 0;   // GPUs its nodes that fit would leave free, taken whole.
+    uint32_t order = 0;  // For ties: values by name, then the nodes without the label.
+  };
+  std::vector<TopologyGroup> topology_groups_;
+  std::vector<uint32_t> topology_alone_;
   // The nodes of `model` for the gang at the head of `shape` on the fewest values of the
-  // topology key (ties: best fit) into `slots`; fewer than its members when they do not fit.
+  // topology key into `slots`: one value when one holds it (the tightest: fewest GPUs left free
+  // on the nodes taken; then the fewest nodes that fit; then by name), else the values with the
+  // most nodes that fit, whole, and the one chosen so that holds the rest. A node without the
+  // label is a value of its own. Fewer than its members when they do not fit.
   void PackByTopology(const Shape& shape, const Task& t, int model,
                       const std::vector<uint32_t>& excluded, const SelectorSets& sets,
                       std::vector<uint32_t>& slots);
+  // Puts first, in their order, the nodes of the first value of the topology key that has `n`
+  // of `slots` (which are in order of preference); the order is kept when none has.
+  void FirstValueHolding(std::vector<uint32_t>& slots, int n) const;
   // The lowest gang port no gang holding GPUs uses with its rank 0 on `node`; 0 if none is left.
   int32_t FreeGangPort(const NodeState& node) const;
   void ReclaimBehind(int prio, Shape& shape, TimeMicros now);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <ostream>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -496,6 +497,160 @@ TEST_P(TopologyTest, AGangLargerThanEveryRackStillStartsOnTheFewest) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WithAndWithoutTheKey, TopologyTest, ::testing::Bool());
+
+// The starvation guard and the reclaim keep a gang's nodes in one value of the topology key
+// when one has enough; without the key, the same cases spread it. Racks are given by node.
+class TopologyKeptTest : public GangTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  TopologyKeptTest() : GangTest(Config()) {}
+  static CoreConfig Config() {
+    CoreConfig c = AllBatch();
+    c.max_bypass = 1;
+    if (GetParam()) c.topology_key = "rack";
+    return c;
+  }
+  void Racks(const std::vector<std::string>& racks) {
+    for (size_t i = 0; i < racks.size(); ++i) {
+      ASSERT_TRUE(core_.SetNodeLabels("n" + std::to_string(i + 1), {{"rack", racks[i]}}).ok());
+    }
+  }
+};
+
+TEST_P(TopologyKeptTest, TheGuardKeepsAStarvingGangsNodesInOneRack) {
+  Nodes(4, 8);
+  Racks({"r1", "r1", "r2", "r2"});
+  for (int i = 0; i < 4; ++i) Submit(testing::Spec(Priority::kLow, 5));
+  ASSERT_EQ(Pass().size(), 4u);
+  const TaskNumber gang = Submit(GangSpec(Priority::kLow, 2, 4));
+  Submit(testing::Spec(Priority::kLow, 1));
+  Pass();
+  // The small task took one of n1's GPUs: the most free are n2, n3, n4 (3 each), then n1. The
+  // first two span both racks; r2 is the first rack to have two of them.
+  auto reservations = core_.Reservations();
+  ASSERT_EQ(reservations.size(), 1u);
+  EXPECT_EQ(reservations[0].task, gang);
+  using Nodes = std::vector<std::string>;
+  const Nodes want = GetParam() ? Nodes{"n3", "n4"} : Nodes{"n2", "n3"};
+  EXPECT_EQ(reservations[0].nodes, want);
+}
+
+TEST_P(TopologyKeptTest, AGangTakingGpusBackStopsTasksInOneRack) {
+  CoreConfig c = Config();
+  c.borrowing = true;
+  c.online_percent = 0.5;
+  c.preemption_grace_seconds = 30;
+  c.teams["web"] = {.online = 6, .batch = 0, .max_gpus = -1, .weight = 1};
+  SchedulerCore core(c);
+  // Six nodes of 2 GPUs, one 2-GPU batch task on each; the three youngest (on n4, n5, n6)
+  // borrow the online class's GPUs.
+  std::vector<TaskNumber> fillers;
+  for (int i = 1; i <= 6; ++i) {
+    const std::string id = "n" + std::to_string(i);
+    ASSERT_TRUE(core.RegisterNode(id, "", MakeGpus(2), {}, {}, now_).ok());
+    ASSERT_TRUE(core.SetNodeLabels(id, {{"rack", i <= 4 ? "r1" : "r2"}}).ok());
+  }
+  for (int i = 0; i < 6; ++i) {
+    fillers.push_back(*core.Submit(testing::Spec(Priority::kLow, 2), now_));
+  }
+  core.Schedule(now_);
+  ASSERT_EQ(core.TakeDecisions().size(), 6u);
+  TaskSpec gang = GangSpec(Priority::kHigh, 2, 2);
+  gang.team = "web";
+  const TaskNumber web = *core.Submit(gang, now_);
+  core.Schedule(now_);
+  EXPECT_TRUE(core.CheckInvariants().ok()) << core.CheckInvariants().ToString();
+  // One victim per node either way; best first is n4 then n5 (two racks), while r2 has two.
+  std::vector<std::string> stopped;
+  for (const Decision& d : core.TakeDecisions()) {
+    EXPECT_EQ(d.kind, Kind::kStop);
+    EXPECT_EQ(d.preempted_by, web);
+    stopped.push_back(d.node_id);
+  }
+  std::sort(stopped.begin(), stopped.end());
+  using Nodes = std::vector<std::string>;
+  const Nodes want = GetParam() ? Nodes{"n5", "n6"} : Nodes{"n4", "n5"};
+  EXPECT_EQ(stopped, want);
+  auto reservations = core.Reservations();
+  ASSERT_EQ(reservations.size(), 1u);
+  EXPECT_EQ(reservations[0].nodes, stopped);
+}
+
+INSTANTIATE_TEST_SUITE_P(WithAndWithoutTheKey, TopologyKeptTest, ::testing::Bool());
+
+// With a topology key the core chooses a gang's values from the index's counts when only free
+// GPUs decide, and from a walk over the nodes that fit otherwise (a selector, a filter, CPUs or
+// memory). Both must place every task alike: two cores see the same random cluster (racks of
+// different sizes, nodes without a rack, nodes of 4 and 8 GPUs) and the same random submissions
+// and ends; one core's tasks select a label every node has. A small max_bypass makes the guard
+// keep nodes for waiting gangs, which the counts must leave out.
+TEST(TopologyPathsTest, CountsAndWalkPlaceAlike) {
+  for (uint32_t seed = 1; seed <= testing::Sequences(12); ++seed) {
+    std::mt19937 rng(seed);
+    CoreConfig config;
+    config.online_percent = 0.0;
+    config.topology_key = "rack";
+    config.max_bypass = 2;
+    SchedulerCore counted(config);
+    SchedulerCore walked(config);
+    TimeMicros now = kSec;
+    const int nodes = 20 + static_cast<int>(rng() % 20);
+    for (int i = 0; i < nodes; ++i) {
+      const std::string id = "n" + std::to_string(100 + i);
+      const int gpus = rng() % 3 == 0 ? 4 : 8;
+      Labels labels = {{"all", "yes"}};
+      if (rng() % 8 != 0) labels["rack"] = "r" + std::to_string(rng() % 6);
+      for (SchedulerCore* core : {&counted, &walked}) {
+        ASSERT_TRUE(core->RegisterNode(id, "", MakeGpus(gpus), {}, {}, now).ok());
+        ASSERT_TRUE(core->SetNodeLabels(id, labels).ok());
+      }
+    }
+    std::vector<TaskNumber> live;
+    int gangs_started = 0;
+    for (int step = 0; step < 150; ++step) {
+      now += kSec;
+      if (!live.empty() && rng() % 3 == 0) {
+        // One task ends on every node it holds, in both cores.
+        const size_t pick = rng() % live.size();
+        const Task* t = counted.FindTask(live[pick]);
+        ASSERT_NE(t, nullptr);
+        if (t->status == TaskStatus::kRunning) {
+          for (const NodeAllocation& a : t->allocation) {
+            for (SchedulerCore* core : {&counted, &walked}) {
+              ASSERT_TRUE(core->TaskFinished(a.node_id, {live[pick], true, 0, "", now}, now).ok());
+            }
+          }
+        } else {
+          for (SchedulerCore* core : {&counted, &walked}) {
+            ASSERT_TRUE(core->Cancel(live[pick], now).ok());
+          }
+        }
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(pick));
+      } else {
+        const bool gang = rng() % 2 == 0;
+        TaskSpec spec = gang ? GangSpec(Priority::kLow, 2 + static_cast<int>(rng() % 5),
+                                        1 + static_cast<int>(rng() % 8))
+                             : testing::Spec(Priority::kLow, 1 + static_cast<int>(rng() % 8));
+        const auto a = counted.Submit(spec, now);
+        spec.node_selector = {{"all", "yes"}};
+        const auto b = walked.Submit(spec, now);
+        ASSERT_TRUE(a.ok() && b.ok());
+        ASSERT_EQ(*a, *b);
+        live.push_back(*a);
+      }
+      for (SchedulerCore* core : {&counted, &walked}) {
+        core->Schedule(now);
+        ASSERT_TRUE(core->CheckInvariants().ok()) << core->CheckInvariants().ToString();
+      }
+      const auto d = counted.TakeDecisions();
+      ASSERT_EQ(d, walked.TakeDecisions()) << "seed " << seed << " step " << step;
+      for (const Decision& decision : d) {
+        const Task* t = counted.FindTask(decision.task);
+        if (t != nullptr && t->spec.nodes > 1 && decision.kind == Kind::kStart) ++gangs_started;
+      }
+    }
+    EXPECT_GT(gangs_started, 0) << "seed " << seed;
+  }
+}
 
 }  // namespace
 }  // namespace dgpu::core

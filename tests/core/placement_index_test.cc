@@ -200,6 +200,13 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
         index.PutInSet(set_ids[i], static_cast<uint32_t>(n), in_set[n][i]);
       }
     }
+    // Groups: none or one of five, before the node joins; changed later, in and out of the index.
+    constexpr int kGroups = 5;
+    std::vector<int> group(nodes);
+    for (int n = 0; n < nodes; ++n) {
+      group[n] = static_cast<int>(rng() % (kGroups + 1)) - 1;
+      index.SetGroup(static_cast<uint32_t>(n), group[n]);
+    }
     auto less = [&](int a, int b) { return ranks[a] != ranks[b] ? ranks[a] < ranks[b] : a < b; };
     if (big) {
       for (int n = 0; n < nodes; ++n) {
@@ -216,6 +223,11 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
       const bool with_rooms = rooms_from_start || step > 1000;
       switch (rng() % 6) {
         case 5: {
+          if (rng() % 2 == 0) {
+            group[n] = static_cast<int>(rng() % (kGroups + 1)) - 1;
+            index.SetGroup(static_cast<uint32_t>(n), group[n]);
+            break;
+          }
           const int i = static_cast<int>(rng() % kSets);
           in_set[n][i] = !in_set[n][i];
           index.PutInSet(set_ids[i], static_cast<uint32_t>(n), in_set[n][i]);
@@ -328,6 +340,25 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
           }
           std::sort(listed.begin(), listed.end());
           EXPECT_EQ(listed, fits) << "round " << round << " step " << step;
+          // Each group's nodes in the index, by model and free GPUs.
+          for (int m = 0; m < 3; ++m) {
+            for (int g = 0; g < kGroups; ++g) {
+              std::vector<int32_t> want_counts;
+              for (int i = 0; i < nodes; ++i) {
+                const State& c = state[i];
+                if (!c.in || c.model != m || group[i] != g) continue;
+                if (want_counts.size() <= static_cast<size_t>(c.free)) {
+                  want_counts.resize(c.free + 1, 0);
+                }
+                ++want_counts[c.free];
+              }
+              const auto counts = index.GroupCounts(m, g);
+              std::vector<int32_t> got(counts.begin(), counts.end());
+              while (!got.empty() && got.back() == 0) got.pop_back();
+              EXPECT_EQ(got, want_counts)
+                  << "round " << round << " step " << step << " model " << m << " group " << g;
+            }
+          }
           break;
         }
         case 3: {
