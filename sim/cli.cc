@@ -76,11 +76,15 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   auto* gpus_opt = app.add_option("--gpus-per-node", gpus_per_node, "GPUs per node (default 8)");
   auto* model_opt = app.add_option("--model", model, "GPU model of the nodes (default gpu)");
   app.add_option("--cluster", cluster_path,
-                 "Cluster file: YAML (nodes: [{count, gpus_per_node, model}]) or CSV "
-                 "(count,gpus_per_node,model)")
+                 "Cluster file: YAML (nodes: [{count, gpus_per_node, model, labels}]) or CSV "
+                 "(count,gpus_per_node,model[,key=value;key=value])")
       ->excludes(nodes_opt)
       ->excludes(gpus_opt)
       ->excludes(model_opt);
+  std::string topology_key;
+  app.add_option("--topology-key", topology_key,
+                 "scheduler.topology_key: a node label of the --cluster file (rack); gangs go "
+                 "to the fewest values of it");
   app.add_option("--online-percent", online_percent, "Online (high) quota share, 0..1");
   app.add_option("--max-bypass", max_bypass,
                  "Times the oldest task may be overtaken before its queue holds");
@@ -150,6 +154,7 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   }
   context.sim.borrowing = borrowing;
   context.sim.gangs = gangs == "on";
+  context.sim.topology_key = topology_key;
   if (preemption_grace < 0) {
     return fail(InvalidArgument("--preemption-grace must be a whole number of seconds >= 0"));
   }
@@ -185,7 +190,7 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   } else if (boot_time != 120) {
     return fail(InvalidArgument("--boot-time needs --autoscale"));
   } else if (cluster_path.empty()) {
-    context.cluster.groups.push_back(NodeGroup{nodes, gpus_per_node, model});
+    context.cluster.groups.push_back(NodeGroup{nodes, gpus_per_node, model, {}});
   } else {
     auto cluster = LoadClusterFile(cluster_path);
     if (!cluster.ok()) return fail(cluster.status());

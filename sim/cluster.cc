@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -37,6 +38,37 @@ Status CheckGroup(const NodeGroup& g, const std::string& where) {
                            std::to_string(kMaxGpusPerNode));
   }
   if (g.model.empty()) return InvalidArgument(where + "field 'model': must not be empty");
+  for (const auto& [key, value] : g.labels) {
+    if (std::string why = core::CheckLabelKey(key); !why.empty()) {
+      return InvalidArgument(where + "field 'labels': key '" + key + "' is not valid: " + why);
+    }
+    if (std::string why = core::CheckLabelValue(value); !why.empty()) {
+      return InvalidArgument(where + "field 'labels': " + key + " '" + value +
+                             "' is not valid: " + why);
+    }
+  }
+  return OkStatus();
+}
+
+// `key=value;key=value` (a CSV field).
+Status ParseLabels(std::string_view text, core::Labels& labels, const std::string& where) {
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(';', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = Trim(text.substr(start, end - start));
+    start = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      return InvalidArgument(where + "field 'labels': expected key=value, found '" +
+                             std::string(item) + "'");
+    }
+    const std::string key(Trim(item.substr(0, eq)));
+    if (!labels.emplace(key, std::string(Trim(item.substr(eq + 1)))).second) {
+      return InvalidArgument(where + "field 'labels': key '" + key + "' is given twice");
+    }
+  }
   return OkStatus();
 }
 
@@ -46,6 +78,11 @@ int ClusterSpec::NodeCount() const {
   int n = 0;
   for (const auto& g : groups) n += g.count;
   return n;
+}
+
+bool ClusterSpec::HasLabelKey(const std::string& key) const {
+  return std::any_of(groups.begin(), groups.end(),
+                     [&](const NodeGroup& g) { return g.labels.contains(key); });
 }
 
 int ClusterSpec::TotalGpus() const {
@@ -85,9 +122,11 @@ StatusOr<ClusterSpec> ParseClusterCsv(const std::string& text, const std::string
       start = comma + 1;
     }
     std::string where = name + ":" + std::to_string(line_no) + ": ";
-    if (spec.groups.empty() && f.size() == 3 && f[0] == "count") continue;  // Header.
-    if (f.size() != 3) {
-      return InvalidArgument(where + "expected 'count,gpus_per_node,model', found " +
+    if (spec.groups.empty() && (f.size() == 3 || f.size() == 4) && f[0] == "count") {
+      continue;  // Header.
+    }
+    if (f.size() != 3 && f.size() != 4) {
+      return InvalidArgument(where + "expected 'count,gpus_per_node,model[,labels]', found " +
                              std::to_string(f.size()) + " fields");
     }
     NodeGroup g;
@@ -96,6 +135,9 @@ StatusOr<ClusterSpec> ParseClusterCsv(const std::string& text, const std::string
       return InvalidArgument(where + "field 'gpus_per_node': not an integer");
     }
     g.model = std::string(f[2]);
+    if (f.size() == 4) {
+      if (Status s = ParseLabels(f[3], g.labels, where); !s.ok()) return s;
+    }
     Status s = CheckGroup(g, where);
     if (!s.ok()) return s;
     spec.groups.push_back(std::move(g));
@@ -115,7 +157,8 @@ StatusOr<ClusterSpec> ParseClusterYaml(const std::string& text, const std::strin
     }
     YAML::Node nodes = root["nodes"];
     if (!nodes || !nodes.IsSequence()) {
-      return InvalidArgument(name + ": 'nodes' must be a list of {count, gpus_per_node, model}");
+      return InvalidArgument(name +
+                             ": 'nodes' must be a list of {count, gpus_per_node, model, labels}");
     }
     for (size_t i = 0; i < nodes.size(); ++i) {
       std::string where = name + ": nodes[" + std::to_string(i) + "]: ";
@@ -130,6 +173,17 @@ StatusOr<ClusterSpec> ParseClusterYaml(const std::string& text, const std::strin
           g.gpus_per_node = kv.second.as<int>();
         } else if (key == "model") {
           g.model = kv.second.as<std::string>();
+        } else if (key == "labels") {
+          if (!kv.second.IsMap()) {
+            return InvalidArgument(where + "field 'labels': expected a map of key: value");
+          }
+          for (const auto& label : kv.second) {
+            if (!label.second.IsScalar()) {
+              return InvalidArgument(where + "field 'labels': " + label.first.as<std::string>() +
+                                     ": expected a string");
+            }
+            g.labels[label.first.as<std::string>()] = label.second.as<std::string>();
+          }
         } else {
           return InvalidArgument(where + "unknown key '" + key + "'");
         }

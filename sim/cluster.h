@@ -1,8 +1,10 @@
 // The simulated cluster: groups of identical nodes.
 //
 // Given on the command line (`--nodes N --gpus-per-node G --model M`) or in a file: YAML
-// (`nodes: [{count, gpus_per_node, model}]`) or CSV (`count,gpus_per_node,model` per line, the
-// header optional). Errors name the file, the line (CSV) or entry (YAML) and the field.
+// (`nodes: [{count, gpus_per_node, model, labels}]`, labels a map) or CSV
+// (`count,gpus_per_node,model[,labels]` per line, labels as `key=value;key=value`, the header
+// optional). A group's labels are every one of its nodes' labels (a rack: a group of the nodes
+// in it). Errors name the file, the line (CSV) or entry (YAML) and the field.
 #pragma once
 
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "base/status.h"
 #include "core/autoscale.h"
+#include "core/types.h"
 
 namespace dgpu::sim {
 
@@ -17,6 +20,7 @@ struct NodeGroup {
   int count = 0;
   int gpus_per_node = 0;
   std::string model;
+  core::Labels labels;
 };
 
 struct ClusterSpec {
@@ -24,9 +28,12 @@ struct ClusterSpec {
 
   int NodeCount() const;
   int TotalGpus() const;
+  // Whether some group has a label with this key.
+  bool HasLabelKey(const std::string& key) const;
 };
 
-// Checks counts (>= 1, GPUs per node <= 1024) and non-empty models. InvalidArgument otherwise.
+// Checks counts (>= 1, GPUs per node <= 1024), non-empty models and labels as the agent does.
+// InvalidArgument otherwise.
 Status ValidateCluster(const ClusterSpec& spec);
 
 // Reads a cluster file: CSV when the name ends in ".csv", YAML otherwise.

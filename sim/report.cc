@@ -51,7 +51,9 @@ std::string Format(const char* fmt, ...) {
 Json ResultToJson(const SimResult& r, const RunContext& c) {
   Json cluster = Json::array();
   for (const auto& g : c.cluster.groups) {
-    cluster.push_back({{"count", g.count}, {"gpus_per_node", g.gpus_per_node}, {"model", g.model}});
+    Json group{{"count", g.count}, {"gpus_per_node", g.gpus_per_node}, {"model", g.model}};
+    if (!g.labels.empty()) group["labels"] = g.labels;
+    cluster.push_back(std::move(group));
   }
   Json input{{"trace", c.trace_path},          {"format", std::string(ToString(c.format))},
              {"trace_jobs", c.trace_jobs},     {"teams", c.teams},
@@ -69,6 +71,7 @@ Json ResultToJson(const SimResult& r, const RunContext& c) {
               {"max_bypass", c.sim.max_bypass},
               {"borrowing", c.sim.borrowing},
               {"gangs", c.sim.gangs},
+              {"topology_key", c.sim.topology_key},
               {"preemption_grace_seconds", c.sim.preemption_grace_seconds},
               {"min_runtime_seconds", Seconds(c.sim.min_runtime)},
               {"team_guarantees", c.team_guarantees}};
@@ -110,6 +113,16 @@ Json ResultToJson(const SimResult& r, const RunContext& c) {
                                       static_cast<double>(r.total_gpus) * Seconds(r.makespan))}};
   out["multi_node_tasks"] = r.multi_node_tasks;
   out["multi_node_task_nodes"] = r.multi_node_task_nodes;
+  Json spread = Json::array();
+  for (const auto& s : r.spread) {
+    spread.push_back(
+        {{"key", s.key},
+         {"starts", s.starts},
+         {"mean_values", Ratio(static_cast<double>(s.values), static_cast<double>(s.starts))},
+         {"one_value_fraction",
+          Ratio(static_cast<double>(s.one_value), static_cast<double>(s.starts))}});
+  }
+  out["multi_node_spread"] = spread;
   out["decisions"] = r.decisions;
   out["passes"] = r.passes;
   out["preemptions"] = r.preemptions;
@@ -155,9 +168,10 @@ std::string ResultToText(const SimResult& r, const RunContext& c) {
                 std::string(ToString(r.policy)).c_str(), c.trace_path.c_str(),
                 std::string(ToString(c.format)).c_str(),
                 static_cast<unsigned long long>(c.trace_jobs));
-  out +=
-      Format("cluster   %d nodes, %d GPUs, online_percent %.2f, max_bypass %d, gangs %s\n", r.nodes,
-             r.total_gpus, c.sim.online_percent, c.sim.max_bypass, c.sim.gangs ? "on" : "off");
+  out += Format("cluster   %d nodes, %d GPUs, online_percent %.2f, max_bypass %d, gangs %s%s\n",
+                r.nodes, r.total_gpus, c.sim.online_percent, c.sim.max_bypass,
+                c.sim.gangs ? "on" : "off",
+                c.sim.topology_key.empty() ? "" : (", topology_key " + c.sim.topology_key).c_str());
   out += Format("workload  arrival_scale %g, repeat %d, seed %llu, online teams %zu of %llu\n",
                 c.workload.arrival_scale, c.workload.repeat,
                 static_cast<unsigned long long>(c.workload.seed), c.online_teams.size(),
@@ -206,6 +220,11 @@ std::string ResultToText(const SimResult& r, const RunContext& c) {
   out += Format("%-28s %14llu (%llu nodes)\n", "multi-node tasks",
                 static_cast<unsigned long long>(r.multi_node_tasks),
                 static_cast<unsigned long long>(r.multi_node_task_nodes));
+  for (const auto& s : r.spread) {
+    out += Format("  %-26s %14.2f mean, %.4f of starts on one\n", ("values of " + s.key).c_str(),
+                  Ratio(static_cast<double>(s.values), static_cast<double>(s.starts)),
+                  Ratio(static_cast<double>(s.one_value), static_cast<double>(s.starts)));
+  }
   out += Format("%-28s %14llu in %llu passes\n", "decisions",
                 static_cast<unsigned long long>(r.decisions),
                 static_cast<unsigned long long>(r.passes));

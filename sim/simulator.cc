@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -47,6 +48,11 @@ struct Layout {
   std::vector<std::string> node_ids;
   std::vector<int> model_gpus;  // Total GPUs per model.
   std::vector<int> model_max_node;
+  std::vector<const core::Labels*> node_labels;  // Its group's (the spec outlives the layout).
+  // The label keys of the cluster, sorted, and per key each node's value as a number (-1: the
+  // node has none), for the spread report.
+  std::vector<std::string> label_keys;
+  std::vector<std::vector<int32_t>> node_values;
 
   explicit Layout(const ClusterSpec& spec) {
     const int nodes = spec.NodeCount();
@@ -66,6 +72,22 @@ struct Layout {
         node_gpus.push_back(g.gpus_per_node);
         model_gpus[m] += g.gpus_per_node;
         model_max_node[m] = std::max(model_max_node[m], g.gpus_per_node);
+        node_labels.push_back(&g.labels);
+      }
+    }
+    std::set<std::string> keys;
+    for (const auto& g : spec.groups) {
+      for (const auto& [key, value] : g.labels) keys.insert(key);
+    }
+    label_keys.assign(keys.begin(), keys.end());
+    for (const std::string& key : label_keys) {
+      std::map<std::string, int32_t> numbers;
+      auto& values = node_values.emplace_back(node_ids.size(), -1);
+      for (size_t n = 0; n < node_ids.size(); ++n) {
+        auto it = node_labels[n]->find(key);
+        if (it == node_labels[n]->end()) continue;
+        values[n] =
+            numbers.try_emplace(it->second, static_cast<int32_t>(numbers.size())).first->second;
       }
     }
   }
@@ -76,6 +98,41 @@ struct Layout {
     if (ec != std::errc() || id.compare(0, 5, "node-") != 0) Fatal("unknown node " + id);
     return index;
   }
+};
+
+// How multi-node starts spread over the values of each label key (SimResult::spread).
+class SpreadCounter {
+ public:
+  explicit SpreadCounter(const Layout& layout) : layout_(layout) {
+    for (const std::string& key : layout.label_keys) spread_.push_back({key});
+  }
+  // A start on these nodes (distinct node indices).
+  template <typename Nodes>
+  void Add(const Nodes& nodes) {
+    for (size_t k = 0; k < spread_.size(); ++k) {
+      values_.clear();
+      int alone = 0;
+      for (const auto node : nodes) {
+        const int32_t v = layout_.node_values[k][static_cast<size_t>(node)];
+        if (v < 0) {
+          ++alone;
+        } else if (std::find(values_.begin(), values_.end(), v) == values_.end()) {
+          values_.push_back(v);
+        }
+      }
+      const uint64_t distinct = values_.size() + static_cast<uint64_t>(alone);
+      SimResult::Spread& s = spread_[k];
+      ++s.starts;
+      s.values += distinct;
+      s.one_value += distinct == 1 ? 1 : 0;
+    }
+  }
+  const std::vector<SimResult::Spread>& spread() const { return spread_; }
+
+ private:
+  const Layout& layout_;
+  std::vector<SimResult::Spread> spread_;
+  std::vector<int32_t> values_;
 };
 
 // What a workload model string matches in the cluster: the core's rule (core::MatchGpuModels).
@@ -308,6 +365,10 @@ class Fleet {
       gpus[g].model = layout_.models[layout_.node_model[node]];
     }
     Check(core_.RegisterNode(layout_.node_ids[node], "", gpus, {}, {}, now), "RegisterNode");
+    if (!layout_.node_labels[node]->empty()) {
+      Check(core_.SetNodeLabels(layout_.node_ids[node], *layout_.node_labels[node]),
+            "SetNodeLabels");
+    }
     free_.Add(layout_.node_model[node], layout_.node_gpus[node]);
     state_[node] = State::kUp;
     since_[node] = since;
@@ -347,6 +408,7 @@ class CoreEngine {
              const SimOptions& options, const TeamLimitsMap& teams)
       : core_(MakeConfig(options, teams)),
         layout_(layout),
+        spread_(layout),
         workload_(w),
         demand_(demand),
         free_(layout),
@@ -363,6 +425,9 @@ class CoreEngine {
         gpus[g].model = layout.models[layout.node_model[i]];
       }
       Check(core_.RegisterNode(layout.node_ids[i], "", gpus, {}, {}, 0), "RegisterNode");
+      if (!layout.node_labels[i]->empty()) {
+        Check(core_.SetNodeLabels(layout.node_ids[i], *layout.node_labels[i]), "SetNodeLabels");
+      }
     }
     spec_.command = "sim";
     task_job_.reserve(w.jobs.size());
@@ -429,6 +494,13 @@ class CoreEngine {
       free_.Add(layout_.node_model[c.node], -core::GpusPerNode(c.record->spec));
       if (fleet_) fleet_->TaskStarted(c.node);
       if (gang) ++gang_starts_;
+      if (gang && rank0 && !layout_.label_keys.empty()) {
+        spread_nodes_.clear();
+        for (const core::NodeAllocation& na : c.record->allocation) {
+          spread_nodes_.push_back(Layout::NodeIndex(na.node_id));
+        }
+        spread_.Add(spread_nodes_);
+      }
       if (rank0) started(c);
     }
   }
@@ -521,6 +593,7 @@ class CoreEngine {
   uint64_t passes() const { return core_.stats().passes; }
   uint64_t multi_node_tasks() const { return core_.stats().gang_starts; }
   uint64_t multi_node_task_nodes() const { return gang_starts_; }
+  const std::vector<SimResult::Spread>& spread() const { return spread_.spread(); }
 
  private:
   static core::CoreConfig MakeConfig(const SimOptions& options, const TeamLimitsMap& teams) {
@@ -533,11 +606,14 @@ class CoreEngine {
     config.preemption_grace_seconds = options.preemption_grace_seconds;
     config.min_runtime = options.min_runtime;
     config.teams = teams;
+    config.topology_key = options.topology_key;
     return config;
   }
 
   core::SchedulerCore core_;
   const Layout& layout_;
+  SpreadCounter spread_;
+  std::vector<int> spread_nodes_;  // Reused by every gang's start.
   const Workload& workload_;
   const std::vector<Demand>& demand_;
   FreeGpus free_;
@@ -566,6 +642,7 @@ class OriginalEngine {
   OriginalEngine(const Layout& layout, const Workload& w, const std::vector<Demand>& demand,
                  const SimOptions& options)
       : layout_(layout),
+        spread_(layout),
         workload_(w),
         demand_(demand),
         free_(layout),
@@ -661,6 +738,7 @@ class OriginalEngine {
   uint64_t passes() const { return passes_; }
   uint64_t multi_node_tasks() const { return multi_node_tasks_; }
   uint64_t multi_node_task_nodes() const { return multi_node_task_nodes_; }
+  const std::vector<SimResult::Spread>& spread() const { return spread_.spread(); }
 
  private:
   struct ShapeQueue {
@@ -723,10 +801,14 @@ class OriginalEngine {
     if (span > 1) {
       ++multi_node_tasks_;
       multi_node_task_nodes_ += static_cast<uint64_t>(span);
+      if (!layout_.label_keys.empty()) {
+        spread_.Add(std::span<const uint32_t>(nodes_scratch_.data(), static_cast<size_t>(span)));
+      }
     }
   }
 
   const Layout& layout_;
+  SpreadCounter spread_;
   const Workload& workload_;
   const std::vector<Demand>& demand_;
   FreeGpus free_;
@@ -960,6 +1042,7 @@ void RunLoop(Engine& engine, const Workload& w, const Layout& layout,
   r.passes = engine.passes();
   r.multi_node_tasks = engine.multi_node_tasks();
   r.multi_node_task_nodes = engine.multi_node_task_nodes();
+  r.spread = engine.spread();
 
   const size_t team_slots = w.teams.size() * core::kPriorityCount;
   std::vector<TimeMicros> delays[core::kPriorityCount + 1];
@@ -1068,7 +1151,7 @@ std::string_view ToString(TeamGuarantees g) {
 ClusterSpec AutoscaleCluster(const core::AutoscaleSettings& settings) {
   ClusterSpec spec;
   for (const auto& g : settings.groups)
-    spec.groups.push_back({g.max_nodes, g.gpus_per_node, g.model});
+    spec.groups.push_back({g.max_nodes, g.gpus_per_node, g.model, {}});
   return spec;
 }
 
@@ -1091,6 +1174,18 @@ StatusOr<SimResult> Simulate(const Workload& workload, const ClusterSpec& cluste
   }
   Status valid = ValidateCluster(cluster);
   if (!valid.ok()) return valid;
+  if (!options.topology_key.empty()) {
+    if (options.policy != Policy::kDgpu)
+      return InvalidArgument("--topology-key needs --policy dgpu");
+    if (std::string why = core::CheckLabelKey(options.topology_key); !why.empty()) {
+      return InvalidArgument("--topology-key '" + options.topology_key + "' is not valid: " + why);
+    }
+    if (!cluster.HasLabelKey(options.topology_key)) {
+      return InvalidArgument("--topology-key " + options.topology_key +
+                             ": no node group of the cluster has that label (give them labels "
+                             "in a --cluster file)");
+    }
+  }
   if (options.autoscale) {
     if (options.policy != Policy::kDgpu) return InvalidArgument("--autoscale needs --policy dgpu");
     if (options.autoscale->boot_time < 0)

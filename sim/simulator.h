@@ -58,6 +58,9 @@ struct SimOptions {
   // Jobs larger than a node run as gangs (see above); false: they are rejected, as before gangs
   // existed (for figures comparable with those).
   bool gangs = true;
+  // The core's scheduler.topology_key (policy dgpu): a label key some node group of the
+  // cluster has. Empty: gangs by best fit alone.
+  std::string topology_key;
 
   // Teams, borrowing and preemption (policy dgpu only): the core's settings of the same names.
   bool borrowing = false;
@@ -131,6 +134,16 @@ struct SimResult {
   // nodes they span in total.
   uint64_t multi_node_tasks = 0;
   uint64_t multi_node_task_nodes = 0;
+  // Per label key of the cluster (in key order), how those starts spread over its values: the
+  // distinct values among each start's nodes (a node without the key is a value of its own),
+  // summed, and the starts on one value.
+  struct Spread {
+    std::string key;
+    uint64_t starts = 0;
+    uint64_t values = 0;
+    uint64_t one_value = 0;
+  };
+  std::vector<Spread> spread;
 
   uint64_t decisions = 0;  // Start decisions (a restart after a preemption is one more).
   uint64_t passes = 0;     // Scheduling passes (= distinct event timestamps).

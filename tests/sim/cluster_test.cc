@@ -46,6 +46,46 @@ TEST(ClusterTest, YamlUnknownKeyIsAnError) {
   EXPECT_THAT(spec.status().message(), HasSubstr("nodes[0]: unknown key 'gpus'"));
 }
 
+TEST(ClusterTest, LabelsInYamlAndCsv) {
+  auto yaml = ParseClusterYaml(
+      "nodes:\n  - {count: 2, gpus_per_node: 8, model: A100, labels: {rack: r1, ib: 'yes'}}\n"
+      "  - {count: 1, gpus_per_node: 8, model: A100}\n",
+      "c.yaml");
+  ASSERT_TRUE(yaml.ok()) << yaml.status().ToString();
+  EXPECT_EQ(yaml->groups[0].labels, (core::Labels{{"ib", "yes"}, {"rack", "r1"}}));
+  EXPECT_TRUE(yaml->groups[1].labels.empty());
+  EXPECT_TRUE(yaml->HasLabelKey("rack"));
+  EXPECT_FALSE(yaml->HasLabelKey("zone"));
+  auto csv = ParseClusterCsv(
+      "count,gpus_per_node,model,labels\n2,8,A100,rack=r1; ib=yes\n1,8,A100\n", "c.csv");
+  ASSERT_TRUE(csv.ok()) << csv.status().ToString();
+  EXPECT_EQ(csv->groups[0].labels, yaml->groups[0].labels);
+  EXPECT_TRUE(csv->groups[1].labels.empty());
+}
+
+TEST(ClusterTest, BadLabelsNameTheEntryAndTheLabel) {
+  auto yaml = ParseClusterYaml(
+      "nodes:\n  - {count: 2, gpus_per_node: 8, model: A100, labels: {rack: 'r 1'}}\n", "c.yaml");
+  ASSERT_FALSE(yaml.ok());
+  EXPECT_EQ(yaml.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(yaml.status().message(), HasSubstr("c.yaml: nodes[0]: field 'labels': rack 'r 1'"));
+  yaml = ParseClusterYaml("nodes:\n  - {count: 2, gpus_per_node: 8, model: A, labels: [r1]}\n",
+                          "c.yaml");
+  ASSERT_FALSE(yaml.ok());
+  EXPECT_THAT(yaml.status().message(), HasSubstr("nodes[0]: field 'labels': expected a map"));
+  auto csv = ParseClusterCsv("2,8,A100,rack=r1;rack=r2\n", "c.csv");
+  ASSERT_FALSE(csv.ok());
+  EXPECT_THAT(csv.status().message(),
+              HasSubstr("c.csv:1: field 'labels': key 'rack' is given twice"));
+  csv = ParseClusterCsv("1,8,A100\n2,8,A100,rack\n", "c.csv");
+  ASSERT_FALSE(csv.ok());
+  EXPECT_THAT(csv.status().message(),
+              HasSubstr("c.csv:2: field 'labels': expected key=value, found 'rack'"));
+  csv = ParseClusterCsv("2,8,A100,-rack=r1\n", "c.csv");
+  ASSERT_FALSE(csv.ok());
+  EXPECT_THAT(csv.status().message(), HasSubstr("c.csv:1: field 'labels': key '-rack'"));
+}
+
 TEST(ClusterTest, LoadPicksParserByExtension) {
   auto csv = LoadClusterFile(testing_util::WriteTempFile("c.csv", "1,4,V100\n"));
   ASSERT_TRUE(csv.ok()) << csv.status().ToString();

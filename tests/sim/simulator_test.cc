@@ -133,6 +133,52 @@ TEST(SimulatorTest, JobsLargerThanANodeRunAsGangsAndOnlyWhatNoClusterHoldsIsReje
   EXPECT_EQ(r.json["config"]["gangs"], false);
 }
 
+// --topology-key: node-0 is rack r1, node-1 and node-2 rack r2 (4 GPUs each). An 8-GPU job is
+// a gang of 2 x 4: best fit takes the first two free nodes (node-0 and node-1, two racks), the
+// key takes r2's two. The spread is reported per label key of the cluster either way.
+TEST(SimulatorTest, TopologyKeyPacksAGangIntoOneRackAndTheSpreadIsReported) {
+  const std::string cluster = WriteTempFile(
+      "racks.yaml",
+      "nodes:\n  - {count: 1, gpus_per_node: 4, model: V100, labels: {rack: r1}}\n"
+      "  - {count: 2, gpus_per_node: 4, model: V100, labels: {rack: r2, ib: 'yes'}}\n");
+  const std::string trace = WriteTempFile("t.csv", std::string(kGenericHeader) + "0,10,8,low,,t\n");
+  for (const bool key : {false, true}) {
+    std::vector<std::string> args = {"--trace",          trace, "--cluster", cluster,
+                                     "--online-percent", "0",   "--json"};
+    if (key) args.insert(args.end(), {"--topology-key", "rack"});
+    SimRun r = RunSim(args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.json["multi_node_tasks"], 1);
+    EXPECT_EQ(r.json["config"]["topology_key"], key ? "rack" : "");
+    EXPECT_EQ(r.json["config"]["node_groups"][0]["labels"], (Json{{"rack", "r1"}}));
+    const Json& spread = r.json["multi_node_spread"];
+    ASSERT_EQ(spread.size(), 2u);
+    // ib: node-1 and node-2 have it, node-0 does not (a value of its own).
+    EXPECT_EQ(spread[0]["key"], "ib");
+    EXPECT_DOUBLE_EQ(spread[0]["mean_values"], key ? 1.0 : 2.0);
+    EXPECT_EQ(spread[1]["key"], "rack");
+    EXPECT_EQ(spread[1]["starts"], 1);
+    EXPECT_DOUBLE_EQ(spread[1]["mean_values"], key ? 1.0 : 2.0);
+    EXPECT_DOUBLE_EQ(spread[1]["one_value_fraction"], key ? 1.0 : 0.0);
+  }
+  SimRun text = RunSim(
+      {"--trace", trace, "--cluster", cluster, "--online-percent", "0", "--topology-key", "rack"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("gangs on, topology_key rack\n"));
+  EXPECT_THAT(
+      text.out,
+      HasSubstr("values of rack                       1.00 mean, 1.0000 of starts on one\n"));
+
+  SimRun bad = RunSim({"--trace", trace, "--cluster", cluster, "--topology-key", "zone"});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err,
+              HasSubstr("--topology-key zone: no node group of the cluster has that label"));
+  bad = RunSim(
+      {"--trace", trace, "--cluster", cluster, "--topology-key", "rack", "--policy", "original"});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("--topology-key needs --policy dgpu"));
+}
+
 // The core's model rule (core::MatchGpuModels) decides what a job's model selects: an exact name
 // ignoring case ("a100" is the 2-GPU A100 node only, so 4 GPUs exceed it), else a substring
 // ("v100" selects both V100 nodes, the larger of which has 8 GPUs).
