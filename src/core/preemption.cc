@@ -411,7 +411,7 @@ PendingReason SchedulerCore::ReclaimGang(TaskRecord& t, PendingReason why, TimeM
   return why;
 }
 
-void SchedulerCore::OneValueFirst(std::vector<VictimPlan>& plans, size_t members) {
+void SchedulerCore::OneValueFirst(std::vector<VictimPlan>& plans, size_t members) const {
   // Plans are in order, best first. A value's cost: the victims, then the work lost, of its
   // best `members` plans; the cheapest value that has that many wins (ties: by name).
   struct Cost {

@@ -497,7 +497,7 @@ class SchedulerCore {
                                         int victim_class, TimeMicros now);
   // With a topology key: puts first the plans of the value whose best `members` plans stop the
   // fewest tasks (then lose the least work; then by name), when a value has that many.
-  void OneValueFirst(std::vector<VictimPlan>& plans, size_t members);
+  void OneValueFirst(std::vector<VictimPlan>& plans, size_t members) const;
   // Victims stopping for a preemptor: the node they free is kept for it; one that does not
   // confirm within grace + heartbeat_timeout is handled by the node-loss rule.
   struct PendingPreemption {

@@ -498,6 +498,27 @@ TEST_P(TopologyTest, AGangLargerThanEveryRackStillStartsOnTheFewest) {
 
 INSTANTIATE_TEST_SUITE_P(WithAndWithoutTheKey, TopologyTest, ::testing::Bool());
 
+// The tightest rack is judged on the nodes the gang would take: r1's two exact fits leave
+// nothing free (its 8-GPU node is not taken), r2's nodes of 4 and 5 GPUs leave one. Counting
+// every fitting node of r1 would make r2 look tighter.
+TEST(TopologyTightTest, OnlyTheNodesTakenCountTowardsTheTightest) {
+  CoreConfig config;
+  config.online_percent = 0.0;
+  config.topology_key = "rack";
+  SchedulerCore core(config);
+  const std::vector<std::tuple<std::string, int, std::string>> nodes = {
+      {"x1", 4, "r1"}, {"x2", 4, "r1"}, {"x3", 8, "r1"}, {"y1", 4, "r2"}, {"y2", 5, "r2"}};
+  for (const auto& [id, gpus, rack] : nodes) {
+    ASSERT_TRUE(core.RegisterNode(id, "", MakeGpus(gpus), {}, {}, kSec).ok());
+    ASSERT_TRUE(core.SetNodeLabels(id, {{"rack", rack}}).ok());
+  }
+  const TaskNumber id = *core.Submit(GangSpec(Priority::kLow, 2, 4), kSec);
+  core.Schedule(kSec);
+  std::vector<std::string> placed;
+  for (const NodeAllocation& a : core.FindTask(id)->allocation) placed.push_back(a.node_id);
+  EXPECT_EQ(placed, (std::vector<std::string>{"x1", "x2"}));
+}
+
 // The starvation guard and the reclaim keep a gang's nodes in one value of the topology key
 // when one has enough; without the key, the same cases spread it. Racks are given by node.
 class TopologyKeptTest : public GangTest, public ::testing::WithParamInterface<bool> {
