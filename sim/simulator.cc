@@ -135,6 +135,20 @@ class SpreadCounter {
   std::vector<int32_t> values_;
 };
 
+// Registers node `node` of the layout with the core, with its GPUs and its group's labels.
+void RegisterLayoutNode(core::SchedulerCore& core, const Layout& layout, size_t node,
+                        TimeMicros now) {
+  std::vector<core::GpuInfo> gpus(layout.node_gpus[node]);
+  for (int g = 0; g < layout.node_gpus[node]; ++g) {
+    gpus[g].index = g;
+    gpus[g].model = layout.models[layout.node_model[node]];
+  }
+  Check(core.RegisterNode(layout.node_ids[node], "", gpus, {}, {}, now), "RegisterNode");
+  if (!layout.node_labels[node]->empty()) {
+    Check(core.SetNodeLabels(layout.node_ids[node], *layout.node_labels[node]), "SetNodeLabels");
+  }
+}
+
 // What a workload model string matches in the cluster: the core's rule (core::MatchGpuModels).
 struct Demand {
   std::vector<int> models;
@@ -359,16 +373,7 @@ class Fleet {
   }
   // The node registers now; provisioned since `since`.
   void Up(uint32_t node, TimeMicros now, TimeMicros since) {
-    std::vector<core::GpuInfo> gpus(layout_.node_gpus[node]);
-    for (int g = 0; g < layout_.node_gpus[node]; ++g) {
-      gpus[g].index = g;
-      gpus[g].model = layout_.models[layout_.node_model[node]];
-    }
-    Check(core_.RegisterNode(layout_.node_ids[node], "", gpus, {}, {}, now), "RegisterNode");
-    if (!layout_.node_labels[node]->empty()) {
-      Check(core_.SetNodeLabels(layout_.node_ids[node], *layout_.node_labels[node]),
-            "SetNodeLabels");
-    }
+    RegisterLayoutNode(core_, layout_, node, now);
     free_.Add(layout_.node_model[node], layout_.node_gpus[node]);
     state_[node] = State::kUp;
     since_[node] = since;
@@ -419,15 +424,7 @@ class CoreEngine {
         core_teams_(options.borrowing || options.team_guarantees != TeamGuarantees::kNone) {
     // With autoscaling the fleet registers nodes as they come up.
     for (size_t i = 0; !options.autoscale && i < layout.node_ids.size(); ++i) {
-      std::vector<core::GpuInfo> gpus(layout.node_gpus[i]);
-      for (int g = 0; g < layout.node_gpus[i]; ++g) {
-        gpus[g].index = g;
-        gpus[g].model = layout.models[layout.node_model[i]];
-      }
-      Check(core_.RegisterNode(layout.node_ids[i], "", gpus, {}, {}, 0), "RegisterNode");
-      if (!layout.node_labels[i]->empty()) {
-        Check(core_.SetNodeLabels(layout.node_ids[i], *layout.node_labels[i]), "SetNodeLabels");
-      }
+      RegisterLayoutNode(core_, layout, i, 0);
     }
     spec_.command = "sim";
     task_job_.reserve(w.jobs.size());
