@@ -25,6 +25,7 @@ import dgpu_proc as dp
 TASKS = int(os.environ.get("DGPU_STATE_TASKS", "150000"))
 FILES = 3  # File versions checked.
 MIN_WRITE_SECONDS = 0.5  # Shorter writes leave nothing to measure.
+SHUTDOWN_SECONDS = 60
 
 def parse_time(text):
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
@@ -33,7 +34,11 @@ def parse_time(text):
 class StateFileTest(unittest.TestCase):
     def setUp(self):
         self.tmp = dp.TempDir("dgpu-state-")
-        self.sched = dp.Scheduler(self.tmp.path, scheduler={"snapshot_interval": "100ms"},
+        # The final file is written only when the last periodic write says it fits in
+        # shutdown_timeout; a write here takes seconds on a slow machine, so the time is ample.
+        self.sched = dp.Scheduler(self.tmp.path,
+                                  scheduler={"snapshot_interval": "100ms",
+                                             "shutdown_timeout": "%ds" % SHUTDOWN_SECONDS},
                                   logging={"level": "warn"})
         self.clients = []
 
@@ -140,7 +145,9 @@ class StateFileTest(unittest.TestCase):
                             "GET /api/v1/quota took %.3fs while a %.2fs write ran"
                             % (max(during), end - begin))
 
-        self.assertEqual(self.sched.stop(), 0)
+        self.assertEqual(self.sched.stop(timeout=SHUTDOWN_SECONDS + 15), 0)
+        self.assertEqual([line for line in self.sched.log().splitlines()
+                          if "final state snapshot" in line], [])
         with open(self.state_path()) as f:
             final = json.load(f)
         self.assertEqual(len(final["tasks"]), TASKS + len(submit.acked))
