@@ -6,6 +6,7 @@
 // GPUs' share): 1, three quarters of the share; 2, one CPU more than the share (8-GPU tasks:
 // the whole node's 64).
 // BM_DecisionSelector: BM_Decision on nodes in 12 racks, half the tasks selecting one.
+// BM_DecisionNvlink: BM_Decision on nodes whose GPUs are in two NVLink groups of 4.
 // BM_ExplainPending: why a pending task waits, every node looked at (GET /tasks/{id}).
 // BM_GangDecision: one gang of M members x 8 GPUs placed whole and ended, on that cluster.
 // BM_GangDecisionTopology: the same with scheduler.topology_key, nodes in R racks.
@@ -35,6 +36,13 @@ namespace {
 std::vector<GpuInfo> Gpus8() {
   std::vector<GpuInfo> g;
   for (int i = 0; i < 8; ++i) g.push_back({i, "A100", 81920, "", true, ""});
+  return g;
+}
+
+// Gpus8 in two NVLink groups: 0-3 and 4-7.
+std::vector<GpuInfo> LinkedGpus8() {
+  std::vector<GpuInfo> g = Gpus8();
+  for (int i = 0; i < 8; ++i) g[static_cast<size_t>(i)].link_group = i / 4;
   return g;
 }
 
@@ -80,9 +88,9 @@ CoreConfig HalfOnlineConfig(bool record) {
 // 1, 2, 4 and 8 GPUs (`running`: each task and its node, in start order).
 void FillHalf(SchedulerCore& core, int nodes, std::mt19937& rng,
               std::deque<std::pair<TaskNumber, std::string>>& running,
-              const NodeResources& resources = {}) {
+              const NodeResources& resources = {}, const std::vector<GpuInfo>& gpus = Gpus8()) {
   for (int i = 0; i < nodes; ++i) {
-    (void)core.RegisterNode(NodeName(i), "", Gpus8(), resources, {}, {}, 0);
+    (void)core.RegisterNode(NodeName(i), "", gpus, resources, {}, {}, 0);
   }
   int64_t filled = 0;
   while (filled < nodes * 8 / 2) {
@@ -161,6 +169,21 @@ BENCHMARK(BM_Decision)
     ->Args({10000, 1, 0})
     ->Args({10000, 0, 1})
     ->Args({10000, 0, 2})
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true)
+    ->Unit(benchmark::kNanosecond);
+
+void BM_DecisionNvlink(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  SchedulerCore core(HalfOnlineConfig(/*record=*/false));
+  std::mt19937 rng(42);
+  std::deque<std::pair<TaskNumber, std::string>> running;
+  FillHalf(core, nodes, rng, running, {}, LinkedGpus8());
+  DecisionLoop(state, core, rng, running, /*record=*/false, [](TaskSpec&, int) {});
+}
+BENCHMARK(BM_DecisionNvlink)
+    ->ArgNames({"nodes"})
+    ->Arg(10000)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true)
     ->Unit(benchmark::kNanosecond);

@@ -85,6 +85,11 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   app.add_option("--topology-key", topology_key,
                  "scheduler.topology_key: a node label of the --cluster file (rack); gangs go "
                  "to the fewest values of it");
+  std::string nvlink = "on";
+  app.add_option("--nvlink", nvlink,
+                 "on: the core places by the --cluster file's NVLink groups (default); off: it "
+                 "is not told of them (the report still counts placements split over groups)")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--online-percent", online_percent, "Online (high) quota share, 0..1");
   app.add_option("--max-bypass", max_bypass,
                  "Times the oldest task may be overtaken before its queue holds");
@@ -155,6 +160,7 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   context.sim.borrowing = borrowing;
   context.sim.gangs = gangs == "on";
   context.sim.topology_key = topology_key;
+  context.sim.nvlink = nvlink == "on";
   if (preemption_grace < 0) {
     return fail(InvalidArgument("--preemption-grace must be a whole number of seconds >= 0"));
   }

@@ -47,6 +47,9 @@ Status CheckGroup(const NodeGroup& g, const std::string& where) {
                              "' is not valid: " + why);
     }
   }
+  if (std::string why = core::CheckLinkGroups(g.nvlink_groups, g.gpus_per_node); !why.empty()) {
+    return InvalidArgument(where + "field 'nvlink_groups': " + why);
+  }
   return OkStatus();
 }
 
@@ -83,6 +86,11 @@ int ClusterSpec::NodeCount() const {
 bool ClusterSpec::HasLabelKey(const std::string& key) const {
   return std::any_of(groups.begin(), groups.end(),
                      [&](const NodeGroup& g) { return g.labels.contains(key); });
+}
+
+bool ClusterSpec::HasNvlinkGroups() const {
+  return std::any_of(groups.begin(), groups.end(),
+                     [](const NodeGroup& g) { return !g.nvlink_groups.empty(); });
 }
 
 int ClusterSpec::TotalGpus() const {
@@ -158,7 +166,8 @@ StatusOr<ClusterSpec> ParseClusterYaml(const std::string& text, const std::strin
     YAML::Node nodes = root["nodes"];
     if (!nodes || !nodes.IsSequence()) {
       return InvalidArgument(name +
-                             ": 'nodes' must be a list of {count, gpus_per_node, model, labels}");
+                             ": 'nodes' must be a list of {count, gpus_per_node, model, "
+                             "labels, nvlink_groups}");
     }
     for (size_t i = 0; i < nodes.size(); ++i) {
       std::string where = name + ": nodes[" + std::to_string(i) + "]: ";
@@ -183,6 +192,20 @@ StatusOr<ClusterSpec> ParseClusterYaml(const std::string& text, const std::strin
                                      ": expected a string");
             }
             g.labels[label.first.as<std::string>()] = label.second.as<std::string>();
+          }
+        } else if (key == "nvlink_groups") {
+          if (!kv.second.IsSequence()) {
+            return InvalidArgument(where +
+                                   "field 'nvlink_groups': expected a list of lists of GPU "
+                                   "indices ([[0, 1], [2, 3]])");
+          }
+          for (const auto& group : kv.second) {
+            if (!group.IsSequence()) {
+              return InvalidArgument(where +
+                                     "field 'nvlink_groups': a group must be a list of GPU "
+                                     "indices");
+            }
+            g.nvlink_groups.push_back(group.as<std::vector<int>>());
           }
         } else {
           return InvalidArgument(where + "unknown key '" + key + "'");

@@ -1,7 +1,8 @@
 // The simulated cluster: groups of identical nodes.
 //
 // Given on the command line (`--nodes N --gpus-per-node G --model M`) or in a file: YAML
-// (`nodes: [{count, gpus_per_node, model, labels}]`, labels a map) or CSV
+// (`nodes: [{count, gpus_per_node, model, labels, nvlink_groups}]`, labels a map, NVLink groups
+// lists of GPU indices) or CSV
 // (`count,gpus_per_node,model[,labels]` per line, labels as `key=value;key=value`, the header
 // optional). A group's labels are every one of its nodes' labels (a rack: a group of the nodes
 // in it). Errors name the file, the line (CSV) or entry (YAML) and the field.
@@ -21,6 +22,9 @@ struct NodeGroup {
   int gpus_per_node = 0;
   std::string model;
   core::Labels labels;
+  // Its nodes' GPUs joined by NVLink, as lists of GPU indices (YAML `nvlink_groups`); empty:
+  // none.
+  std::vector<std::vector<int>> nvlink_groups;
 };
 
 struct ClusterSpec {
@@ -30,6 +34,8 @@ struct ClusterSpec {
   int TotalGpus() const;
   // Whether some group has a label with this key.
   bool HasLabelKey(const std::string& key) const;
+  // Whether some group has NVLink groups.
+  bool HasNvlinkGroups() const;
 };
 
 // Checks counts (>= 1, GPUs per node <= 1024), non-empty models and labels as the agent does.

@@ -53,6 +53,7 @@ Json ResultToJson(const SimResult& r, const RunContext& c) {
   for (const auto& g : c.cluster.groups) {
     Json group{{"count", g.count}, {"gpus_per_node", g.gpus_per_node}, {"model", g.model}};
     if (!g.labels.empty()) group["labels"] = g.labels;
+    if (!g.nvlink_groups.empty()) group["nvlink_groups"] = g.nvlink_groups;
     cluster.push_back(std::move(group));
   }
   Json input{{"trace", c.trace_path},          {"format", std::string(ToString(c.format))},
@@ -72,6 +73,7 @@ Json ResultToJson(const SimResult& r, const RunContext& c) {
               {"borrowing", c.sim.borrowing},
               {"gangs", c.sim.gangs},
               {"topology_key", c.sim.topology_key},
+              {"nvlink", c.sim.nvlink},
               {"preemption_grace_seconds", c.sim.preemption_grace_seconds},
               {"min_runtime_seconds", Seconds(c.sim.min_runtime)},
               {"team_guarantees", c.team_guarantees}};
@@ -123,6 +125,15 @@ Json ResultToJson(const SimResult& r, const RunContext& c) {
           Ratio(static_cast<double>(s.one_value), static_cast<double>(s.starts))}});
   }
   out["multi_node_spread"] = spread;
+  if (r.links) {
+    const double placements = static_cast<double>(r.links->placements);
+    out["nvlink"] = {
+        {"placements", r.links->placements},
+        {"one_group_fraction", Ratio(static_cast<double>(r.links->in_one_group), placements)},
+        {"mean_gpus_outside_group", Ratio(static_cast<double>(r.links->gpus_outside), placements)}};
+  } else {
+    out["nvlink"] = nullptr;
+  }
   out["decisions"] = r.decisions;
   out["passes"] = r.passes;
   out["preemptions"] = r.preemptions;
@@ -168,10 +179,11 @@ std::string ResultToText(const SimResult& r, const RunContext& c) {
                 std::string(ToString(r.policy)).c_str(), c.trace_path.c_str(),
                 std::string(ToString(c.format)).c_str(),
                 static_cast<unsigned long long>(c.trace_jobs));
-  out += Format("cluster   %d nodes, %d GPUs, online_percent %.2f, max_bypass %d, gangs %s%s\n",
+  out += Format("cluster   %d nodes, %d GPUs, online_percent %.2f, max_bypass %d, gangs %s%s%s\n",
                 r.nodes, r.total_gpus, c.sim.online_percent, c.sim.max_bypass,
                 c.sim.gangs ? "on" : "off",
-                c.sim.topology_key.empty() ? "" : (", topology_key " + c.sim.topology_key).c_str());
+                c.sim.topology_key.empty() ? "" : (", topology_key " + c.sim.topology_key).c_str(),
+                c.sim.nvlink ? "" : ", nvlink off");
   out += Format("workload  arrival_scale %g, repeat %d, seed %llu, online teams %zu of %llu\n",
                 c.workload.arrival_scale, c.workload.repeat,
                 static_cast<unsigned long long>(c.workload.seed), c.online_teams.size(),
@@ -224,6 +236,14 @@ std::string ResultToText(const SimResult& r, const RunContext& c) {
     out += Format("  %-26s %14.2f mean, %.4f of starts on one\n", ("values of " + s.key).c_str(),
                   Ratio(static_cast<double>(s.values), static_cast<double>(s.starts)),
                   Ratio(static_cast<double>(s.one_value), static_cast<double>(s.starts)));
+  }
+  if (r.links) {
+    const double placements = static_cast<double>(r.links->placements);
+    out +=
+        Format("%-28s %14.4f of %llu placements, %.3f GPUs outside on average\n",
+               "in one NVLink group", Ratio(static_cast<double>(r.links->in_one_group), placements),
+               static_cast<unsigned long long>(r.links->placements),
+               Ratio(static_cast<double>(r.links->gpus_outside), placements));
   }
   out += Format("%-28s %14llu in %llu passes\n", "decisions",
                 static_cast<unsigned long long>(r.decisions),

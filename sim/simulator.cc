@@ -53,11 +53,26 @@ struct Layout {
   // node has none), for the spread report.
   std::vector<std::string> label_keys;
   std::vector<std::vector<int32_t>> node_values;
+  // Per node group, each GPU's NVLink group (kNoLinkGroup: none; empty: the group has none), and
+  // per node its group's.
+  std::vector<std::vector<int>> group_link_of;
+  std::vector<const std::vector<int>*> node_link_of;
+  bool has_links = false;
 
   explicit Layout(const ClusterSpec& spec) {
     const int nodes = spec.NodeCount();
     const int width = static_cast<int>(std::to_string(std::max(nodes - 1, 0)).size());
     for (const auto& g : spec.groups) {
+      auto& link_of = group_link_of.emplace_back();
+      if (g.nvlink_groups.empty()) continue;
+      has_links = true;
+      link_of.assign(static_cast<size_t>(g.gpus_per_node), core::kNoLinkGroup);
+      for (size_t l = 0; l < g.nvlink_groups.size(); ++l) {
+        for (int i : g.nvlink_groups[l]) link_of[static_cast<size_t>(i)] = static_cast<int>(l);
+      }
+    }
+    for (size_t gi = 0; gi < spec.groups.size(); ++gi) {
+      const NodeGroup& g = spec.groups[gi];
       auto it = std::find(models.begin(), models.end(), g.model);
       int m = static_cast<int>(it - models.begin());
       if (it == models.end()) {
@@ -73,6 +88,7 @@ struct Layout {
         model_gpus[m] += g.gpus_per_node;
         model_max_node[m] = std::max(model_max_node[m], g.gpus_per_node);
         node_labels.push_back(&g.labels);
+        node_link_of.push_back(&group_link_of[gi]);
       }
     }
     std::set<std::string> keys;
@@ -135,13 +151,57 @@ class SpreadCounter {
   std::vector<int32_t> values_;
 };
 
-// Registers node `node` of the layout with the core, with its GPUs and its group's labels.
-void RegisterLayoutNode(core::SchedulerCore& core, const Layout& layout, size_t node,
+// How the GPUs of each placement of several GPUs that one NVLink group of its node could hold
+// lie (SimResult::Links): the most of them in one group, the rest outside it (a GPU in no group
+// is a group of its own).
+class LinkCounter {
+ public:
+  explicit LinkCounter(const Layout& layout) : layout_(layout) {
+    for (const std::vector<int>& link_of : layout.group_link_of) {
+      std::map<int, int> sizes;
+      for (int g : link_of) ++sizes[g];
+      int largest = 0;
+      for (const auto& [g, size] : sizes) largest = g >= 0 ? std::max(largest, size) : largest;
+      largest_.push_back(largest);
+    }
+  }
+  void Add(size_t node, const std::vector<int>& gpus) {
+    const std::vector<int>& link_of = *layout_.node_link_of[node];
+    if (link_of.empty() || gpus.size() < 2) return;
+    const size_t group =
+        static_cast<size_t>(layout_.node_link_of[node] - &layout_.group_link_of[0]);
+    if (static_cast<int>(gpus.size()) > largest_[group]) return;
+    int most = 1;
+    for (size_t i = 0; i < gpus.size(); ++i) {
+      const int g = link_of[static_cast<size_t>(gpus[i])];
+      if (g < 0) continue;
+      int n = 0;
+      for (int j : gpus) n += link_of[static_cast<size_t>(j)] == g ? 1 : 0;
+      most = std::max(most, n);
+    }
+    const auto outside = static_cast<uint64_t>(static_cast<int>(gpus.size()) - most);
+    ++links_.placements;
+    links_.in_one_group += outside == 0 ? 1 : 0;
+    links_.gpus_outside += outside;
+  }
+  const SimResult::Links& links() const { return links_; }
+
+ private:
+  const Layout& layout_;
+  std::vector<int> largest_;  // Per node group, its nodes' largest NVLink group.
+  SimResult::Links links_;
+};
+
+// Registers node `node` of the layout with the core, with its GPUs, their NVLink groups (unless
+// `links` is false) and its group's labels.
+void RegisterLayoutNode(core::SchedulerCore& core, const Layout& layout, size_t node, bool links,
                         TimeMicros now) {
   std::vector<core::GpuInfo> gpus(layout.node_gpus[node]);
+  const std::vector<int>& link_of = *layout.node_link_of[node];
   for (int g = 0; g < layout.node_gpus[node]; ++g) {
     gpus[g].index = g;
     gpus[g].model = layout.models[layout.node_model[node]];
+    if (links && !link_of.empty()) gpus[g].link_group = link_of[static_cast<size_t>(g)];
   }
   Check(core.RegisterNode(layout.node_ids[node], "", gpus, {}, {}, now), "RegisterNode");
   if (!layout.node_labels[node]->empty()) {
@@ -373,7 +433,7 @@ class Fleet {
   }
   // The node registers now; provisioned since `since`.
   void Up(uint32_t node, TimeMicros now, TimeMicros since) {
-    RegisterLayoutNode(core_, layout_, node, now);
+    RegisterLayoutNode(core_, layout_, node, /*links=*/true, now);
     free_.Add(layout_.node_model[node], layout_.node_gpus[node]);
     state_[node] = State::kUp;
     since_[node] = since;
@@ -414,6 +474,7 @@ class CoreEngine {
       : core_(MakeConfig(options, teams)),
         layout_(layout),
         spread_(layout),
+        links_(layout),
         workload_(w),
         demand_(demand),
         free_(layout),
@@ -424,7 +485,7 @@ class CoreEngine {
         core_teams_(options.borrowing || options.team_guarantees != TeamGuarantees::kNone) {
     // With autoscaling the fleet registers nodes as they come up.
     for (size_t i = 0; !options.autoscale && i < layout.node_ids.size(); ++i) {
-      RegisterLayoutNode(core_, layout, i, 0);
+      RegisterLayoutNode(core_, layout, i, options.nvlink, 0);
     }
     spec_.command = "sim";
     task_job_.reserve(w.jobs.size());
@@ -489,6 +550,7 @@ class CoreEngine {
         continue;
       }
       free_.Add(layout_.node_model[c.node], -core::GpusPerNode(c.record->spec));
+      if (layout_.has_links) links_.Add(c.node, d.gpu_indices);
       if (fleet_) fleet_->TaskStarted(c.node);
       if (gang) ++gang_starts_;
       if (gang && rank0 && !layout_.label_keys.empty()) {
@@ -591,6 +653,9 @@ class CoreEngine {
   uint64_t multi_node_tasks() const { return core_.stats().gang_starts; }
   uint64_t multi_node_task_nodes() const { return gang_starts_; }
   const std::vector<SimResult::Spread>& spread() const { return spread_.spread(); }
+  std::optional<SimResult::Links> links() const {
+    return layout_.has_links ? std::optional(links_.links()) : std::nullopt;
+  }
 
  private:
   static core::CoreConfig MakeConfig(const SimOptions& options, const TeamLimitsMap& teams) {
@@ -610,6 +675,7 @@ class CoreEngine {
   core::SchedulerCore core_;
   const Layout& layout_;
   SpreadCounter spread_;
+  LinkCounter links_;
   std::vector<int> spread_nodes_;  // Reused by every gang's start.
   const Workload& workload_;
   const std::vector<Demand>& demand_;
@@ -736,6 +802,8 @@ class OriginalEngine {
   uint64_t multi_node_tasks() const { return multi_node_tasks_; }
   uint64_t multi_node_task_nodes() const { return multi_node_task_nodes_; }
   const std::vector<SimResult::Spread>& spread() const { return spread_.spread(); }
+  // GPUs are taken anywhere, without groups: not counted.
+  std::optional<SimResult::Links> links() const { return std::nullopt; }
 
  private:
   struct ShapeQueue {
@@ -1040,6 +1108,7 @@ void RunLoop(Engine& engine, const Workload& w, const Layout& layout,
   r.multi_node_tasks = engine.multi_node_tasks();
   r.multi_node_task_nodes = engine.multi_node_task_nodes();
   r.spread = engine.spread();
+  r.links = engine.links();
 
   const size_t team_slots = w.teams.size() * core::kPriorityCount;
   std::vector<TimeMicros> delays[core::kPriorityCount + 1];

@@ -61,6 +61,9 @@ struct SimOptions {
   // The core's scheduler.topology_key (policy dgpu): a label key some node group of the
   // cluster has. Empty: gangs by best fit alone.
   std::string topology_key;
+  // The core is told the cluster file's NVLink groups (policy dgpu); false: it is not (GPUs are
+  // taken lowest first), and the report still says how placements lie over the groups.
+  bool nvlink = true;
 
   // Teams, borrowing and preemption (policy dgpu only): the core's settings of the same names.
   bool borrowing = false;
@@ -144,6 +147,15 @@ struct SimResult {
     uint64_t one_value = 0;
   };
   std::vector<Spread> spread;
+  // Policy dgpu on a cluster with NVLink groups: placements of several GPUs on one node (a
+  // gang's members each) that one of the node's groups could hold, those inside one group, and
+  // the GPUs outside the group holding most of each, summed.
+  struct Links {
+    uint64_t placements = 0;
+    uint64_t in_one_group = 0;
+    uint64_t gpus_outside = 0;
+  };
+  std::optional<Links> links;
 
   uint64_t decisions = 0;  // Start decisions (a restart after a preemption is one more).
   uint64_t passes = 0;     // Scheduling passes (= distinct event timestamps).

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <utility>
 
+#include "core/types.h"
+
 namespace dgpu::agent {
 
 FakeDiscovery::FakeDiscovery(FakeDiscoveryOptions options) : options_(std::move(options)) {}
@@ -21,6 +23,10 @@ Status FakeDiscovery::Init() {
   if (options_.memory_mb <= 0) {
     return InvalidArgument("gpu.fake.memory_mb must be positive, got " +
                            std::to_string(options_.memory_mb));
+  }
+  if (std::string why = core::CheckLinkGroups(options_.nvlink_groups, options_.count);
+      !why.empty()) {
+    return InvalidArgument("gpu.fake.nvlink_groups: " + why);
   }
   initialized_ = true;
   return OkStatus();
@@ -47,10 +53,16 @@ StatusOr<std::vector<GpuDevice>> FakeDiscovery::Discover() {
 
 StatusOr<std::vector<GpuLink>> FakeDiscovery::DiscoverTopology() {
   if (!initialized_) return FailedPrecondition("FakeDiscovery::Init() has not succeeded");
+  std::vector<int> group_of(static_cast<size_t>(options_.count), -1);
+  for (size_t g = 0; g < options_.nvlink_groups.size(); ++g) {
+    for (int i : options_.nvlink_groups[g]) group_of[static_cast<size_t>(i)] = static_cast<int>(g);
+  }
   std::vector<GpuLink> links;
   for (int a = 0; a < options_.count; ++a) {
     for (int b = a + 1; b < options_.count; ++b) {
-      links.push_back({a, b, 0, PcieAncestor::kHostBridge});
+      const int ga = group_of[static_cast<size_t>(a)];
+      const bool joined = ga >= 0 && ga == group_of[static_cast<size_t>(b)];
+      links.push_back({a, b, joined ? 2 : 0, PcieAncestor::kHostBridge});
     }
   }
   return links;

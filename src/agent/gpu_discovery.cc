@@ -3,8 +3,35 @@
 #include "agent/fake_discovery.h"
 #include "agent/nvml_discovery.h"
 #include "agent/smi_discovery.h"
+#include "core/types.h"
 
 namespace dgpu::agent {
+
+std::map<int, int> LinkGroups(const std::vector<GpuLink>& links) {
+  // Union-find over the GPU indices that have an NVLink peer.
+  std::map<int, int> parent;
+  const auto find = [&](int a) {
+    while (parent[a] != a) a = parent[a] = parent[parent[a]];
+    return a;
+  };
+  for (const GpuLink& l : links) {
+    if (l.nvlink_count.value_or(0) <= 0) continue;
+    parent.try_emplace(l.gpu_a, l.gpu_a);
+    parent.try_emplace(l.gpu_b, l.gpu_b);
+    const int a = find(l.gpu_a);
+    const int b = find(l.gpu_b);
+    if (a != b) parent[std::max(a, b)] = std::min(a, b);
+  }
+  // Roots are the lowest index of their group; groups numbered in that order.
+  std::map<int, int> number_of_root;
+  std::map<int, int> groups;
+  for (const auto& [gpu, unused] : parent) {
+    const int root = find(gpu);
+    auto [it, added] = number_of_root.try_emplace(root, static_cast<int>(number_of_root.size()));
+    if (it->second < core::kMaxLinkGroups) groups[gpu] = it->second;
+  }
+  return groups;
+}
 
 StatusOr<std::unique_ptr<GpuDiscovery>> MakeDiscovery(std::string_view method,
                                                       const DiscoveryOptions& options) {

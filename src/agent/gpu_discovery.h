@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,8 @@ struct GpuDevice {
   std::string health_reason;  // Why it is unhealthy; empty when healthy.
   // The minor number of its device file, /dev/nvidia<minor> (NVML); nullopt when unknown.
   std::optional<int> minor_number;
+  // Its NVLink group (LinkGroups), set by the GpuMonitor; -1: in none.
+  int link_group = -1;
 
   bool operator==(const GpuDevice&) const = default;
 };
@@ -68,6 +71,13 @@ struct GpuLink {
 
   bool operator==(const GpuLink&) const = default;
 };
+
+// NVLink groups from a node's links: the GPUs joined by active NVLinks (nvlink_count > 0),
+// directly or through other GPUs, numbered from 0 in the order of their lowest index. The group
+// of each GPU by index; a GPU joined to none is not listed. Groups past kMaxLinkGroups (64) are
+// left out. A GPU whose NVLinks all lead to NVSwitches reports no GPU peer: every GPU of such a
+// node talks to every other at full speed, as if none were grouped.
+std::map<int, int> LinkGroups(const std::vector<GpuLink>& links);
 
 class GpuDiscovery {
  public:
@@ -105,6 +115,8 @@ struct FakeDiscoveryOptions {
   // gpu.fake.fault_file: lines "INDEX [REASON]" ('#' starts a comment) list faulty GPUs; a
   // missing file means none. Empty: no faults.
   std::string fault_file;
+  // gpu.fake.nvlink_groups: GPUs joined by NVLink (each pair of a group by two links).
+  std::vector<std::vector<int>> nvlink_groups;
 };
 
 // Parses a fault file's text (see FakeDiscoveryOptions::fault_file). InvalidArgument naming the

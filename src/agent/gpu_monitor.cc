@@ -26,6 +26,23 @@ GpuMonitor::~GpuMonitor() { Stop(); }
 Status GpuMonitor::Start() {
   StatusOr<std::vector<GpuDevice>> devices = discovery_->Discover();
   if (!devices.ok()) return devices.status();
+  // The links do not change while the node runs: read once.
+  if (StatusOr<std::vector<GpuLink>> links = discovery_->DiscoverTopology(); links.ok()) {
+    link_group_of_ = LinkGroups(*links);
+  } else {
+    spdlog::warn("GPU topology ({}) unknown: {}; tasks get GPUs without regard to NVLink", method_,
+                 links.status().message());
+  }
+  if (!link_group_of_.empty()) {
+    std::map<int, std::string> groups;
+    for (const auto& [gpu, group] : link_group_of_) {
+      groups[group] += (groups[group].empty() ? "" : ",") + std::to_string(gpu);
+    }
+    std::string text;
+    for (const auto& [group, gpus] : groups) text += (text.empty() ? "[" : " [") + gpus + "]";
+    spdlog::info("NVLink groups of GPUs: {}", text);
+  }
+  SetLinkGroups(*devices);
   {
     std::lock_guard<std::mutex> lock(mu_);
     devices_ = std::move(*devices);
@@ -61,6 +78,7 @@ void GpuMonitor::RefreshMetrics() {
                  devices.status().message());
     return;
   }
+  SetLinkGroups(*devices);
   bool changed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -97,6 +115,13 @@ void GpuMonitor::CheckHealth() {
     changed = Apply();
   }
   if (changed && options_.on_health_change) options_.on_health_change();
+}
+
+void GpuMonitor::SetLinkGroups(std::vector<GpuDevice>& devices) const {
+  for (GpuDevice& d : devices) {
+    auto it = link_group_of_.find(d.index);
+    d.link_group = it != link_group_of_.end() ? it->second : -1;
+  }
 }
 
 bool GpuMonitor::Apply() {

@@ -7,6 +7,7 @@
 //     nvidia-smi's ECC and retired-page fields; the fake's fault file);
 //   - `health_check_program`, when set: a non-zero exit (or no exit within the timeout) makes
 //     every GPU of the node unhealthy, with the program's first output line as the reason.
+// The GPUs' NVLink groups are read once, at Start (LinkGroups of the discovery's topology).
 // A check that cannot run (an error) keeps what the last one found. Latest() is a copy of the
 // last result, taken under a mutex: cheap, never blocking on a check.
 #pragma once
@@ -38,7 +39,7 @@ struct GpuMonitorOptions {
 };
 
 struct GpuSnapshot {
-  std::vector<GpuDevice> devices;  // With healthy / health_reason set.
+  std::vector<GpuDevice> devices;  // With healthy / health_reason and link_group set.
   // Bumped whenever a GPU's health (or its reason) changes, so that the session can report it
   // at once instead of at its next heartbeat.
   uint64_t health_generation = 0;
@@ -69,10 +70,13 @@ class GpuMonitor {
   // Faults of the program (all GPUs) merged with the method's; applied to devices_. True when a
   // GPU's health changed.
   bool Apply();
+  // Sets each device's NVLink group (link_group_of_).
+  void SetLinkGroups(std::vector<GpuDevice>& devices) const;
 
   std::unique_ptr<GpuDiscovery> discovery_;  // The monitor's thread only, after Start.
   const GpuMonitorOptions options_;
   const std::string method_;
+  std::map<int, int> link_group_of_;  // LinkGroups of the topology read at Start; then constant.
 
   mutable std::mutex mu_;
   std::condition_variable wake_;

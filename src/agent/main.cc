@@ -174,6 +174,7 @@ int Run(int argc, char** argv) {
   opts.fake.memory_mb = cfg.gpu.fake.memory_mb;
   opts.fake.uuid_tag = agent_id;
   opts.fake.fault_file = cfg.gpu.fake.fault_file;
+  opts.fake.nvlink_groups = cfg.gpu.fake.nvlink_groups;
   if (!cfg.gpu.health_check_program.empty()) {
     auto program = common::FindExecutable(cfg.gpu.health_check_program);
     if (!program.ok()) return Fail("gpu.health_check_program: " + program.status().message());

@@ -48,6 +48,7 @@ void FillGpu(const GpuDevice& d, dgpu::v1::GpuStatus* g) {
   g->set_pci_bus_id(d.pci_bus_id);
   g->set_unhealthy(!d.healthy);
   g->set_health_reason(d.health_reason);
+  if (d.link_group >= 0) g->set_nvlink_group(d.link_group);
 }
 
 // A StopOrder from the scheduler: no reason (or one this agent does not know) is a cancel, no

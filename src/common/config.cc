@@ -587,6 +587,42 @@ Status ReadEtcdEndpoints(const Section& ha, std::vector<std::string>* out) {
   return OkStatus();
 }
 
+// gpu.fake.nvlink_groups: [[0, 1], [2, 3]], checked against gpu.fake.count.
+Status ReadLinkGroups(const Section& fake, int count, std::vector<std::vector<int>>* out) {
+  if (!fake.Has("nvlink_groups")) return OkStatus();
+  const YAML::Node node = fake.Get("nvlink_groups");
+  const std::string key = fake.KeyPath("nvlink_groups");
+  if (!node.IsSequence()) {
+    return Invalid(
+        key, "must be a list of lists of GPU indices ([[0, 1], [2, 3]]), got " + Describe(node));
+  }
+  std::vector<std::vector<int>> groups;
+  for (size_t g = 0; g < node.size(); ++g) {
+    const std::string item = key + "[" + std::to_string(g) + "]";
+    if (!node[g].IsSequence()) {
+      return Invalid(item, "must be a list of GPU indices, got " + Describe(node[g]));
+    }
+    std::vector<int>& group = groups.emplace_back();
+    for (size_t i = 0; i < node[g].size(); ++i) {
+      const YAML::Node& index = node[g][i];
+      int value = -1;
+      const std::string& text = index.IsScalar() ? index.Scalar() : std::string();
+      const auto result = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (!index.IsScalar() || result.ec != std::errc() ||
+          result.ptr != text.data() + text.size()) {
+        return Invalid(item + "[" + std::to_string(i) + "]",
+                       "must be a GPU index, got " + Describe(index));
+      }
+      group.push_back(value);
+    }
+  }
+  if (std::string why = core::CheckLinkGroups(groups, count); !why.empty()) {
+    return Invalid(key, why + " (gpu.fake.count is " + std::to_string(count) + ")");
+  }
+  *out = std::move(groups);
+  return OkStatus();
+}
+
 Status ReadDetectionMethods(const Section& gpu, std::vector<GpuDetectionMethod>* out) {
   if (!gpu.Has("detection_method")) return OkStatus();
   const YAML::Node node = gpu.Get("detection_method");
@@ -1008,12 +1044,14 @@ StatusOr<AgentConfig> ParseAgentDocument(const YAML::Node& document) {
   DGPU_CONFIG_RETURN_IF_ERROR(gpu.ReadString("nvidia_smi_path", &g.nvidia_smi_path, false));
   DGPU_CONFIG_RETURN_IF_ERROR(gpu.ReadString("nvml_library", &g.nvml_library, false));
   DGPU_CONFIG_RETURN_IF_ERROR(gpu.ReadString("health_check_program", &g.health_check_program));
-  DGPU_OPEN_SECTION(fake, gpu, "fake", {"count", "model", "memory_mb", "fault_file", "device_dir"});
+  DGPU_OPEN_SECTION(fake, gpu, "fake",
+                    {"count", "model", "memory_mb", "fault_file", "device_dir", "nvlink_groups"});
   DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadString("fault_file", &g.fake.fault_file));
   DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadString("device_dir", &g.fake.device_dir));
   DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadInt("count", 0, 1024, &g.fake.count));
   DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadString("model", &g.fake.model, false));
   DGPU_CONFIG_RETURN_IF_ERROR(fake.ReadInt("memory_mb", 1, int64_t{1} << 40, &g.fake.memory_mb));
+  DGPU_CONFIG_RETURN_IF_ERROR(ReadLinkGroups(fake, g.fake.count, &g.fake.nvlink_groups));
 
   DGPU_OPEN_SECTION(executor, root, "executor",
                     {"execution_method", "work_dir", "kill_grace_period", "keep_tasks_on_exit",

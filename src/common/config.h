@@ -330,6 +330,9 @@ struct FakeGpuConfig {
   // Fake GPU i's device file is DIR/nvidia<i> (made by whoever wants one, e.g. with mknod): a
   // task's cgroup denies the other GPUs' device files. Empty: the fake GPUs have none.
   std::string device_dir;
+  // GPUs joined by NVLink, as lists of indices ([[0,1,2,3],[4,5,6,7]]): a group has at least 2
+  // GPUs, a GPU is in at most one. Empty: no NVLink (every pair talks over PCIe).
+  std::vector<std::vector<int>> nvlink_groups;
   bool operator==(const FakeGpuConfig&) const = default;
 };
 

@@ -403,6 +403,14 @@ std::optional<NodeView> SchedulerCore::FindNode(const std::string& node_id) cons
   v.resources = {n->cpus_milli, n->memory_mb, n->isolation};
   v.allocated_cpus_milli = n->cpus_milli - n->free_cpus_milli;
   v.allocated_memory_mb = n->memory_mb - n->free_memory_mb;
+  for (const GpuInfo& g : n->gpus) {
+    if (g.link_group < 0 || g.link_group >= kMaxLinkGroups) continue;
+    if (v.nvlink_groups.size() <= static_cast<size_t>(g.link_group)) {
+      v.nvlink_groups.resize(static_cast<size_t>(g.link_group) + 1);
+    }
+    v.nvlink_groups[static_cast<size_t>(g.link_group)].push_back(g.index);
+  }
+  std::erase_if(v.nvlink_groups, [](const std::vector<int>& g) { return g.empty(); });
   return v;
 }
 

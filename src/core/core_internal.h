@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdint>
 #include <deque>
@@ -327,6 +328,8 @@ struct alignas(64) SchedulerCore::NodeState {
   bool any_unclaimed = false;         // !unclaimed.empty(), without reading it.
   bool any_unhealthy = false;         // Some gpus[i].healthy is false, without reading them.
   bool reports_resources = false;     // ReportsResources(), without reading the counts.
+  bool linked = false;                // Some GPU is in an NVLink group (gpu_link is filled).
+  int8_t link_groups = 0;             // Highest group number in gpu_link, plus 1.
   // In the placement index: online and schedulable (see Placeable). Only such nodes get tasks.
   bool in_index = false;
   NodeMode mode = NodeMode::kSchedulable;
@@ -335,6 +338,9 @@ struct alignas(64) SchedulerCore::NodeState {
   absl::InlinedVector<ModelSlice, 1> slices;    // Per model present on the node.
   absl::InlinedVector<TaskNumber, 8> gpu_task;  // Task holding each GPU position; 0 = free.
   absl::InlinedVector<int, 8> gpu_model;        // Model id per GPU position.
+  // NVLink group per GPU position (GpuInfo::link_group; kNoLinkGroup: none); empty when the node
+  // has no group.
+  absl::InlinedVector<int8_t, 8> gpu_link;
   // CPUs (thousandths) and memory (MiB) it offers (NodeResources; 0: not reported, nothing
   // counted) and what its tasks have not been given (negative when it registered again with
   // less than its tasks hold).
@@ -429,7 +435,19 @@ struct alignas(64) SchedulerCore::NodeState {
     using I = PlacementIndex;
     return {cpus_milli > 0 ? I::Clamp(free_cpus_milli) : I::kUnlimited,
             memory_mb > 0 ? I::Clamp(free_memory_mb) : I::kUnlimited,
-            SharesFree(cpus_milli, free_cpus_milli), SharesFree(memory_mb, free_memory_mb)};
+            SharesFree(cpus_milli, free_cpus_milli), SharesFree(memory_mb, free_memory_mb),
+            linked ? MostFreeLinked() : I::kUnlimited};
+  }
+  // The most free usable GPUs inside one NVLink group (a GPU in none is a group of its own).
+  int32_t MostFreeLinked() const {
+    std::array<int16_t, kMaxLinkGroups> free{};
+    int32_t most = 0;
+    for (size_t pos = 0; pos < gpu_task.size(); ++pos) {
+      if (gpu_task[pos] != 0 || !Usable(pos)) continue;
+      const int g = gpu_link[pos];
+      most = std::max<int32_t>(most, g < 0 ? 1 : ++free[static_cast<size_t>(g)]);
+    }
+    return most;
   }
   // The largest k with offered * k / gpus <= free (integer division, as Given): k < (free + 1) *
   // gpus / offered. -1 where not even nothing fits.
@@ -446,7 +464,7 @@ struct alignas(64) SchedulerCore::NodeState {
     const int32_t k = I::Clamp(GpusPerNode(s));
     return {I::Clamp(std::max<int64_t>(s.cpus_milli, 0)),
             I::Clamp(std::max<int64_t>(s.memory_mb, 0)), s.cpus_milli > 0 ? 0 : k,
-            s.memory_mb > 0 ? 0 : k};
+            s.memory_mb > 0 ? 0 : k, 0};
   }
   // Whether the GPU at position pos may be given to a task (whatever it holds now).
   bool Usable(size_t pos) const { return !any_unhealthy || gpus[pos].healthy; }

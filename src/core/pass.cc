@@ -26,10 +26,15 @@ inline void SchedulerCore::TakeGpus(NodeState& node, const Task& t, int model, i
   const TaskNumber id = t.id;
   std::vector<int>& indices = na.gpu_indices;
   const size_t positions = node.gpu_task.size();
-  for (size_t pos = 0; pos < positions && std::ssize(indices) < count; ++pos) {
-    if (node.gpu_task[pos] == 0 && node.gpu_model[pos] == model && node.Usable(pos)) {
-      node.gpu_task[pos] = id;
-      indices.push_back(node.indices_are_positions ? static_cast<int>(pos) : node.gpus[pos].index);
+  if (node.linked) {
+    TakeLinkedGpus(node, id, model, count, indices);
+  } else {
+    for (size_t pos = 0; pos < positions && std::ssize(indices) < count; ++pos) {
+      if (node.gpu_task[pos] == 0 && node.gpu_model[pos] == model && node.Usable(pos)) {
+        node.gpu_task[pos] = id;
+        indices.push_back(node.indices_are_positions ? static_cast<int>(pos)
+                                                     : node.gpus[pos].index);
+      }
     }
   }
   auto* slice = node.Slice(model);
@@ -44,6 +49,66 @@ inline void SchedulerCore::TakeGpus(NodeState& node, const Task& t, int model, i
     na.cpus_milli = na.memory_mb = 0;
   }
   if (node.in_index) index_.Move(model, node.Entry(), old_free, slice->free, node.Room());
+}
+
+// On a node with NVLink groups (a GPU in no group is a group of its own): a task of several
+// GPUs takes them inside the group with the fewest free GPUs that holds them all, else from the
+// groups with the most free first (spanning the fewest); a task of one GPU takes it from the
+// group with the fewest free, so that whole groups stay free for larger tasks. Ties: the lower
+// group, then the lower positions.
+void SchedulerCore::TakeLinkedGpus(NodeState& node, TaskNumber id, int model, int count,
+                                   std::vector<int>& indices) {
+  const size_t positions = node.gpu_task.size();
+  const auto free_here = [&](size_t pos) {
+    return node.gpu_task[pos] == 0 && node.gpu_model[pos] == model && node.Usable(pos);
+  };
+  // Free GPUs per group; the GPUs in no group are counted apart (each a group of one).
+  std::array<int16_t, kMaxLinkGroups> free{};
+  int alone = 0;
+  for (size_t pos = 0; pos < positions; ++pos) {
+    if (!free_here(pos)) continue;
+    const int g = node.gpu_link[pos];
+    if (g < 0) {
+      ++alone;
+    } else {
+      ++free[static_cast<size_t>(g)];
+    }
+  }
+  // The positions taken, in the order of the groups chosen; sorted below.
+  absl::InlinedVector<int, 8> taken;
+  const auto take_from = [&](int group) {
+    for (size_t pos = 0; pos < positions && std::ssize(taken) < count; ++pos) {
+      if (free_here(pos) && node.gpu_link[pos] == group) {
+        node.gpu_task[pos] = id;
+        taken.push_back(static_cast<int>(pos));
+      }
+    }
+  };
+  const int groups = node.link_groups;
+  int holder = -1;  // The tightest group that holds them all.
+  for (int g = 0; g < groups; ++g) {
+    const int f = free[static_cast<size_t>(g)];
+    if (f >= count && (holder < 0 || f < free[static_cast<size_t>(holder)])) holder = g;
+  }
+  if (count == 1 && alone > 0) {
+    take_from(kNoLinkGroup);
+  } else if (holder >= 0) {
+    take_from(holder);
+  } else {
+    absl::InlinedVector<int, 8> order;
+    for (int g = 0; g < groups; ++g) {
+      if (free[static_cast<size_t>(g)] > 0) order.push_back(g);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return free[static_cast<size_t>(a)] > free[static_cast<size_t>(b)];
+    });
+    for (int g : order) take_from(g);
+    take_from(kNoLinkGroup);
+  }
+  std::sort(taken.begin(), taken.end());
+  for (int pos : taken) {
+    indices.push_back(node.indices_are_positions ? pos : node.gpus[static_cast<size_t>(pos)].index);
+  }
 }
 
 void SchedulerCore::StartTask(Task& t, uint32_t slot, int model, TimeMicros now) {
@@ -310,16 +375,29 @@ std::optional<PlacementIndex::Fit> SchedulerCore::FindNode(
     const std::vector<uint32_t>& excluded) const {
   // Model, node state and GPU health are filters the index applies by holding only placeable
   // nodes, and only their usable GPUs; best fit is its order.
-  if (config_.policies.filters.empty() && !any_node_resources_ && t.spec.node_selector.empty()) {
+  const bool linked = any_linked_nodes_ && shape.gpu_count > 1;
+  if (!linked && config_.policies.filters.empty() && !any_node_resources_ &&
+      t.spec.node_selector.empty()) {
     return index_.FindBestFit(models, shape.gpu_count, excluded);
   }
   // The index passes over nodes short of what the task asks for of its own, and over the nodes
   // without a selector's labels (its sets) a word of 64 at a time.
   const SelectorSets* sets = ShapeSets(shape);
   if (sets == nullptr) return std::nullopt;
-  return index_.FindBestFitWhere(
-      models, shape.gpu_count, excluded, NodeState::Need(t.spec), *sets,
-      [&](uint32_t slot) { return Fits(t, *nodes_[slot], /*selector_checked=*/true); });
+  PlacementIndex::Room need = NodeState::Need(t.spec);
+  const auto fits = [&](uint32_t slot) {
+    return Fits(t, *nodes_[slot], /*selector_checked=*/true);
+  };
+  // Several GPUs: first the nodes with room inside one NVLink group (or without groups), then
+  // any.
+  if (linked) {
+    need.linked = shape.gpu_count;
+    if (auto fit = index_.FindBestFitWhere(models, shape.gpu_count, excluded, need, *sets, fits)) {
+      return fit;
+    }
+    need.linked = 0;
+  }
+  return index_.FindBestFitWhere(models, shape.gpu_count, excluded, need, *sets, fits);
 }
 
 int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector<int>& models,
@@ -424,7 +502,7 @@ void SchedulerCore::PackByTopology(const Shape& shape, const Task& t, int model,
     }
     groups.resize(static_cast<size_t>(end - groups.data()));
     const PlacementIndex::SetId unlabelled[] = {unlabelled_set_};
-    index_.ForEachFitOf(model, k, excluded, PlacementIndex::Room{0, 0, 0, 0}, unlabelled,
+    index_.ForEachFitOf(model, k, excluded, PlacementIndex::kNoNeed, unlabelled,
                         [&](uint32_t slot, int, int) {
                           alone.push_back(slot);
                           return std::ssize(alone) < wanted;
@@ -490,7 +568,7 @@ void SchedulerCore::PackByTopology(const Shape& shape, const Task& t, int model,
     }
     const PlacementIndex::SetId in_value[] = {topology_[static_cast<size_t>(g.value)].set};
     int left = n;
-    index_.ForEachFitOf(model, k, excluded, PlacementIndex::Room{0, 0, 0, 0}, in_value,
+    index_.ForEachFitOf(model, k, excluded, PlacementIndex::kNoNeed, in_value,
                         [&](uint32_t slot, int, int) {
                           slots.push_back(slot);
                           return --left > 0;

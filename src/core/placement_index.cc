@@ -128,7 +128,7 @@ void PlacementIndex::UpdateRoom(uint32_t pos, const Room& room) {
   if (old == room) return;
   rooms_[pos] = room;
   if (!tracking_rooms_) {
-    if (room == Room{kUnlimited, kUnlimited, kUnlimited, kUnlimited}) return;
+    if (room == kUnlimitedRoom) return;
     // The first node with a room of its own: from now on every bucket keeps rooms.
     tracking_rooms_ = true;
     for (auto& mb : models_) {

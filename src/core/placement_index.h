@@ -15,11 +15,12 @@
 // over). Nodes registering in any order thus cost O(log nodes) amortized each, and a lookup scans
 // at most that many extras.
 //
-// Nodes may also report the CPUs and memory they have free (their Room). Once one does, every
-// bucket keeps, per 64-position word and per 64 words, the most CPUs and the most memory free on
-// one of its nodes there (each on its own, maybe two nodes), so a lookup for a task that asks for
-// CPUs or memory of its own skips the words and groups of words where no node has them: the
-// walk over a bucket's nodes short of CPUs becomes a scan of its summaries. An update recomputes
+// Nodes may also report the CPUs and memory they have free, and the most free GPUs inside one of
+// their NVLink groups (their Room). Once one does, every bucket keeps, per 64-position word and
+// per 64 words, the most of each free on one of its nodes there (each on its own, maybe two
+// nodes), so a lookup for a task that asks for CPUs or memory of its own, or for GPUs of one
+// group, skips the words and groups of words where no node has them: the walk over a bucket's
+// nodes short of CPUs becomes a scan of its summaries. An update recomputes
 // one word's maxima (and its group's) only when the node that held one lost it.
 //
 // Sets of nodes (the nodes with one label, say) are kept by position too, one bit per position
@@ -57,18 +58,26 @@ class PlacementIndex {
   // for what it does not report. As a need: what a task asks for of its own, or the GPUs it
   // takes the share of; 0 for nothing. 32 bits each (Clamp), to keep the index small: a value
   // beyond is one of the largest that fits, and the caller checks a node the index answers.
+  // `linked`: the most free GPUs inside one NVLink group (unlimited for a node without groups);
+  // as a need, the GPUs a task wants inside one group.
   struct Room {
     int32_t cpus = kUnlimited;
     int32_t memory = kUnlimited;
     int32_t cpu_shares = kUnlimited;
     int32_t memory_shares = kUnlimited;
+    int32_t linked = kUnlimited;
     bool Holds(const Room& need) const {
       return cpus >= need.cpus && memory >= need.memory && cpu_shares >= need.cpu_shares &&
-             memory_shares >= need.memory_shares;
+             memory_shares >= need.memory_shares && linked >= need.linked;
     }
-    bool Any() const { return cpus > 0 || memory > 0 || cpu_shares > 0 || memory_shares > 0; }
+    bool Any() const {
+      return cpus > 0 || memory > 0 || cpu_shares > 0 || memory_shares > 0 || linked > 0;
+    }
     bool operator==(const Room&) const = default;
   };
+  // What a node reports when it reports nothing, and a need of nothing.
+  static constexpr Room kUnlimitedRoom{kUnlimited, kUnlimited, kUnlimited, kUnlimited, kUnlimited};
+  static constexpr Room kNoNeed{0, 0, 0, 0, 0};
   static int32_t Clamp(int64_t v) {
     return static_cast<int32_t>(
         std::clamp<int64_t>(v, std::numeric_limits<int32_t>::min() + 1, kUnlimited - 1));
@@ -77,7 +86,7 @@ class PlacementIndex {
   // A node's Room is the one last given to Insert or SetRoom, for all of its models.
   void Insert(int model, Entry e, int free, int capacity, Room room);
   void Insert(int model, Entry e, int free, int capacity) {
-    Insert(model, e, free, capacity, Room{kUnlimited, kUnlimited, kUnlimited, kUnlimited});
+    Insert(model, e, free, capacity, kUnlimitedRoom);
   }
   void Erase(int model, Entry e, int free, int capacity);
   void Move(int model, Entry e, int old_free, int new_free);
@@ -87,9 +96,8 @@ class PlacementIndex {
   void SetRoom(Entry e, Room room);
   // The room last given for a node (unlimited for one never inserted).
   Room RoomOf(uint32_t slot) const {
-    return slot < pos_of_slot_.size() && pos_of_slot_[slot] != kNone
-               ? rooms_[pos_of_slot_[slot]]
-               : Room{kUnlimited, kUnlimited, kUnlimited, kUnlimited};
+    return slot < pos_of_slot_.size() && pos_of_slot_[slot] != kNone ? rooms_[pos_of_slot_[slot]]
+                                                                     : kUnlimitedRoom;
   }
 
   // Sets of nodes, by slot, whether or not the node is in the index (one that joins later is in
@@ -130,7 +138,7 @@ class PlacementIndex {
   template <typename Ok>
   std::optional<Fit> FindBestFitWhere(const std::vector<int>& models, int k,
                                       const std::vector<uint32_t>& excluded, Ok&& ok) const {
-    return FindBestFitWhere(models, k, excluded, Room{0, 0, 0, 0}, ok);
+    return FindBestFitWhere(models, k, excluded, kNoNeed, ok);
   }
   // The same among the nodes with `need` free (their Room holds it) whose slot passes ok(slot).
   template <typename Ok>
@@ -187,7 +195,7 @@ class PlacementIndex {
   // holds it; with sets, only the nodes in every one.
   template <typename Fn>
   bool ForEachFitOf(int m, int k, const std::vector<uint32_t>& excluded, Fn&& fn) const {
-    return ForEachFitOf(m, k, excluded, Room{0, 0, 0, 0}, fn);
+    return ForEachFitOf(m, k, excluded, kNoNeed, fn);
   }
   template <typename Fn>
   bool ForEachFitOf(int m, int k, const std::vector<uint32_t>& excluded, const Room& need,
@@ -263,13 +271,14 @@ class PlacementIndex {
   static constexpr uint32_t kNone = ~uint32_t{0};
 
   static constexpr int32_t kLeast = std::numeric_limits<int32_t>::min();
-  static constexpr Room kNoRoom{kLeast, kLeast, kLeast, kLeast};
+  static constexpr Room kNoRoom{kLeast, kLeast, kLeast, kLeast, kLeast};
   static Room MaxOf(const Room& a, const Room& b) {
     return {std::max(a.cpus, b.cpus), std::max(a.memory, b.memory),
-            std::max(a.cpu_shares, b.cpu_shares), std::max(a.memory_shares, b.memory_shares)};
+            std::max(a.cpu_shares, b.cpu_shares), std::max(a.memory_shares, b.memory_shares),
+            std::max(a.linked, b.linked)};
   }
   static constexpr int32_t Room::*kDims[] = {&Room::cpus, &Room::memory, &Room::cpu_shares,
-                                             &Room::memory_shares};
+                                             &Room::memory_shares, &Room::linked};
   static constexpr size_t kDimCount = std::size(kDims);
   // Whether `now` has less than `old` of a value that `most` (a maximum that counted `old`) may
   // hold: the maximum must be computed again.

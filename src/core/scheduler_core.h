@@ -121,6 +121,8 @@ struct NodeView {
   NodeResources resources;
   int64_t allocated_cpus_milli = 0;
   int64_t allocated_memory_mb = 0;
+  // Its GPUs' NVLink groups, as lists of GPU indices by group; empty: none.
+  std::vector<std::vector<int>> nvlink_groups;
 };
 
 class SchedulerCore {
@@ -536,6 +538,9 @@ class SchedulerCore {
   // appended to `indices`), with the slice and the index.
   // Gives member `na` of t `count` GPUs of `model` on `node`, and its CPUs and memory there.
   void TakeGpus(NodeState& node, const Task& t, int model, int count, NodeAllocation& na);
+  // TakeGpus's choice of positions on a node with NVLink groups (see pass.cc).
+  static void TakeLinkedGpus(NodeState& node, TaskNumber id, int model, int count,
+                             std::vector<int>& indices);
   // The part of a node a start or a release reads (see NodeState).
   static constexpr size_t kNodeHotBytes = 192;
   void ReleaseGpus(Task& t);
@@ -797,6 +802,9 @@ class SchedulerCore {
   // Some node reports CPUs or memory (NodeResources): placement checks them, and a release of
   // them (resource_seq_, from the same counter) may give any waiting shape room.
   bool any_node_resources_ = false;
+  // Some node has NVLink groups: a task of several GPUs looks for a node with room inside one
+  // group first.
+  bool any_linked_nodes_ = false;
   uint64_t resource_seq_ = 0;
   std::vector<std::vector<uint64_t>> room_seq_;
   bool StillNoRoom(const Shape& shape, const std::vector<int>& models,

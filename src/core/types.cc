@@ -327,6 +327,28 @@ std::string CheckLabelValue(std::string_view value) {
          "a letter or digit";
 }
 
+std::string CheckLinkGroups(const std::vector<std::vector<int>>& groups, int gpus) {
+  if (groups.size() > static_cast<size_t>(kMaxLinkGroups)) {
+    return "more than " + std::to_string(kMaxLinkGroups) + " groups";
+  }
+  std::vector<bool> seen(static_cast<size_t>(std::max(gpus, 0)), false);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::string where = "group " + std::to_string(g) + ": ";
+    if (groups[g].size() < 2) return where + "a group has at least 2 GPUs";
+    for (int i : groups[g]) {
+      if (i < 0 || i >= gpus) {
+        return where + "GPU " + std::to_string(i) + " is not one of the node's GPUs (0 to " +
+               std::to_string(gpus - 1) + ")";
+      }
+      if (seen[static_cast<size_t>(i)]) {
+        return where + "GPU " + std::to_string(i) + " is in a group already";
+      }
+      seen[static_cast<size_t>(i)] = true;
+    }
+  }
+  return "";
+}
+
 std::string CheckSelector(const std::vector<std::pair<std::string, std::string>>& selector) {
   if (selector.size() > kMaxSelectorEntries) {
     return "more than " + std::to_string(kMaxSelectorEntries) + " labels";

@@ -64,6 +64,10 @@ using Labels = std::map<std::string, std::string>;
 // empty. Why not, or an empty string.
 std::string CheckLabelKey(std::string_view key);
 std::string CheckLabelValue(std::string_view value);
+// What is wrong with NVLink groups given as lists of GPU indices for a node of `gpus` GPUs
+// (indices 0..gpus-1, none in two groups or twice, at least 2 GPUs a group, at most
+// kMaxLinkGroups groups), or an empty string.
+std::string CheckLinkGroups(const std::vector<std::vector<int>>& groups, int gpus);
 // The most pairs a node selector, and labels a node, may have.
 inline constexpr size_t kMaxSelectorEntries = 32;
 // What is wrong with a node selector (a key or value, too many pairs, not sorted by key or a
@@ -273,7 +277,12 @@ struct GpuInfo {
   // An unhealthy GPU takes no task and does not count in quota totals until it is healthy again.
   bool healthy = true;
   std::string health_reason;  // Why it is unhealthy ("xid 79", ...); empty when healthy.
+  // Its NVLink group on the node: GPUs of one group talk over NVLink, GPUs of different groups
+  // (or of none) over PCIe. 0..kMaxLinkGroups-1; kNoLinkGroup for none.
+  int link_group = -1;
 };
+inline constexpr int kNoLinkGroup = -1;
+inline constexpr int kMaxLinkGroups = 64;
 
 // What a node offers besides its GPUs, as its agent reports it at registration (after the
 // reserves it keeps for the system). 0: not reported (an older agent, the simulator): nothing is

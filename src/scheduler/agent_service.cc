@@ -350,8 +350,9 @@ grpc::ServerUnaryReactor* AgentService::RegisterAgent(grpc::CallbackServerContex
   r.address = req->address();
   r.epoch = req->epoch();
   for (const auto& g : req->gpus()) {
-    r.gpus.push_back(
-        {g.index(), g.model(), g.memory_mb(), g.uuid(), !g.unhealthy(), g.health_reason()});
+    r.gpus.push_back({g.index(), g.model(), g.memory_mb(), g.uuid(), !g.unhealthy(),
+                      g.health_reason(),
+                      g.has_nvlink_group() ? g.nvlink_group() : core::kNoLinkGroup});
   }
   for (const auto& t : req->running()) {
     r.running.push_back({t.task_id(), {t.gpu_indices().begin(), t.gpu_indices().end()}, t.run()});

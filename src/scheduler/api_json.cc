@@ -579,6 +579,7 @@ nlohmann::json AgentToJson(const core::NodeView& n) {
       {"isolation", n.resources.isolation.empty() ? json(nullptr) : json(n.resources.isolation)},
       {"tasks", n.tasks},
       {"labels", n.labels},
+      {"nvlink_groups", n.nvlink_groups},
       {"last_heartbeat",
        n.last_heartbeat == 0 ? json(nullptr) : json(common::FormatRfc3339(n.last_heartbeat))}};
 }

@@ -180,6 +180,12 @@ std::optional<Error> CheckRegisteredGpus(const std::string& node,
           "gpus", fmt::format("node {} registers GPU index {} twice", node, g.index));
     }
     seen[static_cast<size_t>(g.index)] = true;
+    if (g.link_group != core::kNoLinkGroup &&
+        (g.link_group < 0 || g.link_group >= core::kMaxLinkGroups)) {
+      return InvalidArgumentError(
+          "gpus", fmt::format("node {} registers GPU {} in NVLink group {}; groups are 0 to {}",
+                              node, g.index, g.link_group, core::kMaxLinkGroups - 1));
+    }
   }
   return std::nullopt;
 }

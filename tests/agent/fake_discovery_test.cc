@@ -24,6 +24,36 @@ TEST(FakeDiscoveryTest, DeterministicGpus) {
   EXPECT_EQ(*links, (std::vector<GpuLink>{{0, 1, 0, PcieAncestor::kHostBridge}}));
 }
 
+TEST(FakeDiscoveryTest, NvlinkGroupsJoinTheirPairs) {
+  FakeDiscoveryOptions options;
+  options.nvlink_groups = {{0, 2}, {1, 3}};
+  FakeDiscovery discovery(options);
+  ASSERT_TRUE(discovery.Init().ok());
+  auto links = discovery.DiscoverTopology();
+  ASSERT_TRUE(links.ok());
+  const auto h = PcieAncestor::kHostBridge;
+  EXPECT_EQ(
+      *links,
+      (std::vector<GpuLink>{
+          {0, 1, 0, h}, {0, 2, 2, h}, {0, 3, 0, h}, {1, 2, 0, h}, {1, 3, 2, h}, {2, 3, 0, h}}));
+  EXPECT_EQ(LinkGroups(*links), (std::map<int, int>{{0, 0}, {1, 1}, {2, 0}, {3, 1}}));
+  options.nvlink_groups = {{0, 4}};
+  Status bad = FakeDiscovery(options).Init();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.message(),
+            "gpu.fake.nvlink_groups: group 0: GPU 4 is not one of the node's GPUs (0 to 3)");
+}
+
+TEST(LinkGroupsTest, GpusJoinedThroughOthersAreOneGroupNumberedByTheirLowestIndex) {
+  const auto h = PcieAncestor::kHostBridge;
+  // 5-3 and 3-4 (a chain), 1-2; 0 and 6 joined to none.
+  std::vector<GpuLink> links = {{1, 2, 4, h}, {3, 5, 1, h}, {3, 4, 2, h}, {0, 6, 0, h}};
+  EXPECT_EQ(LinkGroups(links), (std::map<int, int>{{1, 0}, {2, 0}, {3, 1}, {4, 1}, {5, 1}}));
+  // Unknown NVLink state (nullopt), or links that lead to NVSwitches only: no group.
+  links = {{0, 1, std::nullopt, h}, {0, 2, 0, h}, {1, 2, 0, h}};
+  EXPECT_EQ(LinkGroups(links), (std::map<int, int>{}));
+}
+
 TEST(FakeDiscoveryTest, DefaultsAreFourV100s) {
   FakeDiscovery discovery(FakeDiscoveryOptions{});
   ASSERT_TRUE(discovery.Init().ok());

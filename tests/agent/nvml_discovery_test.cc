@@ -116,6 +116,7 @@ TEST_F(NvmlDiscoveryTest, Topology) {
   auto links = discovery.DiscoverTopology();
   ASSERT_TRUE(links.ok()) << links.status().ToString();
   EXPECT_EQ(*links, (std::vector<GpuLink>{{0, 1, 8, PcieAncestor::kHostBridge}}));
+  EXPECT_EQ(LinkGroups(*links), (std::map<int, int>{{0, 0}, {1, 0}}));
 }
 
 TEST_F(NvmlDiscoveryTest, TopologyWithoutNvLinkOrAncestor) {

@@ -242,6 +242,7 @@ def test_gpus_agents_and_quota(client):
     assert sorted(a.id for a in agents) == ["a1", "a2"]
     assert all(a.status == "online" and a.mode == "schedulable" and a.gpus == 4 for a in agents)
     assert all(isinstance(a.last_heartbeat, datetime.datetime) for a in agents)
+    assert all(a.nvlink_groups == () for a in agents)  # Fake GPUs without gpu.fake.nvlink_groups.
     q = client.quota()
     assert q.total_gpus == 8
     assert q.online_percent == pytest.approx(0.7)

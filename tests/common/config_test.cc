@@ -262,6 +262,7 @@ gpu:
     model: "NVIDIA A100-SXM4-80GB"
     memory_mb: 81920
     device_dir: /dev/fake
+    nvlink_groups: [[0, 1, 2, 3], [4, 5, 6, 7]]
 executor:
   execution_method: docker
   isolation: none
@@ -297,6 +298,7 @@ logging:
   EXPECT_EQ(c.gpu.fake.count, 8);
   EXPECT_EQ(c.gpu.fake.model, "NVIDIA A100-SXM4-80GB");
   EXPECT_EQ(c.gpu.fake.memory_mb, 81920);
+  EXPECT_EQ(c.gpu.fake.nvlink_groups, (std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
   EXPECT_EQ(c.executor.execution_method, ExecutionMethod::kDocker);
   EXPECT_EQ(c.executor.work_dir, "/tmp/tasks");
   EXPECT_EQ(c.executor.run_dir, "/run/dgpu-agent");
@@ -415,6 +417,20 @@ TEST(AgentConfigTest, WrongTypesAndRangesAreExplained) {
        "scheduler.max_retry_interval: must be at least scheduler.retry_interval (10s), got 5s"},
       {"gpu: {fake: {count: 2000}}",
        "gpu.fake.count: must be an integer in [0, 1024], got \"2000\""},
+      {"gpu: {fake: {count: 4, nvlink_groups: [[0, 4]]}}",
+       "gpu.fake.nvlink_groups: group 0: GPU 4 is not one of the node's GPUs (0 to 3) "
+       "(gpu.fake.count is 4)"},
+      {"gpu: {fake: {count: 4, nvlink_groups: [[0, 1], [1, 2]]}}",
+       "gpu.fake.nvlink_groups: group 1: GPU 1 is in a group already (gpu.fake.count is 4)"},
+      {"gpu: {fake: {nvlink_groups: [[3]]}}",
+       "gpu.fake.nvlink_groups: group 0: a group has at least 2 GPUs (gpu.fake.count is 4)"},
+      {"gpu: {fake: {nvlink_groups: [[0, x]]}}",
+       "gpu.fake.nvlink_groups[0][1]: must be a GPU index, got \"x\""},
+      {"gpu: {fake: {nvlink_groups: [0, 1]}}",
+       "gpu.fake.nvlink_groups[0]: must be a list of GPU indices, got \"0\""},
+      {"gpu: {fake: {nvlink_groups: \"0,1\"}}",
+       "gpu.fake.nvlink_groups: must be a list of lists of GPU indices ([[0, 1], [2, 3]]), got "
+       "\"0,1\""},
       {"agent: {id: \"a/b\"}",
        "agent.id: an agent id is 1 to 63 letters, digits, '.', '_' and '-', starting with a "
        "letter or a digit ([A-Za-z0-9][A-Za-z0-9._-]{0,62}), got \"a/b\""},

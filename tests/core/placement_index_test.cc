@@ -120,7 +120,7 @@ TEST_F(PlacementIndexTest, ANeedOfCpusOrMemoryPassesOverNodesShortOfThem) {
   index_.Insert(0, {&ranks_[1], 1}, 1, 8, Room{4000, 65536});
   index_.Insert(0, {&ranks_[2], 2}, 2, 8, Room{12000, 1024});
   auto yes = [](uint32_t) { return true; };
-  auto need = [](int32_t cpus, int32_t memory) { return Room{cpus, memory, 0, 0}; };
+  auto need = [](int32_t cpus, int32_t memory) { return Room{cpus, memory, 0, 0, 0}; };
   auto fit = index_.FindBestFitWhere({0}, 1, {}, need(8000, 0), yes);
   ASSERT_TRUE(fit);
   EXPECT_EQ(fit->slot, 2u);  // The fullest node with 8 CPUs free.
@@ -148,10 +148,10 @@ TEST_F(PlacementIndexTest, ANeedOfCpusOrMemoryPassesOverNodesShortOfThem) {
   index_.SetRoom({&ranks_[1], 1}, Room{8000, 65536, 1, 8});
   index_.SetRoom({&ranks_[2], 2}, Room{12000, 1024, 1, 1});
   index_.SetRoom({&ranks_[3], 3}, Room{0, 0, 0, 0});
-  fit = index_.FindBestFitWhere({0}, 1, {}, Room{0, 0, 1, 1}, yes);
+  fit = index_.FindBestFitWhere({0}, 1, {}, Room{0, 0, 1, 1, 0}, yes);
   ASSERT_TRUE(fit);
   EXPECT_EQ(fit->slot, 1u);
-  fit = index_.FindBestFitWhere({0}, 1, {}, Room{0, 0, 2, 1}, yes);
+  fit = index_.FindBestFitWhere({0}, 1, {}, Room{0, 0, 2, 1, 0}, yes);
   ASSERT_TRUE(fit);
   EXPECT_EQ(fit->slot, 0u);
 }
@@ -182,9 +182,11 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
     const bool rooms_from_start = round % 2 == 0;
     auto random_room = [&]() {
       Room r{static_cast<int32_t>(rng() % 65) * 1000, static_cast<int32_t>(rng() % 9) * 1024,
-             static_cast<int32_t>(rng() % 10) - 1, static_cast<int32_t>(rng() % 10) - 1};
+             static_cast<int32_t>(rng() % 10) - 1, static_cast<int32_t>(rng() % 10) - 1,
+             static_cast<int32_t>(rng() % 9)};
       if (rng() % 8 == 0) r.cpus = r.cpu_shares = PlacementIndex::kUnlimited;
       if (rng() % 8 == 0) r.memory = r.memory_shares = PlacementIndex::kUnlimited;
+      if (rng() % 4 == 0) r.linked = PlacementIndex::kUnlimited;  // A node without NVLink groups.
       return r;
     };
     std::vector<State> state(nodes);
@@ -271,7 +273,7 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
           std::vector<uint32_t> excluded;
           if (rng() % 2) excluded.push_back(static_cast<uint32_t>(rng() % nodes));
           // A need of CPUs, memory, both or none.
-          Room need{0, 0, 0, 0};
+          Room need = PlacementIndex::kNoNeed;
           if (rng() % 2) {
             need.cpus = static_cast<int32_t>(rng() % 65) * 1000;
           } else {
@@ -282,7 +284,8 @@ TEST(PlacementIndexRandomTest, MatchesBruteForce) {
           } else {
             need.memory_shares = static_cast<int32_t>(rng() % 9);
           }
-          if (rng() % 4 == 0) need = Room{0, 0, 0, 0};
+          if (rng() % 3 == 0) need.linked = static_cast<int32_t>(rng() % 9);  // GPUs in a group.
+          if (rng() % 4 == 0) need = PlacementIndex::kNoNeed;
           // In none, one or two of the sets.
           std::vector<int> chosen;
           for (int i = 0; i < kSets; ++i) {

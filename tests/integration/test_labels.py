@@ -4,13 +4,19 @@ and dgpuctl get agents show the labels; a task with a node_selector runs on a ma
 a gang selecting rack r1 takes a1 and a2; a selector no node matches waits no_node_matches until
 an agent registers with the label, and GET /tasks/{id} and dgpuctl get task say which nodes
 could take a pending task and why the others cannot; dgpuctl submits --selector; bad selectors
-and bad labels get a clear error and create nothing."""
+and bad labels get a clear error and create nothing.
+
+NVLink groups with real agents: agents of 4 fake GPUs in the groups [[0, 2], [1, 3]]
+(gpu.fake.nvlink_groups); /agents shows them; single-GPU tasks fill one group before the other;
+with one GPU busy in each group of n1, a 2-GPU task goes to n2, into one whole group, and once
+no node has a whole group free one goes across groups; an agent with bad groups does not start
+and says why."""
 
 import os
 import subprocess
 import unittest
 
-from harness import API, CTL_BIN, ClusterTestCase, wait_until
+from harness import API, CTL_BIN, GPU_MODEL, ClusterTestCase, wait_until
 
 LABELS = {"a1": {"rack": "r1"}, "a2": {"rack": "r1", "ib": "yes"}, "a3": {"rack": "r2"}}
 
@@ -142,6 +148,59 @@ class TopologyTest(ClusterTestCase):
         r = self.c.request("POST", API + "/tasks", body)
         t = self.c.wait_status(r.json["task_id"], "running")
         self.assertEqual(sorted(m["node_id"] for m in t["allocation"]), ["a1", "a2"])
+
+
+GROUPS = [[0, 2], [1, 3]]  # Interleaved: the lowest free GPUs would split both groups.
+
+
+class NvlinkTest(ClusterTestCase):
+    def gpu_section(self, groups):
+        return {"gpu": {"detection_method": "fake", "health_check_interval": 30,
+                        "fake": {"count": 4, "model": GPU_MODEL, "memory_mb": 32768,
+                                 "nvlink_groups": groups}}}
+
+    def start_cluster(self):
+        self.c.start_scheduler(online_percent=0.0)
+        self.c.start_agent("n1", gpus=4, extra=self.gpu_section(GROUPS))
+        self.c.wait_agents_online(["n1"])
+
+    def start(self, gpus):
+        r = self.c.request("POST", API + "/tasks", {"priority": "low", "gpu_count": gpus,
+                                                    "command": "sleep 60"})
+        self.assertEqual(r.status, 201, r)
+        t = self.c.wait_status(r.json["task_id"], "running")
+        return t["task_id"], t["node_id"], t["allocation"][0]["gpu_indices"]
+
+    def test_a_pair_gets_a_whole_group_on_the_node_that_has_one(self):
+        self.assertEqual(self.c.agents_view()["n1"]["nvlink_groups"], GROUPS)
+        # Single GPUs fill group [0, 2] before touching group [1, 3].
+        placed = [self.start(1) for _ in range(4)]
+        self.assertEqual([(node, gpus) for _, node, gpus in placed],
+                         [("n1", [0]), ("n1", [2]), ("n1", [1]), ("n1", [3])])
+        # Free GPUs 2 and 3: one of each group.
+        for tid, _, _ in (placed[1], placed[3]):
+            self.assertEqual(self.c.cancel(tid).status, 200)
+            self.c.wait_status(tid, "cancelled")
+        wait_until(lambda: self.c.agents_view()["n1"]["free_gpus"] == 2, 10,
+                   what="n1 to have 2 free GPUs")
+        self.c.start_agent("n2", gpus=4, extra=self.gpu_section(GROUPS))
+        self.c.wait_agents_online(["n1", "n2"])
+        self.assertEqual(self.c.agents_view()["n2"]["nvlink_groups"], GROUPS)
+        # n1 is the best fit (2 free against 4), but its free GPUs are in two groups.
+        _, node, gpus = self.start(2)
+        self.assertEqual((node, gpus), ("n2", [0, 2]))
+        _, node, gpus = self.start(2)
+        self.assertEqual((node, gpus), ("n2", [1, 3]))
+        # No node has a whole group free: the pair goes across groups.
+        _, node, gpus = self.start(2)
+        self.assertEqual((node, gpus), ("n1", [2, 3]))
+
+    def test_an_agent_with_bad_groups_says_so_and_does_not_start(self):
+        d = self.c.start_agent("n3", gpus=4, extra=self.gpu_section([[0, 4]]))
+        wait_until(lambda: not d.running(), 10, what="the agent to refuse its configuration")
+        self.assertNotEqual(d.proc.returncode, 0)
+        self.assertIn("gpu.fake.nvlink_groups: group 0: GPU 4 is not one of the node's GPUs "
+                      "(0 to 3)", d.log_tails())
 
 
 if __name__ == "__main__":

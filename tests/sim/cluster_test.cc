@@ -86,6 +86,39 @@ TEST(ClusterTest, BadLabelsNameTheEntryAndTheLabel) {
   EXPECT_THAT(csv.status().message(), HasSubstr("c.csv:1: field 'labels': key '-rack'"));
 }
 
+TEST(ClusterTest, NvlinkGroupsInYamlAreCheckedAgainstTheNodesGpus) {
+  auto yaml = ParseClusterYaml(
+      "nodes:\n  - {count: 2, gpus_per_node: 4, model: A100, nvlink_groups: [[0, 1], [2, 3]]}\n"
+      "  - {count: 1, gpus_per_node: 8, model: A100}\n",
+      "c.yaml");
+  ASSERT_TRUE(yaml.ok()) << yaml.status().ToString();
+  EXPECT_EQ(yaml->groups[0].nvlink_groups, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_TRUE(yaml->groups[1].nvlink_groups.empty());
+  EXPECT_TRUE(yaml->HasNvlinkGroups());
+  const std::pair<const char*, const char*> bad[] = {
+      {"[[0, 4]]",
+       "c.yaml: nodes[0]: field 'nvlink_groups': group 0: GPU 4 is not one of the "
+       "node's GPUs (0 to 3)"},
+      {"[[0, 1], [1, 2]]",
+       "c.yaml: nodes[0]: field 'nvlink_groups': group 1: GPU 1 is in a "
+       "group already"},
+      {"[[0]]", "c.yaml: nodes[0]: field 'nvlink_groups': group 0: a group has at least 2 GPUs"},
+      {"[0, 1]",
+       "c.yaml: nodes[0]: field 'nvlink_groups': a group must be a list of GPU "
+       "indices"},
+      {"x", "c.yaml: nodes[0]: field 'nvlink_groups': expected a list of lists of GPU indices"},
+  };
+  for (const auto& [groups, message] : bad) {
+    auto spec = ParseClusterYaml(std::string("nodes:\n  - {count: 1, gpus_per_node: 4, model: A, "
+                                             "nvlink_groups: ") +
+                                     groups + "}\n",
+                                 "c.yaml");
+    ASSERT_FALSE(spec.ok()) << groups;
+    EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(spec.status().message(), HasSubstr(message)) << groups;
+  }
+}
+
 TEST(ClusterTest, LoadPicksParserByExtension) {
   auto csv = LoadClusterFile(testing_util::WriteTempFile("c.csv", "1,4,V100\n"));
   ASSERT_TRUE(csv.ok()) << csv.status().ToString();

@@ -179,6 +179,48 @@ TEST(SimulatorTest, TopologyKeyPacksAGangIntoOneRackAndTheSpreadIsReported) {
   EXPECT_THAT(bad.err, HasSubstr("--topology-key needs --policy dgpu"));
 }
 
+// NVLink groups: one node of 4 GPUs in the groups [0, 2] and [1, 3].
+//   t=0  A (1 GPU, 10 s) takes GPU 0; B (1 GPU, 10 s) the fullest group's other GPU, 2.
+//   t=1  C (2 GPUs, 10 s) gets group [1, 3] whole. Lowest-first would have given A and B GPUs 0
+//        and 1 and C GPUs 2 and 3, one of each group.
+// C is the one placement of several GPUs: in one group, no GPU outside (with --nvlink off, one
+// GPU outside). The original policy
+// takes GPUs anywhere: nothing is reported for it.
+TEST(SimulatorTest, NvlinkGroupsKeepAPairInOneGroupAndTheReportSaysSo) {
+  const std::string cluster = WriteTempFile(
+      "links.yaml",
+      "nodes:\n  - {count: 1, gpus_per_node: 4, model: V100, nvlink_groups: [[0, 2], [1, 3]]}\n");
+  const std::string trace = WriteTempFile(
+      "t.csv", std::string(kGenericHeader) + "0,10,1,low,,t\n0,10,1,low,,t\n1,10,2,low,,t\n");
+  SimRun r = RunSim({"--trace", trace, "--cluster", cluster, "--online-percent", "0", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.json["config"]["node_groups"][0]["nvlink_groups"], (Json{{0, 2}, {1, 3}}));
+  EXPECT_EQ(r.json["nvlink"]["placements"], 1);
+  EXPECT_DOUBLE_EQ(r.json["nvlink"]["one_group_fraction"], 1.0);
+  EXPECT_DOUBLE_EQ(r.json["nvlink"]["mean_gpus_outside_group"], 0.0);
+  SimRun text = RunSim({"--trace", trace, "--cluster", cluster, "--online-percent", "0"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("in one NVLink group                  1.0000 of 1 placements, "
+                                  "0.000 GPUs outside on average\n"));
+  // The core not told of the groups: GPUs lowest first, C split over both groups.
+  r = RunSim({"--trace", trace, "--cluster", cluster, "--online-percent", "0", "--nvlink", "off",
+              "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.json["config"]["nvlink"], false);
+  EXPECT_EQ(r.json["nvlink"]["placements"], 1);
+  EXPECT_DOUBLE_EQ(r.json["nvlink"]["one_group_fraction"], 0.0);
+  EXPECT_DOUBLE_EQ(r.json["nvlink"]["mean_gpus_outside_group"], 1.0);
+  r = RunSim({"--trace", trace, "--cluster", cluster, "--online-percent", "0", "--policy",
+              "original", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.json["nvlink"].is_null());
+  // A cluster without groups reports none either.
+  r = RunSim({"--trace", trace, "--nodes", "1", "--gpus-per-node", "4", "--online-percent", "0",
+              "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.json["nvlink"].is_null());
+}
+
 // The core's model rule (core::MatchGpuModels) decides what a job's model selects: an exact name
 // ignoring case ("a100" is the 2-GPU A100 node only, so 4 GPUs exceed it), else a substring
 // ("v100" selects both V100 nodes, the larger of which has 8 GPUs).

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 __all__ = ["PRIORITIES", "STATUSES", "FINISHED", "PENDING_REASONS", "DEFAULT_TEAM",
            "NodeAllocation", "Usage", "Task", "Submitted", "Gpu", "GpuList", "QuotaClass", "Quota",
@@ -287,10 +287,13 @@ class Agent:
     mode: str = "schedulable"  # schedulable, cordoned or draining (kept while offline)
     tasks: int = 0  # Tasks holding GPUs there (running or stopping).
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Its GPUs joined by NVLink, as lists of GPU indices; empty when none is.
+    nvlink_groups: Sequence[Sequence[int]] = ()
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Agent":
         return cls(id=d["id"], address=d["address"], status=d["status"], gpus=d["gpus"],
                    free_gpus=d["free_gpus"], last_heartbeat=parse_time(d["last_heartbeat"]),
                    mode=d.get("mode", "schedulable"), tasks=d.get("tasks", 0),
-                   labels=dict(d.get("labels") or {}))
+                   labels=dict(d.get("labels") or {}),
+                   nvlink_groups=tuple(tuple(g) for g in d.get("nvlink_groups") or ()))
