@@ -329,7 +329,7 @@ struct alignas(64) SchedulerCore::NodeState {
   bool any_unhealthy = false;         // Some gpus[i].healthy is false, without reading them.
   bool reports_resources = false;     // ReportsResources(), without reading the counts.
   bool linked = false;                // Some GPU is in an NVLink group (gpu_link is filled).
-  int8_t link_groups = 0;             // Highest group number in gpu_link, plus 1.
+  int16_t link_groups = 0;            // Highest group number in gpu_link, plus 1.
   // In the placement index: online and schedulable (see Placeable). Only such nodes get tasks.
   bool in_index = false;
   NodeMode mode = NodeMode::kSchedulable;
@@ -340,7 +340,7 @@ struct alignas(64) SchedulerCore::NodeState {
   absl::InlinedVector<int, 8> gpu_model;        // Model id per GPU position.
   // NVLink group per GPU position (GpuInfo::link_group; kNoLinkGroup: none); empty when the node
   // has no group.
-  absl::InlinedVector<int8_t, 8> gpu_link;
+  absl::InlinedVector<int16_t, 8> gpu_link;
   // CPUs (thousandths) and memory (MiB) it offers (NodeResources; 0: not reported, nothing
   // counted) and what its tasks have not been given (negative when it registered again with
   // less than its tasks hold).

@@ -287,10 +287,8 @@ bool SchedulerCore::CouldEverHold(const Task& t, const std::vector<int>& models)
   // Only a request of its own can be larger than every node: a share of a node that has the
   // GPUs always fits there.
   if (t.spec.cpus_milli <= 0 && t.spec.memory_mb <= 0) return true;
-  return EnoughNodesWhere(t, models, [&](const NodeState& n) {
-    return n.ResourceShortage(t.spec, /*empty=*/true) == PendingReason::kNone &&
-           MatchesSelector(t.spec.node_selector, n.labels);
-  });
+  return EnoughNodesWhere(t, models,
+                          [&](const NodeState& n) { return Feasible(t, n, Against::kEmpty); });
 }
 
 PendingReason SchedulerCore::ShortageWhereGpusFit(const Task& t,
@@ -386,7 +384,7 @@ std::optional<PlacementIndex::Fit> SchedulerCore::FindNode(
   if (sets == nullptr) return std::nullopt;
   PlacementIndex::Room need = NodeState::Need(t.spec);
   const auto fits = [&](uint32_t slot) {
-    return Fits(t, *nodes_[slot], /*selector_checked=*/true);
+    return Feasible(t, *nodes_[slot], Against::kFree, /*selector_checked=*/true);
   };
   // Several GPUs: first the nodes with room inside one NVLink group (or without groups), then
   // any.
@@ -415,12 +413,13 @@ int SchedulerCore::FindGang(const Shape& shape, const Task& t, const std::vector
     if (!config_.topology_key.empty()) {
       PackByTopology(shape, t, m, excluded, *sets, slots);
     } else {
-      index_.ForEachFitOf(m, shape.per_node, excluded, NodeState::Need(t.spec), *sets,
-                          [&](uint32_t slot, int, int) {
-                            if (!Fits(t, *nodes_[slot], /*selector_checked=*/true)) return true;
-                            slots.push_back(slot);
-                            return slots.size() < wanted;
-                          });
+      index_.ForEachFitOf(
+          m, shape.per_node, excluded, NodeState::Need(t.spec), *sets,
+          [&](uint32_t slot, int, int) {
+            if (!Feasible(t, *nodes_[slot], Against::kFree, /*selector_checked=*/true)) return true;
+            slots.push_back(slot);
+            return slots.size() < wanted;
+          });
     }
     if (!Permit(shape, m, slots)) continue;
     // Ranks in best-fit order: fewest free first, then node id (the index lists nodes that
@@ -508,19 +507,19 @@ void SchedulerCore::PackByTopology(const Shape& shape, const Task& t, int model,
                           return std::ssize(alone) < wanted;
                         });
   } else {
-    index_.ForEachFitOf(model, k, excluded, NodeState::Need(t.spec), sets,
-                        [&](uint32_t slot, int, int) {
-                          if (!Fits(t, *nodes_[slot], /*selector_checked=*/true)) return true;
-                          const int32_t value = nodes_[slot]->topology;
-                          if (value < 0) {
-                            alone.push_back(slot);
-                            return true;
-                          }
-                          auto& nodes = by_topology_[static_cast<size_t>(value)];
-                          if (nodes.empty()) seen.push_back(value);
-                          nodes.push_back(slot);
-                          return true;
-                        });
+    index_.ForEachFitOf(
+        model, k, excluded, NodeState::Need(t.spec), sets, [&](uint32_t slot, int, int) {
+          if (!Feasible(t, *nodes_[slot], Against::kFree, /*selector_checked=*/true)) return true;
+          const int32_t value = nodes_[slot]->topology;
+          if (value < 0) {
+            alone.push_back(slot);
+            return true;
+          }
+          auto& nodes = by_topology_[static_cast<size_t>(value)];
+          if (nodes.empty()) seen.push_back(value);
+          nodes.push_back(slot);
+          return true;
+        });
     for (int32_t v : seen) {
       groups.push_back({v, static_cast<int32_t>(by_topology_[static_cast<size_t>(v)].size()), 0,
                         topology_[static_cast<size_t>(v)].rank});
@@ -709,7 +708,7 @@ PendingReason SchedulerCore::TryStartHead(int prio, Shape& shape, Task& t,
       if (!n.in_index) continue;
       for (int m : models) {
         const NodeState::ModelSlice* s = n.Slice(m);
-        if (s == nullptr || s->free < shape.gpu_count || !Fits(t, n)) continue;
+        if (s == nullptr || s->free < shape.gpu_count || !Feasible(t, n, Against::kFree)) continue;
         StartTask(t, slot, m, now);
         return PendingReason::kNone;
       }
@@ -746,7 +745,7 @@ PendingReason SchedulerCore::TryStartHead(int prio, Shape& shape, Task& t,
     }
     // Within its guarantee: take GPUs back from borrowers. A borrower waits for idle GPUs: on
     // some node (no_node_fits), or anywhere (quota_exhausted: nothing to borrow).
-    if (phase == Phase::kGuaranteed) return Reclaim(record, PendingReason::kNoNodeFits, *skip, now);
+    if (phase == Phase::kGuaranteed) return Reclaim(record, PendingReason::kNoNodeFits, now);
     const int idle = total_online_gpus_ - quota_tree_.node(QuotaTree::kRoot).used;
     return idle >= shape.gpu_count ? PendingReason::kNoNodeFits : PendingReason::kQuotaExhausted;
   }
@@ -776,7 +775,7 @@ void SchedulerCore::StartPreemptors(int prio, TimeMicros now) {
     if (!n.in_index) continue;
     for (int m : ShapeModels(*t->shape)) {
       const NodeState::ModelSlice* s = n.Slice(m);
-      if (s == nullptr || s->free < t->spec.gpu_count || !Fits(*t, n)) continue;
+      if (s == nullptr || s->free < t->spec.gpu_count || !Feasible(*t, n, Against::kFree)) continue;
       StartTask(*t, slot, m, now);
       break;
     }
@@ -791,7 +790,8 @@ bool SchedulerCore::StartReservedGang(Task& t, const Reservation& r, const std::
     for (uint32_t slot : r.slots) {
       NodeState& n = *nodes_[slot];
       const NodeState::ModelSlice* s = n.Slice(m);
-      room = room && n.in_index && s != nullptr && s->free >= per_node && Fits(t, n);
+      room = room && n.in_index && s != nullptr && s->free >= per_node &&
+             Feasible(t, n, Against::kFree);
     }
     if (!room) continue;
     // Starting drops the reservation: its nodes are copied first.
@@ -824,8 +824,7 @@ void SchedulerCore::ReclaimBehind(int prio, Shape& shape, TimeMicros now) {
       return;
     }
     if (own > 0) continue;  // Already waiting for its own victims.
-    if (Reclaim(*t, PendingReason::kNoNodeFits, queues_[prio]->excluded, now) !=
-        PendingReason::kWaitingForPreemption) {
+    if (Reclaim(*t, PendingReason::kNoNodeFits, now) != PendingReason::kWaitingForPreemption) {
       return;
     }
   }
@@ -871,7 +870,7 @@ bool SchedulerCore::HoldForOldest(int prio, Shape& head_shape, PendingReason rea
       // neither could use it.
       auto fit = index_.FindMostFree(
           ModelsFor(head_shape.model), t.spec.gpu_count, [&](uint32_t slot, int model) {
-            return ReservedForOther(slot, t.id) || !PassesFilters(t, *nodes_[slot])
+            return ReservedForOther(slot, t.id) || !Feasible(t, *nodes_[slot], Against::kEmpty)
                        ? 0
                        : nodes_[slot]->Slice(model)->capacity;
           });
@@ -901,7 +900,7 @@ const SchedulerCore::Reservation* SchedulerCore::ReserveForGang(Priority p, cons
     index_.ForEachMostFree(m, [&](uint32_t slot, int) {
       const NodeState::ModelSlice* s = nodes_[slot]->Slice(m);
       if (s->capacity >= per_node && !ReservedForOther(slot, t.id) &&
-          PassesFilters(t, *nodes_[slot])) {
+          Feasible(t, *nodes_[slot], Against::kEmpty)) {
         chosen.push_back(slot);
       }
       return topology || std::ssize(chosen) < t.spec.nodes;

@@ -207,8 +207,7 @@ int SchedulerCore::Available(const NodeState& node, int model, TaskNumber task) 
   return slice->free + node.incoming - (node.promised - (own_here ? r->per_slot : 0));
 }
 
-PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
-                                     const std::vector<uint32_t>& /*excluded*/, TimeMicros now) {
+PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why, TimeMicros now) {
   if (t.spec.nodes > 1) return ReclaimGang(t, why, now);
   const int prio = PrioIndex(t.spec.priority);
   const std::vector<int>& models = ModelsFor(t.spec.gpu_model);
@@ -224,9 +223,11 @@ PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why,
   // A selector's labels on bits first: the search walks past the nodes it turns away.
   SelectorSets sets;
   const bool any_match = t.spec.node_selector.empty() || SetsOf(t.spec.node_selector, &sets);
+  // A node whose victims would leave room for t's GPUs but that could not hold its CPUs or
+  // memory with nothing else running is no use: kept for it, t would never start there.
   auto passes_filters = [&](const NodeState& node) {
     return any_match && HasAll(sets, node.slot) &&
-           PassesFilters(t, node, /*selector_checked=*/true);
+           Feasible(t, node, Against::kEmpty, /*selector_checked=*/true);
   };
   // Already waiting: while the node kept for it will have room once its victims (or those it
   // shares them with) are gone, it waits for them.
@@ -318,8 +319,11 @@ const std::vector<uint32_t>& SchedulerCore::GuardedForOthers(TaskNumber task) {
   return reclaim_excluded_;
 }
 
-bool SchedulerCore::Fits(const Task& t, const NodeState& node, bool selector_checked) const {
-  return (!any_node_resources_ || node.ResourceShortage(t.spec) == PendingReason::kNone) &&
+bool SchedulerCore::Feasible(const Task& t, const NodeState& node, Against against,
+                             bool selector_checked) const {
+  return (!any_node_resources_ ||
+          node.ResourceShortage(t.spec, /*empty=*/against == Against::kEmpty) ==
+              PendingReason::kNone) &&
          PassesFilters(t, node, selector_checked);
 }
 
@@ -381,7 +385,7 @@ PendingReason SchedulerCore::ReclaimGang(TaskRecord& t, PendingReason why, TimeM
       reclaim_[index].ForEachFitOf(m, per_node, skip, [&](uint32_t slot, int, int) {
         if (!HasAll(sets, slot)) return true;
         const NodeState& node = *nodes_[slot];
-        if (!PassesFilters(t, node, /*selector_checked=*/true)) return true;
+        if (!Feasible(t, node, Against::kEmpty, /*selector_checked=*/true)) return true;
         if (++examined > limit) return false;
         if (auto plan = PlanVictims(t, node, m, victim_class, now)) plans.push_back(*plan);
         return true;

@@ -118,9 +118,9 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
     any_linked_nodes_ = true;
     for (const GpuInfo& g : node->gpus) {
       const bool in_one = g.link_group >= 0 && g.link_group < kMaxLinkGroups;
-      node->gpu_link.push_back(static_cast<int8_t>(in_one ? g.link_group : kNoLinkGroup));
+      node->gpu_link.push_back(static_cast<int16_t>(in_one ? g.link_group : kNoLinkGroup));
       if (in_one) {
-        node->link_groups = std::max(node->link_groups, static_cast<int8_t>(g.link_group + 1));
+        node->link_groups = std::max(node->link_groups, static_cast<int16_t>(g.link_group + 1));
       }
     }
   }

@@ -465,9 +465,16 @@ class SchedulerCore {
   bool PassesFilters(const Task& t, const NodeState& node, bool selector_checked = false) const {
     return CheckFilters(t, node, selector_checked).kind == FilterVerdict::kPasses;
   }
-  // Whether a member of t fits on `node` for its CPUs and memory (NodeState::ResourceShortage)
-  // and the configured filters; its GPUs are the caller's to check.
-  bool Fits(const Task& t, const NodeState& node, bool selector_checked = false) const;
+  // The one node test of every path (the pass, the starvation guard, the reclaim, whether any
+  // node could ever hold t): t's node selector (unless `selector_checked`: the caller tested it
+  // with HasAll), the configured filters, and a member's CPUs and memory
+  // (NodeState::ResourceShortage) against what the node has free now (kFree: the pass), or
+  // would have with nothing else running (kEmpty: a node the guard keeps for t, or the reclaim
+  // empties for it, must hold it once the others are gone). Its GPUs are the caller's to check
+  // (the index's buckets, the victim plans).
+  enum class Against : uint8_t { kFree, kEmpty };
+  bool Feasible(const Task& t, const NodeState& node, Against against,
+                bool selector_checked = false) const;
   // Where nodes report CPUs and memory: whether enough placeable nodes (one per member) could
   // hold t's own request with nothing else running (a look at every node, only for a task that
   // asks for CPUs or memory and found no node)...
@@ -481,9 +488,11 @@ class SchedulerCore {
   void ReclaimInsert(NodeState& node);
   void ReclaimErase(NodeState& node);
   // A head within its guarantee that found no room: chooses borrowed tasks to stop on one node
-  // and keeps that node for it; kWaitingForPreemption while they stop, else `why`.
-  PendingReason Reclaim(TaskRecord& t, PendingReason why, const std::vector<uint32_t>& excluded,
-                        TimeMicros now);
+  // and keeps that node for it; kWaitingForPreemption while they stop, else `why`. It skips the
+  // nodes the starvation guard keeps for other tasks (GuardedForOthers), not every node the
+  // pass skips: a node kept for another preemptor may be shared, Available counting what that
+  // one was promised.
+  PendingReason Reclaim(TaskRecord& t, PendingReason why, TimeMicros now);
   struct VictimPlan {
     uint32_t slot = 0;
     std::vector<TaskRecord*> victims;

@@ -114,8 +114,8 @@ TEST_F(LinkGroupsTest, ANodeWithRoomInsideOneGroupComesBeforeATighterOne) {
     ASSERT_EQ(Start(1).substr(0, 2), "a:");
     on_a.push_back(last_);
   }
-  End(on_a[1]);  // GPU 1 (group 0); the tasks took 0, 1, then 2, 3.
-  End(on_a[3]);  // GPU 3 (group 1).
+  End(on_a[1]);                  // GPU 1 (group 0); the tasks took 0, 1, then 2, 3.
+  End(on_a[3]);                  // GPU 3 (group 1).
   EXPECT_EQ(Start(2), "b:0,1");  // Best fit alone would take a's GPUs 1 and 3.
   // b's other group is whole: the next pair goes there too.
   EXPECT_EQ(Start(2), "b:2,3");
@@ -151,8 +151,7 @@ TEST(LinkGroupsRandomTest, PairsGetOneGroupWheneverSomeNodeHasRoomInOne) {
     for (int n = 0; n < 6; ++n) {
       const Groups& groups = n % 3 == 0 ? kPairs : n % 3 == 1 ? kQuads : Groups{};
       ASSERT_TRUE(
-          core.RegisterNode("n" + std::to_string(n), "", LinkedGpus(8, groups), {}, {}, kSec)
-              .ok());
+          core.RegisterNode("n" + std::to_string(n), "", LinkedGpus(8, groups), {}, {}, kSec).ok());
     }
     std::vector<TaskNumber> running;
     for (int step = 0; step < 300; ++step) {

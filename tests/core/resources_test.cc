@@ -145,6 +145,40 @@ TEST_F(ResourcesTest, AGangNeedsItsCpusOnEveryMembersNode) {
   EXPECT_EQ(core_.FindNode("n1")->free_gpus, 1);
 }
 
+// The starvation guard keeps for a starving task a node that could hold it once emptied
+// (Feasible against an empty node): b, not a, whose 8 CPUs never hold its 16, though a has the
+// most GPUs free (2, b none once a 1-GPU task overtook the starving one there).
+TEST(ResourcesGuardTest, TheGuardKeepsANodeThatCouldHoldTheTasksCpus) {
+  CoreConfig config;
+  config.online_percent = 0.0;
+  config.max_bypass = 1;
+  SchedulerCore core(config);
+  const TimeMicros now = 100 * kSec;
+  for (const auto& [id, cpus] : {std::pair<std::string, int64_t>{"a", 8000}, {"b", 32000}}) {
+    ASSERT_TRUE(core.RegisterNode(id, "", MakeGpus(4), {cpus, 0, "none"}, {}, {}, now).ok());
+  }
+  auto submit = [&](int gpus, int64_t cpus_milli) {
+    TaskSpec s = testing::Spec(Priority::kLow, gpus);
+    s.cpus_milli = cpus_milli;
+    return *core.Submit(s, now);
+  };
+  submit(2, 0);  // On a (4 CPUs).
+  submit(3, 0);  // On b (24 CPUs).
+  core.Schedule(now);
+  ASSERT_EQ(core.TakeDecisions().size(), 2u);
+  const TaskNumber starving = submit(2, 16000);
+  for (int i = 0; i < 3; ++i) {
+    submit(1, 0);
+    core.Schedule(now);
+    core.TakeDecisions();
+    ASSERT_TRUE(core.CheckInvariants().ok()) << core.CheckInvariants().ToString();
+  }
+  const auto reservations = core.Reservations();
+  ASSERT_EQ(reservations.size(), 1u);
+  EXPECT_EQ(reservations[0].task, starving);
+  EXPECT_EQ(reservations[0].nodes, (std::vector<std::string>{"b"}));
+}
+
 TEST_F(ResourcesTest, NodesThatReportNothingCountNothing) {
   ASSERT_TRUE(core_.RegisterNode("old", "", MakeGpus(2), {}, {}, now_).ok());
   const TaskNumber a = Submit(1, 64, 1 << 20);

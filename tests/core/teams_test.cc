@@ -423,6 +423,48 @@ TEST_F(TeamsTest, ABurstOfPreemptorsTakesBackRoomEveryPassNotOnce) {
   EXPECT_TRUE(Pass().empty());
 }
 
+// The reclaim asks of a node what the pass asks (Feasible), for the node as it will be once
+// the others are gone: a node whose borrowers would free the GPUs but that could never hold the
+// preemptor's CPUs is left alone, instead of emptied for a task that would never start there.
+// a: 4 GPUs, 8 CPUs; b: 4 GPUs, 32 CPUs; batch's guarantee is 4 GPUs.
+TEST_F(TeamsTest, NoBorrowerIsStoppedOnANodeThatCouldNeverHoldThePreemptor) {
+  for (const auto& [id, cpus] : {std::pair<std::string, int64_t>{"a", 8000}, {"b", 32000}}) {
+    ASSERT_TRUE(
+        core_.RegisterNode(id, id + ":50052", MakeGpus(4), {cpus, 0, "none"}, {}, {}, now_).ok());
+  }
+  auto spec = [](Priority p, int gpus, int64_t cpus_milli) {
+    TaskSpec s = TeamSpec(p, gpus, "default");
+    s.cpus_milli = cpus_milli;
+    return s;
+  };
+  // Within batch's guarantee on b (12 CPUs only b has, then best fit); borrowers on a.
+  const TaskNumber g1 = *core_.Submit(spec(Priority::kLow, 2, 12000), now_);
+  const TaskNumber g2 = *core_.Submit(spec(Priority::kLow, 2, 0), now_);
+  ASSERT_EQ(Pass().size(), 2u);
+  const TaskNumber b1 = *core_.Submit(spec(Priority::kLow, 2, 0), now_);
+  const TaskNumber b2 = *core_.Submit(spec(Priority::kLow, 1, 0), now_);
+  const TaskNumber b3 = *core_.Submit(spec(Priority::kLow, 1, 0), now_);
+  ASSERT_EQ(Pass().size(), 3u);
+  for (TaskNumber t : {g1, g2}) {
+    EXPECT_EQ(T(t).allocation[0].node_id, "b");
+    EXPECT_FALSE(T(t).borrowed);
+  }
+  for (TaskNumber t : {b1, b2, b3}) {
+    EXPECT_EQ(T(t).allocation[0].node_id, "a");
+    EXPECT_TRUE(T(t).borrowed);
+  }
+  now_ += 60 * kSec;
+  // 2 GPUs and 16 CPUs, within online's guarantee: a's borrowers would free the GPUs (b1 alone),
+  // but a has 8 CPUs.
+  const TaskNumber online = *core_.Submit(spec(Priority::kHigh, 2, 16000), now_);
+  EXPECT_EQ(Describe(Pass()), "");
+  EXPECT_NE(Reason(online), PendingReason::kWaitingForPreemption);
+  EXPECT_EQ(core_.stats().preemptions, 0u);
+  // Room on b: it starts there.
+  Finish(g2);
+  EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Start(online, "b", {2, 3})}));
+}
+
 TEST_F(TeamsTest, TheOtherClassIsPreemptedBeforeOnesOwn) {
   Register("n1", 4);
   Register("n2", 4);
