@@ -2,8 +2,11 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "common/cpu_list.h"
 #include "ctl/api_call.h"
 #include "ctl/commands.h"
 #include "ctl/format.h"
@@ -185,6 +188,30 @@ int Top(const CtlContext& ctx) {
   return kExitOk;
 }
 
+namespace {
+
+// An agent's NVLink groups as "0-3|4-7" (runs of indices as ranges, "0,2|1,3" otherwise);
+// empty when it has none.
+std::string NvlinkGroups(const json& agent) {
+  std::string out;
+  auto groups = agent.find("nvlink_groups");
+  if (groups == agent.end() || !groups->is_array()) return out;
+  for (const json& group : *groups) {
+    if (!group.is_array()) continue;
+    std::vector<int> gpus;
+    for (const json& g : group) {
+      if (g.is_number_integer()) gpus.push_back(g.get<int>());
+    }
+    if (gpus.empty()) continue;
+    std::sort(gpus.begin(), gpus.end());
+    if (!out.empty()) out += '|';
+    out += common::FormatCpuList(gpus);  // The kernel's list format, for GPU indices too.
+  }
+  return out;
+}
+
+}  // namespace
+
 int GetAgents(const CtlContext& ctx) {
   ApiFailure failure;
   auto reply = CallApi(ctx, HttpMethod::kGet, "/agents", nullptr, &failure);
@@ -197,7 +224,7 @@ int GetAgents(const CtlContext& ctx) {
     return BadResponse(ctx, "GET /api/v1/agents did not return an agents array");
   }
   Table table({"id", "address", "status", "gpus", "free", "cpus", "memory", "isolation", "tasks",
-               "last heartbeat", "labels"});
+               "nvlink", "last heartbeat", "labels"});
   // Given to tasks of what the node offers ("-" where it reports none).
   const auto used_of = [](const json& agent, const char* used, const char* total,
                           const char* unit) -> std::string {
@@ -226,7 +253,8 @@ int GetAgents(const CtlContext& ctx) {
         {Cell(Field(agent, "id")), Cell(Field(agent, "address")), Cell(Field(agent, "status")),
          Cell(gpus), Cell(Field(agent, "free_gpus")), used_of(agent, "allocated_cpus", "cpus", ""),
          used_of(agent, "allocated_memory_mb", "memory_mb", "MB"), Cell(Field(agent, "isolation")),
-         Cell(Field(agent, "tasks")), heartbeat == "-" ? "-" : heartbeat + " ago", Cell(labels)});
+         Cell(Field(agent, "tasks")), Cell(NvlinkGroups(agent)),
+         heartbeat == "-" ? "-" : heartbeat + " ago", Cell(labels)});
   }
   if (table.size() == 0) {
     *ctx.err << "no agents found\n";

@@ -692,15 +692,17 @@ TEST_F(CtlTest, GpusAgentsAndQuota) {
             "2 GPUs: 1 idle, 1 busy, 0 offline\n");
 
   http_.Answer(Method::kGet, Url("/agents"), 200, R"({"agents":[{"id":"n1","address":"h:1",
-    "status":"online","gpus":["n1-gpu-0","n1-gpu-1"],"last_heartbeat":"2024-05-01T11:59:58Z"},
+    "status":"online","gpus":["n1-gpu-0","n1-gpu-1"],"last_heartbeat":"2024-05-01T11:59:58Z",
+    "nvlink_groups":[[0,2],[1,3],[4,5,6,7]]},
     {"id":"n2","address":"h:2","status":"online","gpus":[],"labels":{"rack":"r1","zone":"a"},
      "last_heartbeat":"2024-05-01T11:59:58Z"}]})");
   EXPECT_EQ(Run({"get", "agents"}).out,
-            "ID  ADDRESS  STATUS  GPUS  FREE  CPUS  MEMORY  ISOLATION  TASKS  LAST HEARTBEAT  "
-            "LABELS\n"
-            "n1  h:1      online  2     -     -     -       -          -      2s ago          -\n"
-            "n2  h:2      online  0     -     -     -       -          -      2s ago          "
-            "rack=r1,zone=a\n");
+            "ID  ADDRESS  STATUS  GPUS  FREE  CPUS  MEMORY  ISOLATION  TASKS  NVLINK       "
+            "LAST HEARTBEAT  LABELS\n"
+            "n1  h:1      online  2     -     -     -       -          -      0,2|1,3|4-7  "
+            "2s ago          -\n"
+            "n2  h:2      online  0     -     -     -       -          -      -            "
+            "2s ago          rack=r1,zone=a\n");
 
   http_.Answer(Method::kGet, Url("/quota"), 200, R"({"total_gpus":10,
     "online":{"quota":7,"used":9,"available":0,"borrowed":2,"lent":0,

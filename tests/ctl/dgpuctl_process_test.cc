@@ -360,11 +360,11 @@ TEST_F(DgpuctlProcessTest, GetAgents) {
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out,
             "ID      ADDRESS         STATUS   GPUS  FREE  CPUS   MEMORY         ISOLATION  TASKS  "
-            "LAST HEARTBEAT  LABELS\n"
+            "NVLINK  LAST HEARTBEAT  LABELS\n"
             "node-a  10.0.0.1:50051  online   2     0     6.5/8  32768/65536MB  cgroup_v1  1      "
-            "3s ago          rack=r1\n"
+            "0-1     3s ago          rack=r1\n"
             "node-b  10.0.0.2:50051  offline  2     -     -      -              -          -      "
-            "20m ago         -\n");
+            "-       20m ago         -\n");
 }
 
 TEST_F(DgpuctlProcessTest, Quota) {

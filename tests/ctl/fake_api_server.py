@@ -190,7 +190,8 @@ AGENTS = {
         {"id": "node-a", "address": "10.0.0.1:50051", "status": "online", "gpus": 2,
          "free_gpus": 0, "cpus": 8, "memory_mb": 65536, "allocated_cpus": 6.5,
          "allocated_memory_mb": 32768, "isolation": "cgroup_v1", "tasks": 1,
-         "last_heartbeat": "2024-05-01T11:59:57Z", "labels": {"rack": "r1"}},
+         "last_heartbeat": "2024-05-01T11:59:57Z", "labels": {"rack": "r1"},
+         "nvlink_groups": [[0, 1]]},
         {"id": "node-b", "address": "10.0.0.2:50051", "status": "offline", "gpus": 2,
          "last_heartbeat": "2024-05-01T11:40:00Z"},
     ]

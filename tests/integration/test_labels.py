@@ -173,6 +173,14 @@ class NvlinkTest(ClusterTestCase):
 
     def test_a_pair_gets_a_whole_group_on_the_node_that_has_one(self):
         self.assertEqual(self.c.agents_view()["n1"]["nvlink_groups"], GROUPS)
+        if os.access(CTL_BIN, os.X_OK):
+            env = dict(os.environ)
+            env.pop("DGPU_SERVER", None)
+            p = subprocess.run([CTL_BIN, "--server", self.c.base, "get", "agents"],
+                               capture_output=True, text=True, timeout=30, env=env)
+            self.assertEqual(p.returncode, 0, p)
+            self.assertRegex(p.stdout, r"(?m)^ID .* TASKS +NVLINK +LAST HEARTBEAT +LABELS$")
+            self.assertRegex(p.stdout, r"(?m)^n1 .* 0,2\|1,3 +\S+ ago +-$")
         # Single GPUs fill group [0, 2] before touching group [1, 3].
         placed = [self.start(1) for _ in range(4)]
         self.assertEqual([(node, gpus) for _, node, gpus in placed],
