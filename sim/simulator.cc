@@ -53,22 +53,28 @@ struct Layout {
   // node has none), for the spread report.
   std::vector<std::string> label_keys;
   std::vector<std::vector<int32_t>> node_values;
-  // Per node group, each GPU's NVLink group (kNoLinkGroup: none; empty: the group has none), and
-  // per node its group's.
-  std::vector<std::vector<int>> group_link_of;
-  std::vector<const std::vector<int>*> node_link_of;
+  // Per node group, each GPU's NVLink group (kNoLinkGroup: none; empty: the group has none) and
+  // the size of its largest NVLink group; per node its group's.
+  struct Links {
+    std::vector<int> link_of;
+    int largest = 0;
+  };
+  std::vector<Links> group_links;
+  std::vector<const Links*> node_links;
   bool has_links = false;
 
   explicit Layout(const ClusterSpec& spec) {
     const int nodes = spec.NodeCount();
     const int width = static_cast<int>(std::to_string(std::max(nodes - 1, 0)).size());
     for (const auto& g : spec.groups) {
-      auto& link_of = group_link_of.emplace_back();
+      Links& links = group_links.emplace_back();
       if (g.nvlink_groups.empty()) continue;
       has_links = true;
-      link_of.assign(static_cast<size_t>(g.gpus_per_node), core::kNoLinkGroup);
+      links.link_of.assign(static_cast<size_t>(g.gpus_per_node), core::kNoLinkGroup);
       for (size_t l = 0; l < g.nvlink_groups.size(); ++l) {
-        for (int i : g.nvlink_groups[l]) link_of[static_cast<size_t>(i)] = static_cast<int>(l);
+        for (int i : g.nvlink_groups[l])
+          links.link_of[static_cast<size_t>(i)] = static_cast<int>(l);
+        links.largest = std::max(links.largest, static_cast<int>(g.nvlink_groups[l].size()));
       }
     }
     for (size_t gi = 0; gi < spec.groups.size(); ++gi) {
@@ -88,7 +94,7 @@ struct Layout {
         model_gpus[m] += g.gpus_per_node;
         model_max_node[m] = std::max(model_max_node[m], g.gpus_per_node);
         node_labels.push_back(&g.labels);
-        node_link_of.push_back(&group_link_of[gi]);
+        node_links.push_back(&group_links[gi]);
       }
     }
     std::set<std::string> keys;
@@ -156,21 +162,13 @@ class SpreadCounter {
 // is a group of its own).
 class LinkCounter {
  public:
-  explicit LinkCounter(const Layout& layout) : layout_(layout) {
-    for (const std::vector<int>& link_of : layout.group_link_of) {
-      std::map<int, int> sizes;
-      for (int g : link_of) ++sizes[g];
-      int largest = 0;
-      for (const auto& [g, size] : sizes) largest = g >= 0 ? std::max(largest, size) : largest;
-      largest_.push_back(largest);
-    }
-  }
+  explicit LinkCounter(const Layout& layout) : layout_(layout) {}
   void Add(size_t node, const std::vector<int>& gpus) {
-    const std::vector<int>& link_of = *layout_.node_link_of[node];
-    if (link_of.empty() || gpus.size() < 2) return;
-    const size_t group =
-        static_cast<size_t>(layout_.node_link_of[node] - &layout_.group_link_of[0]);
-    if (static_cast<int>(gpus.size()) > largest_[group]) return;
+    const Layout::Links& links = *layout_.node_links[node];
+    const std::vector<int>& link_of = links.link_of;
+    if (link_of.empty() || gpus.size() < 2 || static_cast<int>(gpus.size()) > links.largest) {
+      return;
+    }
     int most = 1;
     for (size_t i = 0; i < gpus.size(); ++i) {
       const int g = link_of[static_cast<size_t>(gpus[i])];
@@ -188,7 +186,6 @@ class LinkCounter {
 
  private:
   const Layout& layout_;
-  std::vector<int> largest_;  // Per node group, its nodes' largest NVLink group.
   SimResult::Links links_;
 };
 
@@ -197,7 +194,7 @@ class LinkCounter {
 void RegisterLayoutNode(core::SchedulerCore& core, const Layout& layout, size_t node, bool links,
                         TimeMicros now) {
   std::vector<core::GpuInfo> gpus(layout.node_gpus[node]);
-  const std::vector<int>& link_of = *layout.node_link_of[node];
+  const std::vector<int>& link_of = layout.node_links[node]->link_of;
   for (int g = 0; g < layout.node_gpus[node]; ++g) {
     gpus[g].index = g;
     gpus[g].model = layout.models[layout.node_model[node]];

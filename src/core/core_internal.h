@@ -328,8 +328,8 @@ struct alignas(64) SchedulerCore::NodeState {
   bool any_unclaimed = false;         // !unclaimed.empty(), without reading it.
   bool any_unhealthy = false;         // Some gpus[i].healthy is false, without reading them.
   bool reports_resources = false;     // ReportsResources(), without reading the counts.
-  bool linked = false;                // Some GPU is in an NVLink group (gpu_link is filled).
-  int16_t link_groups = 0;            // Highest group number in gpu_link, plus 1.
+  // Highest NVLink group number of its GPUs plus 1 (0: none, and gpu_link is empty).
+  int16_t link_groups = 0;
   // In the placement index: online and schedulable (see Placeable). Only such nodes get tasks.
   bool in_index = false;
   NodeMode mode = NodeMode::kSchedulable;
@@ -436,8 +436,9 @@ struct alignas(64) SchedulerCore::NodeState {
     return {cpus_milli > 0 ? I::Clamp(free_cpus_milli) : I::kUnlimited,
             memory_mb > 0 ? I::Clamp(free_memory_mb) : I::kUnlimited,
             SharesFree(cpus_milli, free_cpus_milli), SharesFree(memory_mb, free_memory_mb),
-            linked ? MostFreeLinked() : I::kUnlimited};
+            Linked() ? MostFreeLinked() : I::kUnlimited};
   }
+  bool Linked() const { return link_groups > 0; }
   // The most free usable GPUs inside one NVLink group (a GPU in none is a group of its own).
   int32_t MostFreeLinked() const {
     std::array<int16_t, kMaxLinkGroups> free{};

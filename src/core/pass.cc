@@ -26,7 +26,7 @@ inline void SchedulerCore::TakeGpus(NodeState& node, const Task& t, int model, i
   const TaskNumber id = t.id;
   std::vector<int>& indices = na.gpu_indices;
   const size_t positions = node.gpu_task.size();
-  if (node.linked) {
+  if (node.Linked()) {
     TakeLinkedGpus(node, id, model, count, indices);
   } else {
     for (size_t pos = 0; pos < positions && std::ssize(indices) < count; ++pos) {

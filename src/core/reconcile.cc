@@ -109,20 +109,20 @@ Status SchedulerCore::RegisterNode(const std::string& node_id, const std::string
   if (node->reports_resources) any_node_resources_ = true;
   node->indices_are_positions = true;
   node->any_unhealthy = false;
-  node->linked = std::any_of(node->gpus.begin(), node->gpus.end(), [](const GpuInfo& g) {
-    return g.link_group >= 0 && g.link_group < kMaxLinkGroups;
-  });
+  // NVLink groups: gpu_link is kept only for a node with some.
   node->gpu_link.clear();
   node->link_groups = 0;
-  if (node->linked) {
-    any_linked_nodes_ = true;
-    for (const GpuInfo& g : node->gpus) {
-      const bool in_one = g.link_group >= 0 && g.link_group < kMaxLinkGroups;
-      node->gpu_link.push_back(static_cast<int16_t>(in_one ? g.link_group : kNoLinkGroup));
-      if (in_one) {
-        node->link_groups = std::max(node->link_groups, static_cast<int16_t>(g.link_group + 1));
-      }
+  for (const GpuInfo& g : node->gpus) {
+    const bool in_one = g.link_group >= 0 && g.link_group < kMaxLinkGroups;
+    node->gpu_link.push_back(static_cast<int16_t>(in_one ? g.link_group : kNoLinkGroup));
+    if (in_one) {
+      node->link_groups = std::max(node->link_groups, static_cast<int16_t>(g.link_group + 1));
     }
+  }
+  if (node->Linked()) {
+    any_linked_nodes_ = true;
+  } else {
+    node->gpu_link.clear();
   }
   for (size_t i = 0; i < node->gpus.size(); ++i) {
     if (node->gpus[i].index != static_cast<int>(i)) node->indices_are_positions = false;
