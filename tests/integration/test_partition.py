@@ -43,11 +43,15 @@ class PartitionTestCase(ClusterTestCase):
         os.makedirs(self.marks_dir)
 
     def submit_marked(self):
-        """A task that records each start (with its agent) and its SIGTERM, with times."""
+        """A task that records each start (with its agent) and its SIGTERM, with times.
+
+        The trap ignores TERM before it forks `date`: the agent signals every process of a
+        stopped task, those it finds later included, and a `date` killed before it prints leaves
+        a "term" line without a time. An ignored signal stays ignored across fork and exec."""
         m = os.path.join(self.marks_dir, "$DGPU_TASK_ID")
         # Its working directory is <work_dir>/<task id>: the agent's work dir names the agent.
         cmd = ("echo start $(basename $(dirname $PWD)) $(date +%%s.%%N) >> %s; "
-               "trap 'echo term $(date +%%s.%%N) >> %s; exit 143' TERM; "
+               "trap 'trap \"\" TERM; echo term $(date +%%s.%%N) >> %s; exit 143' TERM; "
                "while :; do sleep 0.05; done" % (m, m))
         return self.c.submit(cmd, gpu_count=1, priority="high")
 
@@ -77,7 +81,6 @@ class PartitionedAgentTest(PartitionTestCase):
         marks = self.marks(task)
         starts = [m for m in marks if m[0] == "start"]
         terms = [m for m in marks if m[0] == "term"]
-        # (The trap's own $(date) child may get the SIGTERM too: a second "term" line.)
         self.assertTrue(terms, marks)
         term_at, second_start_at = float(terms[0][1]), float(starts[1][2])
         self.assertEqual(starts[1][1], "agent-near")
