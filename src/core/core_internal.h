@@ -357,10 +357,14 @@ struct alignas(64) SchedulerCore::NodeState {
   // Its value of CoreConfig::topology_key, as an index in topology_values_; -1: no such label.
   int32_t topology = -1;
   std::string isolation;  // NodeResources::isolation.
-  // Preemptions under way here: GPUs kept for tasks waiting for victims, and GPUs of victims
-  // that are stopping (they will be free once their agents confirm).
+  // Preemptions under way here: GPUs, CPUs and memory kept for tasks waiting for victims, and
+  // those of victims that are stopping (they will be free once their agents confirm).
   int promised = 0;
   int incoming = 0;
+  int64_t promised_cpus_milli = 0;
+  int64_t promised_memory_mb = 0;
+  int64_t incoming_cpus_milli = 0;
+  int64_t incoming_memory_mb = 0;
   // Restored running tasks waiting for this node to register again: they hold no GPU position
   // yet. Every other task held here (running or stopping) holds positions in gpu_task.
   std::vector<TaskNumber> unclaimed;

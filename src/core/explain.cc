@@ -95,7 +95,7 @@ std::optional<SchedulerCore::PendingDetail> SchedulerCore::ExplainPending(TaskNu
       const NodeState::ModelSlice* s = const_cast<NodeState&>(node).Slice(m);
       if (s == nullptr) continue;
       capacity = std::max(capacity, s->capacity);
-      free = std::max(free, Available(node, m, id));
+      free = std::max(free, Available(node, m, id).gpus);
     }
     if (capacity == 0 || capacity < per_node) {
       reject(capacity == 0 ? Rule::kModel : Rule::kGpuCount, node.any_unhealthy ? 1 : 0);

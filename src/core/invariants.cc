@@ -1,5 +1,6 @@
 // CheckInvariants: every rule the core keeps, checked the slow way (for tests).
 #include <array>
+#include <map>
 #include <unordered_map>
 
 #include "core/core_internal.h"
@@ -326,6 +327,40 @@ Status SchedulerCore::CheckTeamInvariants() const {
         }
       }
     }
+  }
+  // What preemptions promise and what their victims will free, per node.
+  std::map<uint32_t, std::array<int64_t, 6>>
+      under_way;  // promised, then incoming: GPUs, CPUs, MiB.
+  for (const Reservation& r : reservations_) {
+    if (!r.preemption) continue;
+    for (size_t i = 0; i < r.slots.size(); ++i) {
+      auto& c = under_way[r.slots[i]];
+      c[0] += r.per_slot;
+      c[1] += r.slot_cpus_milli[i];
+      c[2] += r.slot_memory_mb[i];
+    }
+  }
+  tasks_.ForEach([&](TaskNumber, const TaskRecord* record) {
+    const TaskRecord& t = *record;
+    if (!t.incoming_counted) return;
+    for (size_t i = 0; i < t.allocation.size(); ++i) {
+      const NodeAllocation& m = t.allocation[i];
+      const NodeState* node = i == 0 ? nodes_[t.node_slot].get() : FindNodeState(m.node_id);
+      if (m.ended || node == nullptr) continue;
+      auto& c = under_way[node->slot];
+      c[3] += std::ssize(m.gpu_indices);
+      c[4] += m.cpus_milli;
+      c[5] += m.memory_mb;
+    }
+  });
+  for (const auto& n : nodes_) {
+    auto it = under_way.find(n->slot);
+    const std::array<int64_t, 6> want =
+        it == under_way.end() ? std::array<int64_t, 6>{} : it->second;
+    const std::array<int64_t, 6> have = {
+        n->promised, n->promised_cpus_milli, n->promised_memory_mb,
+        n->incoming, n->incoming_cpus_milli, n->incoming_memory_mb};
+    if (want != have) return Internal("promised or incoming room out of step on node " + n->id);
   }
   return OkStatus();
 }

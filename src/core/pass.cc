@@ -14,9 +14,10 @@
 //   permit        every member of the task has its place (all-or-nothing: a gang whose members
 //                 do not all fit in this pass holds nothing), then the start (StartTask,
 //                 StartGang)
-//   post-filter   a head that cannot start is handed to the config's post-filter (PostFilter);
-//                 with borrowing, a head within its guarantee takes GPUs back from borrowers
-//                 (Reclaim, preemption.cc)
+//   post-filter   a head that cannot start, on every path, waits for victims already stopping
+//                 for it or is handed to the post-filter (PostFilter): the configured hook, else
+//                 the built-in reclaim of borrowed room for a head within its guarantee
+//                 (Reclaim, preemption.cc); its plan is applied alike (ApplyPreemption)
 #include "core/core_internal.h"
 
 namespace dgpu::core {
@@ -694,7 +695,7 @@ PendingReason SchedulerCore::TryStartHead(int prio, Shape& shape, Task& t,
       r != PendingReason::kNone) {
     return r;
   }
-  if (!Admit(prio, shape)) return PostFilter(t, Diagnose(t, models), now);
+  if (!Admit(prio, shape)) return PostFilter(record, Diagnose(t, models), now);
   // A task that may not be preempted may not borrow either.
   if (phase == Phase::kBorrowing && !shape.preemptible) return PendingReason::kQuotaExhausted;
   // The nodes its victims freed, first.
@@ -719,7 +720,6 @@ PendingReason SchedulerCore::TryStartHead(int prio, Shape& shape, Task& t,
   if (StillNoRoom(shape, models, *skip)) {
     // Within quota, so Diagnose would answer from the nodes alone, which have not changed.
     r = shape.no_room_reason;
-    if (phase == Phase::kAll) return r;
   } else if (shape.nodes > 1) {
     const int model = FindGang(shape, t, models, *skip, gang_slots_);
     if (model >= 0) {
@@ -728,24 +728,22 @@ PendingReason SchedulerCore::TryStartHead(int prio, Shape& shape, Task& t,
     }
     r = Diagnose(t, models);
     shape.RememberNoRoom(change_seq_, *skip, r);
-    if (phase == Phase::kAll) return PostFilter(t, r, now);
   } else {
     fit = FindNode(shape, t, models, *skip);
     if (!fit) {
       r = Diagnose(t, models);
       shape.RememberNoRoom(change_seq_, *skip, r);
-      if (phase == Phase::kAll) return PostFilter(t, r, now);
     }
   }
   if (!fit) {
-    // Short of CPUs or memory where its GPUs fit: taking GPUs back would not help.
-    if (!IsTransient(r) || r == PendingReason::kInsufficientCpu ||
-        r == PendingReason::kInsufficientMemory) {
-      return r;
+    if (!IsTransient(r)) return r;
+    if (phase == Phase::kAll) return PostFilter(record, r, now);
+    // Within its guarantee: room on some node, taken back from borrowers (GPUs, or the CPUs or
+    // memory they hold where its GPUs fit). A borrower takes nothing back: it waits for idle
+    // GPUs on some node (no_node_fits), or anywhere (quota_exhausted: nothing to borrow).
+    if (phase == Phase::kGuaranteed) {
+      return PostFilter(record, WaitsForNodeRoom(r) ? r : PendingReason::kNoNodeFits, now);
     }
-    // Within its guarantee: take GPUs back from borrowers. A borrower waits for idle GPUs: on
-    // some node (no_node_fits), or anywhere (quota_exhausted: nothing to borrow).
-    if (phase == Phase::kGuaranteed) return Reclaim(record, PendingReason::kNoNodeFits, now);
     const int idle = total_online_gpus_ - quota_tree_.node(QuotaTree::kRoot).used;
     return idle >= shape.gpu_count ? PendingReason::kNoNodeFits : PendingReason::kQuotaExhausted;
   }
@@ -766,6 +764,9 @@ void SchedulerCore::StartPreemptors(int prio, TimeMicros now) {
       continue;
     }
     if (TeamAdmits(t->team, t->spec.gpu_count, OwnReserved(id)) != PendingReason::kNone) continue;
+    // Without borrowing (a configured post-filter's victims) the quota still admits it: its
+    // victims may not have freed what its class may hold.
+    if (!config_.borrowing && !Admit(prio, *t->shape)) continue;
     if (t->spec.nodes > 1) {
       (void)StartReservedGang(*t, *r, ShapeModels(*t->shape), now);
       continue;
@@ -824,7 +825,7 @@ void SchedulerCore::ReclaimBehind(int prio, Shape& shape, TimeMicros now) {
       return;
     }
     if (own > 0) continue;  // Already waiting for its own victims.
-    if (Reclaim(*t, PendingReason::kNoNodeFits, now) != PendingReason::kWaitingForPreemption) {
+    if (PostFilter(*t, PendingReason::kNoNodeFits, now) != PendingReason::kWaitingForPreemption) {
       return;
     }
   }
@@ -832,17 +833,26 @@ void SchedulerCore::ReclaimBehind(int prio, Shape& shape, TimeMicros now) {
 
 // --- Post-filter ------------------------------------------------------------------------------
 
-PendingReason SchedulerCore::PostFilter(const Task& t, PendingReason why, TimeMicros now) {
+PendingReason SchedulerCore::PostFilter(TaskRecord& t, PendingReason why, TimeMicros now) {
+  if (!IsTransient(why)) return why;
   PostFilterHook* hook = config_.policies.post_filter.get();
-  if (hook == nullptr || !IsTransient(why)) return why;
-  for (const Victim& v : hook->Victims(*this, t, why)) {
-    const Task* victim = tasks_.Find(v.task);
-    // Only running tasks not already being stopped: anything else is no victim (and the hook
-    // gets no error back; it sees the tasks' states itself).
-    if (victim == nullptr || victim->status != TaskStatus::kRunning || victim->stopping) continue;
-    (void)StopTask(v.task, StopReason::kPreempt, v.grace_seconds, now);
+  // The built-in reclaim: with borrowing, for a head within its guarantee waiting for room on a
+  // node (a head over its class's quota waits for its class to shrink).
+  if (hook == nullptr &&
+      (!config_.borrowing || !WaitsForNodeRoom(why) ||
+       !WithinGuarantee(t.team, PrioIndex(t.spec.priority), t.spec.gpu_count, OwnReserved(t.id)))) {
+    return why;
   }
-  return why;
+  if (WaitingForVictims(t)) return PendingReason::kWaitingForPreemption;
+  // Restored tasks whose nodes have not registered yet hold GPUs that are not counted: what
+  // could be taken is not known until they are back.
+  if (unclaimed_tasks_ > 0) return why;
+  PreemptionChoice& choice = preemption_choice_;
+  const bool chosen =
+      hook != nullptr ? ChoiceOf(t, hook->Plan(*this, t, why), choice) : Reclaim(t, now, choice);
+  if (!chosen) return why;
+  ApplyPreemption(t, choice, now);
+  return PendingReason::kWaitingForPreemption;
 }
 
 // --- Reserve: the starvation guard --------------------------------------------------------------
@@ -922,7 +932,7 @@ bool SchedulerCore::SchedulePhase(int prio, Phase phase, TimeMicros now) {
   if (q.empty()) return false;
   // Tasks whose victims have freed their GPUs start first, whatever holds the queue: those GPUs
   // were taken back for them and nobody else may use them.
-  if (phase == Phase::kGuaranteed && !reservations_.empty()) StartPreemptors(prio, now);
+  if (phase != Phase::kBorrowing && !reservations_.empty()) StartPreemptors(prio, now);
   if (q.empty()) return false;
   // The oldest pending task of this class.
   Shape* oldest_shape = nullptr;
@@ -951,7 +961,9 @@ bool SchedulerCore::SchedulePhase(int prio, Phase phase, TimeMicros now) {
   Shape* held_shape = nullptr;  // Its head was tried first and waits; skip it below.
   if (oldest_here && q.bypassed >= config_.max_bypass) {
     PendingReason r = TryStart(prio, *oldest_shape, excluded, now, phase);
-    if (r == PendingReason::kWaitingForPreemption) ReclaimBehind(prio, *oldest_shape, now);
+    if (r == PendingReason::kWaitingForPreemption && phase == Phase::kGuaranteed) {
+      ReclaimBehind(prio, *oldest_shape, now);
+    }
     if (r == PendingReason::kNone) {
       // Started: the queue flows again (Dequeue reset the guard).
     } else if (IsTransient(r)) {
@@ -1011,7 +1023,9 @@ bool SchedulerCore::SchedulePhase(int prio, Phase phase, TimeMicros now) {
     TaskNumber id = pos.second;
     PendingReason r = TryStart(prio, *shape, excluded, now, phase);
     if (r == PendingReason::kQueued) continue;  // Not this phase's.
-    if (r == PendingReason::kWaitingForPreemption) ReclaimBehind(prio, *shape, now);
+    if (r == PendingReason::kWaitingForPreemption && phase == Phase::kGuaranteed) {
+      ReclaimBehind(prio, *shape, now);
+    }
     if (r != PendingReason::kNone) {
       shape->reason = r;
       if (id == q.oldest && oldest_here) {

@@ -38,28 +38,44 @@ class NodeFilter {
 };
 
 // A running task to stop so that a waiting one can start, and its grace period (-1: the
-// agent's own).
+// task's `preemption_grace_seconds`, else the configuration's `preemption.grace_period`).
 struct Victim {
   TaskNumber task = 0;
   int32_t grace_seconds = -1;
 };
 
-// Post-filter stage: called for a queue head that cannot start for a reason that GPUs freeing
-// up would remove (quota_exhausted, no_node_fits). It may name running tasks to stop: the core
-// stops them for `preempt` (they keep their GPUs until their agents confirm, then go back to
-// their queues), and the head starts in a later pass once the GPUs are free. A hook must not
-// name victims again while earlier ones are still stopping for the same head.
+// A post-filter's answer for a waiting task: the running tasks to stop, and the nodes to keep for
+// it while they stop, one per member (a task on one node: one). Either both or neither: a plan
+// with victims whose nodes do not name `nodes` distinct placeable nodes is not applied (nothing
+// is stopped). An empty plan: nothing to do.
+struct PreemptionPlan {
+  std::vector<Victim> victims;
+  std::vector<std::string> nodes;
+};
+
+// Post-filter stage: called for a queue head that cannot start for a reason that room freed on
+// some node would remove (no_node_fits, quota_exhausted, insufficient_cpu, insufficient_memory),
+// on every path of the pass. The core applies a plan the same way for every post-filter: each
+// victim is stopped for `preempt` (it keeps its GPUs until its agent confirms, then goes back to
+// its queue at its old position), the plan's nodes are kept for the waiting task (no other task
+// starts on what the victims free there, and their GPUs count against its team's cap while
+// kept), and the task starts there once the room is free. While a plan's victims still stop and
+// its nodes will then hold the task, the core does not ask again for that task.
+//
+// None configured: the built-in reclaim of borrowed GPUs (quota.borrowing; preemption.cc) is
+// the post-filter. One configured replaces it.
 class PostFilterHook {
  public:
   virtual ~PostFilterHook() = default;
   virtual std::string_view name() const = 0;
-  virtual std::vector<Victim> Victims(const SchedulerCore& core, const Task& waiting,
-                                      PendingReason why) = 0;
+  virtual PreemptionPlan Plan(const SchedulerCore& core, const Task& waiting,
+                              PendingReason why) = 0;
 };
 
 struct Policies {
   std::vector<std::shared_ptr<const NodeFilter>> filters;  // All must pass.
-  std::shared_ptr<PostFilterHook> post_filter;             // None: nothing is preempted.
+  // None: the built-in reclaim of borrowed GPUs (nothing is preempted without borrowing).
+  std::shared_ptr<PostFilterHook> post_filter;
 };
 
 }  // namespace dgpu::core

@@ -1,5 +1,7 @@
-// Preemption (quota.borrowing): a task within its guarantee that finds no room takes GPUs back
-// from borrowed tasks, on one node (a gang: on one node per member), no more than it needs.
+// Preemption: the post-filter stage's plans, applied alike whoever made them, and the built-in
+// post-filter (quota.borrowing): a task within its guarantee that finds no room takes GPUs, CPUs
+// and memory back from borrowed tasks, on one node (a gang: on one node per member), no more than
+// it needs.
 //
 // Which tasks may be taken is counted per node and model (ModelSlice::eligible, per class), and
 // three more placement indexes order the placeable nodes by free + eligible GPUs (of class 0, of
@@ -58,8 +60,10 @@ void SchedulerCore::CountIncoming(TaskRecord& t, bool counted) {
     if (m.ended) continue;  // Its GPUs are free already, and left `incoming` then (EndMember).
     NodeState* node = i == 0 ? nodes_[t.node_slot].get() : FindNodeState(m.node_id);
     if (node == nullptr) continue;
-    const int gpus = static_cast<int>(m.gpu_indices.size());
-    node->incoming += counted ? gpus : -gpus;
+    const int sign = counted ? 1 : -1;
+    node->incoming += sign * static_cast<int>(m.gpu_indices.size());
+    node->incoming_cpus_milli += sign * m.cpus_milli;
+    node->incoming_memory_mb += sign * m.memory_mb;
   }
   t.incoming_counted = counted;
 }
@@ -107,51 +111,70 @@ std::optional<SchedulerCore::VictimPlan> SchedulerCore::PlanVictims(const TaskRe
                                                                     TimeMicros now) {
   const auto* slice = const_cast<NodeState&>(node).Slice(model);
   if (slice == nullptr) return std::nullopt;
-  // What will be free here for t: free GPUs, and those of victims stopping here, less what is
-  // kept for other tasks waiting for them.
-  const int need = GpusPerNode(t.spec) - Available(node, model, t.id);
-  if (need <= 0) {
+  // What will be free here for t: free GPUs, CPUs and memory, and those of victims stopping
+  // here, less what is kept for other tasks waiting for them.
+  const Amounts have = Available(node, model, t.id);
+  const Amounts want = NeedOn(t, node);
+  const Amounts need{want.gpus - have.gpus, want.cpus_milli - have.cpus_milli,
+                     want.memory_mb - have.memory_mb};
+  const bool short_of_rest = need.cpus_milli > 0 || need.memory_mb > 0;
+  if (need.gpus <= 0 && !short_of_rest) {
     VictimPlan share;  // Room without stopping anything more.
     share.slot = node.slot;
     return share;
   }
   struct Candidate {
     TaskRecord* task;
-    int gpus;                                  // Usable GPUs of `model` it frees here.
+    Amounts frees;                             // Usable GPUs of `model`, CPUs, memory.
     std::tuple<int, int, int64_t> preference;  // Lower: stopped first.
   };
   std::vector<Candidate> candidates;
-  int available = 0;
+  Amounts available;
   for (size_t pos = 0; pos < node.gpu_task.size(); ++pos) {
     const TaskNumber id = node.gpu_task[pos];
-    if (id == 0 || node.gpu_model[pos] != model || !node.Usable(pos)) continue;
+    // Tasks on other GPUs of the node free CPUs and memory only: looked at when those are short.
+    const bool gpu_counts = node.gpu_model[pos] == model && node.Usable(pos);
+    if (id == 0 || (!gpu_counts && !short_of_rest)) continue;
     auto it = std::find_if(candidates.begin(), candidates.end(),
                            [&](const Candidate& c) { return c.task->id == id; });
-    if (it != candidates.end()) {
-      it->gpus++;
-      available++;
-      continue;
+    if (it == candidates.end()) {
+      TaskRecord* v = tasks_.Find(id);
+      // Never one started in this very pass.
+      if (v == nullptr || !v->eligible_counted || v->start_order >= pass_first_start_) continue;
+      const int vp = PrioIndex(v->spec.priority);
+      if (victim_class >= 0 && vp != victim_class) continue;
+      if (config_.min_runtime > 0 && v->started_at + config_.min_runtime > now) {
+        const TimeMicros ready = v->started_at + config_.min_runtime;
+        if (preempt_wake_at_ == 0 || ready < preempt_wake_at_) preempt_wake_at_ = ready;
+        continue;
+      }
+      // Other class's borrowers first, then the group most over its guarantee, then the
+      // youngest.
+      const auto& g =
+          quota_tree_.node(groups_[static_cast<size_t>(teams_[v->team].group[vp])].node);
+      const int over = g.used - g.limits.guarantee;
+      Amounts rest;
+      for (size_t i = 0; i < v->allocation.size(); ++i) {
+        const NodeAllocation& m = v->allocation[i];
+        if (i == 0 ? v->node_slot == node.slot : m.node_id == node.id) {
+          rest = {0, m.cpus_milli, m.memory_mb};
+          break;
+        }
+      }
+      candidates.push_back({v,
+                            rest,
+                            {vp == PrioIndex(t.spec.priority) ? 1 : 0, -over,
+                             -static_cast<int64_t>(v->start_order)}});
+      available.cpus_milli += rest.cpus_milli;
+      available.memory_mb += rest.memory_mb;
+      it = candidates.end() - 1;
     }
-    TaskRecord* v = tasks_.Find(id);
-    // Never one started in this very pass.
-    if (v == nullptr || !v->eligible_counted || v->start_order >= pass_first_start_) continue;
-    const int vp = PrioIndex(v->spec.priority);
-    if (victim_class >= 0 && vp != victim_class) continue;
-    if (config_.min_runtime > 0 && v->started_at + config_.min_runtime > now) {
-      const TimeMicros ready = v->started_at + config_.min_runtime;
-      if (preempt_wake_at_ == 0 || ready < preempt_wake_at_) preempt_wake_at_ = ready;
-      continue;
+    if (gpu_counts) {
+      it->frees.gpus++;
+      available.gpus++;
     }
-    // Other class's borrowers first, then the group most over its guarantee, then the youngest.
-    const auto& g = quota_tree_.node(groups_[static_cast<size_t>(teams_[v->team].group[vp])].node);
-    const int over = g.used - g.limits.guarantee;
-    candidates.push_back(
-        {v,
-         1,
-         {vp == PrioIndex(t.spec.priority) ? 1 : 0, -over, -static_cast<int64_t>(v->start_order)}});
-    available++;
   }
-  if (available < need) return std::nullopt;
+  if (!available.Covers(need)) return std::nullopt;
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return a.preference != b.preference ? a.preference < b.preference : a.task->id < b.task->id;
   });
@@ -159,17 +182,23 @@ std::optional<SchedulerCore::VictimPlan> SchedulerCore::PlanVictims(const TaskRe
   // of every one the others can do without: no victim more than needed.
   auto choose = [&](const std::vector<size_t>& order) {
     std::vector<size_t> chosen;
-    int freed = 0;
+    Amounts freed;
+    auto add = [&](size_t i, int sign) {
+      freed.gpus += sign * candidates[i].frees.gpus;
+      freed.cpus_milli += sign * candidates[i].frees.cpus_milli;
+      freed.memory_mb += sign * candidates[i].frees.memory_mb;
+    };
     for (size_t i : order) {
-      if (freed >= need) break;
+      if (freed.Covers(need)) break;
       chosen.push_back(i);
-      freed += candidates[i].gpus;
+      add(i, +1);
     }
     for (size_t j = chosen.size(); j-- > 0;) {
-      const int without = freed - candidates[chosen[j]].gpus;
-      if (without >= need) {
-        freed = without;
+      add(chosen[j], -1);
+      if (freed.Covers(need)) {
         chosen.erase(chosen.begin() + static_cast<std::ptrdiff_t>(j));
+      } else {
+        add(chosen[j], +1);
       }
     }
     return chosen;
@@ -177,8 +206,9 @@ std::optional<SchedulerCore::VictimPlan> SchedulerCore::PlanVictims(const TaskRe
   std::vector<size_t> by_preference(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) by_preference[i] = i;
   std::vector<size_t> by_size = by_preference;
-  std::stable_sort(by_size.begin(), by_size.end(),
-                   [&](size_t a, size_t b) { return candidates[a].gpus > candidates[b].gpus; });
+  std::stable_sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) {
+    return candidates[a].frees.gpus > candidates[b].frees.gpus;
+  });
   std::vector<size_t> chosen = choose(by_preference);
   std::vector<size_t> fewest = choose(by_size);
   if (fewest.size() < chosen.size()) chosen = std::move(fewest);
@@ -188,7 +218,7 @@ std::optional<SchedulerCore::VictimPlan> SchedulerCore::PlanVictims(const TaskRe
   plan.slot = node.slot;
   for (size_t i : chosen) {
     plan.victims.push_back(candidates[i].task);
-    plan.freed += candidates[i].gpus;
+    plan.freed += candidates[i].frees.gpus;
     plan.lost += static_cast<int64_t>(candidates[i].task->spec.gpu_count) *
                  std::max<TimeMicros>(0, now - candidates[i].task->started_at);
     if (PrioIndex(candidates[i].task->spec.priority) == PrioIndex(t.spec.priority)) {
@@ -198,17 +228,101 @@ std::optional<SchedulerCore::VictimPlan> SchedulerCore::PlanVictims(const TaskRe
   return plan;
 }
 
-int SchedulerCore::Available(const NodeState& node, int model, TaskNumber task) const {
-  const auto* slice = const_cast<NodeState&>(node).Slice(model);
-  if (slice == nullptr) return 0;
-  const Reservation* r = reservations_.empty() ? nullptr : ReservationOf(task);
-  const bool own_here = r != nullptr && r->preemption &&
-                        std::find(r->slots.begin(), r->slots.end(), node.slot) != r->slots.end();
-  return slice->free + node.incoming - (node.promised - (own_here ? r->per_slot : 0));
+SchedulerCore::Amounts SchedulerCore::NeedOn(const Task& t, const NodeState& node) {
+  return {GpusPerNode(t.spec), node.GivenCpus(t.spec), node.GivenMemory(t.spec)};
 }
 
-PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why, TimeMicros now) {
-  if (t.spec.nodes > 1) return ReclaimGang(t, why, now);
+SchedulerCore::Amounts SchedulerCore::Available(const NodeState& node, int model,
+                                                TaskNumber task) const {
+  const auto* slice = const_cast<NodeState&>(node).Slice(model);
+  if (slice == nullptr) return {};
+  // What is promised here to its own reservation is its own.
+  Amounts own;
+  if (const Reservation* r = reservations_.empty() ? nullptr : ReservationOf(task);
+      r != nullptr && r->preemption) {
+    for (size_t i = 0; i < r->slots.size(); ++i) {
+      if (r->slots[i] == node.slot)
+        own = {r->per_slot, r->slot_cpus_milli[i], r->slot_memory_mb[i]};
+    }
+  }
+  return {
+      slice->free + node.incoming - (node.promised - own.gpus),
+      node.free_cpus_milli + node.incoming_cpus_milli - (node.promised_cpus_milli - own.cpus_milli),
+      node.free_memory_mb + node.incoming_memory_mb - (node.promised_memory_mb - own.memory_mb)};
+}
+
+bool SchedulerCore::WaitingForVictims(TaskRecord& t) {
+  // While every node kept for it will have room for a member once the victims stopping there
+  // (or those it shares them with) are gone, it waits for them.
+  if (const Reservation* own = reservations_.empty() ? nullptr : ReservationOf(t.id);
+      own != nullptr && own->preemption) {
+    for (int m : ModelsFor(t.spec.gpu_model)) {
+      bool room = true;
+      bool stopping = false;
+      for (uint32_t slot : own->slots) {
+        const NodeState& node = *nodes_[slot];
+        room = room && node.Placeable() && Available(node, m, t.id).Covers(NeedOn(t, node));
+        stopping = stopping || node.incoming > 0;
+      }
+      if (room && stopping) return true;
+    }
+    DropReservation(t.id);
+  }
+  // Victims stopping for it without a node kept for it (a new leader restored them): keep it.
+  if (t.spec.nodes > 1) return false;
+  for (const PendingPreemption& pp : preemptions_) {
+    if (pp.preemptor != t.id) continue;
+    const TaskRecord* v = tasks_.Find(pp.victim);
+    if (v == nullptr || !v->stopping || v->stop_reason != StopReason::kPreempt ||
+        v->preempted_by != t.id || !nodes_[pp.slot]->Placeable()) {
+      continue;
+    }
+    Reserve(t.spec.priority, t.id, pp.slot, true);
+    queues_[PrioIndex(t.spec.priority)]->excluded.push_back(pp.slot);
+    return true;
+  }
+  return false;
+}
+
+bool SchedulerCore::ChoiceOf(const TaskRecord& t, const PreemptionPlan& plan,
+                             PreemptionChoice& out) {
+  out.victims.clear();
+  out.slots.clear();
+  for (const std::string& id : plan.nodes) {
+    const NodeState* node = FindNodeState(id);
+    if (node == nullptr || !node->Placeable() ||
+        std::find(out.slots.begin(), out.slots.end(), node->slot) != out.slots.end()) {
+      return false;
+    }
+    out.slots.push_back(node->slot);
+  }
+  if (std::ssize(out.slots) != t.spec.nodes) return false;
+  for (const Victim& v : plan.victims) {
+    TaskRecord* victim = tasks_.Find(v.task);
+    // Only running tasks not already being stopped: anything else is no victim (and the hook
+    // gets no error back; it sees the tasks' states itself).
+    if (victim == nullptr || victim->status != TaskStatus::kRunning || victim->stopping ||
+        victim->id == t.id || victim->node_slot >= nodes_.size()) {
+      continue;
+    }
+    out.victims.push_back({victim, victim->node_slot, v.grace_seconds});
+  }
+  return !out.victims.empty();
+}
+
+void SchedulerCore::ApplyPreemption(TaskRecord& t, const PreemptionChoice& choice, TimeMicros now) {
+  for (const PreemptionChoice::Chosen& v : choice.victims) {
+    // A gang victim may be chosen on two nodes: it is stopped once, every member.
+    if (!v.task->stopping) Preempt(*v.task, t, *nodes_[v.slot], v.grace_seconds, now);
+  }
+  ReservePreempted(t.spec.priority, t.id, choice.slots);
+  // The rest of this pass skips its nodes too.
+  auto& excluded = queues_[PrioIndex(t.spec.priority)]->excluded;
+  excluded.insert(excluded.end(), choice.slots.begin(), choice.slots.end());
+}
+
+bool SchedulerCore::Reclaim(const TaskRecord& t, TimeMicros now, PreemptionChoice& out) {
+  if (t.spec.nodes > 1) return ReclaimGang(t, now, out);
   const int prio = PrioIndex(t.spec.priority);
   const std::vector<int>& models = ModelsFor(t.spec.gpu_model);
   auto fits_model = [&](const NodeState& node, int* model) {
@@ -229,33 +343,6 @@ PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why, TimeMicro
     return any_match && HasAll(sets, node.slot) &&
            Feasible(t, node, Against::kEmpty, /*selector_checked=*/true);
   };
-  // Already waiting: while the node kept for it will have room once its victims (or those it
-  // shares them with) are gone, it waits for them.
-  if (const Reservation* own = reservations_.empty() ? nullptr : ReservationOf(t.id);
-      own != nullptr && own->preemption) {
-    const NodeState& node = *nodes_[own->slots.front()];
-    int model = 0;
-    if (node.Placeable() && fits_model(node, &model) && node.incoming > 0 &&
-        Available(node, model, t.id) >= t.spec.gpu_count) {
-      return PendingReason::kWaitingForPreemption;
-    }
-    DropReservation(t.id);
-  }
-  // Victims stopping for it without a node kept for it (a new leader restored them): keep it.
-  for (const PendingPreemption& pp : preemptions_) {
-    if (pp.preemptor != t.id) continue;
-    const TaskRecord* v = tasks_.Find(pp.victim);
-    if (v == nullptr || !v->stopping || v->stop_reason != StopReason::kPreempt ||
-        v->preempted_by != t.id || !nodes_[pp.slot]->Placeable()) {
-      continue;
-    }
-    Reserve(t.spec.priority, t.id, pp.slot, true);
-    queues_[prio]->excluded.push_back(pp.slot);
-    return PendingReason::kWaitingForPreemption;
-  }
-  // Restored tasks whose nodes have not registered yet hold GPUs that are not counted: what
-  // borrows is not known until they are back.
-  if (unclaimed_tasks_ > 0) return why;
   stats_.reclaim_searches++;
   // Nodes the starvation guard keeps for other tasks are left alone; a node kept for other
   // preemptors may be shared (Available counts what they were promised).
@@ -300,13 +387,11 @@ PendingReason SchedulerCore::Reclaim(TaskRecord& t, PendingReason why, TimeMicro
     });
     if (best) break;
   }
-  if (!best) return why;
-  NodeState& node = *nodes_[best->slot];
-  for (TaskRecord* v : best->victims) Preempt(*v, t, node, now);
-  Reserve(t.spec.priority, t.id, best->slot, true);
-  // The rest of this pass skips the node too.
-  queues_[prio]->excluded.push_back(best->slot);
-  return PendingReason::kWaitingForPreemption;
+  if (!best) return false;
+  out.victims.clear();
+  for (TaskRecord* v : best->victims) out.victims.push_back({v, best->slot, -1});
+  out.slots.assign(1, best->slot);
+  return true;
 }
 
 const std::vector<uint32_t>& SchedulerCore::GuardedForOthers(TaskNumber task) {
@@ -346,30 +431,13 @@ SchedulerCore::FilterVerdict SchedulerCore::CheckFilters(const Task& t, const No
   return {};
 }
 
-PendingReason SchedulerCore::ReclaimGang(TaskRecord& t, PendingReason why, TimeMicros now) {
+bool SchedulerCore::ReclaimGang(const TaskRecord& t, TimeMicros now, PreemptionChoice& out) {
   const int prio = PrioIndex(t.spec.priority);
   const int per_node = GpusPerNode(t.spec);
   const std::vector<int>& models = ModelsFor(t.spec.gpu_model);
-  // Already waiting: while every node kept for it will have room for a member once the victims
-  // stopping there are gone, it waits for them.
-  if (const Reservation* own = reservations_.empty() ? nullptr : ReservationOf(t.id);
-      own != nullptr && own->preemption) {
-    for (int m : models) {
-      bool room = true;
-      bool stopping = false;
-      for (uint32_t slot : own->slots) {
-        const NodeState& node = *nodes_[slot];
-        room = room && node.Placeable() && Available(node, m, t.id) >= per_node;
-        stopping = stopping || node.incoming > 0;
-      }
-      if (room && stopping) return PendingReason::kWaitingForPreemption;
-    }
-    DropReservation(t.id);
-  }
-  if (unclaimed_tasks_ > 0) return why;
   stats_.reclaim_searches++;
   SelectorSets sets;
-  if (!t.spec.node_selector.empty() && !SetsOf(t.spec.node_selector, &sets)) return why;
+  if (!t.spec.node_selector.empty() && !SetsOf(t.spec.node_selector, &sets)) return false;
   const std::vector<uint32_t>& skip = GuardedForOthers(t.id);
   // One member per node, all of one model: on each node that can make room for a member, the
   // fewest victims (PlanVictims, as for a single node), then the best `nodes` of those plans.
@@ -397,22 +465,16 @@ PendingReason SchedulerCore::ReclaimGang(TaskRecord& t, PendingReason why, TimeM
       });
       if (!config_.topology_key.empty()) OneValueFirst(plans, members);
       plans.resize(members);
-      std::vector<uint32_t> slots;
+      out.victims.clear();
+      out.slots.clear();
       for (const VictimPlan& plan : plans) {
-        // A gang victim may be in two plans: it is stopped once, every member.
-        for (TaskRecord* v : plan.victims) {
-          if (!v->stopping) Preempt(*v, t, *nodes_[plan.slot], now);
-        }
-        slots.push_back(plan.slot);
+        for (TaskRecord* v : plan.victims) out.victims.push_back({v, plan.slot, -1});
+        out.slots.push_back(plan.slot);
       }
-      ReservePreempted(t.spec.priority, t.id, slots);
-      // The rest of this pass skips its nodes too.
-      auto& excluded = queues_[prio]->excluded;
-      excluded.insert(excluded.end(), slots.begin(), slots.end());
-      return PendingReason::kWaitingForPreemption;
+      return true;
     }
   }
-  return why;
+  return false;
 }
 
 void SchedulerCore::OneValueFirst(std::vector<VictimPlan>& plans, size_t members) const {
@@ -452,9 +514,10 @@ void SchedulerCore::OneValueFirst(std::vector<VictimPlan>& plans, size_t members
 }
 
 void SchedulerCore::Preempt(TaskRecord& v, const TaskRecord& t, const NodeState& node,
-                            TimeMicros now) {
-  const int32_t grace = v.spec.preemption_grace_seconds >= 0 ? v.spec.preemption_grace_seconds
-                                                             : config_.preemption_grace_seconds;
+                            int32_t grace_seconds, TimeMicros now) {
+  const int32_t grace = grace_seconds >= 0                     ? grace_seconds
+                        : v.spec.preemption_grace_seconds >= 0 ? v.spec.preemption_grace_seconds
+                                                               : config_.preemption_grace_seconds;
   v.preempted_by = t.id;
   EmitEvent(Event::Kind::kTaskPreempted, v, now, node.id, FormatTaskId(t.id));
   // Every member of a gang is stopped; the GPUs of each will be free on its node.

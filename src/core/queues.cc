@@ -64,7 +64,10 @@ const SchedulerCore::Reservation& SchedulerCore::Reserve(Priority p, TaskNumber 
     if (std::find(r.slots.begin(), r.slots.end(), slot) == r.slots.end()) r.slots.push_back(slot);
     return r;
   }
-  Reservation& r = reservations_.emplace_back(Reservation{p, task, {slot}, false});
+  Reservation& r = reservations_.emplace_back();
+  r.priority = p;
+  r.task = task;
+  r.slots = {slot};
   reservation_at_[task] = static_cast<uint32_t>(reservations_.size() - 1);
   return r;
 }
@@ -79,7 +82,9 @@ const SchedulerCore::Reservation& SchedulerCore::ReservePreempted(
     r = &reservations_[at->second];
     CountReservation(*r, -1, /*rebalance=*/false);
   } else {
-    r = &reservations_.emplace_back(Reservation{p, task, {}, true});
+    r = &reservations_.emplace_back();
+    r->priority = p;
+    r->task = task;
     reservation_at_[task] = static_cast<uint32_t>(reservations_.size() - 1);
   }
   r->slots = slots;
@@ -87,6 +92,12 @@ const SchedulerCore::Reservation& SchedulerCore::ReservePreempted(
   r->gpus = t->spec.gpu_count;
   r->per_slot = GpusPerNode(t->spec);
   r->team = t->team;
+  r->slot_cpus_milli.clear();
+  r->slot_memory_mb.clear();
+  for (uint32_t slot : slots) {
+    r->slot_cpus_milli.push_back(nodes_[slot]->GivenCpus(t->spec));
+    r->slot_memory_mb.push_back(nodes_[slot]->GivenMemory(t->spec));
+  }
   CountReservation(*r, +1);
   return *r;
 }

@@ -67,8 +67,12 @@ bool SchedulerCore::EndMember(Task& t, int member) {
     // Its GPUs are free for others at once: worth a pass.
     pass_needed_ = true;
     ReleaseOnNode(*n, t.id, m);
-    // A stopping victim's GPUs on this node are free now, no longer incoming.
-    if (record.incoming_counted) n->incoming -= static_cast<int>(m.gpu_indices.size());
+    // A stopping victim's GPUs, CPUs and memory on this node are free now, no longer incoming.
+    if (record.incoming_counted) {
+      n->incoming -= static_cast<int>(m.gpu_indices.size());
+      n->incoming_cpus_milli -= m.cpus_milli;
+      n->incoming_memory_mb -= m.memory_mb;
+    }
   }
   m.ended = true;
   return std::all_of(t.allocation.begin(), t.allocation.end(),

@@ -447,9 +447,21 @@ class SchedulerCore {
   // Counts a victim's GPUs as incoming on each of its members' nodes (those that still hold
   // them), or takes them out.
   void CountIncoming(TaskRecord& t, bool counted);
-  // Reclaim for a gang: victims on as many nodes as it has members, each node then kept for
-  // it (ReservePreempted); kWaitingForPreemption while they stop, else `why`.
-  PendingReason ReclaimGang(TaskRecord& t, PendingReason why, TimeMicros now);
+  // What the post-filter stage applies (ApplyPreemption): victims to stop, each with the node
+  // its event names and its grace (-1: its own or the configuration's), and the nodes kept for
+  // the waiting task, one per member.
+  struct PreemptionChoice {
+    struct Chosen {
+      TaskRecord* task = nullptr;
+      uint32_t slot = 0;
+      int32_t grace_seconds = -1;
+    };
+    std::vector<Chosen> victims;
+    std::vector<uint32_t> slots;
+  };
+  // The built-in post-filter for a gang: victims on as many nodes as it has members (false: no
+  // such nodes).
+  bool ReclaimGang(const TaskRecord& t, TimeMicros now, PreemptionChoice& out);
   // The nodes the starvation guard keeps for tasks other than `task` (in reclaim_excluded_).
   const std::vector<uint32_t>& GuardedForOthers(TaskNumber task);
   // The first of t's filters that turns `node` away: the built-in node selector (`which`: the
@@ -482,17 +494,27 @@ class SchedulerCore {
   // ...and why it found none: kInsufficientCpu or kInsufficientMemory when enough nodes have its
   // GPUs free and one of them lacks the rest; kNone when GPUs are what it lacks.
   PendingReason ShortageWhereGpusFit(const Task& t, const std::vector<int>& models) const;
-  // Stops victim v (every member) for t, whose room is on `node`.
-  void Preempt(TaskRecord& v, const TaskRecord& t, const NodeState& node, TimeMicros now);
+  // Stops victim v (every member) for t, whose room is on `node`; `grace_seconds` -1: v's own
+  // preemption grace, else the configuration's.
+  void Preempt(TaskRecord& v, const TaskRecord& t, const NodeState& node, int32_t grace_seconds,
+               TimeMicros now);
   void ReclaimSync(NodeState& node);
   void ReclaimInsert(NodeState& node);
   void ReclaimErase(NodeState& node);
-  // A head within its guarantee that found no room: chooses borrowed tasks to stop on one node
-  // and keeps that node for it; kWaitingForPreemption while they stop, else `why`. It skips the
-  // nodes the starvation guard keeps for other tasks (GuardedForOthers), not every node the
-  // pass skips: a node kept for another preemptor may be shared, Available counting what that
-  // one was promised.
-  PendingReason Reclaim(TaskRecord& t, PendingReason why, TimeMicros now);
+  // The built-in post-filter, for a head within its guarantee that found no room: borrowed tasks
+  // to stop on one node (false: none would make room). It skips the nodes the starvation guard
+  // keeps for other tasks (GuardedForOthers), not every node the pass skips: a node kept for
+  // another preemptor may be shared, Available counting what that one was promised.
+  bool Reclaim(const TaskRecord& t, TimeMicros now, PreemptionChoice& out);
+  // A configured hook's plan as a choice: its victims that run and are not stopping, and its
+  // nodes (false: they do not name one placeable node per member, or no victim is left).
+  bool ChoiceOf(const TaskRecord& t, const PreemptionPlan& plan, PreemptionChoice& out);
+  // Stops the choice's victims for t and keeps its nodes for it; the rest of the pass skips them.
+  void ApplyPreemption(TaskRecord& t, const PreemptionChoice& choice, TimeMicros now);
+  // Whether t waits for victims already stopping for it: the nodes kept for it will hold it
+  // once they are gone (else that reservation is dropped), or a new leader restored victims
+  // stopping for it (a task on one node: their node is kept for it again).
+  bool WaitingForVictims(TaskRecord& t);
   struct VictimPlan {
     uint32_t slot = 0;
     std::vector<TaskRecord*> victims;
@@ -519,11 +541,24 @@ class SchedulerCore {
   };
   void ExpirePreemptions(TimeMicros now);
   Status CheckTeamInvariants() const;
-  // GPUs of a node slice that task `task` can count on: free, plus victims' that are stopping,
-  // less what is kept for other waiting preemptors.
-  int Available(const NodeState& node, int model, TaskNumber task) const;
+  // A member's room on a node: GPUs of one model, CPUs and memory (0 where the node does not
+  // report them).
+  struct Amounts {
+    int gpus = 0;
+    int64_t cpus_milli = 0;
+    int64_t memory_mb = 0;
+    bool Covers(const Amounts& need) const {
+      return gpus >= need.gpus && cpus_milli >= need.cpus_milli && memory_mb >= need.memory_mb;
+    }
+  };
+  // What a member of t is given on `node`.
+  static Amounts NeedOn(const Task& t, const NodeState& node);
+  // What task `task` can count on in a node (GPUs of slice `model`): free, plus what victims
+  // that are stopping hold, less what is kept for other waiting preemptors.
+  Amounts Available(const NodeState& node, int model, TaskNumber task) const;
   std::vector<uint32_t> reclaim_excluded_;  // Scratch for Reclaim.
   std::vector<uint32_t> reclaim_nodes_;     // Scratch for Reclaim.
+  PreemptionChoice preemption_choice_;      // Scratch for PostFilter.
 
   void Emit(const Task& t);
   // Submit's checks of a spec: InvalidArgument naming the field.
@@ -677,7 +712,11 @@ class SchedulerCore {
   void ReclaimBehind(int prio, Shape& shape, TimeMicros now);
   // Starts the class's tasks waiting for victims whose node now has room for them.
   void StartPreemptors(int prio, TimeMicros now);
-  PendingReason PostFilter(const Task& t, PendingReason why, TimeMicros now);
+  // The post-filter stage, for a head that cannot start for `why`: waits for victims already
+  // stopping for it, else asks the configured hook or the built-in reclaim (borrowing, a head
+  // within its guarantee waiting for room on a node) and applies its plan. Returns
+  // kWaitingForPreemption while victims stop for it, else `why`.
+  PendingReason PostFilter(TaskRecord& t, PendingReason why, TimeMicros now);
   // Returns true when the queue holds (nothing younger starts); else adds the oldest task's
   // reserved nodes to `excluded`.
   bool HoldForOldest(int prio, Shape& head_shape, PendingReason reason,
@@ -703,6 +742,9 @@ class SchedulerCore {
     int gpus = 0;
     int per_slot = 0;
     int team = 0;
+    // The CPUs and memory a member is given on each of its nodes (as slots), promised there.
+    std::vector<int64_t> slot_cpus_milli;
+    std::vector<int64_t> slot_memory_mb;
   };
   // Counts r's promised GPUs in its nodes, team and group (sign +1) or takes them out (-1; the
   // group then rebalances unless `rebalance` is false: the caller counts it again at once).

@@ -73,7 +73,10 @@ void SchedulerCore::RebuildQuotaTree() {
     }
   }
   for (TeamState& team : teams_) team.reserved_gpus = 0;
-  for (auto& node : nodes_) node->promised = 0;
+  for (auto& node : nodes_) {
+    node->promised = 0;
+    node->promised_cpus_milli = node->promised_memory_mb = 0;
+  }
   for (const Reservation& r : reservations_) CountReservation(r, +1);
   RecomputeQuota();
   if (!config_.borrowing) return;
@@ -241,7 +244,12 @@ int SchedulerCore::OwnReserved(TaskNumber id) const {
 
 void SchedulerCore::CountReservation(const Reservation& r, int sign, bool rebalance) {
   if (!r.preemption) return;
-  for (uint32_t slot : r.slots) nodes_[slot]->promised += sign * r.per_slot;
+  for (size_t i = 0; i < r.slots.size(); ++i) {
+    NodeState& node = *nodes_[r.slots[i]];
+    node.promised += sign * r.per_slot;
+    node.promised_cpus_milli += sign * r.slot_cpus_milli[i];
+    node.promised_memory_mb += sign * r.slot_memory_mb[i];
+  }
   TeamState& team = teams_[static_cast<size_t>(r.team)];
   team.reserved_gpus += sign * r.gpus;
   Group& g = groups_[static_cast<size_t>(team.group[PrioIndex(r.priority)])];

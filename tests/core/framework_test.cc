@@ -520,24 +520,26 @@ TEST_F(SelectorTest, ABadSelectorIsRefusedNamingWhy) {
   EXPECT_EQ(core_.Submit(spec, now_).status().code(), StatusCode::kInvalidArgument);
 }
 
-// Names the first running task it is asked about as the victim, once per waiting task.
+// Names the first running task of `may_stop` as the victim, and keeps its node for the waiting
+// task (with `keep_node` false: names no node, which the core refuses).
 class TakeFirstRunning : public PostFilterHook {
  public:
   std::string_view name() const override { return "take-first-running"; }
-  std::vector<Victim> Victims(const SchedulerCore& core, const Task& waiting,
-                              PendingReason why) override {
+  PreemptionPlan Plan(const SchedulerCore& core, const Task& waiting, PendingReason why) override {
     calls.push_back({waiting.id, why});
-    if (!asked.insert(waiting.id).second) return {};
-    std::vector<Victim> out;
+    PreemptionPlan plan;
     core.ForEachTask([&](const Task& t) {
-      if (out.empty() && t.status == TaskStatus::kRunning && t.id != waiting.id) {
-        out.push_back({t.id, 7});
+      if (plan.victims.empty() && t.status == TaskStatus::kRunning && !t.stopping &&
+          may_stop.contains(t.id)) {
+        plan.victims.push_back({t.id, 7});
+        if (keep_node) plan.nodes.push_back(t.allocation[0].node_id);
       }
     });
-    return out;
+    return plan;
   }
   std::vector<std::pair<TaskNumber, PendingReason>> calls;
-  std::set<TaskNumber> asked;
+  std::set<TaskNumber> may_stop;
+  bool keep_node = true;
 };
 
 // Constructed before the core that is given the hook.
@@ -555,28 +557,51 @@ class PostFilterTest : public HookHolder, public FrameworkTest {
   }
 };
 
-TEST_F(PostFilterTest, TheHookSeesAHeadThatCannotStartAndItsVictimsArePreempted) {
+TEST_F(PostFilterTest, TheHooksVictimsArePreemptedAndTheirNodeIsKeptForTheWaitingTask) {
   Register("n1", MakeGpus(2));
   TaskNumber victim = Submit(2);
+  hook_->may_stop = {victim};
   ASSERT_EQ(Pass().size(), 1u);
   EXPECT_TRUE(hook_->calls.empty()) << "nothing waited";
   TaskNumber waiting = Submit(2);
-  EXPECT_EQ(Pass(),
-            (std::vector<Decision>{{Kind::kStop, victim, "n1", {}, StopReason::kPreempt, 7}}));
+  EXPECT_EQ(
+      Pass(),
+      (std::vector<Decision>{{Kind::kStop, victim, "n1", {}, StopReason::kPreempt, 7, waiting}}));
   ASSERT_EQ(hook_->calls.size(), 1u);
   EXPECT_EQ(hook_->calls[0], std::make_pair(waiting, PendingReason::kQuotaExhausted));
   EXPECT_TRUE(T(victim).stopping);
+  EXPECT_EQ(T(victim).preempted_by, waiting);
+  EXPECT_EQ(core_.ReasonOf(T(waiting)), PendingReason::kWaitingForPreemption);
+  now_ += kMicrosPerSecond;
+  core_.ForgetNoRoom();
   EXPECT_TRUE(Pass().empty()) << "the victim holds its GPUs until its agent confirms";
+  EXPECT_EQ(hook_->calls.size(), 1u) << "not asked again while its victim stops";
   ASSERT_TRUE(core_.TaskFinished("n1", {victim, false, 143, "", now_}, now_).ok());
   EXPECT_EQ(T(victim).status, TaskStatus::kPending);
   EXPECT_EQ(T(victim).error, "preempted");
-  // Back at its old place, ahead of the task it made room for: this hook chose badly (a real
-  // preemption policy takes from a class that borrows), and the pass shows it.
+  // Back at its old place, ahead of the task it made room for; the node is kept for that one.
   EXPECT_EQ(core_.QueueOrder(Priority::kHigh), (std::vector<TaskNumber>{victim, waiting}));
+  EXPECT_EQ(Pass(), (std::vector<Decision>{Start(waiting, "n1", {0, 1})}));
+  EXPECT_EQ(core_.ReasonOf(T(victim)), PendingReason::kQuotaExhausted);
+  EXPECT_EQ(hook_->calls.size(), 2u) << "asked about the victim, which may stop nothing";
+  ASSERT_TRUE(core_.TaskFinished("n1", {waiting, true, 0, "", now_}, now_).ok());
   EXPECT_EQ(Pass(), (std::vector<Decision>{Start(victim, "n1", {0, 1})}));
-  EXPECT_EQ(hook_->calls.size(), 2u) << "asked again by the pass that tried it again";
   EXPECT_EQ(T(victim).attempts, 1) << "a preempted run is not a lost attempt";
   EXPECT_EQ(T(victim).preemptions, 1);
+}
+
+TEST_F(PostFilterTest, APlanWithoutItsNodesStopsNothing) {
+  hook_->keep_node = false;
+  Register("n1", MakeGpus(2));
+  TaskNumber running = Submit(2);
+  hook_->may_stop = {running};
+  ASSERT_EQ(Pass().size(), 1u);
+  TaskNumber waiting = Submit(2);
+  EXPECT_TRUE(Pass().empty());
+  ASSERT_EQ(hook_->calls.size(), 1u);
+  EXPECT_EQ(hook_->calls[0].first, waiting);
+  EXPECT_FALSE(T(running).stopping);
+  EXPECT_EQ(core_.ReasonOf(T(waiting)), PendingReason::kQuotaExhausted);
 }
 
 TEST_F(PostFilterTest, NoHookCallForAHeadThatCanNeverStart) {

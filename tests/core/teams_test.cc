@@ -465,6 +465,75 @@ TEST_F(TeamsTest, NoBorrowerIsStoppedOnANodeThatCouldNeverHoldThePreemptor) {
   EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Start(online, "b", {2, 3})}));
 }
 
+// A preemptor whose GPUs fit but whose CPUs a borrower holds takes the CPUs back: victim plans
+// count CPUs and memory as they count GPUs.
+// a: 4 GPUs, 16 CPUs; each class's guarantee is 2 GPUs.
+TEST_F(TeamsTest, APreemptorTakesBackTheCpusABorrowerHolds) {
+  ASSERT_TRUE(
+      core_.RegisterNode("a", "a:50052", MakeGpus(4), {16000, 0, "none"}, {}, {}, now_).ok());
+  auto spec = [](Priority p, int gpus, int64_t cpus_milli) {
+    TaskSpec s = TeamSpec(p, gpus, "default");
+    s.cpus_milli = cpus_milli;
+    return s;
+  };
+  const TaskNumber within = *core_.Submit(spec(Priority::kLow, 2, 1000), now_);
+  const TaskNumber borrower = *core_.Submit(spec(Priority::kLow, 1, 12000), now_);
+  ASSERT_EQ(Pass().size(), 2u);
+  EXPECT_FALSE(T(within).borrowed);
+  EXPECT_TRUE(T(borrower).borrowed);
+  now_ += 60 * kSec;
+  // One GPU and 3 CPUs free: its GPU fits, its 8 CPUs do not.
+  const TaskNumber online = *core_.Submit(spec(Priority::kHigh, 1, 8000), now_);
+  EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Preempt(borrower, "a", online)}));
+  EXPECT_EQ(Reason(online), PendingReason::kWaitingForPreemption);
+  EXPECT_FALSE(T(within).stopping) << "within its guarantee";
+  Finish(borrower);
+  const std::vector<Decision> started = Pass();
+  ASSERT_EQ(started.size(), 1u) << Describe(started);
+  EXPECT_EQ(started[0].task, online);
+  EXPECT_EQ(T(online).allocation[0].cpus_milli, 8000);
+}
+
+// A node whose victims would free the GPUs but whose other tasks hold CPUs the preemptor needs
+// is passed over for one where its victims leave room for all of it; else it would wait there
+// after its victims stopped.
+// a and b: 4 GPUs, 16 CPUs each; each class's guarantee is 4 GPUs.
+TEST_F(TeamsTest, AVictimPlanLeavesRoomForThePreemptorsCpusToo) {
+  for (const std::string id : {"a", "b"}) {
+    ASSERT_TRUE(
+        core_.RegisterNode(id, id + ":50052", MakeGpus(4), {16000, 0, "none"}, {}, {}, now_).ok());
+  }
+  auto spec = [](Priority p, int gpus, int64_t cpus_milli) {
+    TaskSpec s = TeamSpec(p, gpus, "default");
+    s.cpus_milli = cpus_milli;
+    return s;
+  };
+  // Within batch's guarantee: 14 CPUs on a, 3 on b.
+  const TaskNumber wa = *core_.Submit(spec(Priority::kLow, 2, 14000), now_);
+  const TaskNumber wb = *core_.Submit(spec(Priority::kLow, 2, 3000), now_);
+  ASSERT_EQ(Pass().size(), 2u);
+  EXPECT_EQ(T(wa).allocation[0].node_id, "a");
+  EXPECT_EQ(T(wb).allocation[0].node_id, "b");
+  // Borrowers: xb on b (a has 2 CPUs free), then a younger xa on a, which loses the least work.
+  now_ += kSec;
+  const TaskNumber xb = *core_.Submit(spec(Priority::kLow, 2, 4000), now_);
+  ASSERT_EQ(Pass().size(), 1u);
+  now_ += kSec;
+  const TaskNumber xa = *core_.Submit(spec(Priority::kLow, 2, 1000), now_);
+  ASSERT_EQ(Pass().size(), 1u);
+  EXPECT_EQ(T(xb).allocation[0].node_id, "b");
+  EXPECT_EQ(T(xa).allocation[0].node_id, "a");
+  EXPECT_TRUE(T(xa).borrowed);
+  EXPECT_TRUE(T(xb).borrowed);
+  now_ += 60 * kSec;
+  // 2 GPUs and 8 CPUs: without xa, a has 2 CPUs free; without xb, b has 13.
+  const TaskNumber online = *core_.Submit(spec(Priority::kHigh, 2, 8000), now_);
+  EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Preempt(xb, "b", online)}));
+  Finish(xb);
+  EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Start(online, "b", {2, 3})}));
+  EXPECT_FALSE(T(xa).stopping);
+}
+
 TEST_F(TeamsTest, TheOtherClassIsPreemptedBeforeOnesOwn) {
   Register("n1", 4);
   Register("n2", 4);
@@ -728,12 +797,18 @@ void RunBorrowingSequence(uint32_t seed, int steps) {
         spec.nodes = 2 + pick(2);
         spec.gpu_count = spec.nodes * (1 + pick(2));
       }
+      // CPUs and memory (per member), where nodes report them: victims must free those too.
+      if (pick(3) == 0) spec.cpus_milli = (1 + pick(12)) * 1000;
+      if (pick(4) == 0) spec.memory_mb = (1 + pick(16)) * 1024;
       auto r = both([&](SchedulerCore& c) { return c.Submit(spec, now).status(); });
       ASSERT_TRUE(r.ok());
       ids.push_back(core.next_task_number() - 1);
     } else if (op < 42) {
       auto gpus = MakeGpus(2 + pick(7), models[pick(2)]);
-      (void)both([&](SchedulerCore& c) { return c.RegisterNode(node, "", gpus, {}, {}, now); });
+      NodeResources res;
+      if (pick(2) == 0) res = {(8 + pick(25)) * 1000, (16 + pick(49)) * 1024, "none"};
+      (void)both(
+          [&](SchedulerCore& c) { return c.RegisterNode(node, "", gpus, res, {}, {}, now); });
     } else if (op < 44) {
       (void)both([&](SchedulerCore& c) { return c.NodeLost(node, now); });
     } else if (op < 62 && !ids.empty()) {
