@@ -405,6 +405,21 @@ class Section {
     return OkStatus();
   }
 
+  // A time limit: a duration of whole seconds, 0 to ten years (0: none).
+  Status ReadTimeLimit(std::string_view key, int64_t* seconds) const {
+    if (!Has(key)) return OkStatus();
+    milliseconds value{0};
+    DGPU_CONFIG_RETURN_IF_ERROR(ReadDuration(key, &value, DurationRule::kNonNegative));
+    if (value.count() % 1000 != 0 || value.count() / 1000 > core::kMaxTimeLimitSeconds) {
+      return Invalid(KeyPath(key),
+                     "must be whole seconds up to 10 years (such as 90m, 2h, 7d), "
+                     "got " +
+                         Describe(Get(key)));
+    }
+    *seconds = value.count() / 1000;
+    return OkStatus();
+  }
+
   template <typename E, size_t N>
   Status ReadEnum(std::string_view key, const EnumName<E> (&table)[N], E* out) const {
     if (!Has(key)) return OkStatus();
@@ -655,7 +670,7 @@ Status ReadDetectionMethods(const Section& gpu, std::vector<GpuDetectionMethod>*
   return OkStatus();
 }
 
-// quota.teams: {name: {online, batch, max_gpus, weight}}.
+// quota.teams: {name: {online, batch, max_gpus, weight, default_time_limit}}.
 Status ReadTeams(const Section& quota, std::map<std::string, TeamConfig>* out) {
   if (!quota.Has("teams")) return OkStatus();
   const YAML::Node node = quota.Get("teams");
@@ -673,7 +688,8 @@ Status ReadTeams(const Section& quota, std::map<std::string, TeamConfig>* out) {
     }
     if (teams.count(name) != 0) return Invalid(key + "." + name, "is listed twice");
     auto section_or =
-        Section::Open(entry.second, key + "." + name, {"online", "batch", "max_gpus", "weight"});
+        Section::Open(entry.second, key + "." + name,
+                      {"online", "batch", "max_gpus", "weight", "default_time_limit"});
     if (!section_or.ok()) return section_or.status();
     const Section& s = *section_or;
     TeamConfig t;
@@ -681,6 +697,8 @@ Status ReadTeams(const Section& quota, std::map<std::string, TeamConfig>* out) {
     DGPU_CONFIG_RETURN_IF_ERROR(s.ReadInt("online", 0, kMaxGpus, &t.online));
     DGPU_CONFIG_RETURN_IF_ERROR(s.ReadInt("batch", 0, kMaxGpus, &t.batch));
     DGPU_CONFIG_RETURN_IF_ERROR(s.ReadInt("max_gpus", 0, kMaxGpus, &t.max_gpus));
+    DGPU_CONFIG_RETURN_IF_ERROR(
+        s.ReadTimeLimit("default_time_limit", &t.default_time_limit_seconds));
     if (s.Has("weight")) {
       const YAML::Node w = s.Get("weight");
       double value = 0;
@@ -789,10 +807,10 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
       server.ReadInt("max_connections", 1, 1'000'000, &c.server.max_connections));
   DGPU_CONFIG_RETURN_IF_ERROR(ReadServerTls(server, &c.server.tls));
 
-  DGPU_OPEN_SECTION(
-      scheduler, root, "scheduler",
-      {"role", "schedule_interval", "snapshot_interval", "max_attempts", "max_bypass", "id",
-       "task_log_lines_per_second", "shutdown_timeout", "gang_port_range", "topology_key"});
+  DGPU_OPEN_SECTION(scheduler, root, "scheduler",
+                    {"role", "schedule_interval", "snapshot_interval", "max_attempts", "max_bypass",
+                     "id", "task_log_lines_per_second", "shutdown_timeout", "gang_port_range",
+                     "topology_key", "default_time_limit"});
   SchedulingConfig& s = c.scheduler;
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadEnum("role", kRoles, &s.role));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("schedule_interval", &s.schedule_interval));
@@ -820,6 +838,8 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
     s.gang_port_low = low;
     s.gang_port_high = high;
   }
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      scheduler.ReadTimeLimit("default_time_limit", &s.default_time_limit_seconds));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadString("topology_key", &s.topology_key));
   if (!s.topology_key.empty()) {
     if (std::string why = core::CheckLabelKey(s.topology_key); !why.empty()) {

@@ -150,6 +150,9 @@ struct SchedulingConfig {
   // A node label (such as `rack`): a gang goes to the fewest distinct values of it that can hold
   // it, ties broken by best fit. Empty: gangs by best fit alone.
   std::string topology_key;
+  // The time limit (timeout_seconds) of a task submitted without one whose team has no default
+  // of its own (whole seconds, at most ten years); 0: none.
+  int64_t default_time_limit_seconds = 0;
   bool operator==(const SchedulingConfig&) const = default;
 };
 
@@ -175,6 +178,8 @@ struct TeamConfig {
   int batch = 0;      // >= 0
   int max_gpus = -1;  // -1: no cap; else >= online + batch
   double weight = 1;  // > 0
+  // The time limit of its tasks submitted without one (whole seconds); 0: the scheduler's.
+  int64_t default_time_limit_seconds = 0;
   bool operator==(const TeamConfig&) const = default;
 };
 

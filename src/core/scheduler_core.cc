@@ -194,7 +194,10 @@ Status SchedulerCore::CheckSpec(const TaskSpec& spec) const {
   if (spec.priority != Priority::kHigh && spec.priority != Priority::kLow) {
     return InvalidArgument("priority must be high or low");
   }
-  if (spec.timeout_seconds < 0) return InvalidArgument("timeout_seconds must not be negative");
+  if (spec.timeout_seconds < 0 || spec.timeout_seconds > kMaxTimeLimitSeconds) {
+    return InvalidArgument("timeout_seconds must be between 0 and " +
+                           std::to_string(kMaxTimeLimitSeconds));
+  }
   if (spec.preemption_grace_seconds < -1) {
     return InvalidArgument("preemption_grace_seconds must be -1 or more");
   }
@@ -239,6 +242,11 @@ SchedulerCore::TaskRecord& SchedulerCore::Queue(const TaskSpec& spec, int team, 
   // heads fetch them for the others, see PrefetchQueued).
   if (!t.spare_allocation.empty()) __builtin_prefetch(t.spare_allocation.data(), 1);
   t.spec = spec;
+  // No time limit asked for: its team's default, else the scheduler's.
+  if (spec.timeout_seconds == 0) {
+    const int64_t team_default = teams_[static_cast<size_t>(team)].limits.default_time_limit;
+    t.spec.timeout_seconds = team_default > 0 ? team_default : config_.default_time_limit;
+  }
   t.status = TaskStatus::kPending;
   t.queue_seq = next_back_seq_++;
   t.created_at = now;

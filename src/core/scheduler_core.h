@@ -69,6 +69,9 @@ struct CoreConfig {
   TimeMicros fairshare_half_life = TimeMicros{7} * 24 * 3600 * kMicrosPerSecond;
   // Teams named by the configuration; the API may change or delete them (RestoreTeam).
   std::map<std::string, TeamLimits> teams;
+  // The time limit (seconds) given to a task submitted without one whose team has none of its
+  // own (scheduler.default_time_limit); 0: none, the task runs until it ends.
+  int64_t default_time_limit = 0;
 };
 
 struct QuotaView {

@@ -332,6 +332,10 @@ Status SchedulerCore::SetTeam(const std::string& name, const TeamLimits& limits,
   if (limits.online < 0) return InvalidArgument("online must not be negative");
   if (limits.batch < 0) return InvalidArgument("batch must not be negative");
   if (limits.max_gpus < -1) return InvalidArgument("max_gpus must not be negative");
+  if (limits.default_time_limit < 0 || limits.default_time_limit > kMaxTimeLimitSeconds) {
+    return InvalidArgument("default_time_limit must be between 0 and " +
+                           std::to_string(kMaxTimeLimitSeconds) + " seconds");
+  }
   if (!(limits.weight > 0) || !std::isfinite(limits.weight)) {
     return InvalidArgument("weight must be a number above 0");
   }

@@ -221,6 +221,8 @@ inline int GpusPerNode(const TaskSpec& s) {
 
 // The most members a job array may have.
 inline constexpr int kMaxArraySize = 100000;
+// The longest time limit (timeout_seconds, default time limits): ten years.
+inline constexpr int64_t kMaxTimeLimitSeconds = 10LL * 365 * 24 * 3600;
 
 // Whether a spec's array fields agree: a member has an index in [0, array_size); any other
 // task has array_size 0 and index -1.
@@ -353,6 +355,8 @@ struct TeamLimits {
   int batch = 0;      // GPUs guaranteed to its low-priority tasks.
   int max_gpus = -1;  // Never more GPUs than this, borrowed or not; -1: no cap.
   double weight = 1;  // Share of idle GPUs among borrowers (> 0).
+  // The time limit (seconds) of its tasks submitted without one; 0: the scheduler's.
+  int64_t default_time_limit = 0;
   bool operator==(const TeamLimits&) const = default;
 };
 

@@ -170,8 +170,9 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
       ->add_option("--selector", submit.selector,
                    "Only nodes with the label KEY=VALUE (agent.labels) take it (repeatable)")
       ->allow_extra_args(false);
-  submit_cmd->add_option("--timeout", submit.timeout,
-                         "Run time limit: seconds or a duration like 30s, 5m, 2h");
+  submit_cmd->add_option("--time,--timeout", submit.timeout,
+                         "Time limit: seconds or a duration like 30s, 90m, 2h, 7d (default: the "
+                         "team's or the scheduler's default_time_limit)");
   submit_cmd->add_option("--image", submit.image, "Container image (docker executor)");
   submit_cmd->add_option("--team", submit.team,
                          "Team whose guarantees the task uses (default: the server's \"default\")");
@@ -270,6 +271,11 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
       ->add_option("--weight", team_set_options.weight,
                    "Fair-share weight of the team (above 0; default 1)")
       ->type_name("W");
+  team_set
+      ->add_option("--time-limit", team_set_options.time_limit,
+                   "Time limit of the team's tasks submitted without one (30m, 2h, 7d), or none "
+                   "(the scheduler's default_time_limit)")
+      ->type_name("D|none");
   std::string team_delete_name;
   CLI::App* team_delete = team_cmd->add_subcommand(
       "delete", "Delete a team's limits (refused while it has pending or running tasks)");

@@ -103,10 +103,11 @@ struct ListTasksOptions {
 // `dgpuctl team set NAME ...`: the values as typed (nullopt: not given, left unchanged).
 struct TeamOptions {
   std::string name;
-  std::optional<std::string> online;    // GPUs guaranteed in the online class, >= 0
-  std::optional<std::string> batch;     // GPUs guaranteed in the batch class, >= 0
-  std::optional<std::string> max_gpus;  // a cap >= 0, or "none" (no cap)
-  std::optional<std::string> weight;    // fair-share weight > 0
+  std::optional<std::string> online;      // GPUs guaranteed in the online class, >= 0
+  std::optional<std::string> batch;       // GPUs guaranteed in the batch class, >= 0
+  std::optional<std::string> max_gpus;    // a cap >= 0, or "none" (no cap)
+  std::optional<std::string> weight;      // fair-share weight > 0
+  std::optional<std::string> time_limit;  // a duration of whole seconds, or "none"
 };
 
 // Builds the PUT /teams/{name} body from the options given; on invalid options (or none) writes

@@ -113,8 +113,8 @@ std::optional<json> BuildSubmitBody(const SubmitOptions& options, std::string* e
     auto timeout = common::ParseDuration(options.timeout);
     if (!timeout || timeout->count() <= 0 || timeout->count() % 1000 != 0) {
       *error =
-          "--timeout expects a positive whole number of seconds or a duration like 30s, 5m, "
-          "2h; got '" +
+          "--time expects a positive whole number of seconds or a duration like 30s, 90m, 2h, "
+          "7d; got '" +
           options.timeout + "'";
       return std::nullopt;
     }

@@ -1,4 +1,5 @@
 // dgpuctl's team and quota commands: get / set quota, get / set / delete teams, and usage.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <tuple>
@@ -131,6 +132,15 @@ std::string MaxGpusText(const json& team) {
   return it->is_null() ? "none" : Text(*it);
 }
 
+// default_time_limit: seconds, null when the team has none.
+std::string TimeLimitText(const json& team) {
+  auto it = team.find("default_time_limit");
+  if (it == team.end()) return "";
+  if (!it->is_number_integer() || it->get<int64_t>() <= 0) return "the scheduler's default";
+  return common::FormatCompoundDuration(std::chrono::seconds(it->get<int64_t>())) +
+         " for tasks submitted without one";
+}
+
 // Whole GPUs from an option's text: 0 or more.
 std::optional<int64_t> ParseGpus(const std::string& text) {
   StatusOr<int64_t> value = common::ParseInt64(text, "");
@@ -155,6 +165,10 @@ std::string DescribeTeam(const json& team) {
       {"Pending", Field(team, "pending")},
       {"Usage", usage},
   };
+  // A server older than time limits sends none.
+  if (team.contains("default_time_limit")) {
+    lines.insert(lines.begin() + 6, {"Time limit", TimeLimitText(team)});
+  }
   return RenderFields(lines, LabelWidth(lines, 0));
 }
 
@@ -210,8 +224,9 @@ int GetTeam(const CtlContext& ctx, const std::string& name) {
 }
 
 std::optional<json> BuildTeamBody(const TeamOptions& options, std::string* error) {
-  if (!options.online && !options.batch && !options.max_gpus && !options.weight) {
-    *error = "team set needs at least one of --online, --batch, --max-gpus, --weight";
+  if (!options.online && !options.batch && !options.max_gpus && !options.weight &&
+      !options.time_limit) {
+    *error = "team set needs at least one of --online, --batch, --max-gpus, --weight, --time-limit";
     return std::nullopt;
   }
   json body = json::object();
@@ -246,6 +261,20 @@ std::optional<json> BuildTeamBody(const TeamOptions& options, std::string* error
       return std::nullopt;
     }
     body["weight"] = *weight;
+  }
+  if (options.time_limit) {
+    if (*options.time_limit == "none") {
+      body["default_time_limit"] = nullptr;
+    } else {
+      auto limit = common::ParseDuration(*options.time_limit);
+      if (!limit || limit->count() <= 0 || limit->count() % 1000 != 0) {
+        *error =
+            "--time-limit expects a duration of whole seconds like 90m, 2h, 7d, or none; got '" +
+            *options.time_limit + "'";
+        return std::nullopt;
+      }
+      body["default_time_limit"] = limit->count() / 1000;
+    }
   }
   return body;
 }

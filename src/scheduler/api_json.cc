@@ -501,6 +501,8 @@ nlohmann::json TeamToJson(const core::TeamView& t) {
       {"batch", cls(1)},
       {"max_gpus", t.limits.max_gpus < 0 ? json(nullptr) : json(t.limits.max_gpus)},
       {"weight", t.limits.weight},
+      {"default_time_limit",
+       t.limits.default_time_limit > 0 ? json(t.limits.default_time_limit) : json(nullptr)},
       {"pending", t.pending},
       {"usage_gpu_seconds", t.usage},
   };
@@ -510,7 +512,8 @@ std::optional<ApiError> ParseTeamRequest(std::string_view body, TeamRequest* out
   json doc;
   if (auto err = ParseJsonObject(body, &doc)) return err;
   for (const auto& [key, value] : doc.items()) {
-    if (key != "online" && key != "batch" && key != "max_gpus" && key != "weight") {
+    if (key != "online" && key != "batch" && key != "max_gpus" && key != "weight" &&
+        key != "default_time_limit") {
       return ApiError{400, "unknown_field", "unknown field \"" + key + "\""};
     }
   }
@@ -538,6 +541,15 @@ std::optional<ApiError> ParseTeamRequest(std::string_view body, TeamRequest* out
       return InvalidField("weight must be a number above 0");
     }
     out->weight = it->get<double>();
+  }
+  if (auto it = doc.find("default_time_limit"); it != doc.end()) {
+    // Seconds; null or 0: none (the scheduler's default applies).
+    if (it->is_null()) {
+      out->default_time_limit = 0;
+    } else {
+      if (auto e = GetInteger(*it, "default_time_limit", 0, kMaxTimeoutSeconds, &n)) return e;
+      out->default_time_limit = n;
+    }
   }
   return std::nullopt;
 }

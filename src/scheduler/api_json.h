@@ -23,7 +23,7 @@ inline constexpr size_t kMaxCommandBytes = size_t{64} * 1024;  // 64 KiB.
 inline constexpr int kMaxGpuCount = 1024;
 inline constexpr size_t kMaxEnvEntries = 256;
 inline constexpr size_t kMaxShortField = 256;  // name, gpu_model, env keys.
-inline constexpr int64_t kMaxTimeoutSeconds = 10LL * 365 * 24 * 3600;
+inline constexpr int64_t kMaxTimeoutSeconds = core::kMaxTimeLimitSeconds;
 inline constexpr int64_t kMaxArraySize = core::kMaxArraySize;  // Tasks of one job array.
 inline constexpr int64_t kMaxRetries = 100;                    // max_retries of a task.
 inline constexpr int kMaxCpus = 4096;                          // cpus of a task's member.
@@ -109,10 +109,12 @@ void AddQuotaTeams(const std::vector<core::TeamView>& teams, nlohmann::json* quo
 nlohmann::json QuotaStateToJson(const QuotaState& state);
 
 // A team of GET /teams: {name, configured, online: {guaranteed, used, borrowed}, batch: {...},
-// max_gpus (null: no cap), weight, pending, usage_gpu_seconds}.
+// max_gpus (null: no cap), weight, default_time_limit (seconds, null: none), pending,
+// usage_gpu_seconds}.
 nlohmann::json TeamToJson(const core::TeamView& team);
 
-// Parses a PUT /teams/{name} body: {online?, batch?, max_gpus? (null: no cap), weight?}.
+// Parses a PUT /teams/{name} body: {online?, batch?, max_gpus? (null: no cap), weight?,
+// default_time_limit? (seconds; null or 0: none)}.
 std::optional<ApiError> ParseTeamRequest(std::string_view body, TeamRequest* out);
 
 // Parses a POST /agents/{id}/drain body: {evict?: bool, grace_seconds?: 0..86400}; an empty

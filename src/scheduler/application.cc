@@ -633,11 +633,12 @@ void Application::SetTeam(const Caller& caller, const TeamRequest& request,
     if (request.batch) limits.batch = *request.batch;
     if (request.max_gpus) limits.max_gpus = *request.max_gpus;
     if (request.weight) limits.weight = *request.weight;
+    if (request.default_time_limit) limits.default_time_limit = *request.default_time_limit;
     Status s = c.core.SetTeam(request.name, limits, c.now);
     if (!s.ok()) {
       Error e = ErrorFromStatus(s);
       // The core's message starts with the field it is about ("online: ..."), or names it.
-      for (const char* field : {"online", "batch", "max_gpus", "weight"}) {
+      for (const char* field : {"online", "batch", "max_gpus", "weight", "default_time_limit"}) {
         if (s.message().starts_with(std::string(field) + ":") ||
             s.message().starts_with(std::string(field) + " ")) {
           e.field = field;

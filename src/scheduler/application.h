@@ -227,6 +227,7 @@ struct TeamRequest {
   std::optional<int> batch;
   std::optional<int> max_gpus;  // -1: no cap.
   std::optional<double> weight;
+  std::optional<int64_t> default_time_limit;  // Seconds; 0: none.
 };
 
 // GET /usage: GPU time by team or user over [from, to) (store::UsageQuery); `to` 0: now.

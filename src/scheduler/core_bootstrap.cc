@@ -15,6 +15,7 @@ core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::S
   core_cfg.gang_port_low = cfg.scheduler.gang_port_low;
   core_cfg.gang_port_high = cfg.scheduler.gang_port_high;
   core_cfg.topology_key = cfg.scheduler.topology_key;
+  core_cfg.default_time_limit = cfg.scheduler.default_time_limit_seconds;
   core_cfg.heartbeat_timeout = cfg.agent.heartbeat_timeout.count() * 1000;
   core_cfg.borrowing = cfg.quota.borrowing;
   core_cfg.fairshare_half_life = cfg.quota.fairshare_half_life.count() * 1000;
@@ -22,7 +23,8 @@ core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::S
       std::chrono::duration_cast<std::chrono::seconds>(cfg.preemption.grace_period).count());
   core_cfg.min_runtime = cfg.preemption.min_runtime.count() * 1000;
   for (const auto& [name, team] : cfg.quota.teams) {
-    core_cfg.teams[name] = {team.online, team.batch, team.max_gpus, team.weight};
+    core_cfg.teams[name] = {team.online, team.batch, team.max_gpus, team.weight,
+                            team.default_time_limit_seconds};
   }
   return core_cfg;
 }

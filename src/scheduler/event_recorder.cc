@@ -185,7 +185,8 @@ void EventRecorder::Record(const core::SchedulerCore& core, const core::Event& e
                                           {"online", t->limits.online},
                                           {"batch", t->limits.batch},
                                           {"max_gpus", t->limits.max_gpus},
-                                          {"weight", t->limits.weight}});
+                                          {"weight", t->limits.weight},
+                                          {"default_time_limit", t->limits.default_time_limit}});
       } else {
         common::LogEvent("team_changed", {{"team", e.detail}, {"deleted", true}});
       }

@@ -227,6 +227,7 @@ void TeamToRecord(const core::TeamRecord& t, dgpu::v1::TeamRecord* r) {
   r->set_deleted(t.deleted);
   r->set_usage(t.usage);
   r->set_usage_at(t.usage_at);
+  r->set_default_time_limit(t.limits.default_time_limit);
 }
 
 core::TeamRecord TeamFromRecord(const dgpu::v1::TeamRecord& r) {
@@ -240,6 +241,8 @@ core::TeamRecord TeamFromRecord(const dgpu::v1::TeamRecord& r) {
   t.deleted = r.deleted();
   t.usage = r.usage();
   t.usage_at = r.usage_at();
+  t.limits.default_time_limit =
+      std::clamp<int64_t>(r.default_time_limit(), 0, core::kMaxTimeLimitSeconds);
   return t;
 }
 

@@ -223,7 +223,8 @@ Status ValidateChanges(const std::vector<core::Change>& changes) {
           return InvalidArgument("team name '" + r.name + "' is not valid");
         }
         if (r.limits.online < 0 || r.limits.batch < 0 || r.limits.max_gpus < -1 ||
-            !(r.limits.weight > 0) || !(r.usage >= 0)) {
+            !(r.limits.weight > 0) || !(r.usage >= 0) || r.limits.default_time_limit < 0 ||
+            r.limits.default_time_limit > core::kMaxTimeLimitSeconds) {
           return InvalidArgument("team " + r.name + " has invalid limits or usage");
         }
         break;

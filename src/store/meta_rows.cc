@@ -7,14 +7,15 @@ namespace dgpu::store {
 namespace {
 
 constexpr char kUpsertTeamSql[] =
-    "INSERT INTO teams (name, api_set, online, batch, max_gpus, weight, deleted, usage, usage_at) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
+    "INSERT INTO teams (name, api_set, online, batch, max_gpus, weight, deleted, usage, usage_at, "
+    "default_time_limit) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
     "ON CONFLICT (name) DO UPDATE SET api_set = excluded.api_set, online = excluded.online, "
     "batch = excluded.batch, max_gpus = excluded.max_gpus, weight = excluded.weight, "
-    "deleted = excluded.deleted, usage = excluded.usage, usage_at = excluded.usage_at";
+    "deleted = excluded.deleted, usage = excluded.usage, usage_at = excluded.usage_at, "
+    "default_time_limit = excluded.default_time_limit";
 constexpr char kReadTeamsSql[] =
-    "SELECT name, api_set, online, batch, max_gpus, weight, deleted, usage, usage_at FROM teams "
-    "ORDER BY name";
+    "SELECT name, api_set, online, batch, max_gpus, weight, deleted, usage, usage_at, "
+    "default_time_limit FROM teams ORDER BY name";
 constexpr char kUpsertNodeSql[] =
     "INSERT INTO nodes (id, mode) VALUES (?1, ?2) ON CONFLICT (id) DO UPDATE SET mode = "
     "excluded.mode";
@@ -51,8 +52,11 @@ Status ReadTeamRows(SqliteConnection& conn, std::vector<core::TeamRecord>* teams
     r.deleted = sqlite3_column_int(*stmt, 6) != 0;
     r.usage = sqlite3_column_double(*stmt, 7);
     r.usage_at = sqlite3_column_int64(*stmt, 8);
+    r.limits.default_time_limit = sqlite3_column_int64(*stmt, 9);
     if (!core::IsValidTeamName(r.name) || r.limits.online < 0 || r.limits.batch < 0 ||
-        r.limits.max_gpus < -1 || !(r.limits.weight > 0) || !(r.usage >= 0)) {
+        r.limits.max_gpus < -1 || !(r.limits.weight > 0) || !(r.usage >= 0) ||
+        r.limits.default_time_limit < 0 ||
+        r.limits.default_time_limit > core::kMaxTimeLimitSeconds) {
       return DataLoss("team '" + r.name + "' in " + conn.path() + " has invalid limits");
     }
   }
@@ -71,6 +75,7 @@ Status UpsertTeam(SqliteConnection& conn, const core::TeamRecord& r) {
   sqlite3_bind_int(*stmt, 7, r.deleted ? 1 : 0);
   sqlite3_bind_double(*stmt, 8, r.usage);
   sqlite3_bind_int64(*stmt, 9, r.usage_at);
+  sqlite3_bind_int64(*stmt, 10, r.limits.default_time_limit);
   return StepDone(conn, *stmt, "storing team " + r.name + " in");
 }
 

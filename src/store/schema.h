@@ -178,6 +178,11 @@ ALTER TABLE tasks ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;
     {11, "add node selectors", R"sql(
 ALTER TABLE tasks ADD COLUMN node_selector TEXT NOT NULL DEFAULT '[]';
 )sql"},
+    // Teams' default time limits (core::TeamLimits::default_time_limit, seconds): teams stored
+    // before have none (0: the scheduler's).
+    {12, "add team default time limits", R"sql(
+ALTER TABLE teams ADD COLUMN default_time_limit INTEGER NOT NULL DEFAULT 0;
+)sql"},
 };
 
 // The version this build writes, and the newest it reads.

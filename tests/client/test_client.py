@@ -485,22 +485,29 @@ class ScriptedClient(dgpu.Client):
 TEAM_JSON = {"name": "vision", "configured": True,
              "online": {"guaranteed": 16, "used": 4, "borrowed": 0},
              "batch": {"guaranteed": 8, "used": 10, "borrowed": 2},
-             "max_gpus": 64, "weight": 2.5, "pending": 3, "usage_gpu_seconds": 1234.5}
+             "max_gpus": 64, "weight": 2.5, "default_time_limit": 86400, "pending": 3,
+             "usage_gpu_seconds": 1234.5}
 TEAM = dgpu.Team(name="vision", configured=True, online=dgpu.TeamClass(16, 4, 0),
-                 batch=dgpu.TeamClass(8, 10, 2), max_gpus=64, weight=2.5, pending=3,
-                 usage_gpu_seconds=1234.5)
+                 batch=dgpu.TeamClass(8, 10, 2), max_gpus=64, weight=2.5,
+                 default_time_limit=86400, pending=3, usage_gpu_seconds=1234.5)
 URL = "http://sched:8080/api/v1"
 
 
 def test_set_team_sends_only_what_is_given():
-    c = ScriptedClient([(200, TEAM_JSON)] * 6)
+    c = ScriptedClient([(200, TEAM_JSON)] * 8)
     assert c.set_team("vision", online=16, batch=8) == TEAM
     c.set_team("vision", max_gpus=None)
     c.set_team("vision", max_gpus=64, weight=2.5)
     c.set_team("vision", online=0, batch=0, max_gpus=0)
     c.set_team("vision", max_gpus=dgpu.UNCHANGED, weight=1)
     c.set_team("vision")
-    assert c.requests == [
+    c.set_team("vision", default_time_limit=7200)
+    c.set_team("vision", default_time_limit=None)
+    assert c.requests[6:] == [
+        ("PUT", URL + "/teams/vision", '{"default_time_limit": 7200}', "application/json"),
+        ("PUT", URL + "/teams/vision", '{"default_time_limit": null}', "application/json"),
+    ]
+    assert c.requests[:6] == [
         ("PUT", URL + "/teams/vision", '{"online": 16, "batch": 8}', "application/json"),
         ("PUT", URL + "/teams/vision", '{"max_gpus": null}', "application/json"),
         ("PUT", URL + "/teams/vision", '{"max_gpus": 64, "weight": 2.5}', "application/json"),
@@ -520,7 +527,8 @@ def test_teams_team_and_delete_team_requests():
     teams = c.teams()
     assert teams == [dgpu.Team(name="a", configured=False, online=dgpu.TeamClass(16, 4, 0),
                                batch=dgpu.TeamClass(8, 10, 2), max_gpus=None, weight=1.0,
-                               pending=3, usage_gpu_seconds=0.0), TEAM]
+                               default_time_limit=86400, pending=3, usage_gpu_seconds=0.0),
+                     TEAM]
     assert isinstance(teams[0].usage_gpu_seconds, float)
     assert c.team("vision") == TEAM
     assert c.delete_team("a/b") is None
@@ -652,8 +660,8 @@ def test_teams_set_read_list_and_delete(client):
     name = "client-vision"
     t = client.set_team(name, online=2, batch=1)
     assert t == dgpu.Team(name=name, configured=True, online=dgpu.TeamClass(2, 0, 0),
-                          batch=dgpu.TeamClass(1, 0, 0), max_gpus=None, weight=1.0, pending=0,
-                          usage_gpu_seconds=0.0)
+                          batch=dgpu.TeamClass(1, 0, 0), max_gpus=None, weight=1.0,
+                          default_time_limit=None, pending=0, usage_gpu_seconds=0.0)
     # What is left out keeps its value.
     t = client.set_team(name, max_gpus=5, weight=2.5)
     assert (t.online.guaranteed, t.batch.guaranteed, t.max_gpus, t.weight) == (2, 1, 5, 2.5)
@@ -673,6 +681,30 @@ def test_teams_set_read_list_and_delete(client):
     with pytest.raises(dgpu.NotFound) as e:
         client.team("client-never-seen")
     assert (e.value.status, e.value.message) == (404, "team client-never-seen not found")
+
+
+def test_a_teams_default_time_limit_goes_to_its_tasks_submitted_without_one(client):
+    name = "client-limits"
+    t = client.set_team(name, default_time_limit=1800)
+    assert (t.default_time_limit, t.configured) == (1800, True)
+    given = client.submit("sleep 600", gpu_count=1, priority="low", team=name)
+    asked = client.submit("sleep 600", gpu_count=1, priority="low", team=name,
+                          timeout_seconds=60)
+    assert client.get(given.task_id).timeout_seconds == 1800
+    assert client.get(asked.task_id).timeout_seconds == 60
+    assert client.set_team(name, default_time_limit=None).default_time_limit is None
+    with pytest.raises(dgpu.InvalidField) as e:
+        client.set_team(name, default_time_limit=-1)
+    assert e.value.field == "default_time_limit"
+    for submitted in (given, asked):
+        client.cancel(submitted.task_id)
+        assert client.wait(submitted.task_id, timeout=30).status == "cancelled"
+    # A cancelled task holds its GPU until its agent confirms the stop; then the team may go.
+    deadline = time.monotonic() + 30
+    while client.team(name).batch.used > 0:
+        assert time.monotonic() < deadline, "the cancelled tasks still hold GPUs"
+        time.sleep(0.05)
+    client.delete_team(name)
 
 
 def test_team_bad_input(client):

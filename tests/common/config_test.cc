@@ -17,7 +17,7 @@ namespace dgpu::common {
 // Readable failures: found by argument-dependent lookup, so in the struct's namespace.
 static void PrintTo(const TeamConfig& t, std::ostream* os) {
   *os << "{online " << t.online << ", batch " << t.batch << ", max_gpus " << t.max_gpus
-      << ", weight " << t.weight << "}";
+      << ", weight " << t.weight << ", default_time_limit " << t.default_time_limit_seconds << "}";
 }
 
 namespace {
@@ -648,6 +648,35 @@ TEST(SchedulerConfigTest, TeamEntriesTakeDefaultsForMissingKeysAndNullMaxGpusMea
   const std::string longest = "a" + std::string(62, 'z');
   EXPECT_EQ(MustLoadScheduler("quota: {teams: {" + longest + ": {}}}").quota.teams.count(longest),
             1u);
+}
+
+TEST(SchedulerConfigTest, DefaultTimeLimitsTakeDurationsOfWholeSeconds) {
+  EXPECT_EQ(MustLoadScheduler("").scheduler.default_time_limit_seconds, 0);
+  EXPECT_EQ(
+      MustLoadScheduler("scheduler: {default_time_limit: 2h}").scheduler.default_time_limit_seconds,
+      7200);
+  EXPECT_EQ(
+      MustLoadScheduler("scheduler: {default_time_limit: 90}").scheduler.default_time_limit_seconds,
+      90);
+  const SchedulerConfig c = MustLoadScheduler(
+      "quota: {teams: {vision: {batch: 2, default_time_limit: 7d}, nlp: {default_time_limit: 0}}}");
+  EXPECT_EQ(c.quota.teams.at("vision").default_time_limit_seconds, 7 * 86400);
+  EXPECT_EQ(c.quota.teams.at("nlp").default_time_limit_seconds, 0);
+  for (const auto& [yaml, error] : std::vector<std::pair<std::string, std::string>>{
+           {"scheduler: {default_time_limit: 1500ms}",
+            "scheduler.default_time_limit: must be whole seconds up to 10 years (such as 90m, 2h, "
+            "7d), got \"1500ms\""},
+           {"scheduler: {default_time_limit: 3660d}",
+            "scheduler.default_time_limit: must be whole seconds up to 10 years (such as 90m, 2h, "
+            "7d), got \"3660d\""},
+           {"scheduler: {default_time_limit: -1}",
+            "scheduler.default_time_limit: must be a non-negative duration, got \"-1\""},
+           {"quota: {teams: {vision: {default_time_limit: soon}}}",
+            "quota.teams.vision.default_time_limit: must be a non-negative duration, got "
+            "\"soon\""},
+       }) {
+    ExpectSchedulerError(yaml, error);
+  }
 }
 
 TEST(SchedulerConfigTest, PreemptionDurationsAcceptUnitsAndZero) {

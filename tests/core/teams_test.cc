@@ -922,6 +922,46 @@ TEST(BorrowingInvariantsTest, RandomSequences) {
 namespace dgpu::core {
 namespace {
 
+// A task submitted without a time limit gets its team's default, else the scheduler's; one it
+// asks for wins; arrays' members get the same.
+TEST(TimeLimitTest, ATaskWithoutALimitGetsItsTeamsDefaultElseTheSchedulers) {
+  CoreConfig cfg;
+  cfg.default_time_limit = 3600;
+  cfg.teams["vision"] = {
+      .online = 0, .batch = 0, .max_gpus = -1, .weight = 1, .default_time_limit = 600};
+  SchedulerCore core(cfg);
+  auto submit = [&](const std::string& team, int64_t limit) {
+    TaskSpec spec = testing::Spec(Priority::kLow, 1);
+    spec.team = team;
+    spec.timeout_seconds = limit;
+    StatusOr<TaskNumber> id = core.Submit(spec, kSec);
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    return core.FindTask(*id)->spec.timeout_seconds;
+  };
+  EXPECT_EQ(submit("vision", 0), 600);
+  EXPECT_EQ(submit("nlp", 0), 3600) << "a team without a default of its own";
+  EXPECT_EQ(submit("vision", 7200), 7200) << "what the task asks for wins";
+  TaskSpec spec = testing::Spec(Priority::kLow, 1);
+  spec.team = "vision";
+  const StatusOr<TaskNumber> first = core.SubmitArray(spec, 3, kSec);
+  ASSERT_TRUE(first.ok());
+  for (TaskNumber i = 0; i < 3; ++i)
+    EXPECT_EQ(core.FindTask(*first + i)->spec.timeout_seconds, 600);
+  // The API removes the team's default: the scheduler's applies; tasks already queued keep theirs.
+  ASSERT_TRUE(core.SetTeam("vision", {.default_time_limit = 0}, kSec).ok());
+  EXPECT_EQ(submit("vision", 0), 3600);
+  EXPECT_EQ(core.FindTask(*first)->spec.timeout_seconds, 600);
+  EXPECT_EQ(core.SetTeam("vision", {.default_time_limit = -5}, kSec).message(),
+            "default_time_limit must be between 0 and 315360000 seconds");
+  spec.timeout_seconds = kMaxTimeLimitSeconds + 1;
+  EXPECT_EQ(core.Submit(spec, kSec).status().message(),
+            "timeout_seconds must be between 0 and 315360000");
+  // Without a default anywhere, none.
+  SchedulerCore plain;
+  spec.timeout_seconds = 0;
+  EXPECT_EQ(plain.FindTask(*plain.Submit(spec, kSec))->spec.timeout_seconds, 0);
+}
+
 // A core tracks at most 10,000 teams, "default" among them: past that, a submission or an
 // array naming a new team is refused with the limit, and nothing is queued; known teams go on.
 TEST(TeamLimitTest, ANewTeamPastTheLimitIsRefusedWithTheLimit) {

@@ -171,6 +171,11 @@ TEST_F(CtlTest, SubmitSendsOnlyGivenFieldsAndAcceptsPlainSeconds) {
   EXPECT_EQ(http_.requests()[0].body,
             R"({"command":"echo hi > out.txt","gpu_count":1,"priority":"low",)"
             R"("timeout_seconds":90})");
+  // --time is the same option, in Slurm's name; days too.
+  EXPECT_EQ(Run({"submit", "--gpus", "1", "--priority", "low", "--time", "2d", "--", "x"}).code,
+            kExitOk);
+  EXPECT_EQ(http_.requests()[1].body,
+            R"({"command":"x","gpu_count":1,"priority":"low","timeout_seconds":172800})");
 }
 
 TEST_F(CtlTest, SubmitAnArrayPrintsEveryId) {
@@ -277,6 +282,9 @@ TEST_F(CtlTest, SubmitRejectsBadOptionsWithoutCallingTheServer) {
   Outcome timeout =
       Run({"submit", "--gpus", "1", "--priority", "low", "--timeout", "10x", "--", "x"});
   EXPECT_EQ(timeout.code, kExitUsage);
+  EXPECT_EQ(timeout.err,
+            "error: --time expects a positive whole number of seconds or a duration like 30s, "
+            "90m, 2h, 7d; got '10x'\n");
   EXPECT_TRUE(http_.requests().empty());
 }
 
@@ -759,8 +767,8 @@ constexpr char kTeams[] = R"({"teams":[
 
 constexpr char kVision[] =
     R"({"name":"vision","configured":true,"online":{"guaranteed":16,"used":4,"borrowed":0},)"
-    R"("batch":{"guaranteed":8,"used":10,"borrowed":2},"max_gpus":64,"weight":2.5,"pending":3,)"
-    R"("usage_gpu_seconds":1234.5})";
+    R"("batch":{"guaranteed":8,"used":10,"borrowed":2},"max_gpus":64,"weight":2.5,)"
+    R"("default_time_limit":86400,"pending":3,"usage_gpu_seconds":1234.5})";
 
 constexpr char kVisionDescribed[] =
     "Team:        vision\n"
@@ -769,6 +777,7 @@ constexpr char kVisionDescribed[] =
     "Batch:       8 guaranteed, 10 used, 2 borrowed\n"
     "Max GPUs:    64\n"
     "Weight:      2.5\n"
+    "Time limit:  1d for tasks submitted without one\n"
     "Pending:     3\n"
     "Usage:       1234.5 GPU-seconds\n";
 
@@ -831,7 +840,8 @@ TEST_F(CtlTest, GetTeamDescribesOneTeam) {
   http_.Answer(Method::kGet, Url("/teams/default"), 200,
                R"({"name":"default","configured":false,"online":{"guaranteed":0,"used":0,)"
                R"("borrowed":0},"batch":{"guaranteed":0,"used":1,"borrowed":1},)"
-               R"("max_gpus":null,"weight":1.0,"pending":0,"usage_gpu_seconds":0.0})");
+               R"("max_gpus":null,"weight":1.0,"default_time_limit":null,"pending":0,)"
+               R"("usage_gpu_seconds":0.0})");
   EXPECT_EQ(Run({"get", "team", "default"}).out,
             "Team:        default\n"
             "Configured:  no\n"
@@ -839,6 +849,7 @@ TEST_F(CtlTest, GetTeamDescribesOneTeam) {
             "Batch:       0 guaranteed, 1 used, 1 borrowed\n"
             "Max GPUs:    none (no cap)\n"
             "Weight:      1\n"
+            "Time limit:  the scheduler's default\n"
             "Pending:     0\n"
             "Usage:       0 GPU-seconds\n");
 }
@@ -865,7 +876,11 @@ TEST_F(CtlTest, TeamSetSendsOnlyTheGivenFieldsAndPrintsTheTeam) {
   EXPECT_EQ(Run({"team", "set", "vision", "--max-gpus", "none"}).code, kExitOk);
   EXPECT_EQ(Run({"team", "set", "vision", "--max-gpus", "64", "--weight", "2.5"}).code, kExitOk);
   EXPECT_EQ(Run({"team", "set", "vision", "--online", "0", "--max-gpus", "0"}).code, kExitOk);
-  ASSERT_EQ(http_.requests().size(), 4u);
+  EXPECT_EQ(Run({"team", "set", "vision", "--time-limit", "1d12h"}).code, kExitOk);
+  EXPECT_EQ(Run({"team", "set", "vision", "--time-limit", "none"}).code, kExitOk);
+  ASSERT_EQ(http_.requests().size(), 6u);
+  EXPECT_EQ(http_.requests()[4].body, R"({"default_time_limit":129600})");
+  EXPECT_EQ(http_.requests()[5].body, R"({"default_time_limit":null})");
   EXPECT_EQ(http_.requests()[0].method, Method::kPut);
   EXPECT_EQ(http_.requests()[0].url, Url("/teams/vision"));
   EXPECT_EQ(http_.requests()[0].body, R"({"batch":8,"online":16})");
@@ -898,7 +913,15 @@ TEST_F(CtlTest, TeamSetRejectsBadValuesWithoutCallingTheServer) {
        "error: --weight expects a number above 0, e.g. 1 or 2.5; got 'heavy'\n"},
       {{"--online", "4", "--weight", "nan"},
        "error: --weight expects a number above 0, e.g. 1 or 2.5; got 'nan'\n"},
-      {{}, "error: team set needs at least one of --online, --batch, --max-gpus, --weight\n"},
+      {{"--time-limit", "0"},
+       "error: --time-limit expects a duration of whole seconds like 90m, 2h, 7d, or none; got "
+       "'0'\n"},
+      {{"--time-limit", "1.5s"},
+       "error: --time-limit expects a duration of whole seconds like 90m, 2h, 7d, or none; got "
+       "'1.5s'\n"},
+      {{},
+       "error: team set needs at least one of --online, --batch, --max-gpus, --weight, "
+       "--time-limit\n"},
   };
   for (const auto& [options, message] : cases) {
     std::vector<std::string> args = {"team", "set", "vision"};

@@ -492,7 +492,8 @@ TEST_F(DgpuctlProcessTest, TeamSetErrors) {
   r = Ctl({"team", "set", "vision"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
-            "error: team set needs at least one of --online, --batch, --max-gpus, --weight\n");
+            "error: team set needs at least one of --online, --batch, --max-gpus, --weight, "
+            "--time-limit\n");
   EXPECT_TRUE(server_->Requests().empty());
 
   // What only the server knows: the guarantees of a class may not exceed its quota.

@@ -71,5 +71,53 @@ class CtlSmokeTest(ClusterTestCase):
                       "GPUs", p.stdout)
 
 
+
+@unittest.skipUnless(os.access(CTL, os.X_OK), "dgpuctl not built: " + CTL)
+class TimeLimitTest(ClusterTestCase):
+    """scheduler.default_time_limit, a team's default_time_limit and dgpuctl submit --time: a
+    task's time limit, and a run past it fails with timeout."""
+    AGENTS = 1
+    SCHEDULER = {"extra": {"scheduler": {"default_time_limit": "1h"}}}
+
+    def ctl(self, *args, timeout=30):
+        return subprocess.run([CTL, "--server", self.c.base, *args], capture_output=True,
+                              text=True, timeout=timeout)
+
+    def submit(self, *args):
+        p = self.ctl("submit", "--gpus", "1", "--priority", "low", *args)
+        self.assertEqual(p.returncode, 0, p)
+        return p.stdout.strip()
+
+    def test_a_task_gets_the_limit_it_asks_for_else_its_teams_else_the_schedulers(self):
+        plain = self.submit("--", "sleep", "60")
+        self.assertEqual(self.c.task(plain)["timeout_seconds"], 3600)
+        asked = self.submit("--time", "2d", "--", "sleep", "60")
+        self.assertEqual(self.c.task(asked)["timeout_seconds"], 2 * 86400)
+
+        p = self.ctl("team", "set", "vision", "--time-limit", "30m")
+        self.assertEqual(p.returncode, 0, p)
+        self.assertIn("Time limit:  30m for tasks submitted without one\n", p.stdout)
+        team = self.submit("--team", "vision", "--", "sleep", "60")
+        self.assertEqual(self.c.task(team)["timeout_seconds"], 1800)
+        p = self.ctl("team", "set", "vision", "--time-limit", "none")
+        self.assertEqual(p.returncode, 0, p)
+        self.assertIn("Time limit:  the scheduler's default\n", p.stdout)
+        self.assertEqual(self.c.task(self.submit("--team", "vision", "--", "true"))
+                         ["timeout_seconds"], 3600)
+        # Refused before anything is sent.
+        p = self.ctl("submit", "--gpus", "1", "--priority", "low", "--time", "soon", "--", "x")
+        self.assertEqual((p.returncode, p.stderr),
+                         (2, "error: --time expects a positive whole number of seconds or a "
+                             "duration like 30s, 90m, 2h, 7d; got 'soon'\n"))
+
+        for tid in (plain, asked, team):
+            self.assertEqual(self.ctl("cancel", tid).returncode, 0)
+            self.c.wait_finished(tid)
+
+        # The limit is enforced: a run past it is stopped and fails with timeout.
+        short = self.submit("--time", "1", "--", "sleep", "60")
+        t = self.c.wait_finished(short, timeout=30)
+        self.assertEqual((t["status"], t["error"]), ("failed", "timeout"), t)
+
 if __name__ == "__main__":
     unittest.main()

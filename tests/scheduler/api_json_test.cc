@@ -699,7 +699,7 @@ TEST(ApiJsonTest, TeamObjectHasBothClassesAndNullForNoCap) {
   core::TeamView v;
   v.name = "vision";
   v.configured = true;
-  v.limits = {16, 8, 64, 2.5};
+  v.limits = {16, 8, 64, 2.5, 86400};
   v.classes[0] = {16, 20, 4};
   v.classes[1] = {6, 3, 0};
   v.pending = 5;
@@ -711,6 +711,7 @@ TEST(ApiJsonTest, TeamObjectHasBothClassesAndNullForNoCap) {
                                {"batch", {{"guaranteed", 6}, {"used", 3}, {"borrowed", 0}}},
                                {"max_gpus", 64},
                                {"weight", 2.5},
+                               {"default_time_limit", 86400},
                                {"pending", 5},
                                {"usage_gpu_seconds", 1234.5},
                            }));
@@ -724,6 +725,7 @@ TEST(ApiJsonTest, TeamObjectHasBothClassesAndNullForNoCap) {
                                   {"batch", {{"guaranteed", 0}, {"used", 0}, {"borrowed", 0}}},
                                   {"max_gpus", nullptr},
                                   {"weight", 1.0},
+                                  {"default_time_limit", nullptr},
                                   {"pending", 0},
                                   {"usage_gpu_seconds", 0.0},
                               }));
@@ -782,13 +784,20 @@ TEST(ApiJsonTest, QuotaTeamsListEachClassesTeamsWithAGuaranteeOrGpus) {
 TEST(ApiJsonTest, TeamRequestReadsEveryFieldAndLeavesAbsentOnesUnset) {
   TeamRequest full;
   full.name = "vision";
-  ASSERT_EQ(ParseTeamRequest(R"({"online": 16, "batch": 8, "max_gpus": 64, "weight": 2.5})", &full),
-            std::nullopt);
+  ASSERT_EQ(
+      ParseTeamRequest(
+          R"({"online": 16, "batch": 8, "max_gpus": 64, "weight": 2.5, "default_time_limit": 3600})",
+          &full),
+      std::nullopt);
   EXPECT_EQ(full.name, "vision") << "the name comes from the path";
   EXPECT_EQ(full.online, 16);
   EXPECT_EQ(full.batch, 8);
   EXPECT_EQ(full.max_gpus, 64);
   EXPECT_EQ(full.weight, 2.5);
+  EXPECT_EQ(full.default_time_limit, 3600);
+  TeamRequest no_limit;
+  ASSERT_EQ(ParseTeamRequest(R"({"default_time_limit": null})", &no_limit), std::nullopt);
+  EXPECT_EQ(no_limit.default_time_limit, 0) << "null removes the team's default";
 
   TeamRequest none;
   ASSERT_EQ(ParseTeamRequest("{}", &none), std::nullopt);
@@ -796,6 +805,7 @@ TEST(ApiJsonTest, TeamRequestReadsEveryFieldAndLeavesAbsentOnesUnset) {
   EXPECT_EQ(none.batch, std::nullopt);
   EXPECT_EQ(none.max_gpus, std::nullopt);
   EXPECT_EQ(none.weight, std::nullopt);
+  EXPECT_EQ(none.default_time_limit, std::nullopt);
 
   // null: the default for online, batch and weight (left unset), but "no cap" for max_gpus.
   TeamRequest nulls;
@@ -844,6 +854,10 @@ TEST(ApiJsonTest, TeamRequestRefusesEveryBadBodyNamingTheField) {
       {R"({"max_gpus": 99999999999})", 400, "invalid_field",
        "max_gpus must be between 0 and 16777216"},
       {R"({"weight": 0})", 400, "invalid_field", "weight must be a number above 0"},
+      {R"({"default_time_limit": -1})", 400, "invalid_field",
+       "default_time_limit must be between 0 and 315360000, got -1"},
+      {R"({"default_time_limit": "2h"})", 400, "invalid_field",
+       "default_time_limit must be an integer, got string"},
       {R"({"weight": -0.5})", 400, "invalid_field", "weight must be a number above 0"},
       {R"({"weight": "2"})", 400, "invalid_field", "weight must be a number above 0"},
       {R"({"weight": false})", 400, "invalid_field", "weight must be a number above 0"},

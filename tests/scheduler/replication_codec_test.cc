@@ -123,7 +123,11 @@ TEST(ReplicationCodecTest, RecordFromALeaderWithoutStopReasonsHasNone) {
 TEST(ReplicationCodecTest, KeepsATeamWhole) {
   const core::TeamRecord team{.name = "vision",
                               .set = true,
-                              .limits = {.online = 8, .batch = 2, .max_gpus = 12, .weight = 1.5},
+                              .limits = {.online = 8,
+                                         .batch = 2,
+                                         .max_gpus = 12,
+                                         .weight = 1.5,
+                                         .default_time_limit = 86400},
                               .deleted = false,
                               .usage = 3600.25,
                               .usage_at = 1'700'000'000'000'001};

@@ -730,11 +730,12 @@ TEST(DatabaseTest, ReplaceAllInstallsASnapshot) {
 
 TEST(DatabaseTest, TeamsAreDurableReplacedByNameAndValidated) {
   TempDir dir;
-  const core::TeamRecord vision{.name = "vision",
-                                .set = true,
-                                .limits = {.online = 8, .batch = 4, .max_gpus = 16, .weight = 2},
-                                .usage = 1234.5,
-                                .usage_at = 1'700'000'000'000'000};
+  const core::TeamRecord vision{
+      .name = "vision",
+      .set = true,
+      .limits = {.online = 8, .batch = 4, .max_gpus = 16, .weight = 2, .default_time_limit = 7200},
+      .usage = 1234.5,
+      .usage_at = 1'700'000'000'000'000};
   core::TeamRecord nlp{.name = "nlp", .set = false, .deleted = true};
   {
     auto db = OpenOrDie(dir.path());
@@ -749,6 +750,9 @@ TEST(DatabaseTest, TeamsAreDurableReplacedByNameAndValidated) {
                 StatusIs(StatusCode::kInvalidArgument, "team name 'Bad Name' is not valid"));
     core::TeamRecord bad_limits{.name = "x", .limits = {.online = -1}};
     EXPECT_THAT(db->Apply({Team(bad_limits)}, 3),
+                StatusIs(StatusCode::kInvalidArgument, "team x has invalid limits"));
+    core::TeamRecord bad_time_limit{.name = "x", .limits = {.default_time_limit = -1}};
+    EXPECT_THAT(db->Apply({Team(bad_time_limit)}, 3),
                 StatusIs(StatusCode::kInvalidArgument, "team x has invalid limits"));
   }
   auto db = OpenOrDie(dir.path());

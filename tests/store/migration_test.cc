@@ -142,7 +142,7 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   ASSERT_NE(db, nullptr);
   ASSERT_TRUE(db->upgrade().has_value());
   EXPECT_EQ(db->upgrade()->from_version, 1);
-  EXPECT_EQ(db->upgrade()->to_version, 12);
+  EXPECT_EQ(db->upgrade()->to_version, 13);
   EXPECT_EQ(db->upgrade()->backup_path, path + ".v1.bak");
 
   StatusOr<std::vector<core::Task>> tasks = db->AllTasks();
@@ -194,8 +194,8 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   EXPECT_EQ(loaded->online_percent, 0.25);
   db.reset();
 
-  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("12"));
-  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("12"));
+  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("13"));
+  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("13"));
   EXPECT_THAT(Rows(path, "SELECT count(*) FROM teams"), ElementsAre("0"));
   // Tasks stored before have no history (but "submitted", which is the task's created_at).
   EXPECT_THAT(Rows(path, "SELECT count(*) FROM task_events"), ElementsAre("0"));
@@ -265,11 +265,11 @@ TEST(MigrationTest, NewDatabaseIsAtTheLatestVersionWithoutBackup) {
   ASSERT_NE(db, nullptr);
   EXPECT_FALSE(db->upgrade().has_value());
   db.reset();
-  EXPECT_EQ(kSchemaVersion, 12);
-  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("12"));
+  EXPECT_EQ(kSchemaVersion, 13);
+  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("13"));
   EXPECT_THAT(
       Rows(dir.Sub(kDatabaseFileName), "SELECT value FROM meta WHERE key = 'schema_version'"),
-      ElementsAre("12"));
+      ElementsAre("13"));
   EXPECT_TRUE(BackupFiles(dir).empty());
 }
 
@@ -283,8 +283,8 @@ TEST(MigrationTest, V4DatabaseGainsAnEmptyNodesTableAndKeepsItsRows) {
     c.task.spec.name = "kept";
     ASSERT_TRUE(db->Apply({c}, 1).ok());
   }
-  // Version 4 had no table `nodes`, none of the array, retry and gang columns, counted inserts
-  // and updates with triggers, and kept no task events.
+  // Version 4 had no table `nodes`, none of the array, retry and gang columns nor teams' time
+  // limits, counted inserts and updates with triggers, and kept no task events.
   const std::string path = dir.Sub(kDatabaseFileName);
   std::string sql =
       "DROP TABLE nodes; DROP TABLE task_events; "
@@ -301,6 +301,7 @@ TEST(MigrationTest, V4DatabaseGainsAnEmptyNodesTableAndKeepsItsRows) {
         "nodes", "master_port", "cpus_milli", "memory_mb", "node_selector"}) {
     sql += std::string(" ALTER TABLE tasks DROP COLUMN ") + column + ";";
   }
+  sql += " ALTER TABLE teams DROP COLUMN default_time_limit;";
   RunSql(path, sql +
                    " UPDATE meta SET value = 4 WHERE key = 'schema_version'; "
                    "PRAGMA user_version = 4;");
@@ -380,8 +381,8 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
   ASSERT_FALSE(db.ok());
   EXPECT_EQ(db.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(db.status().message(), path +
-                                       " has schema version 13; this dgpu-scheduler reads "
-                                       "versions up to 12: use a newer binary");
+                                       " has schema version 14; this dgpu-scheduler reads "
+                                       "versions up to 13: use a newer binary");
   EXPECT_EQ(ReadBytes(path), before);
   // The read-only check of a WAL-mode file may leave an empty WAL beside it, never content.
   EXPECT_EQ(ReadBytes(path + "-wal"), "");
@@ -391,11 +392,11 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
 INSTANTIATE_TEST_SUITE_P(
     Versions, NewerDatabaseTest,
     ::testing::Values(NewerCase{"Both",
-                                "UPDATE meta SET value = 13 WHERE key = 'schema_version'; "
-                                "PRAGMA user_version = 13;"},
-                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 13;"},
+                                "UPDATE meta SET value = 14 WHERE key = 'schema_version'; "
+                                "PRAGMA user_version = 14;"},
+                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 14;"},
                       NewerCase{"MetaOnly",
-                                "UPDATE meta SET value = 13 WHERE key = 'schema_version';"}),
+                                "UPDATE meta SET value = 14 WHERE key = 'schema_version';"}),
     [](const ::testing::TestParamInfo<NewerCase>& info) { return info.param.name; });
 
 TEST(MigrationTest, DisagreeingVersionsAreRefusedUnmodified) {

@@ -37,7 +37,7 @@ SUBMIT_FIELDS = ("priority", "gpu_count", "command", "gpu_model", "env", "name",
                  "timeout_seconds", "image", "team", "user", "preemptible",
                  "preemption_grace_seconds", "array", "max_retries", "retry_backoff_seconds",
                  "nodes", "gpus_per_node", "cpus", "memory_mb", "node_selector")
-TEAM_FIELDS = ("online", "batch", "max_gpus", "weight")
+TEAM_FIELDS = ("online", "batch", "max_gpus", "weight", "default_time_limit")
 
 
 class _Unchanged:
@@ -476,7 +476,8 @@ class Client:
 
     def set_team(self, name: str, online: Optional[int] = None, batch: Optional[int] = None,
                  max_gpus: Union[int, None, _Unchanged] = UNCHANGED,
-                 weight: Optional[float] = None) -> Team:
+                 weight: Optional[float] = None,
+                 default_time_limit: Union[int, None, _Unchanged] = UNCHANGED) -> Team:
         """Creates or changes a team's limits (``PUT /api/v1/teams/{name}``) and returns the
         team as it is then. Only what is given is sent; the rest keeps its value (for a new
         team: no guarantee, no cap, weight 1).
@@ -488,6 +489,9 @@ class Client:
                 the cap (no cap, as ``null`` in the API and ``Team.max_gpus``); the default,
                 dgpu.UNCHANGED, leaves it as it is.
             weight: the fair-share weight (a number above 0); None leaves it unchanged.
+            default_time_limit: seconds given as the time limit to the team's tasks submitted
+                without one; None removes it (the scheduler's default applies); the default,
+                dgpu.UNCHANGED, leaves it as it is.
 
         InvalidField (with ``field``) for a bad value, or when the guarantees of a class would
         add up to more than its quota. Retried like a read: setting the same values twice is
@@ -501,6 +505,8 @@ class Client:
             body["max_gpus"] = max_gpus
         if weight is not None:
             body["weight"] = weight
+        if default_time_limit is not UNCHANGED:
+            body["default_time_limit"] = default_time_limit
         return Team.from_json(self._call("PUT", self._team_path(name), body=body,
                                          fields=TEAM_FIELDS))
 

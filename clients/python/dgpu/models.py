@@ -255,15 +255,17 @@ class TeamClass:
 @dataclass(frozen=True)
 class Team:
     """A team, as ``GET /api/v1/teams/{name}`` returns it: its guarantees and use per class,
-    ``max_gpus`` (a cap over both classes; None: no cap), its fair-share ``weight``, its pending
-    tasks and its usage in GPU-seconds. ``configured`` is False for a team that has tasks or
-    usage but no limits."""
+    ``max_gpus`` (a cap over both classes; None: no cap), its fair-share ``weight``,
+    ``default_time_limit`` (seconds given to its tasks submitted without a time limit; None: the
+    scheduler's), its pending tasks and its usage in GPU-seconds. ``configured`` is False for a
+    team that has tasks or usage but no limits."""
     name: str
     configured: bool
     online: TeamClass
     batch: TeamClass
     max_gpus: Optional[int]
     weight: float
+    default_time_limit: Optional[int]
     pending: int
     usage_gpu_seconds: float
 
@@ -271,7 +273,8 @@ class Team:
     def from_json(cls, d: Mapping[str, Any]) -> "Team":
         return cls(name=d["name"], configured=d["configured"],
                    online=TeamClass.from_json(d["online"]), batch=TeamClass.from_json(d["batch"]),
-                   max_gpus=d["max_gpus"], weight=float(d["weight"]), pending=d["pending"],
+                   max_gpus=d["max_gpus"], weight=float(d["weight"]),
+                   default_time_limit=d.get("default_time_limit"), pending=d["pending"],
                    usage_gpu_seconds=float(d["usage_gpu_seconds"]))
 
 
