@@ -54,6 +54,13 @@ TaskSpec TeamSpec(Priority p, int gpus, const std::string& team, bool preemptibl
   return s;
 }
 
+// A task of team "default" asking for CPUs (thousandths) per member.
+TaskSpec CpuSpec(Priority p, int gpus, int64_t cpus_milli) {
+  TaskSpec s = TeamSpec(p, gpus, "default");
+  s.cpus_milli = cpus_milli;
+  return s;
+}
+
 class TeamsTest : public ::testing::Test {
  protected:
   explicit TeamsTest(CoreConfig config = Borrowing()) : core_(config) {}
@@ -432,18 +439,13 @@ TEST_F(TeamsTest, NoBorrowerIsStoppedOnANodeThatCouldNeverHoldThePreemptor) {
     ASSERT_TRUE(
         core_.RegisterNode(id, id + ":50052", MakeGpus(4), {cpus, 0, "none"}, {}, {}, now_).ok());
   }
-  auto spec = [](Priority p, int gpus, int64_t cpus_milli) {
-    TaskSpec s = TeamSpec(p, gpus, "default");
-    s.cpus_milli = cpus_milli;
-    return s;
-  };
   // Within batch's guarantee on b (12 CPUs only b has, then best fit); borrowers on a.
-  const TaskNumber g1 = *core_.Submit(spec(Priority::kLow, 2, 12000), now_);
-  const TaskNumber g2 = *core_.Submit(spec(Priority::kLow, 2, 0), now_);
+  const TaskNumber g1 = *core_.Submit(CpuSpec(Priority::kLow, 2, 12000), now_);
+  const TaskNumber g2 = *core_.Submit(CpuSpec(Priority::kLow, 2, 0), now_);
   ASSERT_EQ(Pass().size(), 2u);
-  const TaskNumber b1 = *core_.Submit(spec(Priority::kLow, 2, 0), now_);
-  const TaskNumber b2 = *core_.Submit(spec(Priority::kLow, 1, 0), now_);
-  const TaskNumber b3 = *core_.Submit(spec(Priority::kLow, 1, 0), now_);
+  const TaskNumber b1 = *core_.Submit(CpuSpec(Priority::kLow, 2, 0), now_);
+  const TaskNumber b2 = *core_.Submit(CpuSpec(Priority::kLow, 1, 0), now_);
+  const TaskNumber b3 = *core_.Submit(CpuSpec(Priority::kLow, 1, 0), now_);
   ASSERT_EQ(Pass().size(), 3u);
   for (TaskNumber t : {g1, g2}) {
     EXPECT_EQ(T(t).allocation[0].node_id, "b");
@@ -456,7 +458,7 @@ TEST_F(TeamsTest, NoBorrowerIsStoppedOnANodeThatCouldNeverHoldThePreemptor) {
   now_ += 60 * kSec;
   // 2 GPUs and 16 CPUs, within online's guarantee: a's borrowers would free the GPUs (b1 alone),
   // but a has 8 CPUs.
-  const TaskNumber online = *core_.Submit(spec(Priority::kHigh, 2, 16000), now_);
+  const TaskNumber online = *core_.Submit(CpuSpec(Priority::kHigh, 2, 16000), now_);
   EXPECT_EQ(Describe(Pass()), "");
   EXPECT_NE(Reason(online), PendingReason::kWaitingForPreemption);
   EXPECT_EQ(core_.stats().preemptions, 0u);
@@ -471,19 +473,14 @@ TEST_F(TeamsTest, NoBorrowerIsStoppedOnANodeThatCouldNeverHoldThePreemptor) {
 TEST_F(TeamsTest, APreemptorTakesBackTheCpusABorrowerHolds) {
   ASSERT_TRUE(
       core_.RegisterNode("a", "a:50052", MakeGpus(4), {16000, 0, "none"}, {}, {}, now_).ok());
-  auto spec = [](Priority p, int gpus, int64_t cpus_milli) {
-    TaskSpec s = TeamSpec(p, gpus, "default");
-    s.cpus_milli = cpus_milli;
-    return s;
-  };
-  const TaskNumber within = *core_.Submit(spec(Priority::kLow, 2, 1000), now_);
-  const TaskNumber borrower = *core_.Submit(spec(Priority::kLow, 1, 12000), now_);
+  const TaskNumber within = *core_.Submit(CpuSpec(Priority::kLow, 2, 1000), now_);
+  const TaskNumber borrower = *core_.Submit(CpuSpec(Priority::kLow, 1, 12000), now_);
   ASSERT_EQ(Pass().size(), 2u);
   EXPECT_FALSE(T(within).borrowed);
   EXPECT_TRUE(T(borrower).borrowed);
   now_ += 60 * kSec;
   // One GPU and 3 CPUs free: its GPU fits, its 8 CPUs do not.
-  const TaskNumber online = *core_.Submit(spec(Priority::kHigh, 1, 8000), now_);
+  const TaskNumber online = *core_.Submit(CpuSpec(Priority::kHigh, 1, 8000), now_);
   EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Preempt(borrower, "a", online)}));
   EXPECT_EQ(Reason(online), PendingReason::kWaitingForPreemption);
   EXPECT_FALSE(T(within).stopping) << "within its guarantee";
@@ -503,23 +500,18 @@ TEST_F(TeamsTest, AVictimPlanLeavesRoomForThePreemptorsCpusToo) {
     ASSERT_TRUE(
         core_.RegisterNode(id, id + ":50052", MakeGpus(4), {16000, 0, "none"}, {}, {}, now_).ok());
   }
-  auto spec = [](Priority p, int gpus, int64_t cpus_milli) {
-    TaskSpec s = TeamSpec(p, gpus, "default");
-    s.cpus_milli = cpus_milli;
-    return s;
-  };
   // Within batch's guarantee: 14 CPUs on a, 3 on b.
-  const TaskNumber wa = *core_.Submit(spec(Priority::kLow, 2, 14000), now_);
-  const TaskNumber wb = *core_.Submit(spec(Priority::kLow, 2, 3000), now_);
+  const TaskNumber wa = *core_.Submit(CpuSpec(Priority::kLow, 2, 14000), now_);
+  const TaskNumber wb = *core_.Submit(CpuSpec(Priority::kLow, 2, 3000), now_);
   ASSERT_EQ(Pass().size(), 2u);
   EXPECT_EQ(T(wa).allocation[0].node_id, "a");
   EXPECT_EQ(T(wb).allocation[0].node_id, "b");
   // Borrowers: xb on b (a has 2 CPUs free), then a younger xa on a, which loses the least work.
   now_ += kSec;
-  const TaskNumber xb = *core_.Submit(spec(Priority::kLow, 2, 4000), now_);
+  const TaskNumber xb = *core_.Submit(CpuSpec(Priority::kLow, 2, 4000), now_);
   ASSERT_EQ(Pass().size(), 1u);
   now_ += kSec;
-  const TaskNumber xa = *core_.Submit(spec(Priority::kLow, 2, 1000), now_);
+  const TaskNumber xa = *core_.Submit(CpuSpec(Priority::kLow, 2, 1000), now_);
   ASSERT_EQ(Pass().size(), 1u);
   EXPECT_EQ(T(xb).allocation[0].node_id, "b");
   EXPECT_EQ(T(xa).allocation[0].node_id, "a");
@@ -527,7 +519,7 @@ TEST_F(TeamsTest, AVictimPlanLeavesRoomForThePreemptorsCpusToo) {
   EXPECT_TRUE(T(xb).borrowed);
   now_ += 60 * kSec;
   // 2 GPUs and 8 CPUs: without xa, a has 2 CPUs free; without xb, b has 13.
-  const TaskNumber online = *core_.Submit(spec(Priority::kHigh, 2, 8000), now_);
+  const TaskNumber online = *core_.Submit(CpuSpec(Priority::kHigh, 2, 8000), now_);
   EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Preempt(xb, "b", online)}));
   Finish(xb);
   EXPECT_EQ(Describe(Pass()), Describe(std::vector<Decision>{Start(online, "b", {2, 3})}));
