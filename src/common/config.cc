@@ -810,7 +810,7 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   DGPU_OPEN_SECTION(scheduler, root, "scheduler",
                     {"role", "schedule_interval", "snapshot_interval", "max_attempts", "max_bypass",
                      "id", "task_log_lines_per_second", "shutdown_timeout", "gang_port_range",
-                     "topology_key", "default_time_limit"});
+                     "topology_key", "default_time_limit", "kill_invalid_dependencies"});
   SchedulingConfig& s = c.scheduler;
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadEnum("role", kRoles, &s.role));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("schedule_interval", &s.schedule_interval));
@@ -840,6 +840,8 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
   }
   DGPU_CONFIG_RETURN_IF_ERROR(
       scheduler.ReadTimeLimit("default_time_limit", &s.default_time_limit_seconds));
+  DGPU_CONFIG_RETURN_IF_ERROR(
+      scheduler.ReadBool("kill_invalid_dependencies", &s.kill_invalid_dependencies));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadString("topology_key", &s.topology_key));
   if (!s.topology_key.empty()) {
     if (std::string why = core::CheckLabelKey(s.topology_key); !why.empty()) {

@@ -153,6 +153,9 @@ struct SchedulingConfig {
   // The time limit (timeout_seconds) of a task submitted without one whose team has no default
   // of its own (whole seconds, at most ten years); 0: none.
   int64_t default_time_limit_seconds = 0;
+  // A task whose dependency can no longer be satisfied fails (dependency_never_satisfied);
+  // false: it stays pending with that reason until cancelled.
+  bool kill_invalid_dependencies = true;
   bool operator==(const SchedulingConfig&) const = default;
 };
 

@@ -1,4 +1,5 @@
 // CheckInvariants: every rule the core keeps, checked the slow way (for tests).
+#include <algorithm>
 #include <array>
 #include <map>
 #include <unordered_map>
@@ -24,6 +25,25 @@ Status SchedulerCore::CheckInvariants() const {
       if (shape != nullptr || !retry_wait_.contains({t.retry_at, id})) {
         return Internal(FormatTaskId(id) + " waits for a retry but is not kept as such");
       }
+    } else if (t.status == TaskStatus::kPending && dependency_wait_.contains(id)) {
+      // Held for its dependencies: in no queue, one entry at least not satisfied, and watched
+      // by the key of each waiting one.
+      if (shape != nullptr ||
+          std::all_of(t.spec.depends_on.begin(), t.spec.depends_on.end(),
+                      [](const Dependency& d) { return d.state == DependencyState::kSatisfied; })) {
+        return Internal(FormatTaskId(id) + " is held for dependencies it does not wait for");
+      }
+      const DependencyWait& wait = dependency_wait_.at(id);
+      for (size_t i = 0; i < t.spec.depends_on.size(); ++i) {
+        if (t.spec.depends_on[i].state != DependencyState::kWaiting) continue;
+        auto watchers = dependents_.find(wait.key[i]);
+        if (wait.remaining[i] <= 0 || watchers == dependents_.end() ||
+            std::find(watchers->second.begin(), watchers->second.end(), id) ==
+                watchers->second.end()) {
+          return Internal(FormatTaskId(id) + " waits on " + FormatTaskId(wait.key[i]) +
+                          " but is not watching it");
+        }
+      }
     } else if (t.status == TaskStatus::kPending) {
       if (shape == nullptr || shape->model != t.spec.gpu_model ||
           shape->gpu_count != t.spec.gpu_count || shape->nodes != t.spec.nodes ||
@@ -37,6 +57,9 @@ Status SchedulerCore::CheckInvariants() const {
     }
     if (t.status == TaskStatus::kRunning) running[p]++;
     if (t.status == TaskStatus::kPending) pending[p]++;
+    if (t.status != TaskStatus::kPending && dependency_wait_.contains(id)) {
+      return Internal(FormatTaskId(id) + " is not pending but held for dependencies");
+    }
     if (t.status == TaskStatus::kPending && !t.spec.user.empty()) pending_users[t.spec.user]++;
     // Stopping: cancelled (reason cancel), or still running for a reason that requeues or
     // fails it when it ends.

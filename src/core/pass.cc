@@ -317,6 +317,7 @@ PendingReason SchedulerCore::ShortageWhereGpusFit(const Task& t,
 void SchedulerCore::Schedule(TimeMicros now) {
   stats_.passes++;
   if (!retry_wait_.empty()) QueueDueRetries(now);
+  if (!parent_changes_.empty() || !dependency_settle_.empty()) ResolveDependencies(now);
   // Fair-share usage follows time whether or not the pass has work (it decides orders).
   if (config_.borrowing) AccrueUsage(now);
   // A pass leaves every queue head unable to start (or held back), and only the commands that

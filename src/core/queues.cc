@@ -24,7 +24,11 @@ void SchedulerCore::Dequeue(Task& t) {
   auto& record = static_cast<TaskRecord&>(t);
   auto& q = *queues_[PrioIndex(t.spec.priority)];
   if (record.shape == nullptr) {
-    if (t.retry_at != 0) LeaveRetryWait(t);
+    if (t.retry_at != 0) {
+      LeaveRetryWait(t);
+    } else if (!dependency_wait_.empty()) {
+      LeaveDependencyWait(record);
+    }
     return;
   }
   if (q.Erase(*record.shape, t.queue_seq, t.id)) {
@@ -208,6 +212,11 @@ void SchedulerCore::RetryLater(Task& t, const FinishReport& report, TimeMicros n
 PendingReason SchedulerCore::ReasonOf(const Task& t) const {
   if (t.status != TaskStatus::kPending) return PendingReason::kNone;
   if (t.retry_at != 0) return PendingReason::kRetryBackoff;
+  if (!dependency_wait_.empty() && dependency_wait_.contains(t.id)) {
+    return AnyDependency(t, DependencyState::kNeverSatisfied)
+               ? PendingReason::kDependencyNeverSatisfied
+               : PendingReason::kDependency;
+  }
   // The core's own record knows its shape; a copy is looked up by its spec.
   const TaskRecord* record = tasks_.Find(t.id);
   const Shape* s = nullptr;

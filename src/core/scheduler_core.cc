@@ -25,6 +25,8 @@ SchedulerCore::SchedulerCore(CoreConfig config) : config_(std::move(config)) {
 SchedulerCore::~SchedulerCore() = default;
 
 void SchedulerCore::Emit(const Task& t) {
+  // A parent that tasks wait on: they learn of it at the next pass (ResolveDependencies).
+  if (!dependents_.empty() && dependents_.contains(WatchKey(t))) parent_changes_.push_back(t.id);
   if (!config_.record_changes) return;
   Change c;
   c.kind = Change::Kind::kTaskUpsert;
@@ -217,6 +219,15 @@ Status SchedulerCore::CheckSpec(const TaskSpec& spec) const {
   if (std::string why = CheckSelector(spec.node_selector); !why.empty()) {
     return InvalidArgument("node_selector: " + why);
   }
+  if (spec.depends_on.size() > kMaxDependencies) {
+    return InvalidArgument("depends_on has " + std::to_string(spec.depends_on.size()) +
+                           " entries; the limit is " + std::to_string(kMaxDependencies));
+  }
+  for (size_t i = 0; i < spec.depends_on.size(); ++i) {
+    if (spec.depends_on[i].state != DependencyState::kWaiting) {
+      return InvalidArgument("depends_on[" + std::to_string(i) + "] must be waiting");
+    }
+  }
   return OkStatus();
 }
 
@@ -234,7 +245,8 @@ StatusOr<int> SchedulerCore::TeamForSubmission(const std::string& name) {
   return team;
 }
 
-SchedulerCore::TaskRecord& SchedulerCore::Queue(const TaskSpec& spec, int team, TimeMicros now) {
+SchedulerCore::TaskRecord& SchedulerCore::Queue(const TaskSpec& spec, int team, TimeMicros now,
+                                                bool enqueue) {
   TaskRecord& t = *NewTask(next_number_++);
   t.team = static_cast<uint16_t>(team);
   // The allocation buffers its start will reuse were last touched when the record's previous
@@ -250,17 +262,51 @@ SchedulerCore::TaskRecord& SchedulerCore::Queue(const TaskSpec& spec, int team, 
   t.status = TaskStatus::kPending;
   t.queue_seq = next_back_seq_++;
   t.created_at = now;
-  Enqueue(t);
+  if (enqueue) Enqueue(t);
   EmitEvent(Event::Kind::kTaskSubmitted, t, now);
   return t;
+}
+
+StatusOr<SchedulerCore::DependencyWait> SchedulerCore::CheckDependencies(Dependencies& deps,
+                                                                         TimeMicros now) {
+  // What parents did so far is counted first, so that the new task starts from the same count.
+  if (!parent_changes_.empty() || !dependency_settle_.empty()) ResolveDependencies(now);
+  DependencyWait wait;
+  if (Status s = CountDependencies(next_number_, deps, &wait, /*restoring=*/false); !s.ok()) {
+    return s;
+  }
+  return wait;
+}
+
+bool SchedulerCore::StartDependencyWait(TaskRecord& t, const DependencyWait& wait) {
+  if (!AnyDependency(t, DependencyState::kWaiting) &&
+      !AnyDependency(t, DependencyState::kNeverSatisfied)) {
+    Enqueue(t);  // Satisfied already.
+    return false;
+  }
+  HoldForDependencies(t, wait);
+  return true;
 }
 
 StatusOr<TaskNumber> SchedulerCore::Submit(const TaskSpec& spec, TimeMicros now) {
   if (Status s = CheckSpec(spec); !s.ok()) return s;
   const StatusOr<int> team = TeamForSubmission(spec.team);
   if (!team.ok()) return team.status();
-  TaskRecord& t = Queue(spec, *team, now);
-  Emit(t);
+  if (spec.depends_on.empty()) {
+    TaskRecord& t = Queue(spec, *team, now);
+    Emit(t);
+    return t.id;
+  }
+  Dependencies deps = spec.depends_on;
+  StatusOr<DependencyWait> wait = CheckDependencies(deps, now);
+  if (!wait.ok()) return wait.status();
+  TaskRecord& t = Queue(spec, *team, now, /*enqueue=*/false);
+  t.spec.depends_on = std::move(deps);
+  if (StartDependencyWait(t, *wait)) {
+    SettleDependencies(t, now);  // Held (recorded), or failed at once.
+  } else {
+    Emit(t);
+  }
   return t.id;
 }
 
@@ -273,9 +319,17 @@ StatusOr<TaskNumber> SchedulerCore::SubmitArray(TaskSpec spec, int count, TimeMi
   if (Status s = CheckSpec(spec); !s.ok()) return s;
   const StatusOr<int> team = TeamForSubmission(spec.team);
   if (!team.ok()) return team.status();
+  // Dependencies are the same for every member: worked out once, before anything is queued.
+  StatusOr<DependencyWait> wait = DependencyWait{};
+  if (!spec.depends_on.empty()) {
+    wait = CheckDependencies(spec.depends_on, now);
+    if (!wait.ok()) return wait.status();
+  }
   // Members are numbered and queued one after another: nothing else runs between them, so
   // member i is the first one's number + i and queue position + i (what kTaskArray records).
-  const TaskRecord& first = Queue(spec, *team, now);
+  std::vector<TaskRecord*> held;
+  TaskRecord& first = Queue(spec, *team, now, /*enqueue=*/spec.depends_on.empty());
+  if (!spec.depends_on.empty() && StartDependencyWait(first, *wait)) held.push_back(&first);
   const TaskNumber id = first.id;
   if (config_.record_changes) {
     Change c;
@@ -285,7 +339,12 @@ StatusOr<TaskNumber> SchedulerCore::SubmitArray(TaskSpec spec, int count, TimeMi
   }
   for (int i = 1; i < count; ++i) {
     spec.array_index = i;
-    Queue(spec, *team, now);
+    TaskRecord& t = Queue(spec, *team, now, /*enqueue=*/spec.depends_on.empty());
+    if (!spec.depends_on.empty() && StartDependencyWait(t, *wait)) held.push_back(&t);
+  }
+  // One that can never be satisfied fails (or is held) now; waiting ones are recorded already.
+  if (!held.empty() && AnyDependency(first, DependencyState::kNeverSatisfied)) {
+    for (TaskRecord* t : held) SettleDependencies(*t, now);
   }
   return id;
 }
@@ -533,6 +592,7 @@ Status SchedulerCore::SetOnlinePercent(double online_percent, TimeMicros now) {
 
 void SchedulerCore::Tick(TimeMicros now) {
   if (!retry_wait_.empty()) QueueDueRetries(now);
+  if (!parent_changes_.empty() || !dependency_settle_.empty()) ResolveDependencies(now);
   if (!preemptions_.empty() || preempt_wake_at_ != 0) ExpirePreemptions(now);
   // Fair-share usage is written out now and then, for a restart or a standby to start from.
   if (config_.borrowing && now - usage_written_at_ >= 60 * kMicrosPerSecond) {
@@ -555,6 +615,7 @@ void SchedulerCore::Tick(TimeMicros now) {
 void SchedulerCore::Forget(TaskNumber id) {
   TaskRecord* t = tasks_.Find(id);
   if (t != nullptr && IsFinished(t->status) && !t->stopping) {
+    if (!parent_seen_.empty()) parent_seen_.erase(id);
     tasks_.Erase(id);
     task_pool_.Delete(t);
   }

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -72,7 +73,15 @@ struct CoreConfig {
   // The time limit (seconds) given to a task submitted without one whose team has none of its
   // own (scheduler.default_time_limit); 0: none, the task runs until it ends.
   int64_t default_time_limit = 0;
+  // A task whose dependency can no longer be satisfied fails with error
+  // "dependency_never_satisfied" (scheduler.kill_invalid_dependencies); false: it stays pending
+  // with that reason until it is cancelled.
+  bool kill_invalid_dependencies = true;
 };
+
+// Reads the stored state of the tasks numbered first..last (those that exist, in any order).
+using StoredTaskLookup =
+    std::function<StatusOr<std::vector<StoredTaskState>>(TaskNumber first, TaskNumber last)>;
 
 struct QuotaView {
   int total_gpus = 0;  // GPUs on online nodes.
@@ -138,6 +147,10 @@ class SchedulerCore {
   // --- Commands -------------------------------------------------------------------------------
 
   // Queues a new task; returns its number. InvalidArgument names the bad field.
+  // A task with dependencies (spec.depends_on, every entry waiting) is held, pending with reason
+  // kDependency, until each is satisfied; one that can no longer be is failed (or held, see
+  // CoreConfig::kill_invalid_dependencies). InvalidArgument for a parent that does not exist
+  // (neither in memory nor in the store, see SetStoredTaskLookup).
   StatusOr<TaskNumber> Submit(const TaskSpec& spec, TimeMicros now);
   // Queues a job array of `count` members (1 to kMaxArraySize) of `spec`: consecutive numbers
   // from the one returned, indices 0..count-1 (spec's array fields are set here), one durable
@@ -264,6 +277,9 @@ class SchedulerCore {
   // Taken by value: a task moved in is not copied.
   Status Restore(Task task, TimeMicros now);
   void SetNextTaskNumber(TaskNumber next);
+  // How the core reads tasks it has forgotten (the store): parents of dependencies. Without
+  // one, a parent must be in memory.
+  void SetStoredTaskLookup(StoredTaskLookup lookup) { stored_lookup_ = std::move(lookup); }
   // Drops a finished task from memory (history stays in the database).
   void Forget(TaskNumber task);
 
@@ -567,7 +583,7 @@ class SchedulerCore {
   // Submit's checks of a spec: InvalidArgument naming the field.
   Status CheckSpec(const TaskSpec& spec) const;
   // A new pending task of `spec` at the back of its queue, with its submission event; no change.
-  TaskRecord& Queue(const TaskSpec& spec, int team, TimeMicros now);
+  TaskRecord& Queue(const TaskSpec& spec, int team, TimeMicros now, bool enqueue = true);
   // The team of a new task of `spec` (created if new); InvalidArgument (TooManyTeams) when a
   // new one would pass kMaxTeams.
   StatusOr<int> TeamForSubmission(const std::string& name);
@@ -609,6 +625,56 @@ class SchedulerCore {
   void QueueDueRetries(TimeMicros now);
   void CountWaiting(const Task& t, int sign);
   std::set<std::pair<TimeMicros, TaskNumber>> retry_wait_;
+  // Dependencies (TaskSpec::depends_on, dependencies.cc). A task with one still waiting is
+  // pending in no queue (counted as pending, as retry waits are). Its parents are watched by
+  // their array's first number (a member stands for its whole array), or their own.
+  struct DependencyWait {
+    std::vector<TaskNumber> key;        // Per entry: the parent's watch key.
+    std::vector<int32_t> members;       // Per entry: members of the parent (1, or its array's).
+    std::vector<int32_t> remaining;     // Per entry: members whose condition is still open.
+    std::vector<uint8_t> unsuccessful;  // Per kAfterNotOk entry: a member ended without success.
+  };
+  // What a parent has been counted for: it started (kAfter), it ended.
+  static constexpr uint8_t kParentStarted = 1;
+  static constexpr uint8_t kParentEnded = 2;
+  // Works out where each waiting entry of `deps` (a task numbered `self`) stands from its
+  // parents, in memory or in the store, and how many members each still waits for.
+  // InvalidArgument names a parent that does not exist; `restoring`: such an entry can never be
+  // satisfied instead (deleted by the store's retention).
+  Status CountDependencies(TaskNumber self, Dependencies& deps, DependencyWait* wait,
+                           bool restoring) const;
+  static bool AnyDependency(const Task& t, DependencyState state);
+  // Holds t (pending, in no queue) and watches its waiting entries' parents.
+  void HoldForDependencies(TaskRecord& t, DependencyWait wait);
+  // Submission: counts `deps` for the next task number (InvalidArgument: unknown parent).
+  StatusOr<DependencyWait> CheckDependencies(Dependencies& deps, TimeMicros now);
+  // Queues t if its entries are all satisfied; else holds it and returns true.
+  bool StartDependencyWait(TaskRecord& t, const DependencyWait& wait);
+  // Records what parent p has been counted for: what it is now.
+  void NoteSeen(const Task& p);
+  // The same for a task entering memory (restored) whose key is watched.
+  void NoteIfWatched(const Task& t) {
+    if (!dependents_.empty() && dependents_.contains(WatchKey(t))) NoteSeen(t);
+  }
+  // Counts one member of a parent for entry i of a held task: it started, or ended (success
+  // says how); returns whether the entry's state changed.
+  bool CountParent(Task& child, size_t i, bool started, bool ended, bool success);
+  // Acts on a held task whose entries changed: queued once all are satisfied, failed (or held
+  // with that reason) once one never will be. Returns false while it still waits.
+  bool SettleDependencies(TaskRecord& t, TimeMicros now);
+  void LeaveDependencyWait(TaskRecord& t);
+  // Works through parents that changed (Emit notes them) and tasks to settle.
+  void ResolveDependencies(TimeMicros now);
+  static bool HasStarted(const Task& t);
+  static TaskNumber WatchKey(const Task& t) {
+    return t.spec.array_size > 0 ? t.id - static_cast<TaskNumber>(t.spec.array_index) : t.id;
+  }
+  StoredTaskLookup stored_lookup_;
+  std::unordered_map<TaskNumber, DependencyWait> dependency_wait_;
+  std::unordered_map<TaskNumber, std::vector<TaskNumber>> dependents_;  // key -> held tasks
+  std::unordered_map<TaskNumber, uint8_t> parent_seen_;  // member -> kParent* counted
+  std::vector<TaskNumber> parent_changes_;               // Members of watched keys emitted since.
+  std::vector<TaskNumber> dependency_settle_;            // Held tasks to settle (restored ones).
   // The same for a task whose GPUs are already released.
   void RequeueOrFailReleased(Task& t, TimeMicros now, std::string_view error);
   // A running task stopped for `reason` has ended (its GPUs already released): back to its queue

@@ -11,6 +11,13 @@ std::string_view NamesOf(StopReason*) {
          "reconcile or member_lost)";
 }
 
+std::string_view NamesOf(DependencyCondition*) {
+  return "a dependency condition (afterok, afternotok, afterany or after)";
+}
+std::string_view NamesOf(DependencyState*) {
+  return "a dependency state (waiting, satisfied or never_satisfied)";
+}
+
 std::string FinishDecodedTask(Task* t) {
   if (t->status != TaskStatus::kPending) t->retry_at = 0;
   if (!IsValidTeamName(t->spec.team)) return "invalid team '" + t->spec.team + "'";
@@ -22,6 +29,13 @@ std::string FinishDecodedTask(Task* t) {
       t->spec.gpu_count % t->spec.nodes != 0) {
     return "gpu_count " + std::to_string(t->spec.gpu_count) + " is not split evenly over " +
            std::to_string(t->spec.nodes) + " nodes";
+  }
+  if (t->spec.depends_on.size() > kMaxDependencies) {
+    return std::to_string(t->spec.depends_on.size()) + " dependencies (at most " +
+           std::to_string(kMaxDependencies) + ")";
+  }
+  for (const Dependency& d : t->spec.depends_on) {
+    if (d.task == 0) return "a dependency on task number 0";
   }
   return "";
 }

@@ -13,7 +13,8 @@
 // fields go at the end and none is ever reordered or removed.
 //
 // How each form spells a field follows from its C++ type (integers, bool, string, the core's
-// enums by name, the env list and the allocation), and from the few properties below.
+// enums by name, the env list, the allocation and the dependencies), and from the few
+// properties below.
 #pragma once
 
 #include <cstddef>
@@ -111,7 +112,8 @@ inline constexpr auto kTaskFields = std::make_tuple(
     MakeTaskField({"cpus_milli", kLater, ApiForm::kHidden, 0},  // REST cpus
                   DGPU_TASK_MEMBER(spec.cpus_milli)),
     MakeTaskField({"memory_mb", kLater, ApiForm::kComputed, 0}, DGPU_TASK_MEMBER(spec.memory_mb)),
-    MakeTaskField({"node_selector", kLater}, DGPU_TASK_MEMBER(spec.node_selector)));
+    MakeTaskField({"node_selector", kLater}, DGPU_TASK_MEMBER(spec.node_selector)),
+    MakeTaskField({"depends_on", kLater}, DGPU_TASK_MEMBER(spec.depends_on)));
 
 #undef DGPU_TASK_MEMBER
 
@@ -158,6 +160,12 @@ inline std::optional<TaskStatus> ParseName(std::string_view s, TaskStatus*) {
 inline std::optional<StopReason> ParseName(std::string_view s, StopReason*) {
   return ParseStopReason(s);
 }
+inline std::optional<DependencyCondition> ParseName(std::string_view s, DependencyCondition*) {
+  return ParseDependencyCondition(s);
+}
+inline std::optional<DependencyState> ParseName(std::string_view s, DependencyState*) {
+  return ParseDependencyState(s);
+}
 template <typename Enum>
 std::optional<Enum> ParseName(std::string_view s) {
   return ParseName(s, static_cast<Enum*>(nullptr));
@@ -166,6 +174,8 @@ std::optional<Enum> ParseName(std::string_view s) {
 std::string_view NamesOf(Priority*);
 std::string_view NamesOf(TaskStatus*);
 std::string_view NamesOf(StopReason*);
+std::string_view NamesOf(DependencyCondition*);
+std::string_view NamesOf(DependencyState*);
 
 // What every decoder of a stored or replicated task does once its fields are read: a field that
 // only means something in one state is cleared in the others (retry_at outside pending). Then

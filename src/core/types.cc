@@ -49,8 +49,54 @@ std::string_view ToString(PendingReason r) {
       return "insufficient_memory";
     case PendingReason::kNoNodeMatches:
       return "no_node_matches";
+    case PendingReason::kDependency:
+      return "dependency";
+    case PendingReason::kDependencyNeverSatisfied:
+      return "dependency_never_satisfied";
   }
   return "";
+}
+
+std::string_view ToString(DependencyCondition c) {
+  switch (c) {
+    case DependencyCondition::kAfterOk:
+      return "afterok";
+    case DependencyCondition::kAfterNotOk:
+      return "afternotok";
+    case DependencyCondition::kAfterAny:
+      return "afterany";
+    case DependencyCondition::kAfter:
+      return "after";
+  }
+  return "";
+}
+
+std::string_view ToString(DependencyState s) {
+  switch (s) {
+    case DependencyState::kWaiting:
+      return "waiting";
+    case DependencyState::kSatisfied:
+      return "satisfied";
+    case DependencyState::kNeverSatisfied:
+      return "never_satisfied";
+  }
+  return "";
+}
+
+std::optional<DependencyCondition> ParseDependencyCondition(std::string_view s) {
+  for (auto c : {DependencyCondition::kAfterOk, DependencyCondition::kAfterNotOk,
+                 DependencyCondition::kAfterAny, DependencyCondition::kAfter}) {
+    if (ToString(c) == s) return c;
+  }
+  return std::nullopt;
+}
+
+std::optional<DependencyState> ParseDependencyState(std::string_view s) {
+  for (auto st :
+       {DependencyState::kWaiting, DependencyState::kSatisfied, DependencyState::kNeverSatisfied}) {
+    if (ToString(st) == s) return st;
+  }
+  return std::nullopt;
 }
 
 std::string_view ToString(GpuStatus s) {
@@ -195,7 +241,8 @@ std::optional<PendingReason> ParsePendingReason(std::string_view s) {
         PendingReason::kNoNodeFits, PendingReason::kNoGpuModel, PendingReason::kExceedsCluster,
         PendingReason::kTeamLimit, PendingReason::kWaitingForPreemption,
         PendingReason::kRetryBackoff, PendingReason::kInsufficientCpu,
-        PendingReason::kInsufficientMemory, PendingReason::kNoNodeMatches}) {
+        PendingReason::kInsufficientMemory, PendingReason::kNoNodeMatches,
+        PendingReason::kDependency, PendingReason::kDependencyNeverSatisfied}) {
     if (ToString(r) == s) return r;
   }
   return std::nullopt;

@@ -45,6 +45,11 @@ enum class PendingReason : uint8_t {
   kInsufficientMemory,
   // No online node of its GPU model that could hold it has the labels of its node_selector.
   kNoNodeMatches,
+  // Held until its dependencies (TaskSpec::depends_on) are satisfied; not in any queue.
+  kDependency,
+  // A dependency can no longer be satisfied and CoreConfig::kill_invalid_dependencies is off:
+  // held until it is cancelled.
+  kDependencyNeverSatisfied,
 };
 
 enum class GpuStatus : uint8_t { kIdle, kBusy, kOffline, kUnhealthy };
@@ -171,6 +176,39 @@ int RunningMemberOn(const Allocation& a, std::string_view node_id);
 // Whether `a` has a member on node_id (ended or not).
 bool HasMemberOn(const Allocation& a, std::string_view node_id);
 
+// A task's dependency on another (TaskSpec::depends_on): it is not queued before the other
+// (its parent) has started (kAfter), ended (kAfterAny), succeeded (kAfterOk) or ended without
+// success (kAfterNotOk: failed or cancelled). A parent that is a member of a job array stands for
+// every member of its array: the condition must hold for each of them (kAfterNotOk: all ended,
+// one at least without success).
+enum class DependencyCondition : uint8_t { kAfterOk, kAfterNotOk, kAfterAny, kAfter };
+// Where a dependency stands: still waiting, satisfied, or never to be satisfied (the parent
+// succeeded for kAfterNotOk, or did not for kAfterOk).
+enum class DependencyState : uint8_t { kWaiting, kSatisfied, kNeverSatisfied };
+struct Dependency {
+  TaskNumber task = 0;  // The parent, as named at submission.
+  DependencyCondition condition = DependencyCondition::kAfterOk;
+  DependencyState state = DependencyState::kWaiting;
+  bool operator==(const Dependency&) const = default;
+};
+using Dependencies = std::vector<Dependency>;
+// The most dependencies a task may have.
+inline constexpr size_t kMaxDependencies = 64;
+std::string_view ToString(DependencyCondition c);  // "afterok", "afternotok", "afterany", "after"
+std::string_view ToString(DependencyState s);      // "waiting", "satisfied", "never_satisfied"
+std::optional<DependencyCondition> ParseDependencyCondition(std::string_view s);
+std::optional<DependencyState> ParseDependencyState(std::string_view s);
+
+// What the store knows of a task no longer in memory (finished and forgotten): enough to decide
+// the dependencies of tasks submitted after it, or restored after a restart.
+struct StoredTaskState {
+  TaskNumber id = 0;
+  TaskStatus status = TaskStatus::kPending;
+  bool started = false;  // It has run (started_at or attempts set).
+  int32_t array_index = -1;
+  int32_t array_size = 0;
+};
+
 // What a user asks for. Validated by the REST layer (field by field) and again by the core.
 // The fields a scheduling decision reads come last, next to Task's own (see Task).
 struct TaskSpec {
@@ -184,6 +222,9 @@ struct TaskSpec {
   // Only nodes with every one of these labels (agent.labels) take it. Sorted by key, keys
   // unique (IsValidLabelKey, IsValidLabelValue); empty: any node.
   std::vector<std::pair<std::string, std::string>> node_selector;
+  // Tasks it waits for before it is queued (at most kMaxDependencies; parents exist when it is
+  // submitted, so they never form a cycle). Each entry's state is kept by the core.
+  Dependencies depends_on;
   // A member of a job array (POST /tasks with "array": N): its index in [0, array_size), which
   // its agent gives it as DGPU_ARRAY_INDEX. array_size 0: not an array (index -1).
   int32_t array_index = -1;

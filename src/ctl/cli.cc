@@ -173,6 +173,17 @@ int RunCtl(int argc, const char* const* argv, const CliDeps& deps) {
   submit_cmd->add_option("--time,--timeout", submit.timeout,
                          "Time limit: seconds or a duration like 30s, 90m, 2h, 7d (default: the "
                          "team's or the scheduler's default_time_limit)");
+  const auto after = [&](const char* flag, std::vector<std::string>* ids, const char* what) {
+    submit_cmd->add_option(flag, *ids, what)->allow_extra_args(false)->delimiter(',');
+  };
+  after("--after-ok", &submit.after_ok,
+        "Start only once task ID has succeeded (afterok; repeatable; an array's id means every "
+        "member)");
+  after("--after-not-ok", &submit.after_not_ok,
+        "Start only once task ID has failed or been cancelled (afternotok; repeatable)");
+  after("--after-any", &submit.after_any,
+        "Start only once task ID has ended (afterany; repeatable)");
+  after("--after", &submit.after, "Start only once task ID has started (after; repeatable)");
   submit_cmd->add_option("--image", submit.image, "Container image (docker executor)");
   submit_cmd->add_option("--team", submit.team,
                          "Team whose guarantees the task uses (default: the server's \"default\")");

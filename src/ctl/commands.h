@@ -80,6 +80,8 @@ struct SubmitOptions {
   std::optional<int> array;             // a job array of this many tasks
   std::optional<int> max_retries;       // retries of a failed run
   std::optional<int> retry_backoff;     // seconds before the first retry
+  // Tasks to wait for (ids, repeatable or comma-separated), by condition.
+  std::vector<std::string> after_ok, after_not_ok, after_any, after;
   std::vector<std::string> command;
 };
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "common/cpu_list.h"
@@ -126,6 +127,25 @@ std::optional<json> BuildSubmitBody(const SubmitOptions& options, std::string* e
   if (options.array) body["array"] = *options.array;
   if (options.max_retries) body["max_retries"] = *options.max_retries;
   if (options.retry_backoff) body["retry_backoff_seconds"] = *options.retry_backoff;
+  json depends_on = json::array();
+  for (const auto& [ids, condition, flag] :
+       {std::tuple{&options.after_ok, "afterok", "--after-ok"},
+        {&options.after_not_ok, "afternotok", "--after-not-ok"},
+        {&options.after_any, "afterany", "--after-any"},
+        {&options.after, "after", "--after"}}) {
+    for (const std::string& id : *ids) {
+      // "task-7", or its number alone.
+      const bool number = !id.empty() && std::all_of(id.begin(), id.end(), [](unsigned char c) {
+        return std::isdigit(c) != 0;
+      });
+      if (!number && !id.starts_with("task-")) {
+        *error = std::string(flag) + " expects a task id such as task-7; got '" + id + "'";
+        return std::nullopt;
+      }
+      depends_on.push_back({{"task_id", number ? "task-" + id : id}, {"condition", condition}});
+    }
+  }
+  if (!depends_on.empty()) body["depends_on"] = std::move(depends_on);
   return body;
 }
 
@@ -432,6 +452,18 @@ std::string DescribeTask(const json& task, Clock::time_point now) {
   if (!Field(task, "array_size").empty()) {
     lines.emplace(lines.begin() + 2, "Array Index",
                   Field(task, "array_index") + " of " + Field(task, "array_size"));
+  }
+  if (auto deps = task.find("depends_on");
+      deps != task.end() && deps->is_array() && !deps->empty()) {
+    // "task-3 (afterok, satisfied), task-4 (after, waiting)", after its pending reason.
+    std::string text;
+    for (const json& d : *deps) {
+      text += (text.empty() ? "" : ", ") + Field(d, "task_id") + " (" + Field(d, "condition") +
+              ", " + Field(d, "state") + ")";
+    }
+    auto reason = std::find_if(lines.begin(), lines.end(),
+                               [](const auto& line) { return line.first == "Pending Reason"; });
+    lines.emplace(reason == lines.end() ? reason : reason + 1, "Depends On", text);
   }
   if (const std::string detail = Field(task, "pending_detail"); !detail.empty()) {
     // A pending task: which nodes could take it, and why the others cannot.

@@ -111,6 +111,52 @@ std::optional<ApiError> CheckJsonContentType(std::string_view ct) {
                   "Content-Type must be application/json, got " + std::string(ct)};
 }
 
+std::optional<ApiError> ParseDependsOn(const json& list, core::Dependencies* out) {
+  if (!list.is_array()) {
+    return InvalidField("depends_on must be a list of {task_id, condition} objects, got " +
+                        TypeName(list));
+  }
+  if (list.size() > core::kMaxDependencies) {
+    return InvalidField("depends_on has " + std::to_string(list.size()) +
+                        " entries; the limit is " + std::to_string(core::kMaxDependencies));
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& entry = list[i];
+    const std::string where = "depends_on[" + std::to_string(i) + "]";
+    if (!entry.is_object()) {
+      return InvalidField(where + " must be a {task_id, condition} object, got " + TypeName(entry));
+    }
+    for (const auto& [key, value] : entry.items()) {
+      if (key != "task_id" && key != "condition") {
+        return InvalidField(where + " has an unknown field \"" + key + "\"");
+      }
+    }
+    core::Dependency d;
+    auto id = entry.find("task_id");
+    if (id == entry.end() || !id->is_string()) {
+      return InvalidField(where + ".task_id is required (a task id such as \"task-1\")");
+    }
+    std::optional<core::TaskNumber> parent = core::ParseTaskId(id->get_ref<const std::string&>());
+    if (!parent) {
+      return InvalidField(where + ".task_id \"" + id->get_ref<const std::string&>() +
+                          "\" is not a task id (task-<number>)");
+    }
+    d.task = *parent;
+    if (auto c = entry.find("condition"); c != entry.end() && !c->is_null()) {
+      std::optional<core::DependencyCondition> condition;
+      if (c->is_string())
+        condition = core::ParseDependencyCondition(c->get_ref<const std::string&>());
+      if (!condition) {
+        return InvalidField(
+            where + ".condition must be afterok, afternotok, afterany or after, got " + c->dump());
+      }
+      d.condition = *condition;
+    }
+    out->push_back(d);
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec* spec,
                                            int* array) {
   json doc;
@@ -134,7 +180,8 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
                                  "gpus_per_node",
                                  "cpus",
                                  "memory_mb",
-                                 "node_selector"};
+                                 "node_selector",
+                                 "depends_on"};
   for (const auto& [key, value] : doc.items()) {
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return ApiError{400, "unknown_field", "unknown field \"" + key + "\""};
@@ -273,6 +320,9 @@ std::optional<ApiError> ParseSubmitRequest(std::string_view body, core::TaskSpec
     }
     std::sort(s.node_selector.begin(), s.node_selector.end());
   }
+  if (it = doc.find("depends_on"); it != doc.end() && !it->is_null()) {
+    if (auto e = ParseDependsOn(*it, &s.depends_on)) return e;
+  }
   if (it = doc.find("max_retries"); it != doc.end() && !it->is_null()) {
     int64_t n = 0;
     if (auto e = GetInteger(*it, "max_retries", 0, kMaxRetries, &n)) return e;
@@ -383,6 +433,14 @@ json ApiValue(const T& v) {
       allocation.push_back(std::move(entry));
     }
     return allocation;
+  } else if constexpr (std::is_same_v<T, core::Dependencies>) {
+    json deps = json::array();
+    for (const core::Dependency& d : v) {
+      deps.push_back({{"task_id", core::FormatTaskId(d.task)},
+                      {"condition", core::ToString(d.condition)},
+                      {"state", core::ToString(d.state)}});
+    }
+    return deps;
   } else if constexpr (std::is_same_v<T, std::vector<std::pair<std::string, std::string>>>) {
     json env = json::object();
     for (const auto& [k, val] : v) env[k] = val;

@@ -16,6 +16,7 @@ core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::S
   core_cfg.gang_port_high = cfg.scheduler.gang_port_high;
   core_cfg.topology_key = cfg.scheduler.topology_key;
   core_cfg.default_time_limit = cfg.scheduler.default_time_limit_seconds;
+  core_cfg.kill_invalid_dependencies = cfg.scheduler.kill_invalid_dependencies;
   core_cfg.heartbeat_timeout = cfg.agent.heartbeat_timeout.count() * 1000;
   core_cfg.borrowing = cfg.quota.borrowing;
   core_cfg.fairshare_half_life = cfg.quota.fairshare_half_life.count() * 1000;
@@ -46,9 +47,16 @@ StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
   // The tasks go from the database into the core one by one: no vector of them all.
   std::unique_ptr<core::SchedulerCore> core;
   store::StoreMeta state;
+  // Parents of dependencies that are no longer in memory are read from the database.
+  auto lookup = [db](core::TaskNumber first, core::TaskNumber last) {
+    return db->TaskStates(first, last);
+  };
   Status s = db->LoadEach(
       [&](core::Task&& t) {
-        if (core == nullptr) core = NewCore(cfg, state);
+        if (core == nullptr) {
+          core = NewCore(cfg, state);
+          core->SetStoredTaskLookup(lookup);
+        }
         const core::TaskNumber id = t.id;
         if (Status r = core->Restore(std::move(t), now); !r.ok()) {
           return Internal("cannot restore " + core::FormatTaskId(id) + ": " + r.message());
@@ -57,7 +65,10 @@ StatusOr<std::unique_ptr<core::SchedulerCore>> BuildCoreFromDatabase(
       },
       &state);
   if (!s.ok()) return s;
-  if (core == nullptr) core = NewCore(cfg, state);
+  if (core == nullptr) {
+    core = NewCore(cfg, state);
+    core->SetStoredTaskLookup(lookup);
+  }
   core->SetNextTaskNumber(state.next_task_number);
   core->TakeChanges();                 // Restoring changes nothing on disk.
   if (meta != nullptr) *meta = state;  // The meta values read with the tasks.

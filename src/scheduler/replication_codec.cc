@@ -44,6 +44,11 @@ std::string ExpectedProto(const FieldDescriptor* fd) {
                     fd->message_type()->map_key()->cpp_type() == FieldDescriptor::CPPTYPE_STRING &&
                     fd->message_type()->map_value()->cpp_type() == FieldDescriptor::CPPTYPE_STRING;
     return ok ? "" : "env or node_selector, a map<string, string>";
+  } else if constexpr (std::is_same_v<T, core::Dependencies>) {
+    const bool ok = fd->number() == dgpu::v1::TaskRecord::kDependsOnFieldNumber &&
+                    fd->is_repeated() && fd->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE &&
+                    fd->message_type() == dgpu::v1::DependencyRecord::descriptor();
+    return ok ? "" : "depends_on, a repeated DependencyRecord";
   } else {
     static_assert(std::is_same_v<T, core::Allocation>, "a task field of a new type");
     const bool ok = fd->number() == dgpu::v1::TaskRecord::kAllocationFieldNumber &&
@@ -128,6 +133,14 @@ void WriteField(const T& v, const T& def, Message* r, const Reflection* refl,
                     ? record->mutable_env()
                     : record->mutable_node_selector();
     for (const auto& [key, value] : v) (*map)[key] = value;
+  } else if constexpr (std::is_same_v<T, core::Dependencies>) {
+    auto* deps = static_cast<dgpu::v1::TaskRecord*>(r)->mutable_depends_on();
+    for (const core::Dependency& d : v) {
+      dgpu::v1::DependencyRecord* rec = deps->Add();
+      rec->set_task(d.task);
+      rec->set_condition(std::string(core::ToString(d.condition)));
+      rec->set_state(std::string(core::ToString(d.state)));
+    }
   } else {
     auto* allocation = static_cast<dgpu::v1::TaskRecord*>(r)->mutable_allocation();
     for (const core::NodeAllocation& na : v) {
@@ -173,6 +186,15 @@ void ReadField(const Message& r, const Reflection* refl, const FieldDescriptor* 
     out->reserve(map.size());
     for (const auto& [key, value] : map) out->emplace_back(key, value);
     std::sort(out->begin(), out->end());  // A map's order is not kept; the core's are sorted.
+  } else if constexpr (std::is_same_v<T, core::Dependencies>) {
+    // Unknown words (a newer leader's) read as the defaults; the core checks the rest.
+    for (const auto& d : static_cast<const dgpu::v1::TaskRecord&>(r).depends_on()) {
+      out->push_back(
+          {d.task(),
+           core::ParseDependencyCondition(d.condition())
+               .value_or(core::DependencyCondition::kAfterOk),
+           core::ParseDependencyState(d.state()).value_or(core::DependencyState::kWaiting)});
+    }
   } else {
     for (const auto& a : static_cast<const dgpu::v1::TaskRecord&>(r).allocation()) {
       out->push_back({a.node_id(),

@@ -437,6 +437,38 @@ StatusOr<std::optional<core::Task>> Database::GetTask(core::TaskNumber id) {
   return found;
 }
 
+StatusOr<std::vector<core::StoredTaskState>> Database::TaskStates(core::TaskNumber first,
+                                                                  core::TaskNumber last) {
+  std::vector<core::StoredTaskState> out;
+  constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (first > kMax || first > last) return out;
+  static constexpr char kSql[] =
+      "SELECT id, status, started_at != 0 OR attempts > 0, array_index, array_size FROM tasks "
+      "WHERE id BETWEEN ?1 AND ?2";
+  ReaderLease reader(this);
+  SqliteConnection& conn = *reader;
+  StatusOr<sqlite3_stmt*> stmt = conn.Prepare(kSql);
+  if (!stmt.ok()) return stmt.status();
+  StatementScope scope(*stmt);
+  sqlite3_bind_int64(*stmt, 1, ToInt64(first));
+  sqlite3_bind_int64(*stmt, 2, ToInt64(std::min(last, kMax)));
+  while (true) {
+    const int rc = sqlite3_step(*stmt);
+    if (rc == SQLITE_DONE) return out;
+    if (rc != SQLITE_ROW) return conn.Error(rc, "reading the states of tasks from");
+    core::StoredTaskState& t = out.emplace_back();
+    t.id = ToUint64(sqlite3_column_int64(*stmt, 0));
+    const std::string status = ColumnText(*stmt, 1);
+    std::optional<core::TaskStatus> parsed = core::ParseTaskStatus(status);
+    if (!parsed)
+      return DataLoss("stored " + core::FormatTaskId(t.id) + " has status '" + status + "'");
+    t.status = *parsed;
+    t.started = sqlite3_column_int64(*stmt, 2) != 0;
+    t.array_index = static_cast<int32_t>(sqlite3_column_int64(*stmt, 3));
+    t.array_size = static_cast<int32_t>(sqlite3_column_int64(*stmt, 4));
+  }
+}
+
 StatusOr<std::vector<core::TaskEventRecord>> Database::TaskEvents(core::TaskNumber id) {
   std::vector<core::TaskEventRecord> events;
   if (id > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return events;

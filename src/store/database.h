@@ -185,6 +185,10 @@ class Database {
   // InvalidArgument for a negative limit or offset, or both offset and before.
   StatusOr<TaskPage> ListTasks(const TaskQuery& query);
   StatusOr<std::optional<core::Task>> GetTask(core::TaskNumber id);
+  // What the core asks of tasks it no longer holds (core::StoredTaskLookup): the status of the
+  // tasks numbered first..last that exist, whether each has run, and its array fields.
+  StatusOr<std::vector<core::StoredTaskState>> TaskStates(core::TaskNumber first,
+                                                          core::TaskNumber last);
   // The stored history of a task, oldest first (empty for a task without one, or unknown).
   StatusOr<std::vector<core::TaskEventRecord>> TaskEvents(core::TaskNumber id);
   // See UsageQuery; groups by name. Reads every history row (a scan, on a reader).

@@ -183,6 +183,11 @@ ALTER TABLE tasks ADD COLUMN node_selector TEXT NOT NULL DEFAULT '[]';
     {12, "add team default time limits", R"sql(
 ALTER TABLE teams ADD COLUMN default_time_limit INTEGER NOT NULL DEFAULT 0;
 )sql"},
+    // Dependencies (core::TaskSpec::depends_on, a JSON list of {task, condition, state}): tasks
+    // stored before have none.
+    {13, "add task dependencies", R"sql(
+ALTER TABLE tasks ADD COLUMN depends_on TEXT NOT NULL DEFAULT '[]';
+)sql"},
 };
 
 // The version this build writes, and the newest it reads.

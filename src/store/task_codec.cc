@@ -58,6 +58,8 @@ Status ReadValue(const json& v, const core::TaskFieldInfo& info, T* out) {
     StatusOr<T> value = [&] {
       if constexpr (std::is_same_v<T, EnvList>) {
         return EnvFromJson(v, name);
+      } else if constexpr (std::is_same_v<T, core::Dependencies>) {
+        return DependenciesFromJson(v);
       } else {
         static_assert(std::is_same_v<T, core::Allocation>, "a task field of a new type");
         return AllocationFromJson(v);
@@ -77,6 +79,8 @@ json WriteValue(const T& value) {
     return EnvToJson(value);
   } else if constexpr (std::is_same_v<T, core::Allocation>) {
     return AllocationToJson(value);
+  } else if constexpr (std::is_same_v<T, core::Dependencies>) {
+    return DependenciesToJson(value);
   } else {
     return value;
   }
@@ -172,6 +176,45 @@ StatusOr<core::Allocation> AllocationFromJson(const json& j) {
     allocation.push_back(std::move(a));
   }
   return allocation;
+}
+
+json DependenciesToJson(const core::Dependencies& deps) {
+  json out = json::array();
+  for (const core::Dependency& d : deps) {
+    out.push_back({{"task", d.task},
+                   {"condition", core::ToString(d.condition)},
+                   {"state", core::ToString(d.state)}});
+  }
+  return out;
+}
+
+StatusOr<core::Dependencies> DependenciesFromJson(const json& j) {
+  if (!j.is_array()) return Malformed("depends_on", "an array");
+  core::Dependencies deps;
+  deps.reserve(j.size());
+  for (const json& entry : j) {
+    if (!entry.is_object()) return Malformed("depends_on", "a list of objects");
+    core::Dependency d;
+    auto task = entry.find("task");
+    if (task == entry.end() || !task->is_number_unsigned() || task->get<uint64_t>() == 0) {
+      return Malformed("depends_on task", "a task number");
+    }
+    d.task = task->get<uint64_t>();
+    std::string text;
+    if (Status s = ReadString(entry, "condition", &text); !s.ok()) return s;
+    std::optional<core::DependencyCondition> c = core::ParseDependencyCondition(text);
+    if (!c)
+      return Malformed("condition",
+                       core::NamesOf(static_cast<core::DependencyCondition*>(nullptr)));
+    d.condition = *c;
+    if (Status s = ReadString(entry, "state", &text); !s.ok()) return s;
+    std::optional<core::DependencyState> state = core::ParseDependencyState(text);
+    if (!state)
+      return Malformed("state", core::NamesOf(static_cast<core::DependencyState*>(nullptr)));
+    d.state = *state;
+    deps.push_back(d);
+  }
+  return deps;
 }
 
 json TaskToJson(const core::Task& t) {

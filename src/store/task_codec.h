@@ -1,9 +1,9 @@
 // The store's own JSON encoding of tasks and their parts.
 //
-// Used for the `env` and `allocation` columns of the database and for the store's JSON snapshot.
-// This is the durable format, not the REST format: it is lossless (env keeps its order and any
-// duplicate keys) and stable across releases. Decoding never throws; malformed input yields
-// DataLoss naming the field.
+// Used for the `env`, `allocation`, `node_selector` and `depends_on` columns of the database and
+// for the store's JSON snapshot. This is the durable format, not the REST format: it is lossless
+// (env keeps its order and any duplicate keys) and stable across releases. Decoding never throws;
+// malformed input yields DataLoss naming the field.
 //
 // Strings that are not valid UTF-8 cannot be represented in JSON: their invalid bytes are
 // replaced by U+FFFD when encoded (text columns of the database keep raw bytes).
@@ -29,6 +29,10 @@ StatusOr<EnvList> EnvFromJson(const nlohmann::json& json, std::string_view name 
 // allocation: [{"node_id":"n1","gpu_indices":[0,1]}, ...].
 nlohmann::json AllocationToJson(const core::Allocation& allocation);
 StatusOr<core::Allocation> AllocationFromJson(const nlohmann::json& json);
+
+// depends_on: [{"task":5,"condition":"afterok","state":"waiting"}, ...].
+nlohmann::json DependenciesToJson(const core::Dependencies& deps);
+StatusOr<core::Dependencies> DependenciesFromJson(const nlohmann::json& json);
 
 // Every field of a task, with enums as their core names ("pending", "high", "cancel").
 // "stop_reason" may be absent (a task written before it existed): it reads as no reason.

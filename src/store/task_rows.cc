@@ -66,6 +66,9 @@ int BindValue(sqlite3_stmt* stmt, int n, const T& value, std::string* text) {
   } else if constexpr (std::is_same_v<T, EnvList>) {
     *text = DumpJson(EnvToJson(value));
     return BindText(stmt, n, *text);
+  } else if constexpr (std::is_same_v<T, core::Dependencies>) {
+    *text = DumpJson(DependenciesToJson(value));
+    return BindText(stmt, n, *text);
   } else {
     static_assert(std::is_same_v<T, core::Allocation>, "a task field of a new type");
     *text = DumpJson(AllocationToJson(value));
@@ -100,6 +103,8 @@ std::string ReadValue(sqlite3_stmt* stmt, int col, const core::TaskFieldInfo& in
     StatusOr<T> value = [&] {
       if constexpr (std::is_same_v<T, EnvList>) {
         return EnvFromJson(*json, info.name);
+      } else if constexpr (std::is_same_v<T, core::Dependencies>) {
+        return DependenciesFromJson(*json);
       } else {
         return AllocationFromJson(*json);
       }

@@ -54,6 +54,9 @@ def test_the_task_model_reads_every_property_of_the_described_task_object():
         elif name == "usage":
             doc[name] = {"cpu_seconds": i + 0.5, "max_memory_mb": 100 + i}
             want[name] = dgpu.models.Usage(i + 0.5, 100 + i)
+        elif name == "depends_on":
+            doc[name] = [{"task_id": "task-%d" % i, "condition": "afterany", "state": "waiting"}]
+            want[name] = [dgpu.Dependency("task-%d" % i, "afterany", "waiting")]
         elif hints[name] is bool:
             doc[name] = not getattr(dgpu.Task, name)  # Away from the model's default.
         elif "int" in hint:
@@ -705,6 +708,33 @@ def test_a_teams_default_time_limit_goes_to_its_tasks_submitted_without_one(clie
         assert time.monotonic() < deadline, "the cancelled tasks still hold GPUs"
         time.sleep(0.05)
     client.delete_team(name)
+
+
+def test_a_task_waits_for_its_dependencies_and_shows_where_each_stands(client):
+    parent = client.submit("sleep 0.3", gpu_count=1, priority="low")
+    ok = client.submit("true", gpu_count=1, priority="low", depends_on=[parent.task_id])
+    not_ok = client.submit("true", gpu_count=1, priority="low",
+                           depends_on=[(parent.task_id, "afternotok")])
+    held = client.get(ok.task_id)
+    assert held.status == "pending"
+    assert held.depends_on == [dgpu.Dependency(parent.task_id, "afterok", "waiting")]
+    assert held.pending_reason in ("dependency", None)
+    assert client.wait(ok.task_id, timeout=30).status == "success"
+    done = client.get(ok.task_id)
+    assert done.depends_on == [dgpu.Dependency(parent.task_id, "afterok", "satisfied")]
+    assert done.started_at >= client.get(parent.task_id).finished_at
+    never = client.wait(not_ok.task_id, timeout=30)
+    assert (never.status, never.error, never.exit_code) == (
+        "failed", "dependency_never_satisfied", None)
+    assert never.depends_on[0].state == "never_satisfied"
+    with pytest.raises(dgpu.InvalidField) as e:
+        client.submit("true", gpu_count=1, priority="low", depends_on=["task-999999"])
+    assert (e.value.status, e.value.field, e.value.message) == (
+        400, "depends_on", "depends_on[0]: task-999999 does not exist")
+    with pytest.raises(dgpu.InvalidField) as e:
+        client.submit("true", gpu_count=1, priority="low",
+                      depends_on=[(parent.task_id, "afterdone")])
+    assert e.value.field == "depends_on"
 
 
 def test_team_bad_input(client):

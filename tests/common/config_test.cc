@@ -650,6 +650,15 @@ TEST(SchedulerConfigTest, TeamEntriesTakeDefaultsForMissingKeysAndNullMaxGpusMea
             1u);
 }
 
+TEST(SchedulerConfigTest, KillInvalidDependenciesIsOnByDefault) {
+  EXPECT_TRUE(MustLoadScheduler("").scheduler.kill_invalid_dependencies);
+  EXPECT_FALSE(MustLoadScheduler("scheduler: {kill_invalid_dependencies: false}")
+                   .scheduler.kill_invalid_dependencies);
+  ExpectSchedulerError("scheduler: {kill_invalid_dependencies: sometimes}",
+                       "scheduler.kill_invalid_dependencies: must be true or false, got "
+                       "\"sometimes\"");
+}
+
 TEST(SchedulerConfigTest, DefaultTimeLimitsTakeDurationsOfWholeSeconds) {
   EXPECT_EQ(MustLoadScheduler("").scheduler.default_time_limit_seconds, 0);
   EXPECT_EQ(

@@ -52,6 +52,10 @@ T Other(const T& v) {
     T other = v;
     other.push_back({"node-x", {1}});
     return other;
+  } else if constexpr (std::is_same_v<T, Dependencies>) {
+    T other = v;
+    other.push_back({7, DependencyCondition::kAfterAny, DependencyState::kSatisfied});
+    return other;
   } else {
     T other = v;
     other.emplace_back("K", "V");

@@ -178,6 +178,43 @@ TEST_F(CtlTest, SubmitSendsOnlyGivenFieldsAndAcceptsPlainSeconds) {
             R"({"command":"x","gpu_count":1,"priority":"low","timeout_seconds":172800})");
 }
 
+TEST_F(CtlTest, SubmitSendsDependenciesByConditionAndRefusesWhatIsNoTaskId) {
+  http_.Answer(Method::kPost, Url("/tasks"), 201, R"({"task_id":"task-9","status":"pending"})");
+  Outcome r = Run({"submit", "--gpus", "1", "--priority", "low", "--after-ok", "task-3,4",
+                   "--after-any", "task-5", "--after", "6", "--after-not-ok", "task-7", "--", "x"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(http_.requests()[0].body,
+            R"({"command":"x","depends_on":[{"condition":"afterok","task_id":"task-3"},)"
+            R"({"condition":"afterok","task_id":"task-4"},)"
+            R"({"condition":"afternotok","task_id":"task-7"},)"
+            R"({"condition":"afterany","task_id":"task-5"},)"
+            R"({"condition":"after","task_id":"task-6"}],"gpu_count":1,"priority":"low"})");
+  Outcome bad =
+      Run({"submit", "--gpus", "1", "--priority", "low", "--after-ok", "train", "--", "x"});
+  EXPECT_EQ(bad.code, kExitUsage);
+  EXPECT_EQ(bad.err, "error: --after-ok expects a task id such as task-7; got 'train'\n");
+  EXPECT_EQ(http_.requests().size(), 1u) << "nothing sent";
+}
+
+TEST_F(CtlTest, GetTaskShowsEachDependencyAfterThePendingReason) {
+  http_.Answer(Method::kGet, Url("/tasks/task-9"), 200, R"({"task_id":"task-9","name":"eval",
+    "priority":"low","gpu_count":1,"gpu_model":"","command":"run","env":{},
+    "timeout_seconds":0,"image":"","status":"pending","node_id":"","allocated_gpus":[],
+    "pending_reason":"dependency","attempts":0,"exit_code":null,"error":"",
+    "created_at":"2024-05-01T11:58:00Z","started_at":null,"finished_at":null,
+    "team":"vision","user":"","preemptible":true,"preemption_grace_seconds":-1,
+    "borrowed":false,"preemptions":0,
+    "depends_on":[{"task_id":"task-3","condition":"afterok","state":"satisfied"},
+                  {"task_id":"task-4","condition":"afterany","state":"waiting"}]})");
+  Outcome r = Run({"get", "task", "task-9"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_NE(r.out.find("Pending Reason:    dependency\n"
+                       "Depends On:        task-3 (afterok, satisfied), task-4 (afterany, "
+                       "waiting)\n"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST_F(CtlTest, SubmitAnArrayPrintsEveryId) {
   http_.Answer(Method::kPost, Url("/tasks"), 201,
                R"({"task_id":"task-4","status":"pending","created_at":"2024-05-01T12:00:00Z",

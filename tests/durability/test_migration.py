@@ -139,13 +139,13 @@ class MigrationTest(unittest.TestCase):
         # The task numbers go on from where the old database left them.
         status, body = self.sched.http("POST", "/api/v1/tasks", dp.submit_body())
         self.assertEqual((status, body["task_id"]), (201, "task-5"), body)
-        self.assertIn("upgraded %s from schema version 1 to 13" % db, self.sched.log())
+        self.assertIn("upgraded %s from schema version 1 to 14" % db, self.sched.log())
         # The kept counts start from the rows the old file held, and follow the new task.
         status, pending = self.sched.http("GET", "/api/v1/tasks?status=pending&limit=1")
         self.assertEqual((status, pending["total"], pending["next"]), (200, 2, "task-5"), pending)
         self.assertEqual(self.sched.stop(), 0)
 
-        self.assertEqual(sqlite(db, "PRAGMA user_version;"), "13")
+        self.assertEqual(sqlite(db, "PRAGMA user_version;"), "14")
         self.assertEqual(sqlite(db, "SELECT id || ':' || stop_reason FROM tasks ORDER BY id;"),
                          "1:\n2:\n3:cancel\n4:\n5:")
         backup = db + ".v1.bak"
@@ -156,14 +156,14 @@ class MigrationTest(unittest.TestCase):
         self.assertEqual(sqlite(backup, "SELECT * FROM tasks ORDER BY id;"), v1_rows)
 
     def test_newer_database_is_refused_untouched(self):
-        db = make_v1_database(self.state, version=14)
+        db = make_v1_database(self.state, version=15)
         before = sha256(db)
         rc, err = self.sched.run_to_exit()
         self.assertIsNotNone(rc, "the scheduler did not exit")
         self.assertNotEqual(rc, 0, "the scheduler exited 0; stderr: %r" % err)
         self.assertEqual(err.strip().splitlines(), [
-            "dgpu-scheduler: %s has schema version 14; this dgpu-scheduler reads versions up "
-            "to 13: use a newer binary" % db])
+            "dgpu-scheduler: %s has schema version 15; this dgpu-scheduler reads versions up "
+            "to 14: use a newer binary" % db])
         self.assertEqual(sha256(db), before)
         self.assertEqual(sorted(f for f in os.listdir(self.state) if ".bak" in f), [])
 

@@ -1,5 +1,6 @@
 """dgpuctl against the real scheduler (skipped when dgpuctl is not built)."""
 
+import datetime
 import json
 import os
 import re
@@ -118,6 +119,60 @@ class TimeLimitTest(ClusterTestCase):
         short = self.submit("--time", "1", "--", "sleep", "60")
         t = self.c.wait_finished(short, timeout=30)
         self.assertEqual((t["status"], t["error"]), ("failed", "timeout"), t)
+
+class DependencyTest(ClusterTestCase):
+    """dgpuctl submit --after-ok and friends: a pipeline (preprocess, a training gang, an
+    evaluation) runs in order through a scheduler restart, and what can never run fails."""
+    AGENTS = 2
+
+    def ctl(self, *args, timeout=30):
+        return subprocess.run([CTL, "--server", self.c.base, *args], capture_output=True,
+                              text=True, timeout=timeout)
+
+    def submit(self, *args):
+        p = self.ctl("submit", "--priority", "low", *args)
+        self.assertEqual(p.returncode, 0, p)
+        return p.stdout.strip()
+
+    def test_a_pipeline_runs_in_order_through_a_restart(self):
+        pre = self.submit("--gpus", "1", "--", "sleep", "3")
+        train = self.submit("--nodes", "2", "--gpus-per-node", "1", "--after-ok", pre, "--",
+                            "sleep", "1")
+        evaluate = self.submit("--gpus", "1", "--after-ok", train, "--", "true")
+        cleanup = self.submit("--gpus", "1", "--after-not-ok", train, "--", "true")
+        self.c.wait_status(pre, "running")
+        t = self.c.task(evaluate)
+        self.assertEqual((t["status"], t["pending_reason"]), ("pending", "dependency"), t)
+        p = self.ctl("get", "task", evaluate)
+        self.assertEqual(p.returncode, 0, p)
+        self.assertIn("Depends On:        %s (afterok, waiting)\n" % train, p.stdout)
+        # The scheduler restarts while the pipeline waits: the waits are durable.
+        self.assertEqual(self.c.scheduler.stop(timeout=15), 0)
+        self.c.start_scheduler()
+        self.assertEqual(self.c.task(train)["pending_reason"], "dependency")
+        done = self.c.wait_finished(evaluate, timeout=60)
+        self.assertEqual(done["status"], "success", done)
+        ended = {tid: self.c.task(tid) for tid in (pre, train)}
+        self.assertEqual(ended[pre]["status"], "success")
+        self.assertEqual(ended[train]["status"], "success")
+        at = datetime.datetime.fromisoformat
+        self.assertGreaterEqual(at(ended[train]["started_at"]), at(ended[pre]["finished_at"]))
+        self.assertGreaterEqual(at(done["started_at"]), at(ended[train]["finished_at"]))
+        self.assertEqual([d["state"] for d in done["depends_on"]], ["satisfied"])
+        never = self.c.wait_finished(cleanup)
+        self.assertEqual((never["status"], never["error"], never["started_at"]),
+                         ("failed", "dependency_never_satisfied", None), never)
+        # A parent that has ended and left memory is read from the database.
+        late = self.submit("--gpus", "1", "--after-ok", pre, "--", "true")
+        self.assertEqual(self.c.wait_finished(late)["status"], "success")
+        late = self.submit("--gpus", "1", "--after-not-ok", pre, "--", "true")
+        self.assertEqual(self.c.wait_finished(late)["error"], "dependency_never_satisfied")
+        # A parent that does not exist is refused, naming the entry.
+        p = self.ctl("submit", "--gpus", "1", "--priority", "low", "--after-any", "task-99999",
+                     "--", "true")
+        self.assertNotEqual(p.returncode, 0, p)
+        self.assertIn("depends_on[0]: task-99999 does not exist", p.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()

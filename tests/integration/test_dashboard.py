@@ -176,6 +176,23 @@ class DashboardTest(BrowserCase):
                        what="%s's CPUs, memory, isolation and labels" % agent["id"])
         self.shot("agents")
 
+    def test_a_tasks_page_shows_its_dependencies_as_links(self):
+        parent = self.c.submit("sleep 30", gpu_count=1, priority="low", name="train")
+        child = self.c.submit("true", gpu_count=1, priority="low", name="evaluate",
+                              depends_on=[{"task_id": parent, "condition": "afterok"}])
+        self.open("#/tasks/" + child)
+        self.until(lambda b: "depends on\n%s afterok waiting" % parent in self.text(".kv"),
+                   what="the dependency and its state")
+        self.assertIn("pending dependency", self.text(".kv"))
+        self.js("document.querySelector('.kv a[href=\"#/tasks/%s\"]').click()" % parent)
+        self.until(lambda b: b.current_url.endswith("#/tasks/" + parent), what="the parent's page")
+        self.until(lambda b: "train" in self.text("h1"), what="the parent's name")
+        self.c.request("DELETE", API + "/tasks/%s?grace_seconds=0" % parent)
+        self.open("#/tasks/" + child)
+        self.until(lambda b: "%s afterok never_satisfied" % parent in self.text(".kv"),
+                   what="the dependency never satisfied")
+        self.assertIn("dependency_never_satisfied", self.text(".kv"))
+
     def test_static_files_and_unknown_ones(self):
         conn = http.client.HTTPConnection("127.0.0.1", int(self.c.base.rsplit(":", 1)[1]))
         conn.request("GET", "/ui")

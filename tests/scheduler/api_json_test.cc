@@ -317,6 +317,56 @@ TEST(ApiJsonTest, SubmitReadsANodeSelectorSortedAndRefusesBadLabelsNamingThem) {
             "no_node_matches");
 }
 
+TEST(ApiJsonTest, SubmitReadsDependenciesAndRefusesBadOnesNamingTheEntry) {
+  auto parse = ParseWithRequiredFields;
+  core::TaskSpec spec;
+  ASSERT_EQ(parse({{"depends_on",
+                    {{{"task_id", "task-3"}, {"condition", "afternotok"}},
+                     {{"task_id", "task-12"}},
+                     {{"task_id", "task-4"}, {"condition", "after"}},
+                     {{"task_id", "task-4"}, {"condition", nullptr}}}}},
+                  &spec),
+            std::nullopt);
+  using C = core::DependencyCondition;
+  EXPECT_EQ(spec.depends_on,
+            (core::Dependencies{
+                {3, C::kAfterNotOk}, {12, C::kAfterOk}, {4, C::kAfter}, {4, C::kAfterOk}}))
+      << "in the order given; afterok when no condition is given";
+  ASSERT_EQ(parse({{"depends_on", nullptr}}, &spec), std::nullopt);
+  EXPECT_TRUE(spec.depends_on.empty());
+  json many = json::array();
+  for (int i = 0; i < 65; ++i) many.push_back({{"task_id", "task-1"}});
+  const std::pair<json, std::string> bad[] = {
+      {{{"depends_on", "task-1"}},
+       "depends_on must be a list of {task_id, condition} objects, got string"},
+      {{{"depends_on", {"task-1"}}},
+       "depends_on[0] must be a {task_id, condition} object, got string"},
+      {{{"depends_on", {{{"task_id", "task-1"}}, {{"condition", "afterok"}}}}},
+       "depends_on[1].task_id is required (a task id such as \"task-1\")"},
+      {{{"depends_on", {{{"task_id", 7}}}}},
+       "depends_on[0].task_id is required (a task id such as \"task-1\")"},
+      {{{"depends_on", {{{"task_id", "7"}}}}},
+       "depends_on[0].task_id \"7\" is not a task id (task-<number>)"},
+      {{{"depends_on", {{{"task_id", "task-1"}, {"condition", "afterdone"}}}}},
+       "depends_on[0].condition must be afterok, afternotok, afterany or after, got "
+       "\"afterdone\""},
+      {{{"depends_on", {{{"task_id", "task-1"}, {"type", "afterok"}}}}},
+       "depends_on[0] has an unknown field \"type\""},
+      {{{"depends_on", many}}, "depends_on has 65 entries; the limit is 64"},
+  };
+  ExpectInvalidFields(parse, bad);
+  // The object shows each entry with its state.
+  EXPECT_EQ(TaskToJson(store::testing::FullTask(5), core::PendingReason::kNone)["depends_on"],
+            (json{{{"task_id", "task-3"}, {"condition", "afterok"}, {"state", "satisfied"}},
+                  {{"task_id", "task-1000000007"},
+                   {"condition", "afternotok"},
+                   {"state", "never_satisfied"}},
+                  {{"task_id", "task-2"}, {"condition", "after"}, {"state", "waiting"}}}));
+  EXPECT_EQ(TaskToJson(store::testing::FullPendingTask(9),
+                       core::PendingReason::kDependency)["pending_reason"],
+            "dependency");
+}
+
 TEST(ApiJsonTest, SubmitReadsAnArraySizeWithinItsBounds) {
   json body = ValidSubmit();
   core::TaskSpec spec;
@@ -636,6 +686,7 @@ TEST(ApiJsonTest, TaskObjectCarriesTeamUserPreemptibleBorrowedAndPreemptions) {
       {"cpu_set", nullptr},
       {"usage", nullptr},
       {"node_selector", nlohmann::json::object()},
+      {"depends_on", nlohmann::json::array()},
   };
   // The whole object: preempted_by is the core's (and the agent's) business, not the API's.
   EXPECT_EQ(TaskToJson(RunningTask(), core::PendingReason::kNone), expected);

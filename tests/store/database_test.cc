@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "store_test_util.h"
@@ -119,6 +120,37 @@ TEST(DatabaseTest, RoundTripsEveryTaskFieldAcrossReopen) {
   ASSERT_TRUE(meta.ok());
   EXPECT_EQ(meta->last_applied_seq, 5u);
   EXPECT_EQ(meta->next_task_number, 18u);
+}
+
+TEST(DatabaseTest, TaskStatesAnswerForTheTasksOfARangeThatExist) {
+  TempDir dir;
+  auto db = OpenOrDie(dir.path());
+  core::Task ran = SimpleTask(3, TaskStatus::kFailed, Priority::kLow, 0, 50);
+  ran.attempts = 1;
+  core::Task member = SimpleTask(5, TaskStatus::kSuccess, Priority::kLow, 0, 60);
+  member.started_at = 40;
+  member.spec.array_index = 1;
+  member.spec.array_size = 2;
+  ASSERT_TRUE(db->Apply({Upsert(SimpleTask(2, TaskStatus::kCancelled, Priority::kLow, 0, 30)),
+                         Upsert(ran), Upsert(member)},
+                        1)
+                  .ok());
+  StatusOr<std::vector<core::StoredTaskState>> states = db->TaskStates(2, 6);
+  ASSERT_TRUE(states.ok()) << states.status().ToString();
+  std::vector<std::tuple<core::TaskNumber, TaskStatus, bool, int32_t, int32_t>> got;
+  for (const core::StoredTaskState& s : *states) {
+    got.emplace_back(s.id, s.status, s.started, s.array_index, s.array_size);
+  }
+  std::sort(got.begin(), got.end());
+  EXPECT_THAT(got, ElementsAre(std::make_tuple(2u, TaskStatus::kCancelled, false, -1, 0),
+                               std::make_tuple(3u, TaskStatus::kFailed, true, -1, 0),
+                               std::make_tuple(5u, TaskStatus::kSuccess, true, 1, 2)));
+  states = db->TaskStates(6, 100);
+  ASSERT_TRUE(states.ok());
+  EXPECT_TRUE(states->empty());
+  states = db->TaskStates(4, 4);
+  ASSERT_TRUE(states.ok());
+  EXPECT_TRUE(states->empty());
 }
 
 // A pending task waiting for its retry keeps its time; a running one has none (see FullTask).

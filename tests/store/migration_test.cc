@@ -142,7 +142,7 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   ASSERT_NE(db, nullptr);
   ASSERT_TRUE(db->upgrade().has_value());
   EXPECT_EQ(db->upgrade()->from_version, 1);
-  EXPECT_EQ(db->upgrade()->to_version, 13);
+  EXPECT_EQ(db->upgrade()->to_version, 14);
   EXPECT_EQ(db->upgrade()->backup_path, path + ".v1.bak");
 
   StatusOr<std::vector<core::Task>> tasks = db->AllTasks();
@@ -164,6 +164,7 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   EXPECT_EQ(pending.spec.preemption_grace_seconds, -1);
   EXPECT_EQ(pending.preemptions, 0);
   EXPECT_EQ(pending.preempted_by, 0u);
+  EXPECT_TRUE(pending.spec.depends_on.empty()) << "tasks stored before depend on nothing";
   const core::Task& running = (*tasks)[1];
   EXPECT_EQ(running.status, TaskStatus::kRunning);
   EXPECT_EQ(running.allocation, (core::Allocation{{"node-a", {0, 3}}}));
@@ -194,8 +195,8 @@ TEST(MigrationTest, V1DatabaseIsUpgradedInPlaceKeepingEveryTask) {
   EXPECT_EQ(loaded->online_percent, 0.25);
   db.reset();
 
-  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("13"));
-  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("13"));
+  EXPECT_THAT(Rows(path, "SELECT value FROM meta WHERE key = 'schema_version'"), ElementsAre("14"));
+  EXPECT_THAT(Rows(path, "PRAGMA user_version"), ElementsAre("14"));
   EXPECT_THAT(Rows(path, "SELECT count(*) FROM teams"), ElementsAre("0"));
   // Tasks stored before have no history (but "submitted", which is the task's created_at).
   EXPECT_THAT(Rows(path, "SELECT count(*) FROM task_events"), ElementsAre("0"));
@@ -265,11 +266,11 @@ TEST(MigrationTest, NewDatabaseIsAtTheLatestVersionWithoutBackup) {
   ASSERT_NE(db, nullptr);
   EXPECT_FALSE(db->upgrade().has_value());
   db.reset();
-  EXPECT_EQ(kSchemaVersion, 13);
-  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("13"));
+  EXPECT_EQ(kSchemaVersion, 14);
+  EXPECT_THAT(Rows(dir.Sub(kDatabaseFileName), "PRAGMA user_version"), ElementsAre("14"));
   EXPECT_THAT(
       Rows(dir.Sub(kDatabaseFileName), "SELECT value FROM meta WHERE key = 'schema_version'"),
-      ElementsAre("13"));
+      ElementsAre("14"));
   EXPECT_TRUE(BackupFiles(dir).empty());
 }
 
@@ -283,8 +284,8 @@ TEST(MigrationTest, V4DatabaseGainsAnEmptyNodesTableAndKeepsItsRows) {
     c.task.spec.name = "kept";
     ASSERT_TRUE(db->Apply({c}, 1).ok());
   }
-  // Version 4 had no table `nodes`, none of the array, retry and gang columns nor teams' time
-  // limits, counted inserts and updates with triggers, and kept no task events.
+  // Version 4 had no table `nodes`, none of the array, retry, gang and dependency columns nor
+  // teams' time limits, counted inserts and updates with triggers, and kept no task events.
   const std::string path = dir.Sub(kDatabaseFileName);
   std::string sql =
       "DROP TABLE nodes; DROP TABLE task_events; "
@@ -298,7 +299,7 @@ TEST(MigrationTest, V4DatabaseGainsAnEmptyNodesTableAndKeepsItsRows) {
       "ON CONFLICT (status, priority) DO UPDATE SET n = n + 1; END;";
   for (const char* column :
        {"array_index", "array_size", "max_retries", "retry_backoff_seconds", "retries", "retry_at",
-        "nodes", "master_port", "cpus_milli", "memory_mb", "node_selector"}) {
+        "nodes", "master_port", "cpus_milli", "memory_mb", "node_selector", "depends_on"}) {
     sql += std::string(" ALTER TABLE tasks DROP COLUMN ") + column + ";";
   }
   sql += " ALTER TABLE teams DROP COLUMN default_time_limit;";
@@ -322,6 +323,7 @@ TEST(MigrationTest, V4DatabaseGainsAnEmptyNodesTableAndKeepsItsRows) {
       << "not retried";
   EXPECT_EQ((*kept)->spec.nodes, 1) << "one node";
   EXPECT_EQ((*kept)->master_port, 0);
+  EXPECT_TRUE((*kept)->spec.depends_on.empty());
   StatusOr<StoreMeta> meta = db->ReadMeta();
   ASSERT_TRUE(meta.ok()) << meta.status().ToString();
   EXPECT_TRUE(meta->nodes.empty());
@@ -381,8 +383,8 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
   ASSERT_FALSE(db.ok());
   EXPECT_EQ(db.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(db.status().message(), path +
-                                       " has schema version 14; this dgpu-scheduler reads "
-                                       "versions up to 13: use a newer binary");
+                                       " has schema version 15; this dgpu-scheduler reads "
+                                       "versions up to 14: use a newer binary");
   EXPECT_EQ(ReadBytes(path), before);
   // The read-only check of a WAL-mode file may leave an empty WAL beside it, never content.
   EXPECT_EQ(ReadBytes(path + "-wal"), "");
@@ -392,11 +394,11 @@ TEST_P(NewerDatabaseTest, IsRefusedUnmodifiedNamingBothVersions) {
 INSTANTIATE_TEST_SUITE_P(
     Versions, NewerDatabaseTest,
     ::testing::Values(NewerCase{"Both",
-                                "UPDATE meta SET value = 14 WHERE key = 'schema_version'; "
-                                "PRAGMA user_version = 14;"},
-                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 14;"},
+                                "UPDATE meta SET value = 15 WHERE key = 'schema_version'; "
+                                "PRAGMA user_version = 15;"},
+                      NewerCase{"UserVersionOnly", "PRAGMA user_version = 15;"},
                       NewerCase{"MetaOnly",
-                                "UPDATE meta SET value = 14 WHERE key = 'schema_version';"}),
+                                "UPDATE meta SET value = 15 WHERE key = 'schema_version';"}),
     [](const ::testing::TestParamInfo<NewerCase>& info) { return info.param.name; });
 
 TEST(MigrationTest, DisagreeingVersionsAreRefusedUnmodified) {
@@ -416,10 +418,10 @@ TEST(MigrationTest, UnknownStopReasonInARowIsDataLossNamingTheTask) {
   TempDir dir;
   OpenOrDie(dir.path());
   const std::string path = dir.Sub(kDatabaseFileName);
-  RunSql(path,
-         std::string("INSERT INTO tasks VALUES (7, 'x', 'low', 1, '', 'true', '[]', 0, '', "
-                     "'running', 7, '[]', 0, 0, '', 1, 0, 0, 1, 'sleepy', "
-                     "'default', '', 1, -1, 0, 0, 0, -1, 0, 0, 10, 0, 0, 1, 0, 0, 0, '[]');"));
+  RunSql(path, std::string(
+                   "INSERT INTO tasks VALUES (7, 'x', 'low', 1, '', 'true', '[]', 0, '', "
+                   "'running', 7, '[]', 0, 0, '', 1, 0, 0, 1, 'sleepy', "
+                   "'default', '', 1, -1, 0, 0, 0, -1, 0, 0, 10, 0, 0, 1, 0, 0, 0, '[]', '[]');"));
   auto db = OpenOrDie(dir.path());
   ASSERT_NE(db, nullptr);
   EXPECT_THAT(db->GetTask(7), StatusIs(StatusCode::kDataLoss,

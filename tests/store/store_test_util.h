@@ -172,6 +172,10 @@ inline core::Task FullTask(core::TaskNumber id) {
   t.spec.cpus_milli = 2500;
   t.spec.memory_mb = 16384;
   t.spec.node_selector = {{"rack", "r1"}, {"topology.example.com/zone", "a"}};
+  t.spec.depends_on = {{3, core::DependencyCondition::kAfterOk, core::DependencyState::kSatisfied},
+                       {1'000'000'007, core::DependencyCondition::kAfterNotOk,
+                        core::DependencyState::kNeverSatisfied},
+                       {2, core::DependencyCondition::kAfter, core::DependencyState::kWaiting}};
   // retry_at stays 0: only a pending task has one (FullPendingTask).
   return t;
 }

@@ -618,6 +618,9 @@ function pageTask(id) {
       (t.cpu_set ? ' <span class="muted">bound to CPUs ' + esc(cpuList(t.cpu_set)) + '</span>' : '')],
     ['usage', t.usage ? esc(t.usage.cpu_seconds.toFixed(1) + ' CPU seconds, peak ' + t.usage.max_memory_mb + ' MiB') : ''],
     ['node selector', esc(Object.entries(t.node_selector || {}).map(([k, v]) => k + '=' + v).join(', '))],
+    // The tasks it waits for, each a link to its page, with its condition and where it stands.
+    ['depends on', (t.depends_on || []).map((d) => '<a href="#/tasks/' + esc(d.task_id) + '">' +
+      esc(d.task_id) + '</a> ' + esc(d.condition) + ' <span class="muted">' + esc(d.state) + '</span>').join(', ')],
     ['command', '<code>' + esc(t.command) + '</code>'],
     ['created', esc(t.created_at || '') + ' <span class="muted">' + esc(ago(t.created_at)) + '</span>'],
     ['started', esc(t.started_at || '')], ['finished', esc(t.finished_at || '')],

@@ -12,8 +12,9 @@ from .errors import (AlreadyExists, ApiError, Conflict, ConnectionFailed, DgpuEr
                      InvalidJson, MethodNotAllowed, NotFound, NotLeader, PayloadTooLarge,
                      StorageUnavailable, TooManyPending, Unauthenticated, Unavailable,
                      UnknownField, UnsupportedMediaType, WaitTimeout)
-from .models import (DEFAULT_TEAM, FINISHED, PENDING_REASONS, PRIORITIES, STATUSES, Agent, Gpu,
-                     GpuList, NodeAllocation, Quota, QuotaClass, Submitted, Task, Team, TeamClass)
+from .models import (DEFAULT_TEAM, DEPENDENCY_CONDITIONS, FINISHED, PENDING_REASONS, PRIORITIES,
+                     STATUSES, Agent, Dependency, Gpu, GpuList, NodeAllocation, Quota, QuotaClass,
+                     Submitted, Task, Team, TeamClass)
 
 __version__ = "0.1.0"
 
@@ -25,5 +26,6 @@ __all__ = [
     "Internal", "Forbidden", "AlreadyExists", "Unauthenticated", "InsecureRemoteAccess",
     "TooManyPending", "LogUnavailable",
     "Task", "NodeAllocation", "Submitted", "Gpu", "GpuList", "Quota", "QuotaClass", "Team",
-    "TeamClass", "Agent", "PRIORITIES", "STATUSES", "FINISHED", "PENDING_REASONS", "DEFAULT_TEAM",
+    "TeamClass", "Agent", "Dependency", "PRIORITIES", "STATUSES", "FINISHED", "PENDING_REASONS",
+    "DEFAULT_TEAM", "DEPENDENCY_CONDITIONS",
 ]

@@ -36,7 +36,7 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 SUBMIT_FIELDS = ("priority", "gpu_count", "command", "gpu_model", "env", "name",
                  "timeout_seconds", "image", "team", "user", "preemptible",
                  "preemption_grace_seconds", "array", "max_retries", "retry_backoff_seconds",
-                 "nodes", "gpus_per_node", "cpus", "memory_mb", "node_selector")
+                 "nodes", "gpus_per_node", "cpus", "memory_mb", "node_selector", "depends_on")
 TEAM_FIELDS = ("online", "batch", "max_gpus", "weight", "default_time_limit")
 
 
@@ -134,7 +134,9 @@ class Client:
                retry_backoff_seconds: Optional[int] = None, nodes: Optional[int] = None,
                gpus_per_node: Optional[int] = None, cpus: Optional[float] = None,
                memory_mb: Optional[int] = None,
-               node_selector: Optional[Mapping[str, str]] = None) -> Submitted:
+               node_selector: Optional[Mapping[str, str]] = None,
+               depends_on: Optional[Sequence[Union[str, Tuple[str, str]]]] = None
+               ) -> Submitted:
         """Submits a task (``POST /api/v1/tasks``); returns its id, status and creation time.
 
         `priority` is ``"high"`` (online quota) or ``"low"`` (batch quota). `team` is the team
@@ -150,6 +152,9 @@ class Client:
         `cpus` (at most 3 decimals) and `memory_mb` are what each member asks for besides its
         GPUs (without them: its GPUs' share of the node it lands on). `node_selector` (label
         key to value) lets only nodes with all of those labels (``agent.labels``) take it.
+        `depends_on` lists the tasks it waits for: ids (``"task-3"``: it must succeed) or
+        ``(task_id, condition)`` pairs, condition one of DEPENDENCY_CONDITIONS; the id of a job
+        array's member stands for the whole array.
         Optional fields left None are not sent. Never retried: a ConnectionFailed leaves it
         unknown whether the task was accepted."""
         body: Dict[str, Any] = {"priority": priority}
@@ -166,6 +171,10 @@ class Client:
                            ("memory_mb", memory_mb), ("node_selector", node_selector)):
             if value is not None:
                 body[key] = dict(value) if key in ("env", "node_selector") else value
+        if depends_on is not None:
+            body["depends_on"] = [
+                {"task_id": d} if isinstance(d, str) else {"task_id": d[0], "condition": d[1]}
+                for d in depends_on]
         doc = self._call("POST", API + "/tasks", body=body, idempotent=False,
                          fields=SUBMIT_FIELDS)
         return Submitted.from_json(doc)

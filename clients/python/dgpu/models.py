@@ -16,14 +16,18 @@ from datetime import datetime
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 __all__ = ["PRIORITIES", "STATUSES", "FINISHED", "PENDING_REASONS", "DEFAULT_TEAM",
-           "NodeAllocation", "Usage", "Task", "Submitted", "Gpu", "GpuList", "QuotaClass", "Quota",
+           "DEPENDENCY_CONDITIONS", "Dependency", "NodeAllocation", "Usage", "Task", "Submitted", "Gpu", "GpuList", "QuotaClass", "Quota",
            "TeamClass", "Team", "Agent", "parse_time"]
 
 PRIORITIES = ("high", "low")
 STATUSES = ("pending", "running", "success", "failed", "cancelled")
 FINISHED = ("success", "failed", "cancelled")
 PENDING_REASONS = ("queued", "quota_exhausted", "team_limit", "waiting_for_preemption",
-                   "no_node_fits", "no_gpu_model", "exceeds_cluster")
+                   "no_node_fits", "no_gpu_model", "exceeds_cluster", "retry_backoff",
+                   "insufficient_cpu", "insufficient_memory", "no_node_matches", "dependency",
+                   "dependency_never_satisfied")
+# When a dependency is satisfied: its parent succeeded, ended without success, ended, started.
+DEPENDENCY_CONDITIONS = ("afterok", "afternotok", "afterany", "after")
 # The team of a task submitted without one.
 DEFAULT_TEAM = "default"
 
@@ -49,6 +53,19 @@ class NodeAllocation:
         cpus = d.get("cpu_set")
         return cls(node_id=d["node_id"], gpu_indices=list(d["gpu_indices"]),
                    cpu_set=None if cpus is None else list(cpus))
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """A task the task waits for: its id, the condition (one of DEPENDENCY_CONDITIONS) and where
+    it stands: ``"waiting"``, ``"satisfied"`` or ``"never_satisfied"``."""
+    task_id: str
+    condition: str
+    state: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Dependency":
+        return cls(task_id=d["task_id"], condition=d["condition"], state=d["state"])
 
 
 @dataclass(frozen=True)
@@ -115,6 +132,7 @@ class Task:
     cpu_set: Optional[List[int]] = None  # The CPUs it is bound to (cpu_binding cpuset); None: not.
     usage: Optional[Usage] = None      # What it used (agents with isolation); None: not measured.
     node_selector: Dict[str, str] = field(default_factory=dict)  # Labels its nodes must have.
+    depends_on: List[Dependency] = field(default_factory=list)  # Tasks it waits for.
     # get_task of a pending task: how many nodes could take it and why the others cannot.
     pending_detail: Optional[str] = None
 
@@ -147,6 +165,7 @@ class Task:
             cpu_set=None if d.get("cpu_set") is None else list(d["cpu_set"]),
             usage=Usage.from_json(d.get("usage")),
             node_selector=dict(d.get("node_selector") or {}),
+            depends_on=[Dependency.from_json(x) for x in d.get("depends_on") or []],
             pending_detail=d.get("pending_detail"))
 
 
