@@ -52,6 +52,9 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   std::string policy_name = "dgpu";
   std::optional<double> max_time;
   bool borrowing = false;
+  bool backfill = false;
+  int backfill_depth = 100;
+  double limit_factor = 0;
   int preemption_grace = 30;
   double min_runtime = 0;
   std::string team_guarantees;
@@ -101,6 +104,15 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
                  "on: jobs larger than a node run as gangs of whole members (default); off: they "
                  "are rejected")
       ->check(CLI::IsMember({"on", "off"}));
+  app.add_flag("--backfill", backfill,
+               "Plan a start in time for each head that waits for node room (scheduler.backfill); "
+               "younger jobs use its nodes only if their limit ends before it");
+  app.add_option("--backfill-depth", backfill_depth,
+                 "Starts planned per pass at most (default 100)")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--limit-factor", limit_factor,
+                 "Give every job a time limit of its real run time x this (1 or more; users "
+                 "overestimate); default: no limits");
   app.add_flag("--borrowing", borrowing,
                "Lend idle GPUs beyond guarantees and quotas; take them back by preemption");
   app.add_option("--preemption-grace", preemption_grace,
@@ -158,6 +170,14 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
     context.sim.max_time = static_cast<core::TimeMicros>(std::llround(*max_time * 1e6));
   }
   context.sim.borrowing = borrowing;
+  if (limit_factor != 0 && !(limit_factor >= 1 && limit_factor <= 1e6)) {
+    return fail(InvalidArgument("--limit-factor must be a number from 1 to 1000000"));
+  }
+  if (policy_name != "dgpu" && backfill)
+    return fail(InvalidArgument("--backfill needs --policy dgpu"));
+  context.sim.backfill = backfill;
+  context.sim.backfill_depth = backfill_depth;
+  context.sim.limit_factor = limit_factor;
   context.sim.gangs = gangs == "on";
   context.sim.topology_key = topology_key;
   context.sim.nvlink = nvlink == "on";

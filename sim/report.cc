@@ -71,6 +71,9 @@ Json ResultToJson(const SimResult& r, const RunContext& c) {
               {"online_percent", c.sim.online_percent},
               {"max_bypass", c.sim.max_bypass},
               {"borrowing", c.sim.borrowing},
+              {"backfill", c.sim.backfill},
+              {"backfill_depth", c.sim.backfill_depth},
+              {"limit_factor", c.sim.limit_factor},
               {"gangs", c.sim.gangs},
               {"topology_key", c.sim.topology_key},
               {"nvlink", c.sim.nvlink},
@@ -188,6 +191,12 @@ std::string ResultToText(const SimResult& r, const RunContext& c) {
                 c.workload.arrival_scale, c.workload.repeat,
                 static_cast<unsigned long long>(c.workload.seed), c.online_teams.size(),
                 static_cast<unsigned long long>(c.teams));
+  if (c.sim.backfill || c.sim.limit_factor > 0) {
+    out += Format(
+        "backfill  %s (depth %d), time limits %s\n", c.sim.backfill ? "on" : "off",
+        c.sim.backfill_depth,
+        c.sim.limit_factor > 0 ? Format("run time x %g", c.sim.limit_factor).c_str() : "none");
+  }
   out += Format("teams     guarantees %s, borrowing %s, preemption grace %d s, min runtime %g s\n",
                 c.team_guarantees.c_str(), c.sim.borrowing ? "on" : "off",
                 c.sim.preemption_grace_seconds, Seconds(c.sim.min_runtime));

@@ -479,7 +479,8 @@ class CoreEngine {
         // Without borrowing or guarantees teams change no decision: every job goes to the
         // default team, which keeps one shape queue per size instead of one per team (the
         // per-team figures are the simulator's own, from the trace).
-        core_teams_(options.borrowing || options.team_guarantees != TeamGuarantees::kNone) {
+        core_teams_(options.borrowing || options.team_guarantees != TeamGuarantees::kNone),
+        limit_factor_(options.limit_factor) {
     // With autoscaling the fleet registers nodes as they come up.
     for (size_t i = 0; !options.autoscale && i < layout.node_ids.size(); ++i) {
       RegisterLayoutNode(core_, layout, i, options.nvlink, 0);
@@ -509,6 +510,12 @@ class CoreEngine {
     spec_.nodes = shape.nodes;
     spec_.gpu_count = shape.Gpus();
     spec_.gpu_model = workload_.models[j.model];
+    if (limit_factor_ > 0) {
+      // The time limit a user would have given: the run time, over-estimated by the factor.
+      spec_.timeout_seconds = std::max<int64_t>(
+          1, static_cast<int64_t>(std::ceil(static_cast<double>(j.duration) * limit_factor_ /
+                                            static_cast<double>(core::kMicrosPerSecond))));
+    }
     if (core_teams_ && j.team != spec_team_) {  // Often one team in a row: no string copy.
       spec_team_ = j.team;
       spec_.team = workload_.teams[j.team];
@@ -666,6 +673,8 @@ class CoreEngine {
     config.min_runtime = options.min_runtime;
     config.teams = teams;
     config.topology_key = options.topology_key;
+    config.backfill = options.backfill;
+    config.backfill_depth = options.backfill_depth;
     return config;
   }
 
@@ -681,6 +690,7 @@ class CoreEngine {
   core::TaskSpec spec_;
   uint32_t spec_team_ = ~uint32_t{0};  // The workload team whose name spec_.team holds.
   bool core_teams_ = false;            // Jobs go to their teams (else all to the default).
+  const double limit_factor_;          // SimOptions::limit_factor.
   std::map<std::pair<std::string, int>, int> guarantees_;  // (team, class) -> GPUs.
   std::vector<uint32_t> task_job_;                         // Task number - 1 -> job.
   std::unordered_map<std::string, uint32_t> model_index_;  // Workload model -> its index.

@@ -65,6 +65,12 @@ struct SimOptions {
   // taken lowest first), and the report still says how placements lie over the groups.
   bool nvlink = true;
 
+  // Backfill (policy dgpu only): the core's scheduler.backfill and backfill_depth, with every
+  // job's time limit its real run time x limit_factor (rounded up to whole seconds; 0: no limits).
+  bool backfill = false;
+  int backfill_depth = 100;
+  double limit_factor = 0;
+
   // Teams, borrowing and preemption (policy dgpu only): the core's settings of the same names.
   bool borrowing = false;
   int preemption_grace_seconds = 30;

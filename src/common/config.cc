@@ -807,10 +807,11 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
       server.ReadInt("max_connections", 1, 1'000'000, &c.server.max_connections));
   DGPU_CONFIG_RETURN_IF_ERROR(ReadServerTls(server, &c.server.tls));
 
-  DGPU_OPEN_SECTION(scheduler, root, "scheduler",
-                    {"role", "schedule_interval", "snapshot_interval", "max_attempts", "max_bypass",
-                     "id", "task_log_lines_per_second", "shutdown_timeout", "gang_port_range",
-                     "topology_key", "default_time_limit", "kill_invalid_dependencies"});
+  DGPU_OPEN_SECTION(
+      scheduler, root, "scheduler",
+      {"role", "schedule_interval", "snapshot_interval", "max_attempts", "max_bypass", "id",
+       "task_log_lines_per_second", "shutdown_timeout", "gang_port_range", "topology_key",
+       "default_time_limit", "kill_invalid_dependencies", "backfill", "backfill_depth"});
   SchedulingConfig& s = c.scheduler;
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadEnum("role", kRoles, &s.role));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadDuration("schedule_interval", &s.schedule_interval));
@@ -842,6 +843,8 @@ StatusOr<SchedulerConfig> ParseSchedulerDocument(const YAML::Node& document) {
       scheduler.ReadTimeLimit("default_time_limit", &s.default_time_limit_seconds));
   DGPU_CONFIG_RETURN_IF_ERROR(
       scheduler.ReadBool("kill_invalid_dependencies", &s.kill_invalid_dependencies));
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadBool("backfill", &s.backfill));
+  DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadInt("backfill_depth", 1, 100'000, &s.backfill_depth));
   DGPU_CONFIG_RETURN_IF_ERROR(scheduler.ReadString("topology_key", &s.topology_key));
   if (!s.topology_key.empty()) {
     if (std::string why = core::CheckLabelKey(s.topology_key); !why.empty()) {

@@ -156,6 +156,11 @@ struct SchedulingConfig {
   // A task whose dependency can no longer be satisfied fails (dependency_never_satisfied);
   // false: it stays pending with that reason until cancelled.
   bool kill_invalid_dependencies = true;
+  // Backfill: a head waiting for node room gets a start planned from the running tasks' time
+  // limits, and younger tasks use its nodes only if they end before it; at most backfill_depth
+  // planned starts a pass (1..100000).
+  bool backfill = false;
+  int backfill_depth = 100;
   bool operator==(const SchedulingConfig&) const = default;
 };
 

@@ -209,6 +209,7 @@ struct SchedulerCore::Shape : ShapeKey {
   int per_node = 0;  // GPUs per member: gpu_count / nodes.
   TaskQueue tasks;
   PendingReason reason = PendingReason::kQueued;  // Why its head did not start last pass.
+  TaskNumber reserved_for = 0;  // reason kReservedFor: whose planned start holds it back.
   // ModelsFor(model), kept while no new model appears (model_generation_ unchanged).
   const std::vector<int>* models = nullptr;
   uint64_t models_generation = 0;
@@ -484,6 +485,7 @@ struct alignas(64) SchedulerCore::NodeState {
     }
     return nullptr;
   }
+  const ModelSlice* Slice(int model) const { return const_cast<NodeState*>(this)->Slice(model); }
   int FreeGpus() const {
     int n = 0;
     for (const auto& s : slices) n += s.free;

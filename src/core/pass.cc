@@ -333,6 +333,8 @@ void SchedulerCore::Schedule(TimeMicros now) {
   }
   pass_needed_ = false;
   in_pass_ = true;
+  // Planned starts are made again by every pass, from the cluster as it is now.
+  if (config_.backfill) backfill_plan_.clear();
   pass_first_start_ = next_start_order_;
   // Queue order, first level: classes in priority order.
   if (!config_.borrowing) {
@@ -1022,10 +1024,24 @@ bool SchedulerCore::SchedulePhase(int prio, Phase phase, TimeMicros now) {
       heads.pop_back();
     }
     TaskNumber id = pos.second;
-    PendingReason r = TryStart(prio, *shape, excluded, now, phase);
+    // With backfill, the nodes of starts planned before its limit would end are kept from it.
+    const std::vector<uint32_t>& skip =
+        config_.backfill ? BackfillSkip(shape->tasks.front_task(), excluded, now) : excluded;
+    PendingReason r = TryStart(prio, *shape, skip, now, phase);
     if (r == PendingReason::kQueued) continue;  // Not this phase's.
     if (r == PendingReason::kWaitingForPreemption && phase == Phase::kGuaranteed) {
       ReclaimBehind(prio, *shape, now);
+    }
+    if (r != PendingReason::kNone && config_.backfill && WaitsForNodeRoom(r)) {
+      const Task& head = shape->tasks.front_task();
+      const TaskNumber holder = &skip != &excluded ? HeldBackFor(*shape, head, excluded, now) : 0;
+      if (holder != 0) {
+        r = PendingReason::kReservedFor;
+        shape->reserved_for = holder;
+      } else if (std::ssize(backfill_plan_) < config_.backfill_depth &&
+                 PlannedStartOf(head.id) == nullptr) {
+        PlanStart(prio, head, excluded, now);
+      }
     }
     if (r != PendingReason::kNone) {
       shape->reason = r;
@@ -1035,7 +1051,9 @@ bool SchedulerCore::SchedulePhase(int prio, Phase phase, TimeMicros now) {
       }
       continue;
     }
+    // A start planned for the oldest task (backfill) keeps its nodes: overtaking it is the plan.
     if (!q.holding && oldest_waiting && IsTransient(oldest_reason) &&
+        (!config_.backfill || PlannedStartOf(q.oldest) == nullptr) &&
         ++q.bypassed >= config_.max_bypass) {
       Shape* os = tasks_.Find(q.oldest)->shape;
       if (os != nullptr && HoldForOldest(prio, *os, oldest_reason, excluded)) return true;

@@ -45,8 +45,11 @@ void SchedulerCore::Dequeue(Task& t) {
   // the next one its turn. Within one, it is a start, which only takes room.
   if (!in_pass_) pass_needed_ = true;
   if (q.oldest == t.id) ResetGuard(q, 0);
-  // A node its victims free is kept for it only while it waits.
+  // A node its victims free is kept for it only while it waits; so is a planned start.
   if (!reservations_.empty()) DropReservation(t.id);
+  if (!backfill_plan_.empty()) {
+    std::erase_if(backfill_plan_, [&](const PlannedStart& p) { return p.task == t.id; });
+  }
 }
 
 void SchedulerCore::ResetGuard(PriorityQueue& q, TaskNumber oldest) {
@@ -230,6 +233,16 @@ PendingReason SchedulerCore::ReasonOf(const Task& t) const {
     return OwnReserved(t.id) > 0 ? PendingReason::kWaitingForPreemption : PendingReason::kQueued;
   }
   return s->reason;
+}
+
+TaskNumber SchedulerCore::ReservedFor(const Task& t) const {
+  const TaskRecord* record = tasks_.Find(t.id);
+  if (record == nullptr || record->shape == nullptr || record->status != TaskStatus::kPending) {
+    return 0;
+  }
+  const Shape& s = *record->shape;
+  if (s.tasks.empty() || s.tasks.front().second != t.id) return 0;
+  return s.reason == PendingReason::kReservedFor ? s.reserved_for : 0;
 }
 
 std::optional<std::string> SchedulerCore::ReservedNode(Priority p) const {

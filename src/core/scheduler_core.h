@@ -29,6 +29,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -77,6 +78,12 @@ struct CoreConfig {
   // "dependency_never_satisfied" (scheduler.kill_invalid_dependencies); false: it stays pending
   // with that reason until it is cancelled.
   bool kill_invalid_dependencies = true;
+  // Backfill (scheduler.backfill): a queue head that waits for room on some node gets a planned
+  // start at once, from the time limits of the tasks holding its nodes, and a younger task
+  // starts on those nodes now only if its own limit ends before then. At most backfill_depth
+  // planned starts a pass.
+  bool backfill = false;
+  int backfill_depth = 100;
 };
 
 // Reads the stored state of the tasks numbered first..last (those that exist, in any order).
@@ -338,6 +345,16 @@ class SchedulerCore {
     std::vector<std::string> nodes;
   };
   std::vector<ReservationView> Reservations() const;
+  // The starts the last pass planned (backfill), in queue order: when, and on which nodes.
+  struct PlannedStartView {
+    Priority priority = Priority::kLow;
+    TaskNumber task = 0;
+    TimeMicros start_at = 0;
+    std::vector<std::string> nodes;
+  };
+  std::vector<PlannedStartView> PlannedStarts() const;
+  // The task whose planned start holds `task` back (its pending reason is kReservedFor), or 0.
+  TaskNumber ReservedFor(const Task& task) const;
   // The head of every non-empty queue (one per priority, GPU model and count) with the reason it
   // waited after the last pass, in no particular order, into `out` (its old contents dropped).
   // O(queues): the simulator asks after every pass.
@@ -650,6 +667,33 @@ class SchedulerCore {
   StatusOr<DependencyWait> CheckDependencies(Dependencies& deps, TimeMicros now);
   // Queues t if its entries are all satisfied; else holds it and returns true.
   bool StartDependencyWait(TaskRecord& t, const DependencyWait& wait);
+  // Backfill (backfill.cc): starts planned in time for heads that wait for node room.
+  struct PlannedStart {
+    TaskNumber task = 0;
+    Priority priority = Priority::kLow;
+    TimeMicros start_at = 0;
+    std::vector<uint32_t> slots;  // One per member.
+  };
+  // When t lets the GPUs it holds go at the latest: its time limit, its grace once stopping;
+  // never (the largest time) without a limit.
+  TimeMicros HeldUntil(const Task& t, TimeMicros now) const;
+  // When `gpus` GPUs of `model` are free on the node as its holders' limits say; never when
+  // not known.
+  TimeMicros ReadyAt(const NodeState& node, int model, int gpus, TimeMicros now) const;
+  // Plans t's start on the nodes ready first (not excluded, planned or kept for another task);
+  // false when no node ever is as far as the limits tell.
+  bool PlanStart(int prio, const Task& t, const std::vector<uint32_t>& excluded, TimeMicros now);
+  // `excluded` plus the planned nodes t may not use now: those of every start planned before
+  // its limit would end.
+  const std::vector<uint32_t>& BackfillSkip(const Task& t, const std::vector<uint32_t>& excluded,
+                                            TimeMicros now);
+  const PlannedStart* PlannedStartOf(TaskNumber task) const;
+  // The task whose planned start keeps shape's head t from room it would have now, or 0.
+  TaskNumber HeldBackFor(Shape& shape, const Task& t, const std::vector<uint32_t>& excluded,
+                         TimeMicros now);
+  std::vector<PlannedStart> backfill_plan_;
+  std::vector<uint32_t> backfill_skip_;
+  std::vector<std::tuple<TimeMicros, uint64_t, uint32_t>> plan_candidates_;
   // Records what parent p has been counted for: what it is now.
   void NoteSeen(const Task& p);
   // The same for a task entering memory (restored) whose key is watched.

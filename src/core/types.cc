@@ -53,6 +53,8 @@ std::string_view ToString(PendingReason r) {
       return "dependency";
     case PendingReason::kDependencyNeverSatisfied:
       return "dependency_never_satisfied";
+    case PendingReason::kReservedFor:
+      return "reserved_for";
   }
   return "";
 }
@@ -236,13 +238,13 @@ std::optional<TaskStatus> ParseTaskStatus(std::string_view s) {
 }
 
 std::optional<PendingReason> ParsePendingReason(std::string_view s) {
-  for (auto r :
-       {PendingReason::kNone, PendingReason::kQueued, PendingReason::kQuotaExhausted,
-        PendingReason::kNoNodeFits, PendingReason::kNoGpuModel, PendingReason::kExceedsCluster,
-        PendingReason::kTeamLimit, PendingReason::kWaitingForPreemption,
-        PendingReason::kRetryBackoff, PendingReason::kInsufficientCpu,
-        PendingReason::kInsufficientMemory, PendingReason::kNoNodeMatches,
-        PendingReason::kDependency, PendingReason::kDependencyNeverSatisfied}) {
+  for (auto r : {PendingReason::kNone, PendingReason::kQueued, PendingReason::kQuotaExhausted,
+                 PendingReason::kNoNodeFits, PendingReason::kNoGpuModel,
+                 PendingReason::kExceedsCluster, PendingReason::kTeamLimit,
+                 PendingReason::kWaitingForPreemption, PendingReason::kRetryBackoff,
+                 PendingReason::kInsufficientCpu, PendingReason::kInsufficientMemory,
+                 PendingReason::kNoNodeMatches, PendingReason::kDependency,
+                 PendingReason::kDependencyNeverSatisfied, PendingReason::kReservedFor}) {
     if (ToString(r) == s) return r;
   }
   return std::nullopt;

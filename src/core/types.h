@@ -50,6 +50,9 @@ enum class PendingReason : uint8_t {
   // A dependency can no longer be satisfied and CoreConfig::kill_invalid_dependencies is off:
   // held until it is cancelled.
   kDependencyNeverSatisfied,
+  // It would start now on nodes kept for an older task's planned start (backfill), and its time
+  // limit does not end before that start (SchedulerCore::ReservedFor names the task).
+  kReservedFor,
 };
 
 enum class GpuStatus : uint8_t { kIdle, kBusy, kOffline, kUnhealthy };

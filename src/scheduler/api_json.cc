@@ -452,7 +452,8 @@ json ApiValue(const T& v) {
 
 }  // namespace
 
-json TaskToJson(const core::Task& t, core::PendingReason reason, std::string_view pending_detail) {
+json TaskToJson(const core::Task& t, core::PendingReason reason, std::string_view pending_detail,
+                core::TaskNumber reserved_for) {
   json out = json::object();
   core::ForEachTaskField([&](int, const auto& field) {
     using T = core::TaskFieldType<decltype(field)>;
@@ -515,8 +516,14 @@ json TaskToJson(const core::Task& t, core::PendingReason reason, std::string_vie
   out["usage"] = used ? json{{"cpu_seconds", static_cast<double>(used->cpu_micros) / 1e6},
                              {"max_memory_mb", used->max_memory_bytes >> 20}}
                       : json(nullptr);
-  out["pending_reason"] =
-      reason == core::PendingReason::kNone ? json(nullptr) : json(core::ToString(reason));
+  if (reason == core::PendingReason::kNone) {
+    out["pending_reason"] = nullptr;
+  } else if (reason == core::PendingReason::kReservedFor && reserved_for != 0) {
+    out["pending_reason"] =
+        std::string(core::ToString(reason)) + ":" + core::FormatTaskId(reserved_for);
+  } else {
+    out["pending_reason"] = core::ToString(reason);
+  }
   out["pending_detail"] = pending_detail.empty() ? json(nullptr) : json(pending_detail);
   return out;
 }

@@ -92,8 +92,10 @@ std::string GpuId(const std::string& node_id, int index);
 // The task object of the contract: every field of the task table (core/task_fields.h) the API
 // shows, and kTaskApiKeys. `pending_detail`: why a pending task's nodes cannot take it (GET
 // /tasks/{id} only; null when empty).
+// A pending task held back by another's planned start (reason kReservedFor, `reserved_for` its
+// number) shows pending_reason "reserved_for:<task_id>".
 nlohmann::json TaskToJson(const core::Task& task, core::PendingReason reason,
-                          std::string_view pending_detail = {});
+                          std::string_view pending_detail = {}, core::TaskNumber reserved_for = 0);
 // The task object's keys that are no field of the task table.
 inline constexpr std::string_view kTaskApiKeys[] = {
     "task_id",       "node_id", "allocated_gpus", "pending_reason", "pending_detail",

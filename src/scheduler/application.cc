@@ -521,7 +521,8 @@ void Application::GetTask(const Caller& caller, core::TaskNumber n, Reply<TaskVi
   d_.loop->Post([this, n, reply = std::move(reply)](CoreLoop::Context& c) mutable {
     if (const core::Task* t = c.core.FindTask(n)) {
       const auto detail = c.core.ExplainPending(n);
-      return reply(TaskView{t, c.core.ReasonOf(*t), detail ? detail->Text() : std::string()});
+      return reply(TaskView{t, c.core.ReasonOf(*t), detail ? detail->Text() : std::string(),
+                            c.core.ReservedFor(*t)});
     }
     // Not in memory: finished and durable (a task leaves memory only then), or unknown.
     d_.readers->Post([db = d_.db, n, reply = std::move(reply)] {
@@ -548,8 +549,9 @@ void Application::ListTasks(const Caller& caller, const ListTasksRequest& reques
       out.tasks.reserve(stored.tasks.size());
       for (const auto& t : stored.tasks) {
         const core::Task* live = c.core.FindTask(t.id);
-        out.tasks.push_back(live != nullptr ? TaskView{live, c.core.ReasonOf(*live), {}}
-                                            : TaskView{&t, core::PendingReason::kNone, {}});
+        out.tasks.push_back(
+            live != nullptr ? TaskView{live, c.core.ReasonOf(*live), {}, c.core.ReservedFor(*live)}
+                            : TaskView{&t, core::PendingReason::kNone, {}});
       }
       reply(out);
     });

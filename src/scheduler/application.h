@@ -172,6 +172,7 @@ struct TaskView {
   core::PendingReason reason = core::PendingReason::kNone;
   // GetTask's, for a pending task: why its nodes cannot take it (ExplainPending); else empty.
   std::string pending_detail;
+  core::TaskNumber reserved_for = 0;  // reason kReservedFor: whose planned start holds it.
 };
 
 // Where a task's log is: the node that ran (or runs) the member of the given rank.

@@ -17,6 +17,8 @@ core::CoreConfig CoreConfigOf(const common::SchedulerConfig& cfg, const store::S
   core_cfg.topology_key = cfg.scheduler.topology_key;
   core_cfg.default_time_limit = cfg.scheduler.default_time_limit_seconds;
   core_cfg.kill_invalid_dependencies = cfg.scheduler.kill_invalid_dependencies;
+  core_cfg.backfill = cfg.scheduler.backfill;
+  core_cfg.backfill_depth = cfg.scheduler.backfill_depth;
   core_cfg.heartbeat_timeout = cfg.agent.heartbeat_timeout.count() * 1000;
   core_cfg.borrowing = cfg.quota.borrowing;
   core_cfg.fairshare_half_life = cfg.quota.fairshare_half_life.count() * 1000;

@@ -60,7 +60,7 @@ Handling RestServer::Impl::Submit(const req_t& req, const Caller& caller, const 
 }
 
 std::pair<int, std::string> RestServer::Impl::TaskBody(const TaskView& v) {
-  return {200, Dump(TaskToJson(*v.task, v.reason, v.pending_detail))};
+  return {200, Dump(TaskToJson(*v.task, v.reason, v.pending_detail, v.reserved_for))};
 }
 
 Handling RestServer::Impl::GetTask(const req_t& req, const Caller& caller, const params_t& params,
@@ -163,7 +163,9 @@ Handling RestServer::Impl::ListTasks(const req_t& req, const Caller& caller, con
   d.app->ListTasks(
       caller, request, Answer<TaskPage>(req, caller, route, [](const TaskPage& page) {
         json tasks = json::array();
-        for (const auto& v : page.tasks) tasks.push_back(TaskToJson(*v.task, v.reason));
+        for (const auto& v : page.tasks) {
+          tasks.push_back(TaskToJson(*v.task, v.reason, {}, v.reserved_for));
+        }
         return std::pair(
             200,
             Dump({{"tasks", std::move(tasks)},

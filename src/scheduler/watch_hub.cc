@@ -163,13 +163,15 @@ void WatchHub::OnPass(const core::SchedulerCore& core, const std::vector<core::D
         const core::TaskNumber n = c.task.id + static_cast<core::TaskNumber>(i);
         if (!seen.insert(n).second) continue;
         const core::Task* live = core.FindTask(n);
-        if (live != nullptr) items.emplace_back(TaskItem{*live, core.ReasonOf(*live)});
+        if (live != nullptr) {
+          items.emplace_back(TaskItem{*live, core.ReasonOf(*live), core.ReservedFor(*live)});
+        }
       }
     }
     for (auto it = tasks.rbegin(); it != tasks.rend(); ++it) {
       const core::Task* live = core.FindTask((*it)->id);
       if (live != nullptr) {
-        items.emplace_back(TaskItem{*live, core.ReasonOf(*live)});
+        items.emplace_back(TaskItem{*live, core.ReasonOf(*live), core.ReservedFor(*live)});
       } else {
         items.emplace_back(TaskItem{**it, core::PendingReason::kNone});
       }
@@ -229,7 +231,7 @@ void WatchHub::Run() {
 
 void WatchHub::Handle(Item& item) {
   if (auto* t = std::get_if<TaskItem>(&item)) {
-    Publish("task", TaskToJson(t->task, t->reason).dump());
+    Publish("task", TaskToJson(t->task, t->reason, {}, t->reserved_for).dump());
   } else if (auto* node = std::get_if<core::NodeView>(&item)) {
     Publish("node", AgentToJson(*node).dump());
   } else if (auto* q = std::get_if<QuotaState>(&item)) {

@@ -101,6 +101,7 @@ class WatchHub final : public BatchObserver {
   struct TaskItem {
     core::Task task;
     core::PendingReason reason = core::PendingReason::kNone;
+    core::TaskNumber reserved_for = 0;
   };
   struct ResetItem {
     std::string reason;

@@ -659,6 +659,17 @@ TEST(SchedulerConfigTest, KillInvalidDependenciesIsOnByDefault) {
                        "\"sometimes\"");
 }
 
+TEST(SchedulerConfigTest, BackfillIsOffByDefaultAndItsDepthIsBounded) {
+  const SchedulerConfig plain = MustLoadScheduler("");
+  EXPECT_EQ(std::make_pair(plain.scheduler.backfill, plain.scheduler.backfill_depth),
+            std::make_pair(false, 100));
+  const SchedulerConfig on = MustLoadScheduler("scheduler: {backfill: true, backfill_depth: 20}");
+  EXPECT_EQ(std::make_pair(on.scheduler.backfill, on.scheduler.backfill_depth),
+            std::make_pair(true, 20));
+  ExpectSchedulerError("scheduler: {backfill_depth: 0}",
+                       "scheduler.backfill_depth: must be an integer in [1, 100000], got \"0\"");
+}
+
 TEST(SchedulerConfigTest, DefaultTimeLimitsTakeDurationsOfWholeSeconds) {
   EXPECT_EQ(MustLoadScheduler("").scheduler.default_time_limit_seconds, 0);
   EXPECT_EQ(

@@ -367,6 +367,14 @@ TEST(ApiJsonTest, SubmitReadsDependenciesAndRefusesBadOnesNamingTheEntry) {
             "dependency");
 }
 
+TEST(ApiJsonTest, ATaskHeldBackByAPlannedStartNamesTheTaskItIsKeptFor) {
+  const core::Task t = store::testing::FullPendingTask(9);
+  EXPECT_EQ(TaskToJson(t, core::PendingReason::kReservedFor, {}, 4)["pending_reason"],
+            "reserved_for:task-4");
+  EXPECT_EQ(TaskToJson(t, core::PendingReason::kNoNodeFits, {}, 4)["pending_reason"],
+            "no_node_fits");
+}
+
 TEST(ApiJsonTest, SubmitReadsAnArraySizeWithinItsBounds) {
   json body = ValidSubmit();
   core::TaskSpec spec;

@@ -25,7 +25,8 @@ FINISHED = ("success", "failed", "cancelled")
 PENDING_REASONS = ("queued", "quota_exhausted", "team_limit", "waiting_for_preemption",
                    "no_node_fits", "no_gpu_model", "exceeds_cluster", "retry_backoff",
                    "insufficient_cpu", "insufficient_memory", "no_node_matches", "dependency",
-                   "dependency_never_satisfied")
+                   "dependency_never_satisfied", "reserved_for")
+# (reserved_for is shown with the task it is kept for: "reserved_for:task-42".)
 # When a dependency is satisfied: its parent succeeded, ended without success, ended, started.
 DEPENDENCY_CONDITIONS = ("afterok", "afternotok", "afterany", "after")
 # The team of a task submitted without one.
