@@ -690,6 +690,71 @@ BENCHMARK(BM_NoFitPass)
     ->ReportAggregatesOnly(true)
     ->Unit(benchmark::kNanosecond);
 
+// A backfill pass: every GPU busy with tasks whose time limits end over the next ten hours, 1,000
+// tasks pending in 250 shapes of 1 to 8 GPUs (both classes), each head waiting for node room; a
+// full pass plans up to backfill_depth starts (Arg 1; 0: backfill off, the same pass without).
+void BM_BackfillPass(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  const int depth = static_cast<int>(state.range(1));
+  CoreConfig cfg = HalfOnlineConfig(/*record=*/false);
+  cfg.backfill = depth > 0;
+  cfg.backfill_depth = std::max(depth, 1);
+  SchedulerCore core(cfg);
+  for (int i = 0; i < nodes; ++i) (void)core.RegisterNode(NodeName(i), "", Gpus8(), {}, {}, 0);
+  // As many cordoned nodes: their GPUs count in the quotas and take no task, so that every
+  // pending task waits for node room, none for its class's quota.
+  for (int i = 0; i < nodes; ++i) {
+    const std::string spare = "spare-" + std::to_string(i);
+    (void)core.RegisterNode(spare, "", Gpus8(), {}, {}, 0);
+    (void)core.SetNodeMode(spare, NodeMode::kCordoned, 0);
+  }
+  std::mt19937 rng(11);
+  const int sizes[] = {1, 2, 4, 8};
+  // Fill every node: tasks of 8, 4 + 4, 2 x 4 or 8 x 1 GPUs, limits up to ten hours.
+  for (int i = 0; i < nodes; ++i) {
+    const int k = sizes[rng() % 4];
+    for (int j = 0; j < 8 / k; ++j) {
+      TaskSpec s = SpecOf(i % 2 ? Priority::kHigh : Priority::kLow, k);
+      s.timeout_seconds = 600 + static_cast<int64_t>(rng() % 36000);
+      (void)core.Submit(s, 0);
+    }
+    core.Schedule(0);
+    core.TakeDecisions();
+  }
+  for (int i = 0; i < 1000; ++i) {
+    TaskSpec s = SpecOf(i % 2 ? Priority::kHigh : Priority::kLow, sizes[i % 4]);
+    s.cpus_milli = 1000 + (i % 250);  // A shape of its own for every 4th task: 250 heads.
+    s.timeout_seconds = 60 + static_cast<int64_t>(rng() % 7200);
+    (void)core.Submit(s, 1);
+  }
+  size_t planned = 0;
+  for (auto _ : state) {
+    core.ForgetNoRoom();
+    const double t0 = ThreadCpuSeconds();
+    core.Schedule(1);
+    const double t1 = ThreadCpuSeconds();
+    state.SetIterationTime(t1 - t0);
+    if (core.HasDecisions()) {
+      state.SkipWithError("the pass started a task");
+      break;
+    }
+    planned = core.PlannedStarts().size();
+  }
+  state.counters["planned"] = static_cast<double>(planned);
+  state.counters["pending"] =
+      static_cast<double>(core.PendingCount(Priority::kHigh) + core.PendingCount(Priority::kLow));
+}
+BENCHMARK(BM_BackfillPass)
+    ->ArgNames({"nodes", "depth"})
+    ->Args({1000, 0})
+    ->Args({1000, 100})
+    ->Args({10000, 0})
+    ->Args({10000, 100})
+    ->UseManualTime()
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true)
+    ->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace dgpu::core
 

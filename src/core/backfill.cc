@@ -66,40 +66,60 @@ TimeMicros SchedulerCore::ReadyAt(const NodeState& node, int model, int gpus,
   return kNever;
 }
 
+const std::vector<SchedulerCore::ReadyNode>& SchedulerCore::ReadyNodes(int model, int gpus,
+                                                                       TimeMicros now) {
+  for (const ReadyList& list : ready_lists_) {
+    if (list.model == model && list.gpus == gpus) return list.nodes;
+  }
+  ReadyList& list = ready_lists_.emplace_back();
+  list.model = model;
+  list.gpus = gpus;
+  for (const auto& node : nodes_) {
+    if (!node->in_index) continue;
+    const TimeMicros ready = ReadyAt(*node, model, gpus, now);
+    if (ready != kNever) list.nodes.push_back({ready, node->rank, node->slot});
+  }
+  std::sort(list.nodes.begin(), list.nodes.end());
+  return list.nodes;
+}
+
 bool SchedulerCore::PlanStart(int prio, const Task& t, const std::vector<uint32_t>& excluded,
                               TimeMicros now) {
   const int per_node = GpusPerNode(t.spec);
   const auto members = static_cast<size_t>(std::max(1, t.spec.nodes));
-  const auto planned = [&](uint32_t slot) {
-    for (const PlannedStart& p : backfill_plan_) {
-      if (std::find(p.slots.begin(), p.slots.end(), slot) != p.slots.end()) return true;
-    }
-    return std::find(excluded.begin(), excluded.end(), slot) != excluded.end();
-  };
+  if (node_marks_.size() < nodes_.size()) node_marks_.resize(nodes_.size(), 0);
+  // Marks: planned for another task in this pass (plan_mark_), or excluded for this one.
+  const uint64_t skip = ++mark_generation_;
+  for (uint32_t slot : excluded) node_marks_[slot] = skip;
   TimeMicros best = kNever;
   std::vector<uint32_t> best_slots;
-  auto& candidates = plan_candidates_;
+  std::vector<std::pair<TimeMicros, uint32_t>>& chosen = plan_chosen_;
   for (int m : ModelsFor(t.spec.gpu_model)) {
-    candidates.clear();
-    for (const auto& node : nodes_) {
-      if (!node->in_index || planned(node->slot) || ReservedForOther(node->slot, t.id) ||
-          !Feasible(t, *node, Against::kEmpty)) {
+    chosen.clear();
+    // By the time they are ready, as the pass found them when it first planned this size.
+    for (const ReadyNode& r : ReadyNodes(m, per_node, now)) {
+      if (r.ready >= best) break;
+      const NodeState& node = *nodes_[r.slot];
+      if (node_marks_[r.slot] == skip || node_marks_[r.slot] == plan_mark_ || !node.in_index ||
+          ReservedForOther(r.slot, t.id) || !Feasible(t, node, Against::kEmpty)) {
         continue;
       }
-      const TimeMicros ready = ReadyAt(*node, m, per_node, now);
-      if (ready < best) candidates.emplace_back(ready, node->rank, node->slot);
+      // A node that took a task since is ready later: read again.
+      const TimeMicros ready = ReadyAt(node, m, per_node, now);
+      if (ready == kNever) continue;
+      chosen.emplace_back(ready, r.slot);
+      if (chosen.size() == members) break;
     }
-    if (candidates.size() < members) continue;
-    // The members' nodes: those ready first (ties in node order).
-    std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(members),
-                      candidates.end());
-    const TimeMicros start = std::get<0>(candidates[members - 1]);
+    if (chosen.size() < members) continue;
+    TimeMicros start = 0;
+    for (const auto& [ready, slot] : chosen) start = std::max(start, ready);
     if (start >= best) continue;
     best = start;
     best_slots.clear();
-    for (size_t i = 0; i < members; ++i) best_slots.push_back(std::get<2>(candidates[i]));
+    for (const auto& [ready, slot] : chosen) best_slots.push_back(slot);
   }
   if (best == kNever) return false;
+  for (uint32_t slot : best_slots) node_marks_[slot] = plan_mark_;
   backfill_plan_.push_back({t.id, static_cast<Priority>(prio), best, std::move(best_slots)});
   return true;
 }

@@ -334,7 +334,11 @@ void SchedulerCore::Schedule(TimeMicros now) {
   pass_needed_ = false;
   in_pass_ = true;
   // Planned starts are made again by every pass, from the cluster as it is now.
-  if (config_.backfill) backfill_plan_.clear();
+  if (config_.backfill) {
+    backfill_plan_.clear();
+    ready_lists_.clear();
+    plan_mark_ = ++mark_generation_;
+  }
   pass_first_start_ = next_start_order_;
   // Queue order, first level: classes in priority order.
   if (!config_.borrowing) {

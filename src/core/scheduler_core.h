@@ -691,9 +691,30 @@ class SchedulerCore {
   // The task whose planned start keeps shape's head t from room it would have now, or 0.
   TaskNumber HeldBackFor(Shape& shape, const Task& t, const std::vector<uint32_t>& excluded,
                          TimeMicros now);
+  // Placeable nodes by when `gpus` GPUs of `model` are ready there (ReadyAt; never-ready ones
+  // left out), then node order; made once a pass for each size a head plans.
+  struct ReadyNode {
+    TimeMicros ready = 0;
+    uint64_t rank = 0;
+    uint32_t slot = 0;
+    bool operator<(const ReadyNode& o) const {
+      return std::tie(ready, rank, slot) < std::tie(o.ready, o.rank, o.slot);
+    }
+  };
+  struct ReadyList {
+    int model = 0;
+    int gpus = 0;
+    std::vector<ReadyNode> nodes;
+  };
+  const std::vector<ReadyNode>& ReadyNodes(int model, int gpus, TimeMicros now);
   std::vector<PlannedStart> backfill_plan_;
   std::vector<uint32_t> backfill_skip_;
-  std::vector<std::tuple<TimeMicros, uint64_t, uint32_t>> plan_candidates_;
+  std::vector<ReadyList> ready_lists_;
+  std::vector<std::pair<TimeMicros, uint32_t>> plan_chosen_;
+  // Per node slot: a mark, the pass's plan_mark_ once planned, a generation while excluded.
+  std::vector<uint64_t> node_marks_;
+  uint64_t mark_generation_ = 0;
+  uint64_t plan_mark_ = 0;
   // Records what parent p has been counted for: what it is now.
   void NoteSeen(const Task& p);
   // The same for a task entering memory (restored) whose key is watched.
