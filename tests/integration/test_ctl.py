@@ -135,7 +135,10 @@ class DependencyTest(ClusterTestCase):
         return p.stdout.strip()
 
     def test_a_pipeline_runs_in_order_through_a_restart(self):
-        pre = self.submit("--gpus", "1", "--", "sleep", "3")
+        # The first step runs until the test lets it end, after the restart below.
+        go = os.path.join(self.c.tmp, "preprocess-may-end")
+        pre = self.submit("--gpus", "1", "--", "sh", "-c",
+                          "while [ ! -e %s ]; do sleep 0.1; done" % go)
         train = self.submit("--nodes", "2", "--gpus-per-node", "1", "--after-ok", pre, "--",
                             "sleep", "1")
         evaluate = self.submit("--gpus", "1", "--after-ok", train, "--", "true")
@@ -150,6 +153,9 @@ class DependencyTest(ClusterTestCase):
         self.assertEqual(self.c.scheduler.stop(timeout=15), 0)
         self.c.start_scheduler()
         self.assertEqual(self.c.task(train)["pending_reason"], "dependency")
+        self.assertEqual(self.c.task(evaluate)["pending_reason"], "dependency")
+        with open(go, "w", encoding="utf-8"):
+            pass
         done = self.c.wait_finished(evaluate, timeout=60)
         self.assertEqual(done["status"], "success", done)
         ended = {tid: self.c.task(tid) for tid in (pre, train)}
