@@ -711,7 +711,7 @@ def test_a_teams_default_time_limit_goes_to_its_tasks_submitted_without_one(clie
 
 
 def test_a_task_waits_for_its_dependencies_and_shows_where_each_stands(client):
-    parent = client.submit("sleep 0.3", gpu_count=1, priority="low")
+    parent = client.submit("sleep 1", gpu_count=1, priority="low")
     ok = client.submit("true", gpu_count=1, priority="low", depends_on=[parent.task_id])
     not_ok = client.submit("true", gpu_count=1, priority="low",
                            depends_on=[(parent.task_id, "afternotok")])
