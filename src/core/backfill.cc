@@ -17,6 +17,11 @@ namespace {
 
 constexpr TimeMicros kNever = std::numeric_limits<TimeMicros>::max();
 
+// When t would be gone at the latest, were it started now: by its time limit; never without one.
+TimeMicros EndIfStartedNow(const Task& t, TimeMicros now) {
+  return t.spec.timeout_seconds > 0 ? now + t.spec.timeout_seconds * kMicrosPerSecond : kNever;
+}
+
 }  // namespace
 
 TimeMicros SchedulerCore::HeldUntil(const Task& t, TimeMicros now) const {
@@ -128,9 +133,7 @@ const std::vector<uint32_t>& SchedulerCore::BackfillSkip(const Task& t,
                                                          const std::vector<uint32_t>& excluded,
                                                          TimeMicros now) {
   if (backfill_plan_.empty()) return excluded;
-  // When it would be gone at the latest, were it started now.
-  const TimeMicros end =
-      t.spec.timeout_seconds > 0 ? now + t.spec.timeout_seconds * kMicrosPerSecond : kNever;
+  const TimeMicros end = EndIfStartedNow(t, now);
   backfill_skip_.assign(excluded.begin(), excluded.end());
   for (const PlannedStart& p : backfill_plan_) {
     if (p.task == t.id || end <= p.start_at) continue;
@@ -149,8 +152,7 @@ const SchedulerCore::PlannedStart* SchedulerCore::PlannedStartOf(TaskNumber task
 TaskNumber SchedulerCore::HeldBackFor(Shape& shape, const Task& t,
                                       const std::vector<uint32_t>& excluded, TimeMicros now) {
   // Held back by a planned start if it has room once the planned nodes are not kept from it.
-  const TimeMicros end =
-      t.spec.timeout_seconds > 0 ? now + t.spec.timeout_seconds * kMicrosPerSecond : kNever;
+  const TimeMicros end = EndIfStartedNow(t, now);
   const PlannedStart* blocking = nullptr;
   for (const PlannedStart& p : backfill_plan_) {
     if (p.task != t.id && end > p.start_at) {

@@ -58,6 +58,11 @@ inline bool IsTransient(PendingReason r) {
 }
 // A wait for room on some node (GPUs, CPUs or memory), which the starvation guard's reservation
 // can end as the node drains.
+// Whether every dependency of t is satisfied (none: true).
+inline bool AllDependenciesSatisfied(const Task& t) {
+  return std::all_of(t.spec.depends_on.begin(), t.spec.depends_on.end(),
+                     [](const Dependency& d) { return d.state == DependencyState::kSatisfied; });
+}
 inline bool WaitsForNodeRoom(PendingReason r) {
   return r == PendingReason::kNoNodeFits || r == PendingReason::kInsufficientCpu ||
          r == PendingReason::kInsufficientMemory;

@@ -167,10 +167,7 @@ void SchedulerCore::LeaveDependencyWait(TaskRecord& t) {
 }
 
 bool SchedulerCore::SettleDependencies(TaskRecord& t, TimeMicros now) {
-  const Dependencies& deps = t.spec.depends_on;
-  const bool never = std::any_of(deps.begin(), deps.end(), [](const Dependency& d) {
-    return d.state == DependencyState::kNeverSatisfied;
-  });
+  const bool never = AnyDependency(t, DependencyState::kNeverSatisfied);
   if (never && config_.kill_invalid_dependencies) {
     LeaveDependencyWait(t);
     t.status = TaskStatus::kFailed;
@@ -181,10 +178,7 @@ bool SchedulerCore::SettleDependencies(TaskRecord& t, TimeMicros now) {
     EmitEvent(Event::Kind::kTaskFinished, t, now, {}, t.error);
     return true;
   }
-  const bool waiting = std::any_of(deps.begin(), deps.end(), [](const Dependency& d) {
-    return d.state == DependencyState::kWaiting;
-  });
-  if (never || waiting) {
+  if (never || AnyDependency(t, DependencyState::kWaiting)) {
     Emit(t);  // Its entries' states are durable.
     return false;
   }

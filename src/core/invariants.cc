@@ -28,9 +28,7 @@ Status SchedulerCore::CheckInvariants() const {
     } else if (t.status == TaskStatus::kPending && dependency_wait_.contains(id)) {
       // Held for its dependencies: in no queue, one entry at least not satisfied, and watched
       // by the key of each waiting one.
-      if (shape != nullptr ||
-          std::all_of(t.spec.depends_on.begin(), t.spec.depends_on.end(),
-                      [](const Dependency& d) { return d.state == DependencyState::kSatisfied; })) {
+      if (shape != nullptr || AllDependenciesSatisfied(t)) {
         return Internal(FormatTaskId(id) + " is held for dependencies it does not wait for");
       }
       const DependencyWait& wait = dependency_wait_.at(id);

@@ -313,10 +313,7 @@ Status SchedulerCore::Restore(Task task, TimeMicros now) {
     next_front_seq_ = std::min(next_front_seq_, t.queue_seq - 1);
     if (t.retry_at != 0) {
       WaitForRetry(t);  // Queued once its backoff is over (at the next tick if it is already).
-    } else if (!t.spec.depends_on.empty() &&
-               !std::all_of(
-                   t.spec.depends_on.begin(), t.spec.depends_on.end(),
-                   [](const Dependency& d) { return d.state == DependencyState::kSatisfied; })) {
+    } else if (!AllDependenciesSatisfied(t)) {
       // Held again, its waiting entries counted anew; settled (and recorded) by the first pass.
       DependencyWait wait;
       if (Status s = CountDependencies(t.id, t.spec.depends_on, &wait, /*restoring=*/true);

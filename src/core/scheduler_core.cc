@@ -279,8 +279,7 @@ StatusOr<SchedulerCore::DependencyWait> SchedulerCore::CheckDependencies(Depende
 }
 
 bool SchedulerCore::StartDependencyWait(TaskRecord& t, const DependencyWait& wait) {
-  if (!AnyDependency(t, DependencyState::kWaiting) &&
-      !AnyDependency(t, DependencyState::kNeverSatisfied)) {
+  if (AllDependenciesSatisfied(t)) {
     Enqueue(t);  // Satisfied already.
     return false;
   }
